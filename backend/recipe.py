@@ -1,0 +1,402 @@
+"""The run spec: every recipe value and the model's architecture facts, as pydantic models.
+
+Presets live in `configs/<name>.toml`; `load_preset(name_or_path)` reads one, `apply_overrides`
+applies `--set key=value` pairs (dotted paths). Unknown keys and wrong types are `SpecError`s
+with one clear sentence. Numbers that reach miles' argv verbatim (lr "1e-6", kl coef "0.00")
+are kept as the strings the recipe writes, validated as numbers.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from backend.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_PRESET = "nemotron-3-ultra-550b-a55b"
+SLICE_NAME = re.compile(r"(\d+)layer")
+
+
+def _as_number_text(value: Any) -> str:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            raise ValueError(f"expected a number, got {value!r}") from None
+        return value.strip()
+    raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+NumberText = Annotated[str, BeforeValidator(_as_number_text)]
+"""A number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
+
+
+class ModelFacts(_Strict):
+    """Architecture facts of one Nemotron-3-Ultra variant (one source of truth for rules and argv)."""
+
+    name: str = Field(description="HF checkpoint directory name under paths.model_dir")
+    family: Literal["nemotron_h"] = "nemotron_h"
+    num_layers: int = Field(gt=0)
+    hybrid_pattern: str
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_query_groups: int = Field(gt=0)
+    kv_channels: int = Field(gt=0)
+    ffn_hidden_size: int = Field(gt=0)
+    moe_ffn_hidden_size: int = Field(gt=0)
+    shared_expert_intermediate_size: int = Field(ge=0)
+    num_experts: int = Field(gt=0)
+    moe_router_topk: int = Field(gt=0)
+    moe_latent_size: int | None = Field(default=None, gt=0)
+    routed_scaling_factor: float = Field(gt=0)
+    n_group: int = Field(gt=0)
+    topk_group: int = Field(gt=0)
+    mamba_num_heads: int = Field(gt=0)
+    mamba_head_dim: int = Field(gt=0)
+    mamba_num_groups: int = Field(gt=0)
+    mamba_state_dim: int = Field(default=128, gt=0)
+    mamba_conv_kernel: int = Field(default=4, gt=0)
+    vocab_size: int = Field(gt=0)
+    make_vocab_size_divisible_by: int = Field(default=128, gt=0)
+    untie_embeddings: bool = True
+    position_embedding_type: Literal["none", "rope", "learned_absolute"] = "none"
+    normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
+    add_bias_linear: bool = False
+    mtp_num_layers: int = Field(default=1, ge=0)
+    mtp_pattern: str = "*E"
+    total_params_b: float | None = Field(default=None, description="published size, billions (for display)")
+
+    @property
+    def is_slice(self) -> bool:
+        return bool(SLICE_NAME.search(self.name))
+
+
+class Cluster(_Strict):
+    nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(default=8, gt=0)
+    gpu_memory_gb: float = Field(default=141.0, gt=0, description="HBM per GPU (H200: 141)")
+    host_memory_gb: float = Field(default=2048.0, gt=0, description="host RAM per node")
+    gpu_nvlink: bool | None = Field(default=None, description="NCCL_NVLS_ENABLE; None = probe the head")
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class Train(_Strict):
+    """Megatron layout and performance flags of the train actors."""
+
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(gt=0)
+    etp: int | None = Field(default=1, gt=0, description="None = unset (Megatron defaults it to TP)")
+    vpp: int | None = Field(default=None, gt=0)
+    sequence_parallel: bool | None = Field(default=None, description="None = on iff TP > 1 (the launcher's rule)")
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    recompute_granularity: Literal["full", "selective"] | None = "full"
+    recompute_method: Literal["uniform", "block"] | None = "uniform"
+    recompute_num_layers: int | None = 1
+    micro_batch_size: int = Field(default=1, gt=0)
+    use_dynamic_batch_size: bool = True
+    log_probs_chunk_size: int = Field(default=128, gt=0)
+    moe_shared_expert_overlap: bool = False
+    moe_token_dispatcher: Literal["allgather", "alltoall", "flex"] = "alltoall"
+
+
+class Rollout(_Strict):
+    """SGLang engines (colocated with training in this recipe)."""
+
+    gpus_per_engine: int = Field(gt=0)
+    ep: int = Field(gt=0)
+    dp: int = Field(default=1, gt=0)
+    enable_dp_attention: bool = True
+    mem_fraction: float = Field(gt=0, le=1)
+    num_gpus: int | None = Field(default=None, gt=0, description="None = all GPUs (colocate forces it anyway)")
+    colocate: bool = True
+    max_response_len: int = Field(default=8192, gt=0)
+    debug_max_response_len: int = Field(default=256, gt=0)
+    temperature: NumberText = "1"
+    attention_backend: str = "auto"
+
+
+class Batch(_Strict):
+    num_rollout: int = Field(default=30, gt=0)
+    rollout_batch_size: int = Field(default=32, gt=0)
+    n_samples_per_prompt: int = Field(default=8, gt=0)
+    global_batch_size: int = Field(default=128, gt=0)
+    max_tokens_per_gpu: int | None = Field(default=1024, gt=0)
+    num_steps_per_rollout: int | None = Field(default=None, gt=0)
+    over_sampling_batch_size: int | None = Field(default=None, gt=0)
+    balance_data: bool = True
+
+
+class Data(_Strict):
+    prompt_data: str = "dapo-math-17k/dapo-math-17k.jsonl"
+    input_key: str = "prompt"
+    label_key: str = "label"
+    apply_chat_template: bool = True
+    rollout_shuffle: bool = True
+    rm_type: str = "deepscaler"
+
+
+class Grpo(_Strict):
+    advantage_estimator: str = "grpo"
+    kl_loss_coef: NumberText = "0.00"
+    kl_loss_type: str = "low_var_kl"
+    entropy_coef: NumberText = "0.00"
+    eps_clip: NumberText = "0.2"
+    eps_clip_high: NumberText = "0.28"
+
+
+class Optimizer(_Strict):
+    name: Literal["adam", "sgd"] = "adam"
+    lr: NumberText = "1e-6"
+    lr_decay_style: str = "constant"
+    weight_decay: NumberText = "0.1"
+    adam_beta1: NumberText = "0.9"
+    adam_beta2: NumberText = "0.98"
+    cpu_offload: bool = True
+
+
+class Eval(_Strict):
+    enabled: bool = False
+    interval: int = Field(default=20, gt=0)
+    prompt_name: str = "aime"
+    prompt_data: str = "aime-2024/aime-2024.jsonl"
+    n_samples_per_prompt: int = Field(default=16, gt=0)
+    max_response_len: int = Field(default=16384, gt=0)
+    top_p: NumberText = "1"
+
+
+class Checkpoint(_Strict):
+    save_interval: int = Field(default=50, gt=0)
+    skip_saving: bool = False
+    save_optim: bool = False
+
+
+class Paths(_Strict):
+    miles_root: str = "/root/miles"
+    train_script: str | None = Field(default=None, description="None = <miles_root>/train.py")
+    model_dir: str = "/root/models"
+    data_dir: str = "/root/datasets"
+    output_dir: str = "/root/shared_data"
+    megatron_path: str = "/root/Megatron-LM"
+
+    @property
+    def resolved_train_script(self) -> str:
+        return self.train_script or f"{self.miles_root.rstrip('/')}/train.py"
+
+
+class RunOptions(_Strict):
+    id: str | None = Field(default=None, description="YYMMDD-HHMMSS-NNN (UTC); None = made at launch")
+    mode: Literal["normal", "debug_minimal"] = "normal"
+    extra_args: str = ""
+    master_addr: str = "127.0.0.1"
+    wandb_project: str | None = None
+    stop_wait_s: int = Field(default=120, ge=1, le=3600, description="grace period after SIGINT on abort")
+    extra_env: dict[str, str] = Field(default_factory=dict)
+
+
+class RunSpec(_Strict):
+    """One run, fully described. The rule engine, the submission and the UI all read this."""
+
+    preset: str = DEFAULT_PRESET
+    description: str = ""
+    model: ModelFacts
+    cluster: Cluster
+    train: Train
+    rollout: Rollout
+    batch: Batch = Field(default_factory=Batch)
+    data: Data = Field(default_factory=Data)
+    grpo: Grpo = Field(default_factory=Grpo)
+    optimizer: Optimizer = Field(default_factory=Optimizer)
+    eval: Eval = Field(default_factory=Eval)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    paths: Paths = Field(default_factory=Paths)
+    run: RunOptions = Field(default_factory=RunOptions)
+
+    @model_validator(mode="after")
+    def _pattern_symbols(self) -> RunSpec:
+        bad = set(self.model.hybrid_pattern) - set("M*E-")
+        if bad:
+            raise ValueError(f"model.hybrid_pattern has unknown layer symbols {''.join(sorted(bad))!r} (use M, E, *, -)")
+        return self
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """What the launcher passes: explicit setting, else on iff TP > 1."""
+        sp = self.train.sequence_parallel
+        return self.train.tp > 1 if sp is None else sp
+
+
+# --------------------------------------------------------------------------- loading
+
+def preset_dir() -> Path:
+    return Path(str(resources.files("configs")))
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in preset_dir().glob("*.toml"))
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"{source}: unknown key {where!r}"
+    if kind == "missing":
+        return f"{source}: missing key {where!r}"
+    value = first.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+    return f"{source}: {where}: {first['msg']}{shown}"
+
+
+def spec_from_dict(data: dict[str, Any], source: str = "spec") -> RunSpec:
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_format_error(err, source)) from None
+
+
+def resolve_preset_path(name_or_path: str | None) -> Path:
+    name = name_or_path or DEFAULT_PRESET
+    as_path = Path(name).expanduser()
+    if as_path.suffix == ".toml" or "/" in name:
+        if not as_path.is_file():
+            raise SpecError(f"preset file {name} does not exist")
+        return as_path
+    candidate = preset_dir() / f"{name}.toml"
+    if not candidate.is_file():
+        raise SpecError(f"unknown preset {name!r}; known presets: {', '.join(list_presets())}")
+    return candidate
+
+
+def load_preset_dict(name_or_path: str | None = None) -> dict[str, Any]:
+    path = resolve_preset_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"cannot read preset {path}: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"preset {path} is not valid TOML: {err}") from None
+    data.setdefault("preset", path.stem)
+    return data
+
+
+def load_preset(name_or_path: str | None = None) -> RunSpec:
+    path = resolve_preset_path(name_or_path)
+    return spec_from_dict(load_preset_dict(name_or_path), source=f"preset {path.name}")
+
+
+# --------------------------------------------------------------------------- overrides
+
+def _parse_value(text: str) -> Any:
+    """A --set value: TOML scalar syntax when it parses (1, 0.7, true, "x"), else the raw text."""
+    if text.strip().lower() in ("none", "null", "unset"):
+        return None
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _known_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.extend(_known_paths(ann, f"{prefix}{name}."))
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+SETTABLE_KEYS: tuple[str, ...] = tuple(_known_paths(RunSpec))
+
+
+def apply_overrides(data: dict[str, Any], pairs: list[str] | list[tuple[str, Any]]) -> dict[str, Any]:
+    """Apply `key=value` (or (key, value)) overrides to a preset dict; returns a new dict."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for pair in pairs:
+        if isinstance(pair, tuple):
+            key, value = pair
+        else:
+            if "=" not in pair:
+                raise SpecError(f"--set expects KEY=VALUE, got {pair!r}")
+            key, raw = pair.split("=", 1)
+            key, value = key.strip(), _parse_value(raw.strip())
+        if key not in SETTABLE_KEYS:
+            close = [k for k in SETTABLE_KEYS if k.split(".")[-1] == key.split(".")[-1]]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SpecError(f"unknown key {key!r}{hint}")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if key == "run.extra_args" and not isinstance(value, str):
+            value = str(value)
+        node[parts[-1]] = value
+    return out
+
+
+def build_spec(preset: str | None = None, overrides: list[str] | None = None) -> RunSpec:
+    """The one way a spec is made from a preset name/path and --set overrides."""
+    path = resolve_preset_path(preset)
+    data = apply_overrides(load_preset_dict(preset), overrides or [])
+    return spec_from_dict(data, source=f"preset {path.name}" + (" with --set" if overrides else ""))
+
+
+def dump_toml(spec: RunSpec) -> str:
+    """A spec as TOML (for saving an edited layout as a new preset)."""
+    lines: list[str] = []
+    data = spec.model_dump(mode="json")
+    top = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    for key, value in top.items():
+        if value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            continue
+        lines.append(f"\n[{section}]")
+        nested = {k: v for k, v in body.items() if isinstance(v, dict)}
+        for key, value in body.items():
+            if value is None or key in nested:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        for key, value in nested.items():
+            lines.append(f"\n[{section}.{key}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in value.items())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)

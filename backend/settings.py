@@ -1,0 +1,76 @@
+"""Operator settings: a TOML file plus environment, validated by pydantic.
+
+Precedence (highest first): CLI flags, environment, config file, defaults. The file lives at
+$ULTRA_CONSOLE_CONFIG or ~/.config/ultra-console/config.toml; state (audit log, log spools) under
+$ULTRA_CONSOLE_STATE_DIR or $XDG_STATE_HOME/ultra-console.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from backend.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+class Settings(BaseModel):
+    """Everything the console reads from the operator's environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = DEFAULT_ADDRESS
+    token: SecretStr | None = None
+    readonly: bool = False
+    state_dir: Path = Field(default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "ultra-console")
+    preset: str = "nemotron-3-ultra-550b-a55b"
+    # binding id -> key(s), e.g. {"launch": "L", "abort": "A"}: remaps the app's keys.
+    keys: dict[str, str] = Field(default_factory=dict)
+    poll_interval_s: float = Field(default=1.0, ge=0.5, le=60.0)
+
+    def redacted(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"token"}) | {"token": "***" if self.token else None}
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("ULTRA_CONSOLE_CONFIG") or _xdg("XDG_CONFIG_HOME", ".config") / "ultra-console/config.toml")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """File, then environment, then non-None `overrides` (the CLI flags)."""
+    data: dict[str, Any] = {}
+    path = config_path()
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise SpecError(f"cannot read config file {path}: {err}") from None
+    env = {
+        "address": os.environ.get("RAY_ADDRESS"),
+        "token": os.environ.get("RAY_AUTH_TOKEN"),
+        "state_dir": os.environ.get("ULTRA_CONSOLE_STATE_DIR"),
+    }
+    data.update({k: v for k, v in env.items() if v})
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if "address" in data and "://" not in str(data["address"]):
+        data["address"] = f"http://{data['address']}"
+    try:
+        return Settings(**data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SpecError(f"bad setting {where!r} in {path} or environment: {first['msg']}") from None

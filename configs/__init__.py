@@ -1,0 +1,1 @@
+"""Recipe presets, as data (TOML). One file per variant; the file stem is the preset name."""

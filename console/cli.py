@@ -1,0 +1,72 @@
+"""`ultra-console`: the headless CLI and the entry point of the app.
+
+Errors are one line on stderr and a non-zero exit status; a traceback is shown only with
+ULTRA_CONSOLE_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from backend.errors import ConsoleError
+from console.commands import COMMANDS
+
+PROG = "ultra-console"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with status 1 and one line on a usage error (argparse's default is 2,
+    which the `plan` contract reserves for error findings)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run console for miles GRPO on Nemotron-3-Ultra (Ray).")
+    parser.add_argument("--address", default=None,
+                        help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)")
+    parser.add_argument("--token", default=None, help="Ray auth token (default $RAY_AUTH_TOKEN)")
+    parser.add_argument("--readonly", action="store_true", default=None,
+                        help="refuse every action that changes the cluster")
+    parser.add_argument("--job", default=None, help="attach the app to this job instead of the latest")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"console.commands.{name}").register(sub)
+    return parser
+
+
+def _open_app(args: argparse.Namespace) -> int:
+    from console.app import run_app  # imported here: the CLI never pays for Textual
+
+    return run_app(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None) or _open_app
+    try:
+        return int(func(args) or 0)
+    except ConsoleError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # the last line of defence: never a traceback for the operator
+        if os.environ.get("ULTRA_CONSOLE_DEBUG"):
+            raise
+        print(f"{PROG}: internal error: {type(err).__name__}: {err} (set ULTRA_CONSOLE_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
