@@ -1,0 +1,87 @@
+"""Messages workers post to the app and views handle (the worker -> UI half of the threading rule).
+
+Workers never touch widgets: they `post_message` one of these (thread-safe) to the app, and only
+`on_*` handlers change what is drawn. Payloads are whatever backend returns; the console does not
+interpret them beyond display. Names are a contract with console/workers.py — add, don't rename.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from textual.message import Message
+
+Severity = Literal["information", "warning", "error"]
+
+
+class SnapshotArrived(Message):
+    """A cluster snapshot (nodes, GPUs, alive/dead) from backend telemetry."""
+
+    def __init__(self, snapshot: Any) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class LogAppended(Message):
+    """The log store grew; views that show it re-read lazily up to `total_lines`."""
+
+    def __init__(self, total_lines: int) -> None:
+        super().__init__()
+        self.total_lines = total_lines
+
+
+class MetricsArrived(Message):
+    """New metric points (throughput, KL, ...) as backend.metrics produced them."""
+
+    def __init__(self, payload: Any) -> None:
+        super().__init__()
+        self.payload = payload
+
+
+class RunStateChanged(Message):
+    """The run controller's state changed (e.g. pending -> running -> stopping)."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__()
+        self.state = state
+
+
+class AlertsChanged(Message):
+    """The current alert list (items with id, severity, message, step) from backend.alerts."""
+
+    def __init__(self, alerts: list[Any]) -> None:
+        super().__init__()
+        self.alerts = list(alerts)
+
+
+class DashboardLost(Message):
+    """The Ray dashboard stopped answering; the app shows a banner and keeps responding."""
+
+    def __init__(self, error_text: str) -> None:
+        super().__init__()
+        self.error_text = error_text
+
+
+class DashboardBack(Message):
+    """The Ray dashboard answers again; the banner goes away."""
+
+
+class PreflightDone(Message):
+    """Preflight of the current spec against the cluster finished (`findings`: backend's results)."""
+
+    def __init__(self, findings: list[Any]) -> None:
+        super().__init__()
+        self.findings = list(findings)
+
+
+class Notice(Message):
+    """A one-line notice for the operator (shown as a toast)."""
+
+    def __init__(self, text: str, severity: Severity = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity: Severity = severity
+
+
+class AuditChanged(Message):
+    """The audit log gained entries (after a launch/abort); the events view re-reads it."""
