@@ -1,0 +1,1 @@
+"""Reusable widgets of the app; each carries its own DEFAULT_CSS."""
