@@ -1,0 +1,287 @@
+"""Cluster snapshots: every node (alive or dead, with Ray's reason), its GPUs and logical GPU use.
+
+One snapshot is built from Ray's node summary (`/nodes?view=summary`: alive nodes, per-GPU
+utilisation and memory, logical resources) merged with the state API's node list
+(`/api/v0/nodes`: keeps DEAD nodes and says why they died). The summary drops a dead node after a
+few seconds and can still call a dying one ALIVE, so the state list wins on liveness.
+
+Why the poller fetches the state list rarely: the summary alone is enough while the set of alive
+nodes is unchanged, and Ray refreshes telemetry only every ~5 s (summary cached 2 s), so polling
+faster than every 2 s buys nothing. `TelemetryPoller` re-reads the state list when the set of
+alive nodes changes and otherwise every `dead_refresh_s`, which keeps the average well under one
+dashboard request per second.
+
+A node whose agent reports no GPUs gets `gpus=None` ("no GPU telemetry"), never 0 %: on this
+project's test machines the logical GPUs exist without any NVML behind them. Readings carry their
+age (`telemetry_age_s`, `stale`): on a real H200 the summary lags 5-8 s and can freeze (ray.md §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STALE_AFTER_S = 15.0
+DEFAULT_INTERVAL_S = 2.5
+DEAD_REFRESH_S = 30.0
+_LOGICAL_GPU = re.compile(r"([\d.]+)/([\d.]+)\s+GPU\b")
+
+
+class GpuProcess(NamedTuple):
+    """A process holding memory on one GPU, as NVML (through Ray's reporter) lists it."""
+
+    pid: int
+    mem_mb: int
+
+
+class GpuSnapshot(BaseModel):
+    """One physical GPU. `utilization_pct` is None when the device does not report it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str = ""
+    uuid: str = ""
+    utilization_pct: float | None = None
+    mem_used_mb: int = 0
+    mem_total_mb: int = 0
+    processes: list[GpuProcess] = Field(default_factory=list)
+
+
+class NodeSnapshot(BaseModel):
+    """One Ray node. `gpus is None` means the node sends no GPU telemetry (not "idle GPUs")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    name: str = ""
+    ip: str = ""
+    hostname: str = ""
+    alive: bool = True
+    state: str = "ALIVE"
+    death_reason: str | None = None
+    is_head: bool = False
+    gpus: list[GpuSnapshot] | None = None
+    logical_gpus_total: float = 0.0
+    logical_gpus_used: float | None = None  # None: Ray has not reported logical usage yet
+    telemetry_age_s: float | None = None  # seconds since the node's agent took the reading
+    stale: bool = False
+
+    @property
+    def short_id(self) -> str:
+        return self.node_id[:8]
+
+    @property
+    def label(self) -> str:
+        """How the console names a node to an operator: its name plus a short id (names repeat)."""
+        base = self.name or self.hostname or self.ip or "node"
+        return f"{base} ({self.short_id})"
+
+
+class ClusterSnapshot(BaseModel):
+    """Everything the GPU-fleet view and preflight need, from one poll. JSON-able and stable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    nodes: list[NodeSnapshot] = Field(default_factory=list)
+    taken_at: float = 0.0  # epoch seconds (console clock)
+    ray_version: str | None = None
+
+    @property
+    def alive_nodes(self) -> list[NodeSnapshot]:
+        return [n for n in self.nodes if n.alive]
+
+    @property
+    def dead_nodes(self) -> list[NodeSnapshot]:
+        return [n for n in self.nodes if not n.alive]
+
+    def node(self, node_id: str) -> NodeSnapshot | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    def gpu_holders(self) -> dict[str, list[tuple[int, GpuProcess]]]:
+        """Alive node id -> [(gpu index, process)] for every process Ray lists as holding GPU memory."""
+        out: dict[str, list[tuple[int, GpuProcess]]] = {}
+        for node in self.alive_nodes:
+            held = [(gpu.index, p) for gpu in node.gpus or [] for p in gpu.processes if p.mem_mb > 0]
+            if held:
+                out[node.node_id] = held
+        return out
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterSnapshot:
+        return cls.model_validate_json(text)
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _parse_gpu(raw: dict[str, Any]) -> GpuSnapshot:
+    util = raw.get("utilizationGpu")
+    # Ray sends -1 when NVML failed and null when the device does not report utilisation.
+    util_pct = float(util) if isinstance(util, (int, float)) and not isinstance(util, bool) and util >= 0 else None
+    procs: list[GpuProcess] = []
+    for item in raw.get("processesPids") or []:
+        if isinstance(item, dict) and item.get("pid") is not None:
+            procs.append(GpuProcess(_int(item["pid"]), _int(item.get("gpuMemoryUsage"))))
+    return GpuSnapshot(
+        index=_int(raw.get("index")), name=str(raw.get("name") or ""), uuid=str(raw.get("uuid") or ""),
+        utilization_pct=util_pct, mem_used_mb=_int(raw.get("memoryUsed")),
+        mem_total_mb=_int(raw.get("memoryTotal")), processes=procs,
+    )
+
+
+def _logical_used(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    match = _LOGICAL_GPU.search(text)
+    return float(match.group(1)) if match else None
+
+
+def _summary_node(raw: dict[str, Any], logical: dict[str, Any], taken_at: float) -> NodeSnapshot | None:
+    raylet = raw.get("raylet") or {}
+    node_id = raylet.get("nodeId")
+    if not node_id:
+        return None
+    gpus_raw = raw.get("gpus")
+    gpus = [_parse_gpu(g) for g in gpus_raw if isinstance(g, dict)] if gpus_raw else None
+    now = raw.get("now")
+    age = max(0.0, taken_at - float(now)) if isinstance(now, (int, float)) and taken_at else None
+    state = str(raylet.get("state") or "ALIVE")
+    return NodeSnapshot(
+        node_id=node_id, name=str(raylet.get("nodeName") or ""), ip=str(raw.get("ip") or ""),
+        hostname=str(raw.get("hostname") or ""), alive=state == "ALIVE", state=state,
+        death_reason=raylet.get("stateMessage") if state != "ALIVE" else None,
+        is_head=bool(raylet.get("isHeadNode")), gpus=gpus or None,
+        logical_gpus_total=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0.0),
+        logical_gpus_used=_logical_used(logical.get(node_id)),
+        telemetry_age_s=age, stale=age is not None and age > STALE_AFTER_S,
+    )
+
+
+def _state_node(raw: dict[str, Any]) -> NodeSnapshot:
+    state = str(raw.get("state") or "DEAD")
+    return NodeSnapshot(
+        node_id=str(raw["node_id"]), name=str(raw.get("node_name") or ""), ip=str(raw.get("node_ip") or ""),
+        alive=state == "ALIVE", state=state,
+        death_reason=(raw.get("state_message") or "no reason given") if state != "ALIVE" else None,
+        is_head=bool(raw.get("is_head_node")),
+        logical_gpus_total=float((raw.get("resources_total") or {}).get("GPU") or 0.0),
+        logical_gpus_used=None if state == "ALIVE" else 0.0,
+    )
+
+
+def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] | None = None, *,
+                        taken_at: float | None = None, ray_version: str | None = None) -> ClusterSnapshot:
+    """Build a snapshot from the summary payload (the full response or its `data`) and, when given,
+    the state API's node list (which adds dead nodes and corrects liveness). Pure."""
+    data = raw.get("data", raw) if isinstance(raw, dict) else {}
+    taken = time.time() if taken_at is None else taken_at
+    logical = data.get("nodeLogicalResources") or {}
+    by_id: dict[str, NodeSnapshot] = {}
+    for item in data.get("summary") or []:
+        node = _summary_node(item, logical, taken) if isinstance(item, dict) else None
+        if node is not None:
+            by_id[node.node_id] = node
+    for item in state_nodes or []:
+        if not isinstance(item, dict) or not item.get("node_id"):
+            continue
+        listed = _state_node(item)
+        known = by_id.get(listed.node_id)
+        if known is None:
+            # Alive per the state list but not yet in the summary: its agent has not reported.
+            by_id[listed.node_id] = listed
+        elif not listed.alive:
+            by_id[listed.node_id] = known.model_copy(update={
+                "alive": False, "state": listed.state, "death_reason": listed.death_reason,
+                "logical_gpus_used": 0.0})
+    nodes = sorted(by_id.values(), key=lambda n: (not n.alive, not n.is_head, n.name, n.node_id))
+    return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
+
+
+# --------------------------------------------------------------------------- I/O
+
+async def snapshot(client: Any, *, include_dead: bool = True, ray_version: str | None = None) -> ClusterSnapshot:
+    """One snapshot now: the summary, plus the state node list when `include_dead` (2 requests)."""
+    summary = await client.nodes_summary()
+    state_nodes = await client.nodes() if include_dead else None
+    return parse_nodes_summary(summary, state_nodes, ray_version=ray_version)
+
+
+class TelemetryPoller:
+    """Polls snapshots at `interval_s`; re-reads the state node list only when needed.
+
+    Use `async for snap in poller.run():` (from a Textual worker or a CLI loop), or give
+    `on_snapshot` / `on_error` callbacks to `run_forever()`. Errors (dashboard unreachable) are
+    reported and polling continues, so the view recovers by itself when the dashboard returns.
+    """
+
+    def __init__(self, client: Any, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 dead_refresh_s: float = DEAD_REFRESH_S) -> None:
+        self.client = client
+        self.interval_s = max(0.5, interval_s)
+        self.dead_refresh_s = dead_refresh_s
+        self.last: ClusterSnapshot | None = None
+        self._state_nodes: list[dict[str, Any]] | None = None
+        self._state_at = 0.0
+        self._alive_ids: frozenset[str] = frozenset()
+        self._ray_version: str | None = None
+        self._stopped = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def poll_once(self) -> ClusterSnapshot:
+        if self._ray_version is None:
+            with contextlib.suppress(Exception):
+                self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
+        summary = await self.client.nodes_summary()
+        alive_ids = frozenset(
+            (item.get("raylet") or {}).get("nodeId") for item in summary.get("summary") or []
+            if isinstance(item, dict))
+        now = time.monotonic()
+        if (self._state_nodes is None or alive_ids != self._alive_ids
+                or now - self._state_at >= self.dead_refresh_s):
+            self._state_nodes = await self.client.nodes()
+            self._state_at = now
+        self._alive_ids = alive_ids
+        snap = parse_nodes_summary(summary, self._state_nodes, ray_version=self._ray_version)
+        self.last = snap
+        return snap
+
+    async def run(self) -> AsyncIterator[ClusterSnapshot | Exception]:
+        """Yield a snapshot per interval, or the ConsoleError that stopped one (then keep going)."""
+        from backend.errors import ConsoleError
+
+        while not self._stopped.is_set():
+            try:
+                yield await self.poll_once()
+            except ConsoleError as err:
+                self._state_nodes = None  # re-read everything once the dashboard is back
+                yield err
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self.interval_s)
+
+    async def run_forever(self, on_snapshot: Callable[[ClusterSnapshot], Awaitable[None] | None],
+                          on_error: Callable[[Exception], Awaitable[None] | None] | None = None) -> None:
+        async for item in self.run():
+            handler = on_error if isinstance(item, Exception) else on_snapshot
+            if handler is None:
+                continue
+            result = handler(item)  # type: ignore[arg-type]
+            if asyncio.iscoroutine(result):
+                await result
