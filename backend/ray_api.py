@@ -1,0 +1,426 @@
+"""Async client for the Ray dashboard (Jobs API, state API logs, node telemetry) over httpx.
+
+Why raw httpx and not `ray.job_submission`: the SDK is synchronous `requests` (it would block
+Textual's loop), pulls all of `ray` into the console, and offers nothing the console needs
+(see shared/reference/ray.md §6). Every call counts itself in `requests_made` so the
+"<= 1 request/s while following" budget can be measured.
+
+Logs are never read through `GET /api/jobs/{id}/logs` (it costs the head 3.5-4x the log size
+in RAM): history comes streamed from `/api/v0/logs/file`, follow from the job's websocket
+tail, which replays the file from byte 0 and closes after the job is terminal and drained.
+Both split lines the way Ray's tail does (Python universal newlines), so a line count from
+`read_log` is a valid `start_offset` for `follow_log`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from httpx_ws import (
+    HTTPXWSException,
+    WebSocketDisconnect,
+    WebSocketUpgradeError,
+    aconnect_ws,
+)
+from pydantic import BaseModel, ConfigDict
+
+from backend.errors import ConsoleError
+
+TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+USER_AGENT = "ultra-console"  # never a browser UA: Ray refuses POSTs from "browser traffic" (405)
+_WS_MAX_MESSAGE = 1 << 20  # a tail frame is <= ~20,000 chars; leave room for multi-byte text
+
+
+# anyio wraps errors escaping a websocket session in a (Base)ExceptionGroup (builtin from 3.11).
+_EXC_GROUP: Any = getattr(builtins, "BaseExceptionGroup", ())
+
+
+class RayApiError(ConsoleError):
+    """The dashboard answered with an error; the message is Ray's reason in one sentence."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class DashboardUnreachable(RayApiError):
+    """No HTTP answer at all (refused, timed out, reset) after the bounded retries."""
+
+
+class AuthRequired(RayApiError):
+    """401: the cluster has token auth on and no token was sent."""
+
+
+class AuthFailed(RayApiError):
+    """403: the token sent was refused."""
+
+
+class JobNotFound(RayApiError):
+    """404 on a job route: no job with that submission id or job id."""
+
+
+class DuplicateSubmission(RayApiError):
+    """Ray refused a submission id that already exists (it says so with a 500, not a 409)."""
+
+
+class JobInfo(BaseModel):
+    """One entry of `GET /api/jobs/` (Ray's JobDetails); unknown keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    submission_id: str | None = None
+    job_id: str | None = None
+    type: str | None = None
+    status: str = "PENDING"
+    message: str | None = None
+    entrypoint: str = ""
+    metadata: dict[str, str] | None = None
+    start_time: int | None = None  # ms since epoch
+    end_time: int | None = None  # ms since epoch, None until terminal
+    driver_node_id: str | None = None
+    driver_exit_code: int | None = None
+    error_type: str | None = None
+    runtime_env: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        """The id Ray accepts on job routes: the submission id, else the Ray job id."""
+        return self.submission_id or self.job_id or ""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+_TRACE_NOISE = re.compile(r"^(Traceback|  File |    )")
+_EXC_PREFIX = re.compile(r"^(?:[\w.]+(?:Error|Exception)|ValueError|TypeError|RuntimeError):\s*")
+
+
+def ray_error_sentence(body: str) -> str:
+    """Ray's error bodies are text/plain tracebacks: keep the last meaningful line, minus the
+    exception class, as one sentence (never a multi-line dump)."""
+    lines = [ln.strip() for ln in body.strip().splitlines() if ln.strip() and not _TRACE_NOISE.match(ln)]
+    if not lines:
+        return "no reason given"
+    last = _EXC_PREFIX.sub("", lines[-1]).strip()
+    if len(last) > 300:
+        last = last[:297] + "..."
+    return last or "no reason given"
+
+
+def split_log_text(text: str) -> list[str]:
+    """Split complete log text into lines exactly as Ray's tail (a text-mode file) does:
+    `\\r\\n`, `\\r` and `\\n` all end a line. The caller passes only text ending at a line end."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+class _LineSplitter:
+    """Incremental universal-newline splitter that holds back an unterminated tail."""
+
+    def __init__(self) -> None:
+        self._partial = ""
+
+    def feed(self, text: str) -> list[str]:
+        data = self._partial + text
+        if data.endswith("\r"):  # may be the first half of "\r\n"
+            self._partial, data = "\r", data[:-1]
+        else:
+            self._partial = ""
+        lines = split_log_text(data)
+        self._partial = lines.pop() + self._partial
+        return lines
+
+    def flush(self) -> list[str]:
+        rest, self._partial = self._partial, ""
+        if not rest:
+            return []
+        lines = split_log_text(rest)
+        if lines and lines[-1] == "":
+            lines.pop()
+        return lines
+
+    def reset(self) -> None:
+        self._partial = ""
+
+
+class RayClient:
+    """One connection pool to one Ray dashboard; use as `async with RayClient(addr) as ray:`."""
+
+    def __init__(self, address: str, token: str | None = None, *, timeout: float = 10.0, retries: int = 3,
+                 backoff_s: float = 0.25) -> None:
+        if "://" not in address:
+            address = f"http://{address}"
+        self.address = address.rstrip("/")
+        self.retries = max(1, retries)
+        self.backoff_s = backoff_s
+        self.requests_made = 0
+        headers = {"User-Agent": USER_AGENT}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.AsyncClient(
+            base_url=self.address, headers=headers, timeout=httpx.Timeout(timeout), trust_env=False,
+        )
+
+    async def __aenter__(self) -> RayClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # ---------------------------------------------------------------- transport
+    def _unreachable(self, err: BaseException) -> DashboardUnreachable:
+        reason = str(err) or type(err).__name__
+        return DashboardUnreachable(f"Ray dashboard unreachable at {self.address}: {reason}")
+
+    def _raise_for(self, status: int, body: str, what: str) -> None:
+        """Map an error response to a typed error; `what` names the object (e.g. "job 'x'")."""
+        reason = ray_error_sentence(body)
+        if status == 401:
+            raise AuthRequired(
+                f"Ray dashboard at {self.address} requires a token (pass --token or set RAY_AUTH_TOKEN)", status)
+        if status == 403:
+            raise AuthFailed(f"Ray dashboard at {self.address} refused the token: {reason}", status)
+        if status == 404 and what.startswith("job "):
+            raise JobNotFound(f"no {what} on the Ray cluster at {self.address}", status)
+        if "already exists" in body:
+            raise DuplicateSubmission(f"{what} already exists on the Ray cluster; use another submission id",
+                                      status)
+        raise RayApiError(f"Ray dashboard refused {what} (HTTP {status}): {reason}", status)
+
+    async def _send(self, method: str, path: str, *, what: str, **kwargs: Any) -> httpx.Response:
+        """One request with bounded exponential backoff on connection failures only; a request
+        that reached the server is never repeated (a repeated submit could start a 2nd run)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries):
+            self.requests_made += 1
+            try:
+                resp = await self._http.request(method, path, **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                if attempt + 1 >= self.retries:
+                    raise self._unreachable(err) from None
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            except httpx.TransportError as err:
+                raise self._unreachable(err) from None
+            if resp.status_code >= 400:
+                self._raise_for(resp.status_code, resp.text, what)
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get_json(self, path: str, params: dict[str, Any] | None = None, *, what: str | None = None) -> Any:
+        """GET any dashboard JSON route (telemetry callers use this for raw payloads)."""
+        resp = await self._send("GET", path, params=params, what=what or f"GET {path}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise RayApiError(f"Ray dashboard at {self.address} sent non-JSON for {path}") from None
+
+    # ---------------------------------------------------------------- jobs
+    async def version(self) -> dict[str, Any]:
+        """`{"version": "4", "ray_version": "2.60.0", "ray_commit": ..., "session_name": ...}`."""
+        return await self.get_json("/api/version", what="the version request")
+
+    async def submit(self, payload: dict[str, Any]) -> str:
+        """POST /api/jobs/ (the trailing slash matters); returns the submission id."""
+        sid = payload.get("submission_id")
+        what = f"job submission {sid!r}" if sid else "the job submission"
+        resp = await self._send("POST", "/api/jobs/", json=payload, what=what)
+        data = resp.json()
+        return str(data.get("submission_id") or data.get("job_id"))
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        data = await self.get_json(f"/api/jobs/{job_id}", what=f"job {job_id!r}")
+        return JobInfo.model_validate(data)
+
+    async def list_jobs(self) -> list[JobInfo]:
+        data = await self.get_json("/api/jobs/", what="the job list")
+        return [JobInfo.model_validate(item) for item in data]
+
+    async def stop_job(self, job_id: str) -> bool:
+        """Ask Ray to stop the job; True if it was alive. Fire-and-forget on Ray's side: the
+        caller must watch the status (a PENDING job is not cancelled by this)."""
+        resp = await self._send("POST", f"/api/jobs/{job_id}/stop", what=f"job {job_id!r}")
+        return bool(resp.json().get("stopped"))
+
+    async def delete_job(self, job_id: str) -> bool:
+        """Delete a terminal job's record (Ray refuses running ones; the log file stays)."""
+        resp = await self._send("DELETE", f"/api/jobs/{job_id}", what=f"job {job_id!r}")
+        return bool(resp.json().get("deleted"))
+
+    # ---------------------------------------------------------------- logs
+    async def read_log(self, job_id: str, *, tail: int | None = None) -> AsyncIterator[str]:
+        """The driver log, streamed from the state API (whole file, or the last `tail` lines).
+
+        Yields nothing while the job has no driver node (PENDING). One job lookup plus one
+        streamed request, whatever the size of the log.
+        """
+        job = await self.get_job(job_id)
+        if not job.driver_node_id or not job.submission_id:
+            return
+        if tail is not None and tail <= 0:
+            return
+        params = {"node_id": job.driver_node_id, "submission_id": job.submission_id,
+                  "lines": -1 if tail is None else tail}
+        splitter = _LineSplitter()
+        decoder = _Utf8Decoder()
+        self.requests_made += 1
+        try:
+            async with self._http.stream("GET", "/api/v0/logs/file", params=params,
+                                         timeout=httpx.Timeout(30.0, read=None)) as resp:
+                if resp.status_code >= 400:
+                    body = (await resp.aread()).decode("utf-8", "replace")
+                    self._raise_for(resp.status_code, body, f"the log of job {job_id!r}")
+                async for chunk in resp.aiter_bytes(1 << 20):
+                    for line in splitter.feed(decoder.decode(chunk)):
+                        yield line
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        for line in splitter.feed(decoder.decode(b"", final=True)) + splitter.flush():
+            yield line
+
+    async def follow_log(self, job_id: str, *, start_offset: int = 0,
+                         reconnect_delay_s: float = 1.0, max_reconnects: int = 30) -> AsyncIterator[str]:
+        """Follow the driver log from line `start_offset` (0 = the whole log) until the job is
+        terminal and its log drained.
+
+        Uses Ray's websocket tail, which resends the file from byte 0 on every connection: the
+        client counts complete lines and skips those already yielded, so a dropped connection is
+        resumed without losing or repeating a line. A connection costs one request; while the
+        job runs nothing is polled. `max_reconnects` consecutive failures raise
+        DashboardUnreachable.
+        """
+        delivered = start_offset
+        failures = 0
+        while True:
+            queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=64)
+            reader = asyncio.create_task(self._tail_into(job_id, queue))
+            seen = 0
+            splitter = _LineSplitter()
+            outcome: tuple[str, Any] = ("error", None)
+            try:
+                while True:
+                    kind, value = await queue.get()
+                    if kind != "text":
+                        outcome = (kind, value)
+                        break
+                    for line in splitter.feed(value):
+                        seen += 1
+                        if seen > delivered:
+                            delivered = seen
+                            failures = 0
+                            yield line
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+            kind, value = outcome
+            if kind == "closed" and value == 1000:
+                # Ray closes normally only after the job is terminal and the file drained;
+                # confirm (a proxy can close too) before ending.
+                job = await self.get_job(job_id)
+                if job.is_terminal:
+                    for line in splitter.flush():
+                        seen += 1
+                        if seen > delivered:
+                            delivered = seen
+                            yield line
+                    return
+            elif isinstance(value, RayApiError) and not isinstance(value, DashboardUnreachable):
+                raise value
+            failures += 1
+            if failures > max_reconnects:
+                if isinstance(value, RayApiError):
+                    raise value
+                raise DashboardUnreachable(
+                    f"Ray dashboard unreachable at {self.address}: log follow of job {job_id!r} "
+                    f"dropped {failures} times in a row")
+            await asyncio.sleep(min(reconnect_delay_s * failures, 5.0))
+
+    async def _tail_into(self, job_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        """Run one websocket tail in its own task (httpx-ws uses anyio task groups, which must
+        not be suspended across a generator's `yield`) and report how it ended."""
+        url = f"{self.address}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
+        self.requests_made += 1
+        try:
+            async with aconnect_ws(url, self._http, max_message_size_bytes=_WS_MAX_MESSAGE,
+                                   keepalive_ping_interval_seconds=10.0,
+                                   keepalive_ping_timeout_seconds=20.0) as ws:
+                while True:
+                    text = await ws.receive_text()
+                    await queue.put(("text", text))
+        except WebSocketDisconnect as err:
+            await queue.put(("closed", err.code))
+        except WebSocketUpgradeError as err:
+            resp = err.response
+            body = ""
+            with contextlib.suppress(Exception):
+                body = (await resp.aread()).decode("utf-8", "replace")
+            try:
+                self._raise_for(resp.status_code, body, f"job {job_id!r}")
+            except RayApiError as api_err:
+                await queue.put(("error", api_err))
+        except (httpx.TransportError, HTTPXWSException, OSError) as err:
+            await queue.put(("error", self._unreachable(err)))
+        except _EXC_GROUP as group:
+            ws_close = group.subgroup(WebSocketDisconnect)
+            if ws_close is not None:
+                await queue.put(("closed", _first_leaf(ws_close).code))
+            else:
+                await queue.put(("error", self._unreachable(_first_leaf(group))))
+
+    # ---------------------------------------------------------------- nodes / telemetry
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every node Ray knows, alive or DEAD with Ray's reason (state API, keeps dead nodes):
+        `node_id, node_name, state, state_message, is_head_node, resources_total, labels, ...`."""
+        data = await self.get_json("/api/v0/nodes", {"detail": 1, "limit": 10000}, what="the node list")
+        return list(data["data"]["result"]["result"])
+
+    async def nodes_summary(self) -> dict[str, Any]:
+        """Raw `data` of `/nodes?view=summary`: `{"summary": [...alive nodes with gpus...],
+        "nodeLogicalResources": {...}}` (cached 2 s by Ray)."""
+        data = await self.get_json("/nodes", {"view": "summary"}, what="the node summary")
+        return dict(data.get("data") or {})
+
+    async def node_detail(self, node_id: str) -> dict[str, Any]:
+        """Raw `data.detail` of `/nodes/{id}`: the summary keys plus `workers` and `actors`."""
+        data = await self.get_json(f"/nodes/{node_id}", what=f"node {node_id!r}")
+        return dict((data.get("data") or {}).get("detail") or {})
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """Raw `data.clusterStatus` of `/api/cluster_status` (logical GPU use per node)."""
+        data = await self.get_json("/api/cluster_status", what="the cluster status")
+        return dict((data.get("data") or {}).get("clusterStatus") or {})
+
+    async def cluster_metadata(self) -> dict[str, Any]:
+        """`{"rayVersion": ..., "pythonVersion": ..., ...}` from the state API."""
+        data = await self.get_json("/api/v0/cluster_metadata", what="the cluster metadata")
+        return dict(data.get("data") or {})
+
+
+class _Utf8Decoder:
+    """Incremental UTF-8 decoder that never raises (a log may hold any bytes)."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        return self._dec.decode(data, final)
+
+
+def _first_leaf(group: BaseException) -> Any:
+    exc: Any = group
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]
+    return exc
