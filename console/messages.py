@@ -1,7 +1,9 @@
 """Messages workers post to the app and views handle (the worker -> UI half of the threading rule).
 
 Workers never touch widgets: they `post_message` one of these (thread-safe) to the app, and only
-`on_*` handlers change what is drawn. Payloads are whatever backend returns; the console does not
+`on_*` handlers change what is drawn. The app handles what it needs (banner, state line) and then
+fans every `ConsoleMessage` out to each mounted view, so a view just defines e.g.
+`on_snapshot_arrived`. They do not bubble (a view receiving one never sends it back up). Payloads are whatever backend returns; the console does not
 interpret them beyond display. Names are a contract with console/workers.py — add, don't rename.
 """
 
@@ -14,7 +16,11 @@ from textual.message import Message
 Severity = Literal["information", "warning", "error"]
 
 
-class SnapshotArrived(Message):
+class ConsoleMessage(Message, bubble=False):
+    """Base of every worker -> UI message; the app fans these out to the views."""
+
+
+class SnapshotArrived(ConsoleMessage):
     """A cluster snapshot (nodes, GPUs, alive/dead) from backend telemetry."""
 
     def __init__(self, snapshot: Any) -> None:
@@ -22,7 +28,7 @@ class SnapshotArrived(Message):
         self.snapshot = snapshot
 
 
-class LogAppended(Message):
+class LogAppended(ConsoleMessage):
     """The log store grew; views that show it re-read lazily up to `total_lines`."""
 
     def __init__(self, total_lines: int) -> None:
@@ -30,7 +36,7 @@ class LogAppended(Message):
         self.total_lines = total_lines
 
 
-class MetricsArrived(Message):
+class MetricsArrived(ConsoleMessage):
     """New metric points (throughput, KL, ...) as backend.metrics produced them."""
 
     def __init__(self, payload: Any) -> None:
@@ -38,7 +44,7 @@ class MetricsArrived(Message):
         self.payload = payload
 
 
-class RunStateChanged(Message):
+class RunStateChanged(ConsoleMessage):
     """The run controller's state changed (e.g. pending -> running -> stopping)."""
 
     def __init__(self, state: Any) -> None:
@@ -46,7 +52,7 @@ class RunStateChanged(Message):
         self.state = state
 
 
-class AlertsChanged(Message):
+class AlertsChanged(ConsoleMessage):
     """The current alert list (items with id, severity, message, step) from backend.alerts."""
 
     def __init__(self, alerts: list[Any]) -> None:
@@ -54,7 +60,7 @@ class AlertsChanged(Message):
         self.alerts = list(alerts)
 
 
-class DashboardLost(Message):
+class DashboardLost(ConsoleMessage):
     """The Ray dashboard stopped answering; the app shows a banner and keeps responding."""
 
     def __init__(self, error_text: str) -> None:
@@ -62,11 +68,11 @@ class DashboardLost(Message):
         self.error_text = error_text
 
 
-class DashboardBack(Message):
+class DashboardBack(ConsoleMessage):
     """The Ray dashboard answers again; the banner goes away."""
 
 
-class PreflightDone(Message):
+class PreflightDone(ConsoleMessage):
     """Preflight of the current spec against the cluster finished (`findings`: backend's results)."""
 
     def __init__(self, findings: list[Any]) -> None:
@@ -74,7 +80,7 @@ class PreflightDone(Message):
         self.findings = list(findings)
 
 
-class Notice(Message):
+class Notice(ConsoleMessage):
     """A one-line notice for the operator (shown as a toast)."""
 
     def __init__(self, text: str, severity: Severity = "information") -> None:
@@ -83,5 +89,5 @@ class Notice(Message):
         self.severity: Severity = severity
 
 
-class AuditChanged(Message):
+class AuditChanged(ConsoleMessage):
     """The audit log gained entries (after a launch/abort); the events view re-reads it."""
