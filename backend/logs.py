@@ -1,0 +1,661 @@
+"""The scrollback log store: every line of a run, sanitised, spooled to disk, reachable in O(1).
+
+Why this shape: a GRPO run on 128 GPUs logs millions of lines, and the console must keep all of them for
+scrollback and search without growing without bound. So the text lives in a spool file; memory holds only
+integers per line (a byte offset, a 2-byte source id and a 1-byte level), and lines are read back lazily
+with `pread` (the toolong way). Ingestion works on whole chunks with C-speed regexes rather than per line,
+which is what lets it keep up with the log. One writer thread calls `append`; any number of reader threads
+call `line`, `lines`, `search`, `filtered`.
+
+Line fields come from Ray's prefix `(ActorName pid=123, ip=10.0.0.1)` (on the driver's own node Ray omits
+the ip; we call that node "head") and miles' bracket `[2026-08-21 10:21:07.512 actor_cell0_rank0]`; Ray's
+` [repeated Nx across cluster]` suffix is removed from the text and kept as a count.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import operator
+import os
+import re
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.errors import ConsoleError
+from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, sanitize_text
+
+HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on the driver's node)
+
+# One match per line start (an empty one when the line has no Ray prefix): group 1 is the prefix inside
+# the parentheses, with autoscaler's changing clock cut off so it maps to a single source.
+_SOURCE_KEYS = re.compile(
+    r"^(?:\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?|autoscaler(?= \+))[^()\n]*\) )?",
+    re.MULTILINE,
+)
+_PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
+_INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
+_BRACKET = re.compile(
+    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<proc>[^\]\s]+)\] (?:(?P<file>[^:\s]+):(?P<lineno>\d+) - )?"
+)
+_RANK = re.compile(r"_rank(\d+)$")
+_REPEATED = re.compile(
+    r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$", re.MULTILINE
+)
+# Level is a heuristic: miles prints no level name, so look for the words that errors and warnings carry.
+_LEVELS = re.compile(
+    r"(?P<error>\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): )"
+    r"|(?P<warning>\b(?:WARNING|WARN)\b|\b\w*Warning: )"
+)
+LEVEL_NAMES = ("info", "warning", "error")
+_LEVEL_CODES = {name: code for code, name in enumerate(LEVEL_NAMES)}
+_MAX_SOURCES = 65535
+_LEARN_CHUNKS = 64
+
+
+class LogStoreError(ConsoleError):
+    """The spool could not be created, read, or a search pattern is invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One process that writes to the log, as Ray's prefix and miles' bracket name it."""
+
+    id: int
+    prefix: str  # text inside Ray's parentheses; "" for the driver's own lines
+    actor: str | None
+    pid: int | None
+    ip: str | None
+    proc: str | None  # miles' bracket name (main, rollout_manager, actor_cell0_rank3, ...), once seen
+    rank: int | None
+
+    @property
+    def node(self) -> str:
+        return self.ip or HEAD_NODE
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A sanitised line and the fields parsed from it."""
+
+    index: int
+    text: str  # the whole line as it should be shown (Ray prefix kept, repeat suffix removed)
+    message: str  # the text after Ray's prefix and miles' bracket
+    actor: str | None
+    pid: int | None
+    ip: str | None
+    node: str
+    proc: str | None
+    rank: int | None
+    ts: str | None  # miles' timestamp, node-local wall clock, no zone
+    file: str | None
+    level: str
+    repeat: int  # 1, or N from Ray's "[repeated Nx across cluster]"
+
+
+@dataclass(frozen=True)
+class LineFilter:
+    """Which lines to show; every given field must match (None = any)."""
+
+    actor: str | None = None
+    pid: int | None = None
+    node: str | None = None  # an ip, or "head"
+    rank: int | None = None
+    proc: str | None = None
+    min_level: str | None = None  # "warning" keeps warnings and errors
+
+    def accepts(self, src: Source) -> bool:
+        return (
+            (self.actor is None or src.actor == self.actor)
+            and (self.pid is None or src.pid == self.pid)
+            and (self.node is None or src.node == self.node)
+            and (self.rank is None or src.rank == self.rank)
+            and (self.proc is None or src.proc == self.proc)
+        )
+
+
+class CancelToken:
+    """Set it to stop a running search or filter scan at its next check."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+def default_spool_dir() -> Path:
+    from backend.settings import load_settings
+
+    return load_settings().state_dir / "spool"
+
+
+def _parse_inner(inner: str) -> tuple[str | None, int | None, str | None]:
+    m = _INNER.match(inner)
+    if m is None:
+        return inner or None, None, None
+    if m["sys"]:
+        return m["sys"], None, m["sip"]
+    return m["actor"], int(m["pid"]), m["ip"]
+
+
+class _SourceIds(dict):
+    """prefix -> small id; a miss registers the new source."""
+
+    def __init__(self, store: LogStore) -> None:
+        super().__init__()
+        self._store = store
+
+    def __missing__(self, prefix: str) -> int:
+        sid = self._store._register_source(prefix)
+        self[prefix] = sid
+        return sid
+
+
+Listener = Callable[[int, int, str], None]
+
+
+class LogStore:
+    """Append-only, thread-safe (one writer, many readers) scrollback of one run's log."""
+
+    def __init__(
+        self,
+        spool_dir: str | os.PathLike[str] | None = None,
+        run_id: str = "run",
+        *,
+        line_cap: int = DEFAULT_LINE_CAP,
+        cache_lines: int = 4096,
+    ) -> None:
+        directory = Path(spool_dir) if spool_dir is not None else default_spool_dir()
+        safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", run_id) or "run"
+        self.path = directory / f"{safe_id}.log"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as err:
+            raise LogStoreError(f"cannot create the log spool {self.path}: {err.strerror}") from None
+        self.line_cap = line_cap
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._pending_dropped = 0
+        self._offsets = array("Q", [0])  # start of line i; one extra entry: the end of the spool
+        self._src = array("H")
+        self._levels = bytearray()
+        self._repeats: dict[int, int] = {}
+        self._n = 0  # lines published to readers (their bytes are in the spool)
+        self._sources: list[Source] = []
+        self._source_ids = _SourceIds(self)
+        self._unnamed: dict[int, int] = {}  # source -> chunks left to learn its bracket name from
+        self._write_lock = threading.Lock()
+        self._cache: OrderedDict[int, LogLine] = OrderedDict()
+        self._cache_size = cache_lines
+        self._cache_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._new_lines = threading.Condition()
+        self._closed = False
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, chunk: bytes | str) -> int:
+        """Add a piece of log; split anywhere. Complete lines are stored, a partial last line waits.
+
+        Returns how many lines became readable.
+        """
+        with self._write_lock:
+            text = self._decoder.decode(chunk) if isinstance(chunk, bytes | bytearray | memoryview) else chunk
+            if not text:
+                return 0
+            cut = text.rfind("\n")
+            if cut < 0:
+                self._hold(text)
+                return 0
+            head, tail = text[: cut + 1], text[cut + 1 :]
+            if self._pending or self._pending_dropped:
+                head = self._join_pending(head)
+            self._pending = ""
+            self._hold(tail)
+            return self._ingest(head)
+
+    def flush(self) -> int:
+        """Store the partial last line too (end of the log)."""
+        with self._write_lock:
+            rest = self._decoder.decode(b"", final=True)
+            self._hold(rest)
+            if not self._pending and not self._pending_dropped:
+                return 0
+            head = self._join_pending("\n")
+            self._pending = ""
+            return self._ingest(head)
+
+    def _hold(self, text: str) -> None:
+        """Keep a partial line, bounded: a progress bar keeps its last state, anything else its head."""
+        if not text:
+            return
+        if self._pending_dropped:
+            self._pending_dropped += len(text)
+            return
+        self._pending += text
+        limit = 4 * self.line_cap
+        if len(self._pending) > limit:
+            last_cr = self._pending.rfind("\r", 0, len(self._pending) - 1)
+            if last_cr >= 0 and len(self._pending) - last_cr - 1 <= limit:
+                self._pending = self._pending[last_cr + 1 :]
+            else:
+                self._pending_dropped = len(self._pending) - self.line_cap
+                self._pending = self._pending[: self.line_cap]
+
+    def _join_pending(self, head: str) -> str:
+        first_nl = head.find("\n")
+        if self._pending_dropped:
+            dropped = self._pending_dropped + first_nl
+            self._pending_dropped = 0
+            first = sanitize_text(self._pending)[: self.line_cap] + TRUNCATION_MARK.format(n=dropped)
+            return first + head[first_nl:]
+        return self._pending + head
+
+    def _ingest(self, text: str) -> int:
+        """Store complete lines (`text` ends with a newline)."""
+        clean = sanitize_text(text)
+        base = len(self._offsets) - 1
+        nlines = clean.count("\n")
+        if "across cluster]" in clean:
+            clean = self._strip_repeats(clean, base)
+        data = clean.encode("utf-8")
+        blines = data.split(b"\n")
+        blines.pop()  # the empty remainder after the final newline
+        if max(map(len, blines), default=0) > self.line_cap:
+            clean = "\n".join(cap_line(s, self.line_cap) for s in clean.split("\n")[:-1]) + "\n"
+            data = clean.encode("utf-8")
+            blines = data.split(b"\n")
+            blines.pop()
+        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)), initial=self._offsets[-1])
+        next(starts)
+        keys = _SOURCE_KEYS.findall(clean)
+        keys.pop()  # the empty match after the final newline
+        self._levels.extend(bytes(nlines))
+        if _LEVELS.search(clean) is not None:
+            self._mark_levels(clean, base)
+        try:
+            self._src.extend(map(self._source_ids.__getitem__, keys))
+            if self._unnamed:
+                self._learn_proc_names(clean)
+            self._write(data)
+            self._offsets.extend(starts)
+        except Exception:
+            self._rollback(base)
+            raise
+        with self._new_lines:
+            self._n = base + nlines
+            self._new_lines.notify_all()
+        for listener in list(self._listeners):
+            listener(base, nlines, clean)
+        return nlines
+
+    def _rollback(self, base: int) -> None:
+        del self._src[base:]
+        del self._levels[base:]
+        del self._offsets[base + 1 :]
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        pos = self._offsets[-1]
+        while view:
+            written = os.pwrite(self._fd, view, pos)
+            view = view[written:]
+            pos += written
+
+    def _strip_repeats(self, clean: str, base: int) -> str:
+        line, last = base, 0
+        for m in _REPEATED.finditer(clean):
+            line += clean.count("\n", last, m.start())
+            last = m.start()
+            self._repeats[line] = int(m.group(1))
+        return _REPEATED.sub("", clean)
+
+    def _mark_levels(self, clean: str, base: int) -> None:
+        line, last = base, 0
+        levels = self._levels
+        for m in _LEVELS.finditer(clean):
+            line += clean.count("\n", last, m.start())
+            last = m.start()
+            code = 2 if m.lastgroup == "error" else 1
+            if levels[line] < code:
+                levels[line] = code
+
+    def _register_source(self, prefix: str) -> int:
+        sid = len(self._sources)
+        if sid >= _MAX_SOURCES:
+            return _MAX_SOURCES - 1
+        actor, pid, ip = _parse_inner(prefix)
+        proc = "main" if prefix == "" else None
+        self._sources.append(Source(sid, prefix, actor, pid, ip, proc, None))
+        if proc is None:
+            self._unnamed[sid] = _LEARN_CHUNKS
+        return sid
+
+    def _learn_proc_names(self, clean: str) -> None:
+        """A process has one bracket name; learn it from its first bracketed line (rank filters use it)."""
+        for sid, left in list(self._unnamed.items()):
+            src = self._sources[sid]
+            if left <= 1:
+                del self._unnamed[sid]  # a process that never writes miles' bracket (SGLang, raylet)
+            else:
+                self._unnamed[sid] = left - 1
+            m = re.search(r"^\(" + re.escape(src.prefix) + r"[^()\n]*\) \[[\d :.-]{23} ([^\]\s]+)\]", clean, re.MULTILINE)
+            if m is not None:
+                proc = m.group(1)
+                rank = _RANK.search(proc)
+                self._sources[sid] = Source(sid, src.prefix, src.actor, src.pid, src.ip, proc,
+                                            int(rank.group(1)) if rank else None)
+                self._unnamed.pop(sid, None)
+
+    # ------------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def pending_text(self) -> str:
+        """The partial last line (not yet terminated), sanitised; shown but not indexed."""
+        return cap_line(sanitize_text(self._pending), self.line_cap)
+
+    def sources(self) -> list[Source]:
+        return list(self._sources)
+
+    def _read(self, start: int, stop: int) -> bytes:
+        first, end = self._offsets[start], self._offsets[stop]
+        try:
+            return os.pread(self._fd, end - first, first)
+        except OSError as err:
+            raise LogStoreError(f"cannot read the log spool {self.path}: {err.strerror}") from None
+
+    def text(self, i: int) -> str:
+        """Line i's sanitised text, without parsing fields."""
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._read(i, i + 1)[:-1].decode("utf-8", errors="replace")
+
+    def line(self, i: int) -> LogLine:
+        """Line i with its fields (cached: the viewport asks for the same lines again and again)."""
+        if i < 0:
+            i += self._n
+        with self._cache_lock:
+            hit = self._cache.get(i)
+            if hit is not None:
+                self._cache.move_to_end(i)
+                return hit
+        return self._remember(self._make_line(i, self.text(i)))
+
+    def lines(self, start: int, stop: int) -> list[LogLine]:
+        """Lines [start, stop) clipped to what exists, read with one `pread`."""
+        n = self._n
+        start, stop = max(0, start), min(stop, n)
+        if start >= stop:
+            return []
+        texts = self._read(start, stop).decode("utf-8", errors="replace").split("\n")
+        return [self._remember(self._make_line(i, t)) for i, t in zip(range(start, stop), texts, strict=False)]
+
+    def _remember(self, line: LogLine) -> LogLine:
+        with self._cache_lock:
+            self._cache[line.index] = line
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return line
+
+    def _make_line(self, i: int, text: str) -> LogLine:
+        src = self._sources[self._src[i]]
+        rest = text
+        m = _PREFIX.match(rest) if src.prefix else None
+        if m is not None:
+            rest = rest[m.end() :]
+        b = _BRACKET.match(rest)
+        ts = proc = file = None
+        if b is not None:
+            ts, proc, file = b["ts"], b["proc"], b["file"]
+            rest = rest[b.end() :]
+        proc = proc or src.proc
+        rank_m = _RANK.search(proc) if proc else None
+        return LogLine(
+            index=i, text=text, message=rest, actor=src.actor, pid=src.pid, ip=src.ip, node=src.node, proc=proc,
+            rank=int(rank_m.group(1)) if rank_m else None, ts=ts, file=file,
+            level=LEVEL_NAMES[self._levels[i]], repeat=self._repeats.get(i, 1),
+        )
+
+    def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:
+        """Block until at least `count` lines exist (for followers that poll without callbacks)."""
+        with self._new_lines:
+            return self._new_lines.wait_for(lambda: self._n >= count or self._closed, timeout)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(first_index, count, sanitised_text)` from the writer's thread after each batch.
+
+        Returns a function that unsubscribes. Keep listeners quick (post a message, bump a counter).
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    # ------------------------------------------------------------------ filtering and search
+
+    def filtered(self, flt: LineFilter) -> FilteredLines:
+        """A view of the lines `flt` accepts; call `refresh()` to scan (and later to catch up)."""
+        return FilteredLines(self, flt)
+
+    def _allowed_sources(self, flt: LineFilter | None) -> set[int] | None:
+        if flt is None or flt == LineFilter(min_level=flt.min_level):
+            return None
+        return {s.id for s in self._sources if flt.accepts(s)}
+
+    def search(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        ignore_case: bool = False,
+        start: int = 0,
+        stop: int | None = None,
+        flt: LineFilter | None = None,
+        cancel: CancelToken | None = None,
+        block_bytes: int = 8 << 20,
+    ) -> Iterator[int]:
+        """Yield the indices of matching lines in order; stops early when `cancel` is set.
+
+        Reads the spool in big blocks and matches over a whole block (bytes.find or one compiled regex),
+        then maps positions to line numbers by counting newlines; per-line Python work happens only for hits.
+        """
+        if not pattern:
+            return
+        finder = _make_finder(pattern, regex, ignore_case)
+        allowed = self._allowed_sources(flt)
+        min_level = _LEVEL_CODES.get(flt.min_level or "info", 0) if flt else 0
+        stop = self._n if stop is None else min(stop, self._n)
+        offsets = self._offsets
+        a = max(0, start)
+        while a < stop:
+            if cancel is not None and cancel.cancelled:
+                return
+            b = _block_end(offsets, a, stop, block_bytes)
+            block = self._read(a, b)
+            for line in finder(block, a):
+                if allowed is not None and self._src[line] not in allowed:
+                    continue
+                if min_level and self._levels[line] < min_level:
+                    continue
+                yield line
+            a = b
+
+    def search_background(
+        self,
+        pattern: str,
+        *,
+        on_batch: Callable[[list[int]], None] | None = None,
+        on_done: Callable[[SearchTask], None] | None = None,
+        **kwargs: object,
+    ) -> SearchTask:
+        """Run `search` in a daemon thread; results accumulate in the task and go to `on_batch` in batches."""
+        task = SearchTask(self, pattern, on_batch, on_done, kwargs)
+        task.start()
+        return task
+
+    def close(self) -> None:
+        with self._write_lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._fd)
+        with self._new_lines:
+            self._new_lines.notify_all()
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _block_end(offsets: array, a: int, stop: int, block_bytes: int) -> int:
+    """First line index after a block of about `block_bytes` starting at line a (at least one line)."""
+    import bisect
+
+    target = offsets[a] + block_bytes
+    b = bisect.bisect_right(offsets, target, a + 1, stop + 1) - 1
+    return max(a + 1, min(b, stop))
+
+
+def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes, int], Iterator[int]]:
+    if not regex and (not ignore_case or pattern.isascii()):
+        needle = pattern.encode("utf-8")
+        if ignore_case:
+            needle = needle.lower()
+
+        def find_bytes(block: bytes, first: int) -> Iterator[int]:
+            hay = block.lower() if ignore_case else block
+            line, last, pos = first, 0, hay.find(needle)
+            while pos >= 0:
+                line += hay.count(b"\n", last, pos)
+                yield line
+                end = hay.find(b"\n", pos)
+                last = end
+                pos = hay.find(needle, end)
+            return
+
+        return find_bytes
+    try:
+        rx = re.compile(pattern if regex else re.escape(pattern), re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+    except re.error as err:
+        raise LogStoreError(f"bad search pattern {pattern!r}: {err}") from None
+
+    def find_regex(block: bytes, first: int) -> Iterator[int]:
+        text = block.decode("utf-8", errors="replace")
+        line, last = first, 0
+        m = rx.search(text)
+        while m is not None:
+            line += text.count("\n", last, m.start())
+            yield line
+            end = text.find("\n", m.start())
+            if end < 0:
+                return
+            last = end
+            m = rx.search(text, end + 1)
+            line += 1
+            last = end + 1
+
+    return find_regex
+
+
+class SearchTask:
+    """A search running in its own thread; cancel it any time."""
+
+    BATCH = 256
+
+    def __init__(self, store: LogStore, pattern: str, on_batch: Callable[[list[int]], None] | None,
+                 on_done: Callable[[SearchTask], None] | None, kwargs: dict) -> None:
+        self.store, self.pattern = store, pattern
+        self.token = kwargs.pop("cancel", None) or CancelToken()
+        self.matches = array("I")
+        self.error: str | None = None
+        self.done = threading.Event()
+        self._on_batch, self._on_done, self._kwargs = on_batch, on_done, kwargs
+        self._thread = threading.Thread(target=self._run, name=f"log-search:{pattern[:20]}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.token.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.token.cancelled
+
+    def join(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    def _run(self) -> None:
+        batch: list[int] = []
+        try:
+            for i in self.store.search(self.pattern, cancel=self.token, **self._kwargs):
+                self.matches.append(i)
+                batch.append(i)
+                if len(batch) >= self.BATCH:
+                    self._flush(batch)
+                    batch = []
+                    if self.token.cancelled:
+                        break
+            self._flush(batch)
+        except ConsoleError as err:
+            self.error = str(err)
+        finally:
+            self.done.set()
+            if self._on_done is not None:
+                self._on_done(self)
+
+    def _flush(self, batch: list[int]) -> None:
+        if batch and self._on_batch is not None:
+            self._on_batch(batch)
+
+
+class FilteredLines:
+    """The lines of a store one `LineFilter` accepts, as a sequence of absolute line indices."""
+
+    def __init__(self, store: LogStore, flt: LineFilter) -> None:
+        self.store, self.filter = store, flt
+        self.indices = array("I")
+        self._scanned = 0
+        self._min_level = _LEVEL_CODES.get(flt.min_level or "info", 0)
+
+    def refresh(self, cancel: CancelToken | None = None, block: int = 1 << 20) -> int:
+        """Scan lines added since the last refresh; returns how many matched. Safe to call from a thread."""
+        store, added = self.store, 0
+        allowed = store._allowed_sources(self.filter)
+        stop = len(store)
+        while self._scanned < stop:
+            if cancel is not None and cancel.cancelled:
+                break
+            a, b = self._scanned, min(stop, self._scanned + block)
+            candidates: Iterator[int] = iter(range(a, b))
+            if allowed is not None:
+                candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))
+            if self._min_level:
+                levels, lvl = store._levels, self._min_level
+                candidates = (i for i in candidates if levels[i] >= lvl)
+            before = len(self.indices)
+            self.indices.extend(candidates)
+            added += len(self.indices) - before
+            self._scanned = b
+        return added
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> int:
+        return self.indices[k]
+
+    def line(self, k: int) -> LogLine:
+        return self.store.line(self.indices[k])
