@@ -31,6 +31,7 @@ FORBIDDEN_EXTRA = ("--wandb-key",)
 INHERITED_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
 WANDB_PROJECT = "miles-run_nemotron_3_ultra_550b_a55b"
 REDACTED = "***"
+SECRET_NAMES = ("WANDB_API_KEY",)
 
 
 class Submission(BaseModel):
@@ -356,6 +357,11 @@ def build_submission(spec: RunSpec, *, run_id: str | None = None, secrets: Mappi
         metadata=metadata,
         secret_env=sorted(secrets),
     )
+
+
+def secrets_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The secrets a launch forwards from the operator's environment (only into the runtime env)."""
+    return {name: environ[name] for name in SECRET_NAMES if environ.get(name)}
 
 
 def redact(text: str, secrets: Mapping[str, str] | None = None) -> str:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from backend import constraints
-from backend.command import build_submission
+from backend.command import build_submission, secrets_from_env
 from backend.recipe import RunSpec, build_spec
 
 EXIT_FINDINGS = 2
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def plan_payload(spec: RunSpec, deep: bool = False) -> dict[str, Any]:
     """The JSON contract of `plan --json`."""
     findings = constraints.check(spec)
-    submission = build_submission(spec)
+    submission = build_submission(spec, secrets=secrets_from_env(os.environ))
     payload: dict[str, Any] = {
         "ok": not constraints.has_errors(findings),
         "findings": [f.to_json() for f in findings],
