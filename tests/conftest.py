@@ -1,0 +1,53 @@
+"""Shared fixtures: one real loopback-only Ray cluster per session (see tests/raycluster.py).
+
+`ray_cluster` (session): head + 2 workers, 8 fake GPUs each, started on first use (~10-20 s on
+2 cores), every listener asserted to be on loopback at start and at the end. Tests that use it
+are marked `@pytest.mark.ray`. `ray_auth_cluster` (module): a one-node head with token auth,
+started only by the tests that ask for it; its token is `.token`.
+
+Killing a node is for good: a test that needs a node to die should `add_node()` a throwaway
+node and kill that one, so later tests still see 3 alive nodes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from raycluster import LocalRayCluster
+
+from backend.ray_api import RayClient
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LocalRayCluster]:
+    rc = LocalRayCluster.start(workers=2, gpus=8)
+    try:
+        rc.assert_loopback_only()
+        sys.stderr.write(f"\n[ray_cluster] {len(rc.node_ids)} nodes up in {rc.start_seconds:.1f} s at {rc.address}\n")
+        yield rc
+        rc.assert_loopback_only()  # again, now that workers and job drivers have run
+    finally:
+        rc.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_auth_cluster() -> Iterator[LocalRayCluster]:
+    rc = LocalRayCluster.start(workers=0, gpus=8, token=secrets.token_hex(16))
+    try:
+        rc.assert_loopback_only()
+        yield rc
+    finally:
+        rc.shutdown()
+
+
+@pytest.fixture
+async def ray_client(ray_cluster: LocalRayCluster) -> AsyncIterator[RayClient]:
+    async with RayClient(ray_cluster.address, timeout=30.0) as client:
+        yield client
