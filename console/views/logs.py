@@ -1,0 +1,601 @@
+"""The logs view: the run's whole history as a virtual line-API view over backend's LogStore.
+
+Like toolong, nothing here holds the lines: `LogLines` asks the store for the few lines on screen
+(plus a small LRU of rendered Strips), so a 10M-line run costs the view a few integers. The store
+(backend.logs) sanitises, parses fields, spools to disk and searches; this module only draws,
+moves a cursor and routes keys.
+
+Follow mode sticks to the end while lines arrive; moving up pauses it (the status bar counts the
+lines that arrived since) and End/G resumes it. `/` searches in the store's background search
+(a thread worker, cancelled by a new search or Esc), n/N step through the hits. `f` filters by
+actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
+copies the current line through OSC 52.
+
+Store calls used (backend.logs.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
+cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+from textual.worker import get_current_worker
+
+from backend.logs import CancelToken, FilteredLines, LineFilter
+from console import keymap
+from console.messages import LogAppended
+
+keymap.register("logs", (
+    keymap.BindingSpec("logs.search", "slash", "search", "Search"),
+    keymap.BindingSpec("logs.next_match", "n", "next_match", "Next"),
+    keymap.BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
+    keymap.BindingSpec("logs.filter", "f", "filter", "Filter"),
+    keymap.BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
+    keymap.BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
+    keymap.BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
+    keymap.BindingSpec("logs.follow", "G", "follow", "Follow"),
+    keymap.BindingSpec("logs.end", "end", "follow", "Follow", show=False),
+    keymap.BindingSpec("logs.top", "g", "top", "Top", show=False),
+    keymap.BindingSpec("logs.home", "home", "top", "Top", show=False),
+    keymap.BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
+    keymap.BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
+    keymap.BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
+    keymap.BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
+))
+
+CACHE_LINES = 2000
+_CURSOR = Style(bgcolor="#33415c")
+_MATCH = Style(color="#000000", bgcolor="#e5c07b")
+_ACTOR = Style(color="#7f8fa6")
+_FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
+
+
+def _field(rec: Any, name: str) -> Any:
+    if isinstance(rec, dict):
+        return rec.get(name)
+    return getattr(rec, name, None)
+
+
+def _text(rec: Any) -> str:
+    if isinstance(rec, str):
+        return rec
+    return str(_field(rec, "text") or "")
+
+
+def parse_filter(text: str) -> LineFilter:
+    """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a backend LineFilter.
+
+    A bare word means actor. Only the operator's typing is parsed here; matching is the store's.
+    """
+    out: dict[str, Any] = {}
+    for token in text.split():
+        key, sep, value = token.partition(":")
+        if not sep:
+            key, value = "actor", token
+        key = {"ip": "node", "level": "min_level"}.get(key.lower(), key.lower())
+        if key not in _FIELD_KEYS or not value:
+            raise ValueError(f"unknown filter {token!r}: use actor:NAME rank:N node:IP pid:N proc:NAME level:warning")
+        if key in ("rank", "pid"):
+            if not value.isdigit():
+                raise ValueError(f"{key} must be a number, not {value!r}")
+            out[key] = int(value)
+        else:
+            out[key] = value
+    return LineFilter(**out)
+
+
+def parse_time(text: str, first_ts: str | None) -> str:
+    """`HH:MM[:SS]` (on the day of the log's first timestamp) or `YYYY-MM-DD HH:MM[:SS]` -> the
+    store's sortable timestamp form `YYYY-MM-DD HH:MM:SS`."""
+    text = " ".join(text.split())
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            return datetime.strptime(text, fmt).strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            pass
+    for fmt in ("%H:%M:%S", "%H:%M"):
+        try:
+            t = datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+        day = (first_ts or datetime.now().strftime("%Y-%m-%d"))[:10]
+        return f"{day} {t.strftime('%H:%M:%S')}"
+    raise ValueError(f"not a time: {text!r} (use HH:MM, HH:MM:SS or YYYY-MM-DD HH:MM)")
+
+
+def search_options(text: str) -> tuple[str, bool]:
+    """`re:PATTERN` searches a regex; anything else is a case-insensitive substring."""
+    if text.startswith("re:"):
+        return text[3:], True
+    return text, False
+
+
+class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
+    """Virtual view of `store` (optionally through `index`, the lines a filter kept)."""
+
+    DEFAULT_CSS = """
+    LogLines { height: 1fr; overflow-x: auto; overflow-y: auto; }
+    """
+
+    class CursorMoved(Message):
+        pass
+
+    follow: reactive[bool] = reactive(True)
+    wrap: reactive[bool] = reactive(False)
+
+    def __init__(self, store: Any = None, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.store = store
+        self.index: FilteredLines | None = None  # None: every line; else the lines a filter kept
+        self.cursor = 0  # position in the (filtered) view
+        self.pending = 0  # lines that arrived while follow was paused
+        self.pattern: re.Pattern[str] | None = None
+        self._cache: OrderedDict[tuple[int, int, bool], Strip] = OrderedDict()
+        self._wrap_rows: list[tuple[int, Strip]] = []
+        self._max_width = 0
+        self._auto_scrolling = False
+
+    # ------------------------------------------------------------ size and mapping
+    @property
+    def count(self) -> int:
+        if self.index is not None:
+            return len(self.index)
+        return len(self.store) if self.store is not None else 0
+
+    def store_index(self, pos: int) -> int:
+        return self.index[pos] if self.index is not None else pos
+
+    def record(self, pos: int) -> Any:
+        return self.store.line(self.store_index(pos))
+
+    def sync(self) -> None:
+        """The store (or filter) changed size: update the scroll range; stick to the end if following."""
+        old = self.virtual_size.height
+        count = self.count
+        width = max(self._max_width, self.size.width)
+        self.virtual_size = Size(0 if self.wrap else width, count)
+        if self.follow:
+            self.cursor = max(0, count - 1)
+            self._auto_scrolling = True
+            self.scroll_to(y=max(0, count - self.size.height), animate=False, immediate=True)
+            self._auto_scrolling = False
+        elif count > old:
+            self.pending += count - old
+        self.refresh()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if not self._auto_scrolling and new < old and self.follow:
+            self.follow = False
+
+    def watch_wrap(self) -> None:
+        self._cache.clear()
+        self.sync()
+
+    # ------------------------------------------------------------ moving
+    def move_to(self, pos: int, *, center: bool = False) -> None:
+        count = self.count
+        if not count:
+            return
+        pos = max(0, min(count - 1, pos))
+        if pos < count - 1 and self.follow:
+            self.follow = False
+        self.cursor = pos
+        height = max(1, self.size.height)
+        top = int(self.scroll_y)
+        if center:
+            top = pos - height // 2
+        elif pos < top:
+            top = pos
+        elif pos >= top + height:
+            top = pos - height + 1
+        self._auto_scrolling = True
+        self.scroll_to(y=max(0, top), animate=False, immediate=True)
+        self._auto_scrolling = False
+        self.refresh()
+        self.post_message(self.CursorMoved())
+
+    def resume_follow(self) -> None:
+        self.follow = True
+        self.pending = 0
+        self.sync()
+        self.post_message(self.CursorMoved())
+
+    # ------------------------------------------------------------ drawing
+    def _render_record(self, pos: int, width: int) -> list[Segment]:
+        rec = self.record(pos)
+        text = _text(rec)
+        segs: list[Segment] = []
+        actor = _field(rec, "actor")
+        if actor and text.startswith("(") and ")" in text[:80]:
+            end = text.index(")") + 1
+            segs.append(Segment(text[:end], _ACTOR))
+            text = text[end:]
+        if self.pattern is not None:
+            last = 0
+            for m in self.pattern.finditer(text):
+                if m.end() == m.start():
+                    break
+                segs.append(Segment(text[last:m.start()]))
+                segs.append(Segment(m.group(), _MATCH))
+                last = m.end()
+            segs.append(Segment(text[last:]))
+        else:
+            segs.append(Segment(text))
+        return segs
+
+    def _strip(self, pos: int, width: int) -> Strip:
+        key = (pos if self.index is None else -1 - self.store_index(pos), width, pos == self.cursor)
+        strip = self._cache.get(key)
+        if strip is None:
+            segs = self._render_record(pos, width)
+            strip = Strip(segs)
+            self._max_width = max(self._max_width, strip.cell_length)
+            if pos == self.cursor:
+                strip = strip.extend_cell_length(width).apply_style(_CURSOR)
+            self._cache[key] = strip
+            if len(self._cache) > CACHE_LINES:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return strip
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        style = self.rich_style
+        if self.store is None or not self.count:
+            text = "no log yet" if y == 0 else ""
+            return Strip([Segment(text, Style(dim=True))]).extend_cell_length(width, style)
+        if self.wrap:
+            if y == 0 or not self._wrap_rows:
+                self._layout_wrapped(width)
+            if y < len(self._wrap_rows):
+                return self._wrap_rows[y][1].extend_cell_length(width, style)
+            return Strip.blank(width, style)
+        pos = int(self.scroll_y) + y
+        if pos >= self.count:
+            return Strip.blank(width, style)
+        strip = self._strip(pos, width)
+        scroll_x = int(self.scroll_x)
+        return strip.crop_extend(scroll_x, scroll_x + width, style)
+
+    def _layout_wrapped(self, width: int) -> None:
+        rows: list[tuple[int, Strip]] = []
+        pos = int(self.scroll_y)
+        height = self.size.height
+        while len(rows) < height and pos < self.count:
+            strip = self._strip(pos, width)
+            if strip.cell_length <= width:
+                rows.append((pos, strip))
+            else:
+                for cut in range(0, strip.cell_length, max(1, width)):
+                    rows.append((pos, strip.crop(cut, cut + width)))
+            pos += 1
+        self._wrap_rows = rows[:height]
+
+
+class LogsView(Vertical, can_focus=False):
+    """Logs view: LogLines, a status bar, and one prompt for search / filter / jump."""
+
+    DEFAULT_CSS = """
+    LogsView { height: 1fr; }
+    LogsView #logs-status { height: 1; background: $boost; color: $text-muted; }
+    LogsView #logs-prompt { display: none; dock: bottom; }
+    LogsView #logs-prompt.visible { display: block; }
+    """
+    BINDINGS = keymap.bindings_for("logs")
+
+    def __init__(self, store: Any = None, *, id: str | None = "logs-view") -> None:
+        super().__init__(id=id)
+        self._store = store
+        self.matches: list[int] = []  # store indices of search hits
+        self.match_at = -1
+        self.search_text = ""
+        self.filter_text = ""
+        self.searching = False
+        self.filtering = False
+        self._prompt_mode = ""
+        self._cancel: CancelToken | None = None
+
+    def compose(self) -> ComposeResult:
+        yield LogLines(self._store, id="log-lines")
+        yield Static("", id="logs-status")
+        yield Input(id="logs-prompt")
+
+    @property
+    def lines(self) -> LogLines:
+        return self.query_one(LogLines)
+
+    def on_mount(self) -> None:
+        self.lines.sync()
+        self._status()
+
+    def set_store(self, store: Any) -> None:
+        self._store = store
+        self.lines.store = store
+        self.lines.index = None
+        self.lines.invalidate()
+        self.lines.sync()
+        self._status()
+
+    # ------------------------------------------------------------ messages
+    def on_log_appended(self, message: LogAppended) -> None:
+        self.refresh_from_store()
+
+    def refresh_from_store(self) -> None:
+        """New lines in the store: cheap (no line is read unless it is on screen; a filter scans
+        only the new lines, in C, through the store's FilteredLines)."""
+        ll = self.lines
+        if ll.index is not None and not self.filtering:
+            ll.index.refresh()
+        ll.sync()
+        self._status()
+
+    @on(LogLines.CursorMoved)
+    def _cursor_moved(self) -> None:
+        self._status()
+
+    def _status(self) -> None:
+        ll = self.lines
+        parts = [f"line {ll.cursor + 1 if ll.count else 0}/{ll.count}"]
+        if self.filtering:
+            parts.append(f"filtering {self.filter_text!r}…")
+        elif ll.index is not None:
+            parts.append(f"filter {self.filter_text!r} ({ll.count} of {len(self._store or ())})")
+        parts.append("FOLLOW" if ll.follow else f"PAUSED +{ll.pending} new (End/G follows)")
+        if self.searching:
+            parts.append(f"searching /{self.search_text}…")
+        elif self.search_text:
+            at = f"{self.match_at + 1}/{len(self.matches)}" if self.matches else "no match"
+            parts.append(f"/{self.search_text} {at}")
+        if ll.wrap:
+            parts.append("wrap")
+        self.query_one("#logs-status", Static).update(" │ ".join(parts), layout=False)
+
+    # ------------------------------------------------------------ prompt
+    def _open_prompt(self, mode: str, placeholder: str, value: str = "") -> None:
+        prompt = self.query_one("#logs-prompt", Input)
+        self._prompt_mode = mode
+        prompt.placeholder = placeholder
+        prompt.value = value
+        prompt.add_class("visible")
+        prompt.focus()
+
+    def _close_prompt(self) -> None:
+        prompt = self.query_one("#logs-prompt", Input)
+        prompt.remove_class("visible")
+        self._prompt_mode = ""
+        self.lines.focus()
+
+    def on_key(self, event: Any) -> None:
+        if event.key == "escape" and self._prompt_mode:
+            event.stop()
+            event.prevent_default()
+            if self._cancel is not None:
+                self._cancel.cancel()
+            self._close_prompt()
+
+    @on(Input.Submitted, "#logs-prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        mode, value = self._prompt_mode, event.value.strip()
+        self._close_prompt()
+        if mode == "search":
+            self.start_search(value)
+        elif mode == "filter":
+            self.apply_filter(value)
+        elif mode == "time":
+            self.jump_to_time(value)
+
+    # ------------------------------------------------------------ actions
+    def action_search(self) -> None:
+        self._open_prompt("search", "search text (re:PATTERN for a regex; Enter runs, Esc cancels)",
+                          self.search_text)
+
+    def action_filter(self) -> None:
+        self._open_prompt("filter", "filter: actor:NAME rank:N node:IP pid:N proc:NAME level:warning (empty clears)",
+                          self.filter_text)
+
+    def action_goto_time(self) -> None:
+        self._open_prompt("time", "jump to time: HH:MM[:SS] or YYYY-MM-DD HH:MM")
+
+    def action_toggle_wrap(self) -> None:
+        self.lines.wrap = not self.lines.wrap
+        self._status()
+
+    def action_follow(self) -> None:
+        self.lines.resume_follow()
+        self._status()
+
+    def action_top(self) -> None:
+        self.lines.move_to(0)
+
+    def action_cursor(self, delta: int) -> None:
+        self.lines.move_to(self.lines.cursor + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.lines.move_to(self.lines.cursor + direction * max(1, self.lines.size.height - 1))
+
+    def action_copy_line(self) -> None:
+        ll = self.lines
+        if not ll.count:
+            return
+        text = _text(ll.record(ll.cursor))
+        self.app.copy_to_clipboard(text)
+        self.notify(f"copied line {ll.cursor + 1} ({len(text)} chars)", timeout=2)
+
+    def action_next_match(self) -> None:
+        self._step_match(1)
+
+    def action_prev_match(self) -> None:
+        self._step_match(-1)
+
+    # ------------------------------------------------------------ search
+    def start_search(self, text: str) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+        self.search_text = text
+        self.matches, self.match_at = [], -1
+        ll = self.lines
+        pattern, regex = search_options(text)
+        if not pattern:
+            ll.pattern = None
+            self.searching = False
+            ll.invalidate()
+            self._status()
+            return
+        try:
+            ll.pattern = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE)
+        except re.error as err:
+            self.notify(f"bad regex: {err}", severity="warning")
+            return
+        ll.invalidate()
+        self.searching = True
+        self._cancel = CancelToken()
+        self._status()
+        flt = ll.index.filter if ll.index is not None else None
+        self._search_worker(text, pattern, regex, flt, self._cancel)
+
+    @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
+    def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
+                       cancel: CancelToken) -> None:
+        try:
+            hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
+        except Exception as err:  # the store's error becomes a notice, not a crash
+            self.app.call_from_thread(self._search_failed, str(err))
+            return
+        if not cancel.cancelled and not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._search_done, text, hits)
+
+    def _search_failed(self, error: str) -> None:
+        self.searching = False
+        self.notify(f"search failed: {error}", severity="error")
+        self._status()
+
+    def _search_done(self, text: str, hits: Sequence[int]) -> None:
+        if text != self.search_text:
+            return
+        self.searching = False
+        self.matches = list(hits)
+        self.match_at = -1
+        if self.matches:
+            self._step_match(1, from_cursor=True)
+        self._status()
+
+    def _step_match(self, direction: int, *, from_cursor: bool = False) -> None:
+        if not self.matches:
+            self._status()
+            return
+        ll = self.lines
+        here = ll.store_index(ll.cursor) if ll.count else 0
+        if from_cursor or self.match_at < 0:
+            # the first hit after the cursor going forward (wrapping round), else the last before it
+            i = bisect_left(self.matches, here + (1 if direction > 0 else 0))
+            i = i % len(self.matches) if direction > 0 else (i - 1) % len(self.matches)
+        else:
+            i = (self.match_at + direction) % len(self.matches)
+        for _ in range(len(self.matches)):
+            pos = self._position_of(self.matches[i])
+            if pos is not None:
+                self.match_at = i
+                ll.move_to(pos, center=True)
+                break
+            i = (i + direction) % len(self.matches)
+        self._status()
+
+    def _position_of(self, store_index: int) -> int | None:
+        ll = self.lines
+        if ll.index is None:
+            return store_index
+        idx = ll.index.indices
+        j = bisect_left(idx, store_index)
+        return j if j < len(idx) and idx[j] == store_index else None
+
+    # ------------------------------------------------------------ filter and time
+    def apply_filter(self, text: str) -> None:
+        ll = self.lines
+        if not text:
+            self.filter_text = ""
+            ll.index = None
+            ll.invalidate()
+            ll.sync()
+            self._status()
+            return
+        try:
+            flt = parse_filter(text)
+        except ValueError as err:
+            self.notify(str(err), severity="warning")
+            return
+        self.filter_text = text
+        self.filtering = True
+        self._status()
+        self._filter_worker(self._store.filtered(flt))
+
+    @work(thread=True, exclusive=True, group="logs-filter", exit_on_error=False)
+    def _filter_worker(self, view: FilteredLines) -> None:
+        """The first scan of a filter can cover millions of lines: off the UI thread."""
+        try:
+            view.refresh()
+        except Exception as err:
+            self.app.call_from_thread(self.notify, f"filter failed: {err}", severity="error")
+            return
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._filter_done, view)
+
+    def _filter_done(self, view: FilteredLines) -> None:
+        self.filtering = False
+        view.refresh()  # catch up with lines that arrived during the scan
+        ll = self.lines
+        ll.index = view
+        ll.follow = True
+        ll.invalidate()
+        ll.sync()
+        self._status()
+
+    def jump_to_time(self, text: str) -> None:
+        ll = self.lines
+        if not ll.count:
+            return
+        try:
+            target = parse_time(text, self._ts_near(0, forward=True))
+        except ValueError as err:
+            self.notify(str(err), severity="warning")
+            return
+        lo, hi = 0, ll.count
+        while lo < hi:  # lines are in arrival order; lines without a timestamp lean on their neighbours
+            mid = (lo + hi) // 2
+            ts = self._ts_near(mid)
+            if ts is None or ts < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        ll.move_to(min(lo, ll.count - 1), center=True)
+        self._status()
+
+    def _ts_near(self, pos: int, *, forward: bool = False) -> str | None:
+        ll = self.lines
+        span = range(pos, min(ll.count, pos + 200)) if forward else range(pos, max(-1, pos - 50), -1)
+        for p in span:
+            ts = _field(ll.record(p), "ts")
+            if ts:
+                return str(ts)[:19]
+        return None

@@ -1,0 +1,121 @@
+"""Line charts with axes, drawn by plotext into cached Strips (line API).
+
+Why plotext: real axes, ticks, legends and braille lines from a pure-Python library that
+builds a plain string in ~3 ms; we turn it into Strips once per (data, size) and re-send
+nothing while neither changes. plotext keeps global figure state, so charts are built on
+the UI thread only (never from a worker).
+
+The console does not compute series: the run view hands each chart the points backend
+produced (`Series`), and the chart only draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import plotext as plt
+from rich.text import Text
+from textual.strip import Strip
+from textual.widget import Widget
+
+MAX_POINTS = 400  # plotext cost grows with points; a chart is at most ~250 columns wide anyway
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line: label, (x, y) points, a plotext colour name, and which y axis it uses."""
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+    color: str = "cyan"
+    right: bool = False
+
+
+def _thin(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    if len(points) <= MAX_POINTS:
+        return points
+    step = len(points) / MAX_POINTS
+    picked = tuple(points[int(i * step)] for i in range(MAX_POINTS - 1))
+    return (*picked, points[-1])
+
+
+def build_chart(title: str, series: Sequence[Series], width: int, height: int, *,
+                x_label: str = "", y_label: str = "", right_label: str = "") -> list[str]:
+    """The chart as lines of ANSI text (plotext), or a placeholder when there is no data."""
+    drawable = [s for s in series if s.points]
+    if width < 16 or height < 5 or not drawable:
+        lines = [title[:width].center(width)] if height else []
+        if height > 1:
+            note = "waiting for metrics" if not drawable else "too small"
+            lines += [""] * max(0, (height - 1) // 2 - 1) + [note.center(width)]
+        return lines[:height]
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt.theme("clear")
+    for s in drawable:
+        pts = _thin(s.points)
+        plt.plot([p[0] for p in pts], [p[1] for p in pts], label=s.label, color=s.color,
+                 marker="braille", yside="right" if s.right else "left")
+    plt.title(title)
+    if x_label:
+        plt.xlabel(x_label)
+    if y_label:
+        plt.ylabel(y_label, yside="left")
+    if right_label:
+        plt.ylabel(right_label, yside="right")
+    return plt.build().split("\n")[:height]
+
+
+class LineChart(Widget, can_focus=False):
+    """A chart that redraws only when its series or its size change."""
+
+    DEFAULT_CSS = """
+    LineChart { height: 1fr; min-height: 5; }
+    """
+
+    def __init__(self, title: str, *, x_label: str = "", y_label: str = "", right_label: str = "",
+                 name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.title = title
+        self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
+        self._series: tuple[Series, ...] = ()
+        self._strips: list[Strip] = []
+        self._key: tuple[tuple[Series, ...], int, int] | None = None
+        self.builds = 0  # how many times plotext ran (tests and benchmarks read it)
+
+    @property
+    def series(self) -> tuple[Series, ...]:
+        return self._series
+
+    def set_series(self, series: Sequence[Series]) -> bool:
+        """Replace the data; returns False (and repaints nothing) if it is unchanged."""
+        new = tuple(series)
+        if new == self._series:
+            return False
+        self._series = new
+        self.refresh()
+        return True
+
+    def _ensure(self) -> None:
+        width, height = self.size
+        key = (self._series, width, height)
+        if key == self._key:
+            return
+        self._key = key
+        self.builds += 1
+        lines = build_chart(self.title, self._series, width, height, x_label=self.x_label,
+                            y_label=self.y_label, right_label=self.right_label)
+        console = self.app.console
+        base = self.rich_style
+        strips = []
+        for line in lines:
+            text = Text.from_ansi(line, no_wrap=True, end="")
+            strips.append(Strip(list(text.render(console))).crop_extend(0, width, None).apply_style(base))
+        self._strips = strips
+
+    def render_line(self, y: int) -> Strip:
+        self._ensure()
+        if 0 <= y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.rich_style)
