@@ -1,0 +1,306 @@
+"""The Textual app: a state line, four views in a ContentSwitcher, a footer of keymap bindings.
+
+The app owns routing only: view switching (1-4, Tab), Esc, help, the palette, quit, the
+dashboard-lost banner, read-only refusal and the TTY watchdog. Views draw what backend computes;
+workers (console/workers.py, part B) do all Ray I/O and post console.messages to the app, which
+handles what it needs and fans each message out to every view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import BindingType
+from textual.widget import Widget
+from textual.widgets import ContentSwitcher, Footer, Input, Select, Static
+
+from backend.settings import Settings, load_settings
+from console import keymap
+from console.messages import (
+    AlertsChanged,
+    ConsoleMessage,
+    DashboardBack,
+    DashboardLost,
+    Notice,
+    RunStateChanged,
+)
+from console.palette import KeymapCommands
+from console.views.base import ConsoleView
+from console.views.events import EventsView
+from console.views.plan import PlanView
+from console.watchdog import terminal_alive
+from console.widgets.help_screen import HelpScreen
+
+VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
+COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
+WATCHDOG_INTERVAL_S = 2.0
+QUIT_LINE = "ultra-console: console closed; the run keeps going on Ray. Run `ultra-console` to attach again."
+
+
+class Unavailable(ConsoleView):
+    """Stands in for a view whose module is not part of this build."""
+
+    DEFAULT_CSS = "Unavailable { align: center middle; color: $text-muted; }"
+
+    def __init__(self, title: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._title = title
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{self._title} view: not available in this build", markup=False)
+
+
+def _optional_view(name: str, class_name: str) -> type[Widget] | None:
+    """Import a view another part of the team provides; None only if its module does not exist."""
+    module_name = f"console.views.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name:
+            return None
+        raise
+    return getattr(module, class_name, None)
+
+
+class StateLine(Static):
+    """Top line: product, DEMO / READ-ONLY marks, the view tabs, run state, alerts, dashboard."""
+
+    DEFAULT_CSS = """
+    StateLine { dock: top; height: 1; background: $panel; color: $foreground; padding: 0 1; }
+    """
+
+    def draw(self, app: UltraConsoleApp) -> None:
+        text = Text()
+        text.append("ultra-console", "bold")
+        if app.demo:
+            text.append(" DEMO ", "bold reverse magenta")
+        if app.readonly:
+            text.append(" READ-ONLY ", "bold reverse yellow")
+        text.append("  ")
+        for i, (name, title) in enumerate(VIEW_TITLES.items(), 1):
+            style = "bold reverse" if name == app.current_view else "dim"
+            text.append(f" {i} {title} ", style)
+        text.append("  run: ", "dim").append(app.run_state_text or "none")
+        if app.alert_count:
+            text.append("  alerts: ", "dim").append(str(app.alert_count), "bold red")
+        if app.dashboard_error is not None:
+            text.append("  dashboard: ", "dim").append("LOST", "bold red")
+        self.update(text, layout=False)
+
+
+class UltraConsoleApp(App[int]):
+    """`ultra-console` with no subcommand."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "ultra-console"
+    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)  # type: ignore[assignment]
+    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {KeymapCommands}
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
+                 start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
+                 controller: Any = None) -> None:
+        super().__init__()
+        self.settings = settings or load_settings()
+        self.readonly = bool(self.settings.readonly)
+        self.job = job
+        self.demo = demo
+        self.controller = controller
+        self._start_workers = start_workers
+        self._watchdog = watchdog
+        if preview_run_id is None:
+            from backend.command import new_run_id
+
+            preview_run_id = new_run_id()
+        self.preview_run_id = preview_run_id
+        self.current_view = "plan"
+        self.previous_view: str | None = None
+        self.run_state_text = ""
+        self.alert_count = 0
+        self.dashboard_error: str | None = None
+        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(self.settings.keys)
+        self._parent_pid = os.getppid()
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield StateLine(id="state-line")
+        yield Static("", id="banner", markup=False)
+        with ContentSwitcher(initial="plan", id="views"):
+            yield PlanView(id="plan")
+            for name, cls_name in (("run", "RunView"), ("logs", "LogsView")):
+                cls = _optional_view(name, cls_name)
+                yield cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
+            yield EventsView(id="events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_keymap(self.keymap_overrides)
+        for problem in self._keymap_problems:
+            self.notify(problem, severity="warning")
+        self._apply_density(self.size.width, self.size.height)
+        self._draw_state_line()
+        self._focus_view("plan")
+        if self._watchdog and not self.is_headless and not self.is_web:
+            self._arm_watchdog()
+        if self._start_workers:
+            workers = importlib.util.find_spec("console.workers")
+            if workers is not None:
+                importlib.import_module("console.workers").start_workers(self)
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_density(event.size.width, event.size.height)
+
+    def _apply_density(self, width: int, height: int) -> None:
+        self.set_class(width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1], "-compact")
+
+    def view(self, name: str) -> Widget:
+        return self.query_one(f"#views > #{name}", Widget)
+
+    def _draw_state_line(self) -> None:
+        self.query_one(StateLine).draw(self)
+
+    def _focus_view(self, name: str) -> None:
+        view = self.view(name)
+        if view.can_focus:
+            view.focus()
+        else:
+            targets = [w for w in view.query("*") if w.focusable]
+            if targets:
+                targets[0].focus()
+
+    # ------------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("cycle_view", "show_view") and len(self.screen_stack) > 1:
+            return False  # a modal is up: Tab belongs to it
+        return True
+
+    def action_show_view(self, name: str) -> None:
+        if name not in VIEW_TITLES:
+            return
+        if name != self.current_view:
+            self.previous_view = self.current_view
+            self.current_view = name
+            self.query_one(ContentSwitcher).current = name
+            self._draw_state_line()
+            view = self.view(name)
+            if isinstance(view, ConsoleView):
+                view.view_shown()
+        self._focus_view(name)
+
+    def action_cycle_view(self, step: int) -> None:
+        names = list(VIEW_TITLES)
+        self.action_show_view(names[(names.index(self.current_view) + step) % len(names)])
+
+    def action_back(self) -> None:
+        """Esc: leave a text field first; else go back to the previous view."""
+        focused = self.focused
+        if isinstance(focused, (Input, Select)) or (focused is not None and focused is not self.view(self.current_view)
+                                                    and self.view(self.current_view).can_focus):
+            self.view(self.current_view).focus()
+            return
+        if self.previous_view:
+            self.action_show_view(self.previous_view)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.keymap_overrides, self.readonly))
+
+    def action_quit_console(self) -> None:
+        self.exit(0)
+
+    async def run_binding(self, binding_id: str) -> None:
+        """Run a keymap action by id (the palette's entry point): switch to its view, then act."""
+        spec = next((s for s in keymap.specs() if s.id == binding_id), None)
+        if spec is None:
+            return
+        scope = keymap.scope_of(binding_id)
+        if spec.mutates and self.readonly:
+            self.notify(f"read-only console: {spec.description.lower()} is refused", severity="warning")
+            return
+        if scope == keymap.APP:
+            await self.run_action(spec.action)
+            return
+        if scope in VIEW_TITLES:
+            self.action_show_view(scope)
+            await self.view(scope).run_action(spec.action)  # the action itself says why it refuses
+
+    # ------------------------------------------------------------------ worker messages
+
+    @on(ConsoleMessage)
+    def _fan_out(self, message: ConsoleMessage) -> None:
+        for name in VIEW_TITLES:
+            self.view(name).post_message(message)
+
+    def on_dashboard_lost(self, message: DashboardLost) -> None:
+        self.dashboard_error = message.error_text
+        banner = self.query_one("#banner", Static)
+        banner.update(f"Ray dashboard unreachable: {message.error_text} — retrying by itself; "
+                      "the run is not affected and the console keeps working.")
+        banner.add_class("-shown")
+        self._draw_state_line()
+
+    def on_dashboard_back(self, _message: DashboardBack) -> None:
+        if self.dashboard_error is None:
+            return
+        self.dashboard_error = None
+        self.query_one("#banner", Static).remove_class("-shown")
+        self.notify("Ray dashboard reachable again")
+        self._draw_state_line()
+
+    def on_run_state_changed(self, message: RunStateChanged) -> None:
+        state = message.state
+        label = getattr(state, "label", None) or getattr(state, "value", None) or state
+        self.run_state_text = str(label)
+        self._draw_state_line()
+
+    def on_alerts_changed(self, message: AlertsChanged) -> None:
+        self.alert_count = len(message.alerts)
+        self._draw_state_line()
+
+    def on_notice(self, message: Notice) -> None:
+        self.notify(message.text, severity=message.severity)
+
+    # ------------------------------------------------------------------ terminal watchdog
+
+    def _arm_watchdog(self) -> None:
+        try:
+            import asyncio
+
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hangup)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+        self.set_interval(WATCHDOG_INTERVAL_S, self._check_terminal, name="tty-watchdog")
+
+    def _check_terminal(self) -> None:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ else 1
+        if not terminal_alive(fd, self._parent_pid):
+            self._hangup()
+
+    def _hangup(self) -> None:
+        self.exit(0, message=None)
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit."""
+    settings = load_settings(address=getattr(args, "address", None), token=getattr(args, "token", None),
+                             readonly=getattr(args, "readonly", None))
+    app = UltraConsoleApp(settings, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
+                          controller=getattr(args, "controller", None))
+    code = app.run()
+    if sys.stdout.isatty() or os.environ.get("ULTRA_CONSOLE_QUIT_LINE"):
+        try:
+            print(QUIT_LINE)
+        except OSError:
+            pass  # the terminal is gone (hang-up): nothing to tell
+    return int(code or 0)

@@ -1,0 +1,37 @@
+"""What every top-level view shares: its keymap scope and the read-only refusal.
+
+A view subclasses `ConsoleView`, sets `SCOPE` (its keymap scope, e.g. "run") and
+`BINDINGS = keymap.bindings_for(SCOPE)`. Actions marked `mutates=True` in the keymap are hidden
+(footer, palette) and refused while the app is read-only, with no code in the view.
+"""
+
+from __future__ import annotations
+
+from textual.widget import Widget
+
+from console import keymap
+
+
+class ConsoleView(Widget, can_focus=True):
+    """A pane of the app's ContentSwitcher."""
+
+    SCOPE = ""
+    DEFAULT_CSS = """
+    ConsoleView { height: 1fr; }
+    ConsoleView:focus { background-tint: $foreground 0%; }
+    """
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in keymap.mutating_actions(self.SCOPE) and getattr(self.app, "readonly", False):
+            return False
+        return True
+
+    def refuse_if_readonly(self, what: str) -> bool:
+        """True (and a one-line warning) when `what` must not run because the app is read-only."""
+        if getattr(self.app, "readonly", False):
+            self.notify(f"read-only console: {what} is refused", severity="warning")
+            return True
+        return False
+
+    def view_shown(self) -> None:
+        """Called by the app each time this view becomes the visible one (cheap; may refresh)."""

@@ -1,0 +1,124 @@
+"""The events view: current alerts (from backend.alerts via AlertsChanged) and the operator audit log.
+
+The audit log is read with backend.audit.AuditLog (JSON lines under settings.state_dir), in a thread
+worker, when the view is shown, on `r`, and after an action records to it (AuditChanged). Only the
+last AUDIT_LIMIT entries are shown; the file keeps everything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from backend.audit import AuditLog
+from backend.errors import ConsoleError
+from console import keymap
+from console.messages import AlertsChanged, AuditChanged
+from console.views.base import ConsoleView
+
+AUDIT_LIMIT = 500
+SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _field(item: Any, name: str, default: Any = "") -> Any:
+    if isinstance(item, dict):
+        return item.get(name, default)
+    return getattr(item, name, default)
+
+
+class EventsView(ConsoleView):
+    SCOPE = "events"
+    BINDINGS = keymap.bindings_for("events")
+    DEFAULT_CSS = """
+    EventsView > Vertical { height: 1fr; }
+    EventsView .section { text-style: bold; color: $accent; height: 1; }
+    EventsView #alerts { height: auto; max-height: 12; }
+    EventsView #audit { height: 1fr; }
+    EventsView #no-alerts { height: auto; color: $text-muted; padding-left: 1; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.alerts: list[Any] = []
+        self.audit: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Alerts", classes="section", id="alerts-title")
+            yield Static("no alerts", id="no-alerts")
+            yield DataTable(id="alerts", cursor_type="row", zebra_stripes=False)
+            yield Static("Audit log (launch / abort / cleanup by any console) · r refresh · c copy", classes="section")
+            yield DataTable(id="audit", cursor_type="row")
+
+    def on_mount(self) -> None:
+        alerts = self.query_one("#alerts", DataTable)
+        alerts.add_columns("severity", "step", "alert", "id")
+        audit = self.query_one("#audit", DataTable)
+        audit.add_columns("time (UTC)", "user", "action", "job", "result", "command")
+        self._draw_alerts()
+        self.load_audit()
+
+    def view_shown(self) -> None:
+        self.load_audit()
+
+    # ------------------------------------------------------------------ alerts
+
+    def on_alerts_changed(self, message: AlertsChanged) -> None:
+        self.alerts = list(message.alerts)
+        self._draw_alerts()
+
+    def _draw_alerts(self) -> None:
+        table = self.query_one("#alerts", DataTable)
+        table.clear()
+        for item in self.alerts:
+            sev = str(_field(item, "severity", "info"))
+            step = _field(item, "step", None)
+            table.add_row(Text(sev, SEVERITY_STYLE.get(sev, "")), "" if step is None else str(step),
+                          Text(str(_field(item, "message"))), str(_field(item, "id")))
+        table.display = bool(self.alerts)
+        self.query_one("#no-alerts").display = not self.alerts
+        self.query_one("#alerts-title", Static).update(f"Alerts ({len(self.alerts)})")
+
+    # ------------------------------------------------------------------ audit
+
+    def on_audit_changed(self, _message: AuditChanged) -> None:
+        self.load_audit()
+
+    def action_refresh(self) -> None:
+        self.load_audit()
+
+    @work(thread=True, exclusive=True, group="audit-read", exit_on_error=False)
+    def load_audit(self) -> None:
+        try:
+            entries = AuditLog(self.app.settings.state_dir).entries(limit=AUDIT_LIMIT)  # type: ignore[attr-defined]
+        except ConsoleError as err:
+            self.app.call_from_thread(self.notify, str(err), severity="error")
+            return
+        self.app.call_from_thread(self._draw_audit, entries)
+
+    def _draw_audit(self, entries: list[dict[str, Any]]) -> None:
+        if entries == self.audit and self.query_one("#audit", DataTable).row_count == len(entries):
+            return
+        self.audit = entries
+        table = self.query_one("#audit", DataTable)
+        table.clear()
+        for e in reversed(entries):  # newest first
+            time = str(e.get("time", ""))[:19].replace("T", " ")
+            table.add_row(time, str(e.get("user", "")), str(e.get("action", "")), str(e.get("job") or ""),
+                          Text(str(e.get("result", ""))), Text(str(e.get("command", ""))[:200]))
+
+    def action_copy_entry(self) -> None:
+        table = self.query_one("#audit", DataTable)
+        if not self.audit or table.cursor_row < 0:
+            self.notify("no audit entry selected", severity="warning")
+            return
+        entry = list(reversed(self.audit))[min(table.cursor_row, len(self.audit) - 1)]
+        text = str(entry.get("command") or json.dumps(entry, ensure_ascii=False))
+        self.app.copy_to_clipboard(text)
+        self.notify(f"copied ({len(text)} chars, OSC 52)")

@@ -1,0 +1,146 @@
+"""Read-only panels of the plan view: launch status, findings, derived numbers, preflight, command.
+
+Each renders what backend returned (Finding objects, the derive() dict, the Submission's shell
+text) and computes nothing. Updates replace one renderable, with `layout=False` where the panel's
+size is fixed, and only when the content changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
+
+
+def _mark(severity: str) -> tuple[str, str]:
+    return SEVERITY_MARK.get(severity, ("·", ""))
+
+
+class _Panel(Static):
+    """A Static that skips identical updates (Textual would repaint them anyway)."""
+
+    _last: object = None
+
+    def show(self, key: object, renderable: Any) -> None:
+        if key == self._last:
+            return
+        self._last = key
+        self.update(renderable)
+
+
+class LaunchStatus(_Panel):
+    DEFAULT_CSS = """
+    LaunchStatus { height: auto; padding: 0 1; text-style: bold; }
+    LaunchStatus.-ready { background: $success 20%; color: $text; }
+    LaunchStatus.-blocked { background: $error 20%; color: $text; }
+    LaunchStatus.-readonly { background: $warning 20%; color: $text; }
+    """
+
+    def set_status(self, state: str, text: str) -> None:
+        for cls in ("-ready", "-blocked", "-readonly"):
+            self.set_class(cls == f"-{state}", cls)
+        self.show((state, text), Text(text))
+
+
+class FindingsPanel(_Panel):
+    DEFAULT_CSS = """
+    FindingsPanel { height: auto; padding: 0 1; }
+    """
+
+    def set_findings(self, findings: Sequence[Any], field_errors: Mapping[str, str], error: str | None) -> None:
+        key = (tuple((f.rule, f.severity, tuple(f.fields), f.message, f.fix) for f in findings),
+               tuple(sorted(field_errors.items())), error)
+        text = Text()
+        for path, message in field_errors.items():
+            text.append("✗ ", "bold red").append(f"{path}: ", "bold").append(f"{message}\n")
+        if error:
+            text.append("✗ ", "bold red").append(f"{error}\n")
+        for f in findings:
+            mark, style = _mark(f.severity)
+            text.append(f"{mark} ", style).append(f"{f.rule} ", "bold").append(f"{f.message}\n")
+            if f.fix:
+                text.append("    fix: ", "dim").append(f"{f.fix}\n")
+        if not text:
+            text.append("✓ no findings: every rule passes", "green")
+        text.rstrip()
+        self.show(key, text)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+class DerivedPanel(_Panel):
+    DEFAULT_CSS = """
+    DerivedPanel { height: auto; padding: 0 1; }
+    """
+
+    def set_derived(self, derived: Mapping[str, Any]) -> None:
+        items = tuple((str(k), _fmt(v)) for k, v in derived.items())
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="dim", no_wrap=True)
+        table.add_column()
+        for k, v in items:
+            table.add_row(k.replace("_", " "), v)
+        if not items:
+            table.add_row("(no derived numbers)", "")
+        self.show(items, table)
+
+
+class PreflightPanel(_Panel):
+    DEFAULT_CSS = """
+    PreflightPanel { height: auto; padding: 0 1; }
+    """
+
+    def set_preflight(self, state: str, findings: Sequence[Any], note: str = "") -> None:
+        key = (state, note, tuple((f.rule, f.severity, f.message) for f in findings))
+        text = Text()
+        label = {"not checked": ("not checked — press p to check the cluster", "dim"),
+                 "running": ("checking the cluster…", "yellow"),
+                 "stale": ("stale: the spec changed since the last check — press p", "yellow"),
+                 "passed": ("passed", "green"), "failed": ("FAILED", "bold red"),
+                 "unavailable": ("could not run", "yellow")}.get(state, (state, ""))
+        text.append("preflight: ", "bold").append(label[0], label[1])
+        if note:
+            text.append(f"\n  {note}", "dim")
+        for f in findings:
+            mark, style = _mark(f.severity)
+            text.append(f"\n{mark} ", style).append(f"{f.rule} ", "bold").append(f.message)
+            if getattr(f, "fix", ""):
+                text.append(f"\n    fix: {f.fix}", "dim")
+        self.show(key, text)
+
+
+class CommandPanel(VerticalScroll, can_focus=True):
+    """The exact submission (redacted), scrollable; the plan view copies it with OSC 52."""
+
+    DEFAULT_CSS = """
+    CommandPanel { height: 1fr; min-height: 4; border: round $panel; padding: 0 1; }
+    CommandPanel:focus { border: round $accent; }
+    CommandPanel > Static { width: 1fr; }
+    """
+
+    text: str = ""
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield Static("", markup=False)
+
+    def set_command(self, text: str) -> None:
+        if text == self.text:
+            return
+        self.text = text
+        self.query_one(Static).update(Text(text))
