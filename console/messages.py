@@ -91,3 +91,13 @@ class Notice(ConsoleMessage):
 
 class AuditChanged(ConsoleMessage):
     """The audit log gained entries (after a launch/abort); the events view re-reads it."""
+
+
+class HistoryProgress(ConsoleMessage):
+    """Rebuilding a job's log history from Ray: `lines` read so far; `done` once it is complete."""
+
+    def __init__(self, job_id: str, lines: int, *, done: bool) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.lines = lines
+        self.done = done

@@ -28,7 +28,6 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -39,7 +38,8 @@ from textual.worker import get_current_worker
 
 from backend.logs import CancelToken, FilteredLines, LineFilter
 from console import keymap
-from console.messages import LogAppended
+from console.messages import HistoryProgress, LogAppended
+from console.views.base import ConsoleView
 
 keymap.register("logs", (
     keymap.BindingSpec("logs.search", "slash", "search", "Search"),
@@ -294,11 +294,12 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self._wrap_rows = rows[:height]
 
 
-class LogsView(Vertical, can_focus=False):
+class LogsView(ConsoleView, can_focus=False):
     """Logs view: LogLines, a status bar, and one prompt for search / filter / jump."""
 
+    SCOPE = "logs"
     DEFAULT_CSS = """
-    LogsView { height: 1fr; }
+    LogsView { height: 1fr; layout: vertical; }
     LogsView #logs-status { height: 1; background: $boost; color: $text-muted; }
     LogsView #logs-prompt { display: none; dock: bottom; }
     LogsView #logs-prompt.visible { display: block; }
@@ -307,6 +308,7 @@ class LogsView(Vertical, can_focus=False):
 
     def __init__(self, store: Any = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
+        self.history: str = ""  # "loading history… N lines" while a job's log is being rebuilt
         self._store = store
         self.matches: list[int] = []  # store indices of search hits
         self.match_at = -1
@@ -342,6 +344,10 @@ class LogsView(Vertical, can_focus=False):
     def on_log_appended(self, message: LogAppended) -> None:
         self.refresh_from_store()
 
+    def on_history_progress(self, message: HistoryProgress) -> None:
+        self.history = "" if message.done else f"loading history of {message.job_id}… {message.lines:,} lines"
+        self._status()
+
     def refresh_from_store(self) -> None:
         """New lines in the store: cheap (no line is read unless it is on screen; a filter scans
         only the new lines, in C, through the store's FilteredLines)."""
@@ -358,6 +364,8 @@ class LogsView(Vertical, can_focus=False):
     def _status(self) -> None:
         ll = self.lines
         parts = [f"line {ll.cursor + 1 if ll.count else 0}/{ll.count}"]
+        if self.history:
+            parts.insert(0, self.history)
         if self.filtering:
             parts.append(f"filtering {self.filter_text!r}…")
         elif ll.index is not None:
