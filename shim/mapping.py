@@ -1,0 +1,178 @@
+"""HF `config.json` of a NemotronH checkpoint -> the Megatron provider fields the shim must produce.
+
+Pure data in, data out: no torch, no megatron. The same function feeds the bridge registration
+(shim.bridge), the per-actor log line, `ultra-console shim-check` and the console's alerts, so
+"what the provider must get" has exactly one definition.
+
+Why each field: without them Megatron silently runs the routed experts 1.0x instead of
+`routed_scaling_factor` (5.0 for Ultra) -- a train/rollout drift no error reports; the latent MoE
+needs shared-expert overlap off; miles does not train the MTP head unless MILES_NEMOTRONH_KEEP_MTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+KEEP_MTP_ENV = "MILES_NEMOTRONH_KEEP_MTP"
+ARCHITECTURE = "NemotronHForCausalLM"
+MODEL_TYPE = "nemotron_h"
+
+# HF layer-type words (newer config.json) -> hybrid pattern symbols (older config.json).
+LAYER_SYMBOLS: dict[str, str] = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
+
+# Provider fields whose values are floats; compared with a tolerance, everything else exactly.
+FLOAT_FIELDS = frozenset({"moe_router_topk_scaling_factor"})
+
+# HF defaults (transformers NemotronHConfig) for the routing keys a config.json may omit.
+HF_DEFAULTS: dict[str, Any] = {"routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1}
+
+
+class ShimConfigError(ValueError):
+    """The checkpoint config cannot be mapped (not NemotronH, or a key has the wrong type)."""
+
+
+def _pattern(config: Mapping[str, Any], pattern_key: str, list_keys: tuple[str, ...]) -> str | None:
+    value = config.get(pattern_key)
+    if isinstance(value, str):
+        return value
+    for key in list_keys:
+        layers = config.get(key)
+        if isinstance(layers, list) and layers:
+            try:
+                return "".join(LAYER_SYMBOLS[str(kind)] for kind in layers)
+            except KeyError as err:
+                raise ShimConfigError(f"config.json {key} has an unknown layer type {err.args[0]!r}") from None
+    return None
+
+
+def hybrid_pattern(config: Mapping[str, Any]) -> str | None:
+    """The decoder's layer pattern ('MEME*E...'), from either spelling a config.json may use."""
+    return _pattern(config, "hybrid_override_pattern", ("layers_block_type", "layer_types"))
+
+
+def mtp_pattern(config: Mapping[str, Any]) -> str | None:
+    return _pattern(config, "mtp_hybrid_override_pattern", ("mtp_layers_block_type",))
+
+
+def _int(config: Mapping[str, Any], key: str, default: Any = None) -> int | None:
+    value = config.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise ShimConfigError(f"config.json {key} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _float(config: Mapping[str, Any], key: str, default: Any = None) -> float | None:
+    value = config.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShimConfigError(f"config.json {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def keep_mtp_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """miles keeps the MTP head iff the variable is set to anything non-empty."""
+    return bool((os.environ if environ is None else environ).get(KEEP_MTP_ENV))
+
+
+def is_nemotron_h(config: Mapping[str, Any]) -> bool:
+    archs = config.get("architectures") or []
+    return config.get("model_type") == MODEL_TYPE or ARCHITECTURE in archs
+
+
+def expected_provider_fields(config: Mapping[str, Any], *, keep_mtp: bool | None = None) -> dict[str, Any]:
+    """The provider fields a NemotronH MoE checkpoint needs, as JSON-able values.
+
+    A dense NemotronH (no routed experts) needs nothing from the shim: returns {}.
+    """
+    if not isinstance(config, Mapping):
+        raise ShimConfigError("config.json must hold a JSON object")
+    if not is_nemotron_h(config):
+        raise ShimConfigError(
+            f"config.json is not a NemotronH checkpoint (model_type {config.get('model_type')!r}, "
+            f"architectures {config.get('architectures')!r})"
+        )
+    experts = _int(config, "n_routed_experts") or _int(config, "num_experts") or 0
+    if experts <= 0:
+        return {}
+    topk = _int(config, "num_experts_per_tok")
+    if topk is None or topk <= 0:
+        raise ShimConfigError("config.json num_experts_per_tok must be a positive integer for a MoE checkpoint")
+    fields: dict[str, Any] = {
+        "num_moe_experts": experts,
+        "moe_router_topk": topk,
+        "moe_router_score_function": "sigmoid",
+        "moe_router_enable_expert_bias": True,
+        "moe_router_topk_scaling_factor": _float(config, "routed_scaling_factor", HF_DEFAULTS["routed_scaling_factor"]),
+        "moe_router_num_groups": _int(config, "n_group", HF_DEFAULTS["n_group"]),
+        "moe_router_group_topk": _int(config, "topk_group", HF_DEFAULTS["topk_group"]),
+    }
+    ffn = _int(config, "moe_intermediate_size") or _int(config, "intermediate_size")
+    if ffn is not None:
+        fields["moe_ffn_hidden_size"] = ffn
+    shared = _int(config, "moe_shared_expert_intermediate_size")
+    n_shared = _int(config, "n_shared_experts") or 0
+    if shared is None and n_shared and ffn is not None:
+        shared = ffn * n_shared
+    if shared is not None:
+        fields["moe_shared_expert_intermediate_size"] = shared
+    latent = _int(config, "moe_latent_size")
+    if latent is not None:
+        if latent <= 0:
+            raise ShimConfigError(f"config.json moe_latent_size must be positive, got {latent}")
+        fields["moe_latent_size"] = latent
+        fields["moe_shared_expert_overlap"] = False  # Megatron refuses the overlap with latent projections
+    pattern = hybrid_pattern(config)
+    if pattern:
+        fields["moe_layer_freq"] = [1 if symbol == "E" else 0 for symbol in pattern]
+    keep = keep_mtp_from_env() if keep_mtp is None else keep_mtp
+    depth = _int(config, "num_nextn_predict_layers") or 0
+    if keep and depth > 0:
+        fields["mtp_num_layers"] = depth
+        fields["mtp_hybrid_override_pattern"] = mtp_pattern(config)
+    else:
+        fields["mtp_num_layers"] = None
+        fields["mtp_hybrid_override_pattern"] = None
+    return fields
+
+
+def read_config(checkpoint_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """DIR/config.json as a dict; every failure is one ShimConfigError sentence."""
+    path = Path(checkpoint_dir) / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ShimConfigError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ShimConfigError(f"cannot read {path}: {err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ShimConfigError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    if not isinstance(data, dict):
+        raise ShimConfigError(f"{path} must hold a JSON object")
+    return data
+
+
+def _same(name: str, want: Any, got: Any) -> bool:
+    if name in FLOAT_FIELDS and isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return abs(float(want) - float(got)) <= 1e-9 * max(1.0, abs(float(want)))
+    if isinstance(want, list) and isinstance(got, (list, tuple)):
+        return list(got) == want
+    return want == got
+
+
+def mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Fields whose actual value differs from the expected one (a missing field counts as None)."""
+    out: list[dict[str, Any]] = []
+    for name, want in expected.items():
+        got = actual.get(name)
+        if not _same(name, want, got):
+            out.append({"field": name, "expected": want, "actual": got})
+    return out
