@@ -6,4 +6,10 @@ Modules are imported lazily by name so a subcommand's heavy imports cost nothing
 
 COMMANDS: tuple[str, ...] = (
     "plan",
+    "launch",
+    "status",
+    "logs",
+    "abort",
+    "cleanup",
+    "nodes",
 )

@@ -99,7 +99,9 @@ def _install():
     cls.get_gpu_utilization = lambda self: _fake_gpus(node_id)
 
 
-if sys.argv and sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py"):
+# The dashboard agent (telemetry), and the console's GPU kill job (backend/gpu_reaper.py, marked
+# `--gpu-reaper`), which asks NVML through Ray's same provider before killing a PID: both see one fake.
+if sys.argv and (sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py") or "--gpu-reaper" in sys.argv):
     try:
         _install()
     except Exception as err:  # never keep the agent from starting

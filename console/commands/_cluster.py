@@ -1,0 +1,88 @@
+"""Plumbing shared by the subcommands that talk to the cluster (launch, status, logs, abort,
+cleanup, nodes): settings from the global flags, one RayClient, confirmation, safe printing.
+
+Not a subcommand itself (it is not in COMMANDS). Everything that decides something lives in
+backend; this only adapts argparse and the terminal to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from backend.errors import RefusedError
+from backend.ray_api import RayClient
+from backend.run import RunController
+from backend.sanitize import sanitize_text
+from backend.settings import Settings, load_settings
+
+T = TypeVar("T")
+
+
+def add_job_arg(parser: argparse.ArgumentParser) -> None:
+    # dest differs from the global --job so a subparser default never overwrites `ultra-console --job X cmd`.
+    parser.add_argument("--job", dest="sub_job", default=None, metavar="ID",
+                        help="submission id or Ray job id (default: the latest run, ours or miles')")
+
+
+def job_of(args: argparse.Namespace) -> str | None:
+    return getattr(args, "sub_job", None) or getattr(args, "job", None)
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    return load_settings(address=args.address, token=args.token, readonly=args.readonly)
+
+
+def refuse_if_readonly(settings: Settings, action: str) -> None:
+    if settings.readonly:
+        raise RefusedError(f"{action} refused: the console is read-only (--readonly)")
+
+
+def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings], Awaitable[T]]) -> T:
+    """Run `body(controller, settings)` in a fresh event loop with one client to the dashboard."""
+    settings = settings_of(args)
+
+    async def main() -> T:
+        token = settings.token.get_secret_value() if settings.token else None
+        async with RayClient(settings.address, token, timeout=30.0) as client:
+            ctl = RunController(client, state_dir=settings.state_dir, readonly=settings.readonly,
+                                poll_s=min(settings.poll_interval_s * 2, 5.0))
+            return await body(ctl, settings)
+
+    return asyncio.run(main())
+
+
+def confirm(question: str, yes: bool, action: str) -> bool:
+    """True when --yes, or the operator says y on a TTY; without a TTY and --yes: refused."""
+    if yes:
+        return True
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise RefusedError(f"{action} refused: no terminal to confirm on; pass --yes")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """Print text that may come from Ray or the trainer: escape sequences and controls removed."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(sanitize_text(text) + "\n")
+    stream.flush()
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def finding_lines(findings: list[Any]) -> list[str]:
+    return [f"  {f.severity:<7} [{f.rule}] {f.message}" + (f" — fix: {f.fix}" if f.fix else "") for f in findings]

@@ -1,0 +1,87 @@
+"""`ultra-console abort`: stop a run gracefully and confirm it reached STOPPED.
+
+The stop signal and grace period are the job's own (SIGINT and run.stop_wait_s for runs the
+console launched; Ray's SIGTERM and 3 s for others). A PENDING job is not cancelled by Ray's stop:
+the command says so and keeps watching. `--force` is the separate second step: SIGKILL the
+driver's process tree now instead of waiting out the grace period.
+Exit status: 0 the run ended STOPPED (or had already ended), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from backend.run import RunController, RunEvent, stop_settings
+from backend.settings import Settings
+from console.commands._cluster import (
+    add_job_arg,
+    confirm,
+    job_of,
+    refuse_if_readonly,
+    run_with,
+    say,
+    settings_of,
+)
+
+EXTRA_WAIT_S = 30.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("abort", help="stop a run gracefully (default: the latest run)")
+    add_job_arg(p)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--force", action="store_true",
+                   help="second step: SIGKILL the driver's process tree now (skips miles' clean shutdown)")
+    p.add_argument("--no-wait", action="store_true", help="return once the stop is requested")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="how long to watch for STOPPED (default: the job's grace period + 30 s)")
+    p.set_defaults(func=run)
+
+
+def _printer(event: RunEvent) -> None:
+    if event.kind == "state" and event.state is not None:
+        say(f"   {event.state.value}")
+    elif event.kind in ("notice", "error", "recovered"):
+        say(f"   {event.text}")
+
+
+def run(args: argparse.Namespace) -> int:
+    refuse_if_readonly(settings_of(args), "abort")
+
+    async def body(ctl: RunController, settings: Settings) -> int:
+        job = await ctl.attach(job_of(args))
+        if job.is_terminal:
+            say(f"job {job.id} already ended {job.status}; nothing to stop")
+            return 0
+        signal, grace = stop_settings(job)
+        if args.force:
+            question = (f"FORCE-stop {job.id} ({job.status}): SIGKILL its driver process tree now, without "
+                        "a clean shutdown?")
+            if not confirm(question, args.yes, "abort --force"):
+                say("abort cancelled", err=True)
+                return 1
+            ctl.subscribe(_printer)
+            say(await ctl.force_stop())
+        else:
+            if not confirm(f"Abort {job.id} ({job.status}) with {signal}, grace {grace} s?", args.yes, "abort"):
+                say("abort cancelled", err=True)
+                return 1
+            outcome = await ctl.abort()
+            ctl.subscribe(_printer)
+            say(outcome.message)
+        if args.no_wait:
+            return 0
+        timeout = args.timeout if args.timeout is not None else grace + EXTRA_WAIT_S
+        try:
+            final = await ctl.wait_terminal(timeout)
+        except asyncio.TimeoutError:
+            state = ctl.state.value if ctl.state else "unknown"
+            hint = ("; Ray will start it when resources free up and stop it then" if state == "PENDING" else
+                    f"; to kill it now: ultra-console abort --job {job.id} --force")
+            say(f"ultra-console: error: job {job.id} is still {state} after {timeout:.0f} s{hint}", err=True)
+            return 1
+        say(f"job {final.id} ended {final.status}")
+        return 0 if final.status == "STOPPED" else 1
+
+    return run_with(args, body)

@@ -1,0 +1,62 @@
+"""`ultra-console launch`: check a spec against the rules and the live cluster, then submit it.
+
+Exit status: 0 submitted, 2 refused by an error finding (rules or preflight, e.g. another run
+active), 1 any other failure or a declined confirmation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from backend.command import build_submission, new_run_id, secrets_from_env
+from backend.recipe import build_spec
+from backend.run import LaunchRefused, RunController
+from backend.settings import Settings
+from console.commands._cluster import confirm, finding_lines, refuse_if_readonly, run_with, say, settings_of
+from console.commands.plan import add_spec_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("launch", help="submit a run to the Ray cluster (after rules and preflight)")
+    add_spec_args(p)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--force", action="store_true", help="launch even while another run is active")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the submitted job")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    refuse_if_readonly(settings_of(args), "launch")
+    spec = build_spec(args.preset, args.overrides)
+    secrets = secrets_from_env(os.environ)
+    run_id = spec.run.id or new_run_id()
+
+    async def body(ctl: RunController, settings: Settings) -> int:
+        try:
+            findings = await ctl.check(spec, force=args.force)
+        except LaunchRefused as err:
+            say(f"ultra-console: {err}", err=True)
+            for line in finding_lines([f for f in err.findings if f.severity == "error"]):
+                say(line, err=True)
+            return err.exit_code
+        shown = [f for f in findings if f.severity != "info"]
+        if shown:
+            say("findings:")
+            for line in finding_lines(shown):
+                say(line)
+        sub = build_submission(spec, run_id=run_id, secrets=secrets)
+        if not args.json:
+            say(sub.shell(settings.address))
+        if not confirm(f"Launch {sub.submission_id} on {settings.address}?", args.yes, "launch"):
+            say("launch cancelled", err=True)
+            return 1
+        job = await ctl.launch(spec, force=args.force, secrets=secrets, run_id=run_id, findings=findings)
+        if args.json:
+            print(json.dumps({"job": job.id, "status": job.status, "run_id": run_id}))
+        else:
+            say(f"launched {job.id} ({job.status}); follow it with: ultra-console logs --job {job.id} --follow")
+        return 0
+
+    return run_with(args, body)

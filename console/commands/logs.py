@@ -1,0 +1,66 @@
+"""`ultra-console logs`: the driver log of a run, whole or its tail, optionally followed live.
+
+History comes streamed from Ray's state API and follow from the job's websocket tail (never the
+whole-log Jobs endpoint); every line goes through the sanitiser before it reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+
+from backend.run import RunController
+from backend.sanitize import sanitize_text
+from backend.settings import Settings
+from console.commands._cluster import add_job_arg, job_of, run_with, say
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("logs", help="print a run's log (default: the latest run)")
+    add_job_arg(p)
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines (then follow)")
+    p.set_defaults(func=run)
+
+
+def _out(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write(sanitize_text("\n".join(lines)) + "\n")
+        sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tail is not None and args.tail < 0:
+        say("ultra-console: error: --tail must be 0 or more", err=True)
+        return 1
+
+    async def body(ctl: RunController, settings: Settings) -> int:
+        job = await ctl.attach(job_of(args))
+        client = ctl.client
+        if not args.follow:
+            batch: list[str] = []
+            async for line in client.read_log(job.id, tail=args.tail):
+                batch.append(line)
+                if len(batch) >= 2000:
+                    _out(batch)
+                    batch = []
+            _out(batch)
+            if job.status == "PENDING":
+                say(f"job {job.id} is PENDING: no driver log yet", err=True)
+            return 0
+        offset = 0
+        if args.tail is not None:
+            last: collections.deque[str] = collections.deque(maxlen=args.tail or 1)
+            async for line in client.read_log(job.id):
+                offset += 1
+                last.append(line)
+            _out(list(last) if args.tail else [])
+        async for line in client.follow_log(job.id, start_offset=offset):
+            sys.stdout.write(sanitize_text(line) + "\n")
+            sys.stdout.flush()  # a pipe is block-buffered: a follower must see each line as it comes
+        final = await client.get_job(job.id)
+        say(f"-- job {final.id} ended {final.status}", err=True)
+        return 0
+
+    return run_with(args, body)
