@@ -12,4 +12,6 @@ COMMANDS: tuple[str, ...] = (
     "abort",
     "cleanup",
     "nodes",
+    "demo",
+    "shim_check",
 )
