@@ -108,8 +108,9 @@ class UltraConsoleApp(App[int]):
 
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
-                 controller: Any = None) -> None:
+                 controller: Any = None, model_dir: str | None = None) -> None:
         super().__init__()
+        self.model_dir = model_dir  # where the variant picker looks for checkpoints; None = the preset's
         self.settings = settings or load_settings()
         self.readonly = bool(self.settings.readonly)
         self.job = job

@@ -12,7 +12,6 @@ import importlib
 import inspect
 from typing import Any
 
-from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -122,7 +121,8 @@ class PlanView(ConsoleView):
         settings = self.app.settings  # type: ignore[attr-defined]
         preset = settings.preset or DEFAULT_PRESET
         try:
-            model_dir = load_preset_dict(preset).get("paths", {}).get("model_dir")
+            model_dir = getattr(self.app, "model_dir", None) or load_preset_dict(preset).get("paths", {}).get(
+                "model_dir")
         except ConsoleError as err:
             self.notify(str(err), severity="error")
             preset, model_dir = DEFAULT_PRESET, None
@@ -210,6 +210,8 @@ class PlanView(ConsoleView):
     def _field_notes(self) -> dict[str, tuple[str, str]]:
         notes: dict[str, tuple[str, str]] = {}
         for f in self.findings:  # sorted: errors first, so the worst finding owns the note
+            if f.severity not in ("error", "warning"):
+                continue
             for path in f.fields:
                 notes.setdefault(path, (f.severity, f"{f.message} — fix: {f.fix}" if f.fix else f.message))
         for path, message in self.result.field_errors.items():
@@ -340,7 +342,7 @@ class PlanView(ConsoleView):
         self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
                              lambda ok: self._launch(spec) if ok else None)
 
-    def _confirm_body(self) -> Group:
+    def _confirm_body(self) -> Text:
         warnings = [f for f in self.findings if f.severity != "error"]
         pf = {"not checked": "not checked (press p in the plan view first to check the cluster)",
               "stale": "stale: the spec changed since the last check"}.get(self.preflight_state,
@@ -353,7 +355,7 @@ class PlanView(ConsoleView):
         for f in self.preflight_findings:
             body.append(f"\n  {f.severity}: {f.message}")
         body.append("\n\nThe run lives in Ray: closing the console never stops it.", "dim")
-        return Group(body)
+        return body
 
     def _launch(self, spec: Any) -> None:
         self.notify("launching…")
@@ -361,17 +363,28 @@ class PlanView(ConsoleView):
 
     @work(exclusive=True, group="launch", exit_on_error=False)
     async def _launch_worker(self, spec: Any) -> None:
-        controller = getattr(self.app, "controller", None)
+        """Submit through backend.run.RunController (set on the app by console.workers)."""
+        import os
+
+        from backend.command import new_run_id, secrets_from_env
+
+        app = self.app
+        controller = getattr(app, "controller", None)
         if controller is None or not hasattr(controller, "launch"):
-            self.app.post_message(Notice("launch is not available: no run controller (backend.run) is "
-                                         "connected in this build", "error"))
+            app.post_message(Notice("launch is not available: no run controller is connected "
+                                    "(start the console without a subcommand, or `ultra-console demo`)", "error"))
             return
+        checked = self.findings + self.preflight_findings if self.preflight_state == "passed" else None
         try:
-            result = controller.launch(spec)
+            result = controller.launch(spec, run_id=getattr(app, "preview_run_id", None),
+                                       secrets=secrets_from_env(os.environ), findings=checked)
             if inspect.isawaitable(result):
                 result = await result
         except ConsoleError as err:
-            self.app.post_message(Notice(f"launch failed: {err}", "error"))
+            app.post_message(Notice(f"launch failed: {err}", "error"))
+            app.post_message(AuditChanged())
             return
-        self.app.post_message(Notice(f"launched {getattr(result, 'job_id', result) or ''}".strip()))
-        self.app.post_message(AuditChanged())
+        app.preview_run_id = new_run_id()  # type: ignore[attr-defined]  # the next launch is a new run
+        self.rebuild()
+        app.post_message(Notice(f"launched {getattr(result, 'id', '') or ''}; press 2 to watch it".replace("  ", " ")))
+        app.post_message(AuditChanged())

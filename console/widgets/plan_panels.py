@@ -90,7 +90,12 @@ class DerivedPanel(_Panel):
     """
 
     def set_derived(self, derived: Mapping[str, Any]) -> None:
-        items = tuple((str(k), _fmt(v)) for k, v in derived.items())
+        items: list[tuple[str, str]] = []
+        for k, v in derived.items():
+            if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
+                items.extend((f"{k}[{i}]", _fmt(x)) for i, x in enumerate(v))
+            else:
+                items.append((str(k), _fmt(v)))
         table = Table.grid(padding=(0, 2))
         table.add_column(style="dim", no_wrap=True)
         table.add_column()
@@ -98,7 +103,7 @@ class DerivedPanel(_Panel):
             table.add_row(k.replace("_", " "), v)
         if not items:
             table.add_row("(no derived numbers)", "")
-        self.show(items, table)
+        self.show(tuple(items), table)
 
 
 class PreflightPanel(_Panel):

@@ -1,0 +1,35 @@
+"""Shared construction of the app for Pilot and snapshot tests: deterministic, no Ray workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from backend.settings import Settings
+from console.app import UltraConsoleApp
+
+DATA = Path(__file__).resolve().parent / "data"
+MODELS = DATA / "app_models"
+RUN_ID = "260101-120000-000"
+AUDIT_ROWS = (
+    {"time": "2026-01-01T12:00:00.000+00:00", "user": "ops", "action": "launch", "job": "ultra-console-260101-120000-000",
+     "command": "ray job submit --submission-id ultra-console-260101-120000-000 -- python3 train.py",
+     "result": "submitted", "details": {}},
+    {"time": "2026-01-01T13:30:00.000+00:00", "user": "ops", "action": "abort", "job": "ultra-console-260101-120000-000",
+     "command": "POST /api/jobs/ultra-console-260101-120000-000/stop", "result": "stop requested while RUNNING",
+     "details": {}},
+)
+
+
+def write_audit(state_dir: Path) -> None:
+    """An audit file as backend.audit writes it (JSON lines), with fixed times for snapshots."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8")
+
+
+def make_app(state_dir: Path, **kwargs: Any) -> UltraConsoleApp:
+    settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
+    settings = Settings(state_dir=state_dir, **settings_kw)
+    kwargs.setdefault("model_dir", str(MODELS))
+    return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)

@@ -1,0 +1,146 @@
+"""Pilot tests of the plan view: live rules, inline errors, launch gating and the launch modal."""
+
+from __future__ import annotations
+
+import socket
+
+from app_helpers import make_app
+from textual.widgets import Button, Input, Static
+
+from console.views.plan import PlanView
+from console.widgets.confirm import ConfirmModal
+from console.widgets.layout_form import LayoutForm
+from console.widgets.plan_panels import FindingsPanel, LaunchStatus, PreflightPanel
+
+
+def _text(widget: Static) -> str:
+    return str(widget.content)
+
+
+async def _set_field(pilot, app, path: str, text: str) -> None:
+    form = app.query_one(LayoutForm)
+    ctl = form.control(path)
+    ctl.focus()
+    await pilot.pause()
+    await pilot.press("end", *["backspace"] * len(ctl.value), *list(text))
+    await pilot.pause()
+
+
+async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        assert plan.check_action("launch", ()) is True
+        await _set_field(pilot, app, "cluster.nodes", "13")
+        row = app.query_one(LayoutForm).row("cluster.nodes")
+        assert row.has_class("-error")
+        assert "A1" in _text(app.query_one(FindingsPanel))
+        assert "does not divide" in _text(row.query_one(".note", Static))
+        assert plan.check_action("launch", ()) is None  # dimmed in the footer
+        assert "Launch blocked" in _text(app.query_one(LaunchStatus))
+        await pilot.press("escape", "L")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        await _set_field(pilot, app, "cluster.nodes", "16")
+        assert not row.has_class("-error")
+        assert plan.check_action("launch", ()) is True
+        assert "Ready to launch" in _text(app.query_one(LaunchStatus))
+
+
+async def test_bad_value_is_inline_and_kept(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        await _set_field(pilot, app, "rollout.mem_fraction", "1.5")
+        form = app.query_one(LayoutForm)
+        assert form.row("rollout.mem_fraction").has_class("-error")
+        assert app.query_one("#field-rollout-mem-fraction-input", Input).value == "1.5"
+        assert "rollout.mem_fraction" in plan.launch_blockers()[0]
+        # the rest of the spec is still checked: the other fields keep their values and no rule fires
+        assert plan.result.spec is not None and plan.result.spec.rollout.mem_fraction == 0.7
+        assert plan.check_action("launch", ()) is None
+
+
+async def test_launch_modal_cancel_focused_and_escape_cancels(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("L")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        body = _text(app.screen.query_one(".body", Static))
+        assert "128 GPUs" in body and "Preflight" in body
+        await pilot.press("tab")  # Tab stays inside the modal (view switching is off)
+        assert app.current_view == "plan"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        assert not (tmp_path / "audit.jsonl").exists()  # nothing was launched
+
+
+async def test_confirmed_launch_without_controller_says_so(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("L")
+        await pilot.pause()
+        await pilot.press("right", "enter")  # move to "Launch" explicitly, then confirm
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert any("launch is not available" in n.message for n in app._notifications)
+
+
+async def test_readonly_hides_and_refuses_launch(tmp_path):
+    app = make_app(tmp_path, readonly=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert "L" not in app.screen.active_bindings
+        assert "READ-ONLY" in _text(app.query_one(LaunchStatus))
+        await pilot.press("L")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        await app.run_binding("plan.launch")  # e.g. from the palette
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        assert any("read-only" in n.message for n in app._notifications)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_preflight_unreachable_dashboard_is_one_line(tmp_path):
+    app = make_app(tmp_path, address=f"http://127.0.0.1:{_free_port()}")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert "not checked" in _text(app.query_one(PreflightPanel))
+        await pilot.press("p")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        plan = app.query_one(PlanView)
+        assert plan.preflight_state == "unavailable"
+        assert "\n" not in plan.preflight_note and plan.preflight_note
+        assert "could not run" in _text(app.query_one(PreflightPanel))
+
+
+async def test_variant_picker_lists_presets_and_checkpoints(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        keys = [v.key for v in plan.variants]
+        assert "preset:nemotron-3-ultra-550b-a55b-4layer" in keys
+        assert "checkpoint:Nemotron-Ultra-2layer-test" in keys
+        assert not any("not-a-checkpoint" in k for k in keys)
+        plan.choose_variant("checkpoint:Nemotron-Ultra-2layer-test")
+        await pilot.pause()
+        assert plan.result.spec is not None
+        assert plan.result.spec.model.name == "Nemotron-Ultra-2layer-test"
+        assert "Nemotron-Ultra-2layer-test" in plan.command_text
+
+
+async def test_copy_command_uses_clipboard(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.clipboard.startswith("ray job submit")
+        assert "ultra-console-260101-120000-000" in app.clipboard
