@@ -14,4 +14,5 @@ COMMANDS: tuple[str, ...] = (
     "nodes",
     "demo",
     "shim_check",
+    "metrics",
 )

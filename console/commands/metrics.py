@@ -1,0 +1,184 @@
+"""`ultra-console metrics`: a run's metric series, derived signals and alerts, from a live job, a saved
+Ray job log, or a miles `--dump-details` directory.
+
+Everything is computed by backend.monitor (which reads through backend.logs, backend.metrics,
+backend.signals, backend.alerts); this module only picks the input and prints. `--json` prints one object
+`{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
+is reported on one line (stderr), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from backend.errors import ConsoleError
+from backend.logs import LogStore
+from backend.monitor import RunMonitor
+from backend.sanitize import sanitize_text
+
+CHUNK = 1 << 20
+SUMMARY_KEYS = (
+    "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
+    "train/pg_clipfrac", "rollout/raw_reward", "rollout/truncated_ratio", "derived/zero_std_frac",
+    "perf/tokens_per_gpu_per_sec", "derived/cluster_tokens_per_sec", "perf/rollout_time", "perf/train_time",
+    "perf/step_time", "perf/actor_train_mfu",
+)
+_DUMP_FLAG = re.compile(r"--dump-details[ =](\S+)")
+
+
+class NoMetricsError(ConsoleError):
+    """The input holds no miles metric at all."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("metrics", help="metric series, throughput, KL, progress and alerts of a run")
+    src = p.add_mutually_exclusive_group()
+    # dest differs from the global --job so the subparser default never overwrites `ultra-console --job X metrics`.
+    src.add_argument("--job", dest="sub_job", default=None, metavar="ID",
+                     help="a job on the Ray cluster (default: the latest run)")
+    src.add_argument("--from-log", metavar="FILE", help="a saved Ray job driver log")
+    src.add_argument("--from-dump", metavar="DIR", help="a miles --dump-details directory (events/, dashboard/)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--num-rollout", type=int, default=None, metavar="N", help="total rollouts, when the log does not say")
+    p.add_argument("--rollout-gpus", type=int, default=None, metavar="N",
+                   help="rollout GPUs for cluster throughput, when the log does not say")
+    p.add_argument("--expected-scaling", type=float, default=5.0, metavar="X",
+                   help="moe_router_topk_scaling_factor the shim must apply (default 5.0)")
+    p.set_defaults(func=run)
+
+
+def _monitor(args: argparse.Namespace) -> RunMonitor:
+    monitor = RunMonitor(expected_scaling=args.expected_scaling)
+    if args.num_rollout is not None:
+        monitor.facts.pin("num_rollout", args.num_rollout)
+    if args.rollout_gpus is not None:
+        monitor.facts.pin("rollout_num_gpus", args.rollout_gpus)
+    return monitor
+
+
+def read_log_file(monitor: RunMonitor, path: Path) -> int:
+    """Stream a saved log through a throw-away LogStore (the same sanitising path as a live run)."""
+    if not path.is_file():
+        raise ConsoleError(f"no such log file: {path}")
+    with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
+        store = LogStore(spool, run_id="from-log")
+        store.subscribe(monitor.on_log_lines)
+        try:
+            with open(path, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    store.append(chunk)
+            store.flush()
+        except OSError as err:
+            raise ConsoleError(f"cannot read {path}: {err.strerror}") from None
+        finally:
+            store.close()
+        return len(store)
+
+
+def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
+    from console.commands._cluster import job_of, run_with
+
+    async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
+        job = await ctl.attach(job_of(args))
+        monitor.facts.scan_text(" " + job.entrypoint)
+        dump = _DUMP_FLAG.search(job.entrypoint)
+        if dump and Path(dump.group(1)).is_dir():
+            monitor.attach_dump(dump.group(1))
+        with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
+            store = LogStore(spool, run_id=job.id)
+            store.subscribe(monitor.on_log_lines)
+            batch: list[str] = []
+            async for line in ctl.client.read_log(job.id):
+                batch.append(line)
+                if len(batch) >= 4096:
+                    store.append("\n".join(batch) + "\n")
+                    batch = []
+            if batch:
+                store.append("\n".join(batch) + "\n")
+            store.close()
+        monitor.poll_dump()
+        monitor.on_job_status(job.status, job.message)
+        now = None if not job.is_terminal else monitor.end_of_log()
+        return f"job {job.id} ({job.status})", now
+
+    return run_with(args, body)
+
+
+def run(args: argparse.Namespace) -> int:
+    monitor = _monitor(args)
+    now: float | None
+    if args.from_log:
+        read_log_file(monitor, Path(args.from_log))
+        what, now = f"log {args.from_log}", monitor.end_of_log()
+    elif args.from_dump:
+        monitor.attach_dump(args.from_dump)
+        monitor.poll_dump()
+        what, now = f"dump {args.from_dump}", monitor.telemetry.last_ts
+        if not (now == now):  # nan: no telemetry stream; measure from the newest metric instead
+            now = monitor.collector.last_ts
+    else:
+        what, now = _from_job(args, monitor)
+    if now is not None:
+        monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
+    else:
+        monitor.tick()
+    snap = monitor.snapshot(now=now)
+    records = sum(monitor.collector.records.values())
+    if records == 0 and not args.sub_job and not getattr(args, "job", None) and (args.from_log or args.from_dump):
+        raise NoMetricsError(f"no miles metric found in {what} (is it the Ray job log or dump of a miles run?)")
+    if args.json:
+        json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
+        sys.stdout.write("\n")
+    else:
+        _print_summary(what, snap)
+    if snap["problems"]:
+        shown = "; ".join(snap["problems"][:3])
+        sys.stderr.write(sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400] + "\n")
+    return 0
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}{unit}"
+    return f"{value}{unit}"
+
+
+def _print_summary(what: str, snap: dict[str, Any]) -> None:
+    d = snap["derived"]
+    out = [f"metrics of {what}"]
+    prog = d.get("progress")
+    if prog:
+        eta = prog.get("eta_s")
+        out.append(f"  progress: rollout {prog['rollouts_done']} of {_fmt(prog.get('num_rollout'))}, "
+                   f"{prog['train_steps_done']} train steps" + (f", ETA {eta / 60:.1f} min" if eta is not None else ""))
+    tp = d.get("throughput")
+    if tp:
+        out.append(f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x {_fmt(tp['rollout_gpus'])} GPUs"
+                   f" = {_fmt(tp['cluster_tokens_per_sec'])} tok/s")
+    tr = d.get("time_per_rollout")
+    if tr:
+        out.append(f"  time per rollout: rollout {_fmt(tr['rollout_s'], ' s')}, train {_fmt(tr['train_s'], ' s')}, "
+                   f"step {_fmt(tr['step_s'], ' s')}")
+    ck = d.get("checkpoint") or {}
+    since = ck.get("since_s")
+    out.append(f"  checkpoints: {ck.get('count', 0)}" + (f", last {since / 60:.1f} min before the end" if since is not None else ""))
+    out.append("  latest:")
+    latest = snap["latest"]
+    for key in SUMMARY_KEYS:
+        if key in latest:
+            series = snap["series"].get(key) or [[None]]
+            out.append(f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})")
+    alerts = snap["alerts"]
+    out.append(f"  alerts: {len(alerts) or 'none'}")
+    for a in alerts:
+        step = f" step {a['step']}" if a.get("step") is not None else ""
+        out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
+    sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
