@@ -38,7 +38,7 @@ from console.widgets.plan_panels import (
 SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
-class Column(VerticalScroll, inherit_bindings=False):
+class Column(VerticalScroll, inherit_bindings=False, can_focus=False):
     """A scrolling column without arrow-key bindings: Up/Down move between fields instead."""
 
 

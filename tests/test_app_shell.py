@@ -1,0 +1,141 @@
+"""Pilot tests of the app shell: views, Esc, help, palette, dashboard banner, keymap, density."""
+
+from __future__ import annotations
+
+from app_helpers import make_app
+from textual.command import CommandPalette
+from textual.widgets import ContentSwitcher, Static
+
+from console.app import StateLine
+from console.messages import DashboardBack, DashboardLost, Notice
+from console.widgets.help_screen import HelpScreen
+
+
+def _current(app) -> str:
+    return app.query_one(ContentSwitcher).current
+
+
+async def test_views_switch_on_digits_and_tab(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert _current(app) == "plan"
+        for key, name in (("2", "run"), ("3", "logs"), ("4", "events"), ("1", "plan")):
+            await pilot.press(key)
+            assert _current(app) == name, key
+        await pilot.press("tab")
+        assert _current(app) == "run"
+        await pilot.press("tab", "tab", "tab")
+        assert _current(app) == "plan"
+        await pilot.press("shift+tab")
+        assert _current(app) == "events"
+        assert " 4 Events " in str(app.query_one(StateLine).content)
+
+
+async def test_escape_leaves_field_then_goes_back(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4", "1")
+        await pilot.press("down", "down")  # into the form
+        assert app.focused is not None and app.focused.id == "field-cluster-nodes-input"
+        await pilot.press("2")  # typed into the field, not a view switch
+        assert _current(app) == "plan"
+        await pilot.press("backspace", "escape")
+        assert app.focused is app.query_one("#plan")
+        await pilot.press("escape")
+        assert _current(app) == "events"
+
+
+async def test_help_lists_keys_and_ssh_tips(tmp_path):
+    app = make_app(tmp_path, keys={"plan.launch": "ctrl+l"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("VerticalScroll > Static", Static).content.renderables[-1])
+        for tip in ("COLORTERM", "escape-time", "Shift", "OSC 52"):
+            assert tip in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_palette_offers_every_action_and_runs_it(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"Events")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, CommandPalette)
+        assert _current(app) == "events"
+
+
+async def test_palette_provider_lists_keymap_actions(tmp_path):
+    from console import keymap
+    from console.palette import HIDDEN, KeymapCommands
+
+    app = make_app(tmp_path, readonly=True)
+    async with app.run_test(size=(120, 40)):
+        provider = KeymapCommands(app.screen)
+        ids = [entry[0] for entry in provider._entries()]
+        expected = [s.id for s in keymap.specs() if s.id not in HIDDEN and not s.mutates]
+        assert ids == expected
+        assert "plan.launch" not in ids and "plan.preflight" in ids
+
+
+async def test_dashboard_lost_banner_then_recovered(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        banner = app.query_one("#banner", Static)
+        assert not banner.display or not banner.has_class("-shown")
+        app.post_message(DashboardLost("connection refused at http://127.0.0.1:8265"))
+        await pilot.pause()
+        assert banner.has_class("-shown") and banner.display
+        assert "connection refused" in str(banner.content)
+        assert "LOST" in str(app.query_one(StateLine).content)
+        await pilot.press("4")  # still responding
+        assert _current(app) == "events"
+        app.post_message(DashboardBack())
+        await pilot.pause()
+        assert not banner.has_class("-shown")
+        assert "LOST" not in str(app.query_one(StateLine).content)
+
+
+async def test_notice_becomes_toast(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(Notice("hello operator", "warning"))
+        await pilot.pause()
+        assert any(n.message == "hello operator" and n.severity == "warning" for n in app._notifications)
+
+
+async def test_keymap_remap_from_settings(tmp_path):
+    app = make_app(tmp_path, keys={"app.view_events": "e", "no.such.binding": "x"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert any("no.such.binding" in n.message for n in app._notifications)
+        await pilot.press("e")
+        assert _current(app) == "events"
+        await pilot.press("4")  # the old key no longer does it
+        assert _current(app) == "events"
+        await pilot.press("1")
+        await pilot.press("4")
+        assert _current(app) == "plan"
+
+
+async def test_density_class_follows_size(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.has_class("-compact")
+        await pilot.resize_terminal(250, 70)
+        await pilot.pause()
+        assert not app.has_class("-compact")
+
+
+async def test_quit_key_exits(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0
