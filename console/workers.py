@@ -23,14 +23,18 @@ from typing import Any
 
 from textual.app import App
 
+from backend.alerts import AlertEngine
 from backend.errors import ConsoleError
 from backend.job_identity import active_runs
 from backend.logs import LogStore
 from backend.metrics import MetricsCollector
 from backend.ray_api import JobInfo, RayClient
 from backend.run import NoRunFound, RunController, RunEvent
+from backend.series import SeriesSet
+from backend.signals import RunFacts, derive
 from backend.telemetry import TelemetryPoller
 from console.messages import (
+    AlertsChanged,
     DashboardBack,
     DashboardLost,
     HistoryProgress,
@@ -74,6 +78,14 @@ def run_status(event: RunEvent) -> RunStatus | None:
                      bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
 
 
+@dataclass(frozen=True)
+class MetricsView:
+    """The MetricsArrived payload: backend's series and its derived-signals block, as of now."""
+
+    series: SeriesSet
+    derived: dict[str, Any]
+
+
 class Runtime:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
@@ -90,7 +102,10 @@ class Runtime:
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
         self.collector: MetricsCollector | None = None
+        self.facts = RunFacts()
+        self.alerts: AlertEngine | None = None
         self.job_id: str | None = None
+        self._alerts_posted = 0
         self._metrics_seen = 0
         self._metrics_posted_at = 0.0
 
@@ -102,10 +117,22 @@ class Runtime:
         if self.store is not None:
             self.store.close()
         self.store = LogStore(self.spool_dir, run_id=job_id)
-        self.collector = MetricsCollector()
-        self.store.subscribe(self.collector.on_log_lines)
+        collector = self.collector = MetricsCollector()
+        self.facts = RunFacts()
+        try:
+            engine: AlertEngine | None = AlertEngine()
+        except ConsoleError as err:  # a broken alert rules file: say so, keep the console working
+            self.post(Notice(f"alerts are off: {err}", "warning"))
+            engine = None
+        self.alerts = engine
+        self.store.subscribe(lambda _first, _count, text: self.facts.scan_text(text))
+        self.store.subscribe(collector.on_log_lines)
+        if engine is not None:
+            self.store.subscribe(engine.on_log_lines)
+            collector.subscribe(lambda point: engine.on_point(point, collector.series.get(point.key)))
         self.job_id = job_id
         self._metrics_seen = 0
+        self._alerts_posted = 0
         from console.views.logs import LogsView
 
         for view in self.app.query(LogsView):
@@ -121,7 +148,13 @@ class Runtime:
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
-            self.post(MetricsArrived(collector))
+            self.post(MetricsArrived(MetricsView(collector.series, derive(collector, self.facts, None, time.time()))))
+        self.maybe_post_alerts()
+
+    def maybe_post_alerts(self) -> None:
+        if self.alerts is not None and len(self.alerts.alerts) != self._alerts_posted:
+            self._alerts_posted = len(self.alerts.alerts)
+            self.post(AlertsChanged(self.alerts.alerts))
 
 
 def wants_telemetry(app: App[Any]) -> bool:
@@ -150,6 +183,9 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
         status = run_status(event)
         if status is not None:
             rt.post(RunStateChanged(status))
+        if event.job is not None and rt.alerts is not None and event.job.id == rt.job_id:
+            rt.alerts.on_job_status(event.job.status, event.job.message)
+            rt.maybe_post_alerts()
         if event.job is not None and event.job.id != rt.job_id:
             rt.app.run_worker(_logs(rt, event.job), group="logs", exclusive=True, exit_on_error=False,
                               description=f"log of {event.job.id}")

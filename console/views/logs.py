@@ -173,7 +173,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         if self.follow:
             self.cursor = max(0, count - 1)
             self._auto_scrolling = True
-            self.scroll_to(y=max(0, count - self.size.height), animate=False, immediate=True)
+            self.scroll_to(y=max(0, count - self.size.height), animate=False, immediate=True, force=True)
             self._auto_scrolling = False
         elif count > old:
             self.pending += count - old
@@ -183,6 +183,10 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         super().watch_scroll_y(old, new)
         if not self._auto_scrolling and new < old and self.follow:
             self.follow = False
+
+    def on_resize(self) -> None:
+        self._cache.clear()
+        self.sync()
 
     def watch_wrap(self) -> None:
         self._cache.clear()
@@ -206,7 +210,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         elif pos >= top + height:
             top = pos - height + 1
         self._auto_scrolling = True
-        self.scroll_to(y=max(0, top), animate=False, immediate=True)
+        self.scroll_to(y=max(0, top), animate=False, immediate=True, force=True)
         self._auto_scrolling = False
         self.refresh()
         self.post_message(self.CursorMoved())
@@ -343,6 +347,10 @@ class LogsView(ConsoleView, can_focus=False):
     # ------------------------------------------------------------ messages
     def on_log_appended(self, message: LogAppended) -> None:
         self.refresh_from_store()
+
+    def view_shown(self) -> None:
+        self.lines.sync()
+        self._status()
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history = "" if message.done else f"loading history of {message.job_id}… {message.lines:,} lines"

@@ -91,7 +91,7 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float) -> str:
+def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, compact: bool = False) -> str:
     """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
@@ -106,15 +106,22 @@ def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float) -> s
         ended /= 1000.0
     elapsed = ((ended or now) - started) if isinstance(started, (int, float)) else None
     d = _derived(metrics)
-    done, total = d.get("rollout_done", d.get("rollout_index")), d.get("num_rollout", d.get("rollout_total"))
-    progress = f"rollout {int(done)}/{int(total)}" if done is not None and total else "rollout —"
-    eta = fmt_duration(d.get("eta_s"))
-    ckpt = fmt_duration(d.get("since_checkpoint_s"))
+    prog = d.get("progress") or {}
+    done, total = prog.get("rollouts_done"), prog.get("num_rollout")
+    if done is not None and total:
+        progress = f"rollout {int(done)}/{int(total)}"
+    else:
+        progress = f"rollout {int(done)}/?" if done else "rollout —"
+    eta = fmt_duration(prog.get("eta_s"))
+    ckpt = fmt_duration((d.get("checkpoint") or {}).get("since_s"))
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
         sev = {str(_get(a, "severity", default="")) for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
+    if compact:
+        return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
+                f"alerts {n_alerts}{worst}")
     return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
             f"ckpt {ckpt} ago  alerts {n_alerts}{worst}")
 
@@ -129,7 +136,7 @@ class RunView(ConsoleView):
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
     RunView GpuFleet { height: 1fr; min-height: 4; border-top: solid $primary-darken-2; }
     RunView #run-charts { height: 1fr; min-height: 6; }
-    RunView LineChart { width: 1fr; }
+    RunView LineChart { width: 1fr; margin-right: 1; }
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = "run-view") -> None:
@@ -197,7 +204,8 @@ class RunView(ConsoleView):
         if not self.is_mounted:
             return
         if "state" in self._dirty:
-            text = state_line(self.run_state, self.metrics, self.alerts, self.clock())
+            text = state_line(self.run_state, self.metrics, self.alerts, self.clock(),
+                              compact=self.size.width < 100)
             widget = self.query_one("#run-state", Static)
             if str(widget.content) != text:
                 widget.update(text, layout=False)
@@ -226,18 +234,23 @@ class RunView(ConsoleView):
     def loss_text(self) -> str:
         """What an abort loses, from backend's derived signals (time and steps since the checkpoint)."""
         d = _derived(self.metrics)
-        since = d.get("since_checkpoint_s")
-        steps = d.get("steps_since_checkpoint")
-        gpus = d.get("rollout_gpus") or d.get("total_gpus")
+        ckpt, prog = d.get("checkpoint") or {}, d.get("progress") or {}
+        since = ckpt.get("since_s")
+        gpus = (d.get("throughput") or {}).get("rollout_gpus")
+        steps = None
+        if ckpt.get("last_iteration") is not None and prog.get("rollouts_done") is not None:
+            steps = max(0, int(prog["rollouts_done"]) - int(ckpt["last_iteration"]) - 1)
         parts = []
         if since is not None:
             parts.append(f"{fmt_duration(since)} of training since the last checkpoint")
         if steps is not None:
-            parts.append(f"{int(steps)} step(s)")
+            parts.append(f"{steps} rollout(s)")
         if since is not None and gpus:
             parts.append(f"≈{since * gpus / 3600:.1f} GPU-hours")
         if not parts:
-            return "Progress since the last checkpoint will be lost (no checkpoint time known yet)."
+            if ckpt.get("count") == 0:
+                return "No checkpoint has been saved yet: everything this run trained will be lost."
+            return "Progress since the last checkpoint will be lost (its time is not known yet)."
         return "Will be lost: " + ", ".join(parts) + "."
 
 

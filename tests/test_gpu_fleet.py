@@ -1,0 +1,77 @@
+"""The GPU fleet widget: 16 x 8 fits 80 columns, 1024 GPUs compact, dead / no-telemetry marked,
+and an unchanged snapshot repaints nothing."""
+
+from __future__ import annotations
+
+from run_fixtures import snapshot
+from textual.app import App, ComposeResult
+
+from console.widgets.gpu_fleet import FULL, GLYPH, MEDIUM, GpuFleet, build_lines, fleet_rows, line_text
+
+
+def _lines(snap, width: int, height: int):
+    mode, lines = build_lines(fleet_rows(snap), width, height)
+    return mode, [line_text(segs) for segs in lines]
+
+
+def test_16x8_fits_80_columns_one_row_per_node():
+    mode, lines = _lines(snapshot(16, 8), 80, 20)
+    assert mode is FULL
+    assert len(lines) == 17  # summary + one row per node
+    assert all(len(line) <= 80 for line in lines), max(map(len, lines))
+    row = lines[1]
+    assert row.startswith("node-00") and row.count("%") == 8  # a cell per GPU with its utilisation
+    assert "128 GPUs 15/16 nodes up" in lines[0]
+
+
+def test_dead_node_and_no_telemetry_are_distinct_from_idle():
+    snap = snapshot(16, 8, dead=(5,), no_telemetry=(9,))
+    _, lines = _lines(snap, 80, 20)
+    assert lines[6].startswith("✗node-05") and "dead: health check failed" in lines[6]
+    assert "no telemetry" in lines[10] and "%" not in lines[10]
+    assert "0%" in lines[1]  # node-00 GPU 0 is idle: drawn as 0%, not as "no telemetry"
+    _, compact = _lines(snap, 80, 10)
+    assert "×" * 8 in "".join(compact) and "?" * 8 in "".join(compact)
+
+
+def test_1024_gpus_compact_in_80_columns():
+    snap = snapshot(128, 8, dead=(3,), no_telemetry=(70,))
+    mode, lines = _lines(snap, 80, 24)
+    assert mode is GLYPH
+    assert all(len(line) <= 80 for line in lines)
+    assert len(lines) <= 17  # summary + 16 rows of 8 nodes
+    assert "1024 GPUs 127/128 nodes up" in lines[0]
+    body = "".join(lines[1:])
+    assert body.count("×") == 8 and body.count("?") >= 8
+
+
+def test_medium_mode_when_full_rows_do_not_fit():
+    mode, lines = _lines(snapshot(16, 8), 80, 10)
+    assert mode is MEDIUM and len(lines) <= 10
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_wide_terminal_packs_more_nodes_per_row():
+    narrow_mode, narrow = _lines(snapshot(128, 8), 80, 12)
+    wide_mode, wide = _lines(snapshot(128, 8), 200, 12)
+    assert narrow_mode is wide_mode is GLYPH
+    assert len(wide) <= 12 < len(narrow)  # 22 nodes per row at 200 columns, 8 at 80
+
+
+class _FleetApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield GpuFleet()
+
+
+async def test_widget_repaints_only_on_change():
+    app = _FleetApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        fleet = app.query_one(GpuFleet)
+        assert fleet.update_snapshot(snapshot(16, 8)) is True
+        await pilot.pause()
+        first = [fleet.render_line(y) for y in range(17)]
+        assert fleet.update_snapshot(snapshot(16, 8)) is False  # same values: nothing to send
+        assert fleet.update_snapshot(snapshot(16, 8, phase=1)) is True
+        await pilot.pause()
+        assert [fleet.render_line(y) for y in range(17)] != first
+        assert "node-00" in fleet.render_line(1).text

@@ -1,0 +1,160 @@
+"""Pilot tests of the logs view over the real LogStore: follow, pause, resume, search n/N, filter,
+wrap, jump to time, copy; the view never holds the lines (it reads the store lazily)."""
+
+from __future__ import annotations
+
+from app_helpers import make_app
+from run_fixtures import log_text, store
+
+from console.messages import LogAppended
+from console.views.logs import LogLines, LogsView, parse_filter, parse_time
+
+
+async def _logs_app(tmp_path, n: int = 300, size=(120, 40)):
+    app = make_app(tmp_path / "state")
+    st = store(tmp_path, n)
+    return app, st
+
+
+def _status(view: LogsView) -> str:
+    return str(view.query_one("#logs-status").content)
+
+
+async def test_follow_pause_resume(tmp_path):
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        view = app.query_one(LogsView)
+        view.set_store(st)
+        await pilot.pause()
+        lines = view.lines
+        assert lines.follow and lines.cursor == 299
+        assert "iteration 299" in lines.render_line(lines.size.height - 1).text  # bottom line = newest
+        st.append("".join(f"(RolloutManager pid=51234, ip=10.0.0.1) new line {i}\n" for i in range(50)))
+        app.post_message(LogAppended(len(st)))
+        await pilot.pause()
+        assert lines.cursor == 349 and lines.follow
+        await pilot.press("k", "pageup")  # moving up pauses follow
+        assert not lines.follow
+        paused_at = lines.cursor
+        st.append("more 1\nmore 2\n")
+        app.post_message(LogAppended(len(st)))
+        await pilot.pause()
+        assert lines.cursor == paused_at and lines.pending == 2
+        assert "PAUSED +2 new" in _status(view)
+        await pilot.press("G")
+        assert lines.follow and lines.cursor == 351 and lines.pending == 0
+        await pilot.press("home")
+        assert lines.cursor == 0 and not lines.follow
+        await pilot.press("end")
+        assert lines.follow and lines.cursor == 351
+
+
+async def test_search_next_prev_and_cancel(tmp_path):
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        view = app.query_one(LogsView)
+        view.set_store(st)
+        await pilot.press("home")
+        await pilot.press("slash", *"grad_norm 1.2", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        # lines 2, 5, 8 ... carry grad_norm; "grad_norm 1.2" matches iterations 200..299 with i % 3 == 2
+        expected = [i for i in range(300) if i % 3 == 2 and i % 50 and 200 <= i <= 299]
+        assert view.matches == expected
+        assert view.lines.cursor == expected[0]
+        await pilot.press("n")
+        assert view.lines.cursor == expected[1]
+        await pilot.press("N", "N")
+        assert view.lines.cursor == expected[-1]  # wraps round
+        assert f"{len(expected)}/{len(expected)}" in _status(view)
+        await pilot.press("slash", *"re:NCCL WARN", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert view.matches == [77]
+        await pilot.press("slash", *"nothing-like-this", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert view.matches == [] and "no match" in _status(view)
+        await pilot.press("slash", "x", "escape")  # Esc closes the prompt and cancels
+        assert not view.query_one("#logs-prompt").has_class("visible")
+
+
+async def test_filter_by_node_and_rank_then_clear(tmp_path):
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        view = app.query_one(LogsView)
+        view.set_store(st)
+        await pilot.press("f", *"node:10.0.0.2", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        lines = view.lines
+        kept = [lines.record(i) for i in range(lines.count)]
+        assert kept and all(r.ip == "10.0.0.2" for r in kept)
+        assert lines.count == sum(1 for i in range(300) if i % 3 == 2 and i % 50)
+        st.append("(MegatronTrainRayActor pid=52002, ip=10.0.0.2) [2026-01-01 12:10:00.000 actor_cell0_rank8] x.py:1 - late\n"
+                  "(RolloutManager pid=51234, ip=10.0.0.1) other node\n")
+        app.post_message(LogAppended(len(st)))
+        await pilot.pause()
+        assert lines.record(lines.count - 1).message == "late"  # the filter follows new lines too
+        await pilot.press("f", *"rank:0", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert all(lines.record(i).rank == 0 for i in range(lines.count))
+        await pilot.press("f", "ctrl+u", "enter")  # empty filter: every line again
+        await pilot.pause()
+        assert lines.index is None and lines.count == len(st)
+
+
+async def test_wrap_jump_to_time_and_copy(tmp_path):
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        view = app.query_one(LogsView)
+        view.set_store(st)
+        await pilot.pause()
+        lines = view.lines
+        width = lines.size.width
+        await pilot.press("t", *"12:02:05", "enter")
+        await pilot.pause()
+        assert lines.record(lines.cursor).ts == "2026-01-01 12:02:05.000"
+        await pilot.press("y")
+        assert app.clipboard == lines.record(lines.cursor).text
+        await pilot.press("w")
+        await pilot.pause()
+        assert lines.wrap
+        rows = [lines.render_line(y).text for y in range(lines.size.height)]
+        assert all(len(r) <= width for r in rows)
+        first = lines.record(int(lines.scroll_y)).text
+        assert rows[0].rstrip() == first[:width].rstrip() and rows[1].strip() == first[width:2 * width].strip()
+
+
+def test_operator_input_parsing():
+    flt = parse_filter("RolloutManager rank:3 node:10.0.0.7 level:warning")
+    assert (flt.actor, flt.rank, flt.node, flt.min_level) == ("RolloutManager", 3, "10.0.0.7", "warning")
+    for bad in ("rank:x", "colour:red"):
+        try:
+            parse_filter(bad)
+        except ValueError as err:
+            assert bad.split(":")[0] in str(err)
+        else:
+            raise AssertionError(bad)
+    assert parse_time("12:05", "2026-01-01 11:00:00.000") == "2026-01-01 12:05:00"
+    assert parse_time("2026-02-03 04:05:06", None) == "2026-02-03 04:05:06"
+
+
+async def test_view_reads_only_visible_lines(tmp_path):
+    """A big log costs the view nothing per line: only the rows on screen are read and rendered."""
+    app = make_app(tmp_path / "state")
+    st = store(tmp_path, 10)
+    st.append(log_text(300) * 200)  # 60k lines
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("3")
+        view = app.query_one(LogsView)
+        view.set_store(st)
+        await pilot.pause()
+        lines = app.query_one(LogLines)
+        assert lines.count == 60_010
+        assert len(lines._cache) <= lines.size.height + 2
