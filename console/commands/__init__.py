@@ -15,4 +15,5 @@ COMMANDS: tuple[str, ...] = (
     "demo",
     "shim_check",
     "metrics",
+    "serve",
 )
