@@ -1,0 +1,146 @@
+"""Run view: state line, fleet and charts from backend data; nothing drawn while off screen; the abort
+modal's escalation (Cancel focused, graceful, then force as a separate step, then leftovers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app_helpers import make_app
+from run_fixtures import JOB, T0, metrics_view, snapshot, status
+from textual.widgets import Button
+
+from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
+from console.views.run import RunView, state_line
+from console.widgets.abort_modal import AbortActions, AbortModal
+from console.widgets.charts import LineChart
+from console.widgets.gpu_fleet import GpuFleet
+from console.workers import wants_telemetry
+
+
+def test_state_line_from_backend_numbers():
+    line = state_line(status(), metrics_view(), [object()], T0 + 3723)
+    assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
+    assert "no run attached" in state_line(None, None, [], T0)
+
+
+async def _feed(app) -> None:
+    app.post_message(SnapshotArrived(snapshot()))
+    app.post_message(MetricsArrived(metrics_view()))
+    app.post_message(RunStateChanged(status()))
+
+
+async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(RunView)
+        view.clock = lambda: T0 + 3723
+        await _feed(app)
+        await pilot.pause()
+        charts = list(app.query(LineChart))
+        assert not wants_telemetry(app)  # the plan view is showing: no polling for the fleet
+        assert all(c.builds == 0 for c in charts)  # and no chart was drawn off screen
+        assert app.query_one(GpuFleet).rows == ()
+        await pilot.press("2")
+        await pilot.pause()
+        assert wants_telemetry(app)
+        assert len(app.query_one(GpuFleet).rows) == 16
+        assert all(c.builds >= 1 for c in charts)
+        kl = app.query_one("#chart-kl", LineChart)
+        assert {s.label for s in kl.series if s.points} == {"ppo_kl", "train/rollout kl", "logprob |diff|",
+                                                            "raw reward"}
+        tput = app.query_one("#chart-throughput", LineChart)
+        assert [len(s.points) for s in tput.series if s.label == "per GPU"] == [12]
+        assert "rollout 12/40" in str(app.query_one("#run-state").content)
+        builds = [c.builds for c in charts]
+        app.post_message(MetricsArrived(metrics_view()))  # same numbers: no chart rebuilt
+        await pilot.pause()
+        assert [c.builds for c in charts] == builds
+
+
+class _Actions:
+    """Records the modal's calls; `stop_ok` decides whether the graceful stop ends the job."""
+
+    def __init__(self, stop_ok: bool) -> None:
+        self.calls: list[str] = []
+        self.stop_ok = stop_ok
+
+    def actions(self) -> AbortActions:
+        async def stop() -> bool:
+            self.calls.append("stop")
+            return self.stop_ok
+
+        async def force() -> bool:
+            self.calls.append("force")
+            return True
+
+        async def leftovers():
+            self.calls.append("leftovers")
+            return [{"node_label": "node-03", "gpu_index": 2, "pid": 4242, "mem_mb": 60000}]
+
+        async def cleanup(items):
+            self.calls.append(f"cleanup {len(items)}")
+            return "killed 1 of 1 leftover process(es)"
+
+        return AbortActions(stop, force, leftovers, cleanup)
+
+
+async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
+    for _ in range(100):
+        if modal.stage == stage:
+            await pilot.pause()  # let the shown button join the focus chain
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"modal stuck at {modal.stage}, wanted {stage}")
+
+
+async def test_abort_modal_escalates_in_separate_steps(tmp_path):
+    app = make_app(tmp_path)
+    rec = _Actions(stop_ok=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        results: list[str] = []
+        modal = AbortModal(JOB, "Will be lost: 7m30s of training since the last checkpoint.", rec.actions())
+        app.push_screen(modal, results.append)
+        await pilot.pause()
+        assert app.focused is modal.query_one("#abort-cancel", Button)  # Cancel has focus
+        assert "7m30s" in str(modal.query_one("#abort-body").content)
+        await pilot.press("right", "enter")  # the operator moves to "Stop gracefully" on purpose
+        await _wait_stage(modal, "force?", pilot)
+        assert rec.calls == ["stop"]  # graceful only: force is NOT sent with it
+        assert app.focused is modal.query_one("#abort-cancel", Button)
+        assert "Force stop" in str(modal.query_one("#abort-go", Button).label)
+        await pilot.press("right", "enter")
+        await _wait_stage(modal, "leftovers", pilot)
+        assert rec.calls == ["stop", "force", "leftovers"]
+        assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body").content)
+        await pilot.press("right", "enter")
+        await _wait_stage(modal, "done", pilot)
+        assert rec.calls[-1] == "cleanup 1"
+        await pilot.press("enter")  # Close
+        await pilot.pause()
+        assert results == ["cleaned"]
+
+
+async def test_abort_modal_cancel_sends_nothing(tmp_path):
+    app = make_app(tmp_path)
+    rec = _Actions(stop_ok=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        results: list[str] = []
+        app.push_screen(AbortModal(JOB, "x", rec.actions()), results.append)
+        await pilot.pause()
+        await pilot.press("enter")  # Enter on the focused Cancel
+        await pilot.pause()
+        assert results == ["cancelled"] and rec.calls == []
+        app.push_screen(AbortModal(JOB, "x", rec.actions()), results.append)
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert results == ["cancelled", "cancelled"] and rec.calls == []
+
+
+async def test_abort_key_refused_when_readonly(tmp_path):
+    app = make_app(tmp_path, readonly=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2", "A")
+        await pilot.pause()
+        assert not isinstance(app.screen, AbortModal)
+        await asyncio.sleep(0)
