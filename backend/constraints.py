@@ -254,6 +254,10 @@ class _Ctx:
         """dp values whose attn_tp = g/dp passes G9/G10 (dp > 1 only with dp-attention)."""
         return [d for d in _divisors(self.g) if self.attn_tp_ok(self.g // d) and (d == 1 or self.dpa)]
 
+    def engine_sizes(self, pool: int) -> list[int]:
+        """Engine sizes that tile a pool of GPUs on whole nodes (G4/G12/H4)."""
+        return [d for d in _divisors(pool) if (d <= self.gpn and self.gpn % d == 0) or d % self.gpn == 0]
+
     def nodes_fitting(self, grid: int) -> list[int]:
         step = grid // gcd(grid, self.gpn)
         base = max(step, (self.nodes // step) * step)
@@ -280,7 +284,7 @@ def _a2(c: _Ctx) -> None:
         unset = f" (train.etp unset, so Megatron uses ETP = TP = {c.tp})" if c.etp_raw is None else ""
         eps = [e for e in _divisors(c.experts) if c.W % (c.etp * e * c.pp) == 0]
         parts = [f"use train.ep {_alts(_near(eps, c.ep))}"] if eps else []
-        if c.etp != 1:
+        if c.etp != 1 and c.W % (c.ep * c.pp) == 0:
             parts.append("set train.etp = 1")
         parts.append(f"use a cluster of {_alts(c.nodes_fitting(c.expert_grid))} nodes")
         c.add("A2", f"expert grid ETP·EP·PP = {c.etp}·{c.ep}·{c.pp} = {c.expert_grid} does not divide the "
@@ -412,7 +416,8 @@ def _c3(c: _Ctx) -> None:
     if c.vpp is not None and c.pp > 1 and c.layers % c.pp == 0 and (c.layers // c.pp) % c.vpp:
         per = c.layers // c.pp
         c.add("C3", f"{per} layers per stage do not split into train.vpp = {c.vpp} virtual stages",
-              f"use train.vpp {_alts(_near([v for v in _divisors(per) if v > 1], c.vpp))}, or unset it (D7)")
+              "unset train.vpp: the hybrid stack forbids VPP anyway (D7); Megatron alone would accept "
+              f"{_alts(_near([v for v in _divisors(per) if v > 1], c.vpp))}")
 
 
 def _c4(c: _Ctx) -> None:
@@ -596,6 +601,16 @@ def _g7(c: _Ctx) -> None:
               "attention backend", "set rollout.attention_backend = \"auto\"")
 
 
+def _attn_fix(c: _Ctx) -> str:
+    """Nearest rollout.dp giving a legal attn_tp; else engine sizes that do at the current dp."""
+    dps = c.legal_rollout_dp()
+    if dps:
+        return f"use rollout.dp {_alts(_near(dps, c.rdp))} (attn_tp = gpus_per_engine/dp)"
+    scale = c.rdp if c.dpa and c.rdp > 1 else 1
+    sizes = [a * scale for a in range(1, max(c.heads, c.m_heads) + 1) if c.attn_tp_ok(a)]
+    return f"use rollout.gpus_per_engine {_alts(_near(sizes, c.g))} (attn_tp = gpus_per_engine/dp)"
+
+
 def _g9(c: _Ctx) -> None:
     a = c.attn_tp
     if a is None or not c.has_mamba:
@@ -603,8 +618,7 @@ def _g9(c: _Ctx) -> None:
     if c.m_heads % a or (c.m_groups % a and c.m_groups != 1):
         c.add("G9", f"attention TP = {c.g}/{c.rdp} = {a} in the rollout engine does not divide the Mamba heads "
               f"({c.m_heads}) and n_groups ({c.m_groups}); SGLang fails at model load",
-              f"attn_tp must divide Mamba n_groups={c.m_groups}: use rollout.dp "
-              f"{_alts(_near(c.legal_rollout_dp(), c.rdp))} (attn_tp = gpus_per_engine/dp)")
+              f"attn_tp must divide Mamba n_groups={c.m_groups}: {_attn_fix(c)}")
 
 
 def _g10(c: _Ctx) -> None:
@@ -615,7 +629,7 @@ def _g10(c: _Ctx) -> None:
     if c.heads % a or kv_bad:
         c.add("G10", f"attention TP = {a} in the rollout engine does not fit {c.heads} heads / {c.groups} KV heads "
               "(SGLang's NemotronH attention asserts at model load)",
-              f"use rollout.dp {_alts(_near(c.legal_rollout_dp(), c.rdp))} (attn_tp = gpus_per_engine/dp)")
+              _attn_fix(c))
 
 
 def _g11(c: _Ctx) -> None:
@@ -655,8 +669,8 @@ def _h3(c: _Ctx) -> None:
               f"miles overrides it to {c.W}", f"unset rollout.num_gpus (or set it to {c.W})",
               ("rollout.num_gpus", "rollout.colocate"), "warning")
     elif not c.colocate and c.num_gpus is None:
-        c.add("H3", "non-colocated rollout without rollout.num_gpus: miles' placement arithmetic has no GPU "
-              "count for the engines", f"set rollout.num_gpus (e.g. {c.W}) or rollout.colocate = true",
+        c.add("H3", f"non-colocated rollout without rollout.num_gpus: miles places the {c.W} training GPUs but "
+              "has no GPU count for the engines (its placement arithmetic fails)", f"set rollout.num_gpus (e.g. {c.W}) or rollout.colocate = true",
               ("rollout.num_gpus", "rollout.colocate"), "error")
 
 
@@ -666,11 +680,11 @@ def _h4(c: _Ctx) -> None:
         return
     if R < c.g:
         c.add("H4", f"the rollout pool has {R} GPUs, fewer than one {c.g}-GPU engine: no engine can start",
-              f"use rollout.gpus_per_engine {_alts(_near([d for d in _divisors(R)], c.g))}", severity="error")
+              f"use rollout.gpus_per_engine {_alts(_near(c.engine_sizes(R), c.g))}", severity="error")
     elif R % c.g:
         c.add("H4", f"{R} rollout GPUs do not divide into {c.g}-GPU engines: {R // c.g} engines, {R % c.g} GPUs "
               "left without a complete engine (miles floors; the launcher would assert)",
-              f"use rollout.gpus_per_engine {_alts(_near([d for d in _divisors(R) if d <= R], c.g))}",
+              f"use rollout.gpus_per_engine {_alts(_near(c.engine_sizes(R), c.g))}",
               severity="warning")
 
 
@@ -686,7 +700,7 @@ def _h6(c: _Ctx) -> None:
     elif samples < c.gbs:
         c.add("H6", f"a rollout yields {c.rbs} × {c.n} = {samples} samples, fewer than the global batch {c.gbs}: "
               f"training raises 'Not enough samples {samples} for global_batch_size {c.gbs}'",
-              f"use batch.global_batch_size ≤ {samples} (e.g. {_alts(_near([d for d in _divisors(samples)], c.gbs, 3))})",
+              f"use batch.global_batch_size {_alts(_near(_divisors(samples), c.gbs, 3))} (at most {samples})",
               ("batch.global_batch_size", "batch.rollout_batch_size", "batch.n_samples_per_prompt"), "error")
     elif samples % c.gbs:
         c.add("H6", f"{samples} samples per rollout are not a multiple of the global batch {c.gbs}: "
@@ -715,6 +729,13 @@ def _h10(c: _Ctx) -> None:
               "unset train.decoder_first_pipeline_num_layers and train.decoder_last_pipeline_num_layers")
 
 
+_LAUNCHER_FIELDS = {
+    "GPUs": ("cluster.nodes", "cluster.gpus_per_node"), "tp": ("train.tp",), "pp": ("train.pp",),
+    "ep": ("train.ep",), "etp": ("train.etp",), "gpus_per_engine": ("rollout.gpus_per_engine",),
+    "rollout dp": ("rollout.dp",), "rollout ep": ("rollout.ep",), "mem_fraction": ("rollout.mem_fraction",),
+}
+
+
 def _launcher_table(c: _Ctx) -> dict[str, tuple[Any, Any]]:
     """spec value vs. what run_nemotron_3_ultra_550b_a55b.py would use, for the values that differ."""
     if c.m.is_slice:
@@ -731,9 +752,10 @@ def _launcher_table(c: _Ctx) -> dict[str, tuple[Any, Any]]:
 def _h12(c: _Ctx) -> None:
     diff = _launcher_table(c)
     if diff:
-        shown = ", ".join(f"{k} {h} (launcher: {w})" for k, (h, w) in diff.items())
+        shown = ", ".join(f"{k} {'unset' if h is None else h} (launcher: {w})" for k, (h, w) in diff.items())
+        fields = tuple(f for k in diff for f in _LAUNCHER_FIELDS[k])
         c.add("H12", f"miles' launcher script would refuse or not offer this layout ({shown}); "
-              "ultra-console submits train.py directly, so only the rules of the real stack apply", "")
+              "ultra-console submits train.py directly, so only the rules of the real stack apply", "", fields)
 
 
 # --------------------------------------------------------------------------- M: memory (ours, §5)

@@ -246,8 +246,8 @@ class UltraConsoleApp(App[int]):
     def on_dashboard_lost(self, message: DashboardLost) -> None:
         self.dashboard_error = message.error_text
         banner = self.query_one("#banner", Static)
-        banner.update(f"Ray dashboard unreachable: {message.error_text} — retrying by itself; "
-                      "the run is not affected and the console keeps working.")
+        banner.update(f"⚠ {message.error_text} — retrying by itself; the run is not affected and "
+                      "the console keeps working.")
         banner.add_class("-shown")
         self._draw_state_line()
 

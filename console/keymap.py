@@ -120,6 +120,8 @@ register("plan", (
     BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
     BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),
     BindingSpec("plan.prev_field", "up", "prev_field", "Previous field", show=False),
+    BindingSpec("plan.page_down", "pagedown", "page(1)", "Scroll findings down", show=False),
+    BindingSpec("plan.page_up", "pageup", "page(-1)", "Scroll findings up", show=False),
 ))
 
 register("events", (

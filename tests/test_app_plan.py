@@ -144,3 +144,16 @@ async def test_copy_command_uses_clipboard(tmp_path):
         await pilot.pause()
         assert app.clipboard.startswith("ray job submit")
         assert "ultra-console-260101-120000-000" in app.clipboard
+
+
+async def test_page_keys_scroll_the_compact_plan(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        body = app.query_one("#plan-body")
+        assert body.scroll_y == 0
+        await pilot.press("pagedown")
+        await pilot.pause(0.3)
+        assert body.scroll_y > 0
+        await pilot.press("pageup")
+        await pilot.pause(0.3)
+        assert body.scroll_y == 0

@@ -290,6 +290,14 @@ class PlanView(ConsoleView):
     def action_prev_field(self) -> None:
         self.screen.focus_previous()
 
+    def action_page(self, direction: int) -> None:
+        """PgUp/PgDn scroll the findings column (the whole stacked view in the compact layout)."""
+        target = self.query_one("#plan-body" if self.app.has_class("-compact") else "#plan-right")
+        if direction > 0:
+            target.scroll_page_down()
+        else:
+            target.scroll_page_up()
+
     def action_reset(self) -> None:
         if self.variant is not None:
             self.choose_variant(self.variant.key)

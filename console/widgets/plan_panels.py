@@ -93,12 +93,13 @@ class DerivedPanel(_Panel):
         items: list[tuple[str, str]] = []
         for k, v in derived.items():
             if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
-                items.extend((f"{k}[{i}]", _fmt(x)) for i, x in enumerate(v))
+                items.extend((f"{k}[{i}]", " ".join(f"{a}={_fmt(b)}" for a, b in x.items()))
+                             for i, x in enumerate(v))
             else:
                 items.append((str(k), _fmt(v)))
         table = Table.grid(padding=(0, 2))
         table.add_column(style="dim", no_wrap=True)
-        table.add_column()
+        table.add_column(no_wrap=True, overflow="ellipsis")
         for k, v in items:
             table.add_row(k.replace("_", " "), v)
         if not items:
