@@ -337,15 +337,8 @@ def test_derive_full_model_reproduces_constraints_md() -> None:
     assert b[0] == pytest.approx(5.550, abs=5e-4) and b[3] == pytest.approx(5.550, abs=5e-4)
     assert b[1] == pytest.approx(5.416, abs=5e-4) and b[2] == pytest.approx(5.416, abs=5e-4)
     assert d["params_per_gpu"][0] == 5_549_973_632  # §5.2 table, exactly
-    assert d["weights_gb_per_gpu"] == pytest.approx(11.10, abs=0.01)
-    assert d["grads_gb_per_gpu"] == pytest.approx(22.20, abs=0.01)
-    assert d["weights_grads_gb_per_gpu"] == pytest.approx(33.3, abs=0.05)
-    assert d["host_adam_gb_per_gpu"] == pytest.approx(52.9, abs=0.05)
-    assert d["host_adam_gb_per_node"] == pytest.approx(423, abs=0.5)
-    assert d["host_grad_copies_gb_per_gpu"] == pytest.approx(17.6, abs=0.05)
     assert 42 <= d["rollout_weights_gb_per_gpu"] <= 44  # §5.4: ≈ 21–22 B params
     assert d["rollout_static_gb_per_gpu"] == pytest.approx(98.7)
-    assert d["model_params_b"] == pytest.approx(549.31, abs=0.01)
 
 
 def test_derive_slice_reproduces_constraints_md() -> None:
@@ -355,12 +348,24 @@ def test_derive_slice_reproduces_constraints_md() -> None:
     assert [(s["layers"], s["M"], s["E"], s["*"]) for s in d["stages"]] == [(4, 1, 2, 1)]
     assert (d["rollout_engines"], d["rollout_nodes_per_engine"], d["attn_tp"]) == (1, 1, 4)
     assert d["params_per_gpu_max_b"] == pytest.approx(5.803, abs=5e-4)
-    assert d["weights_gb_per_gpu"] == pytest.approx(11.61, abs=0.01)
-    assert d["grads_gb_per_gpu"] == pytest.approx(23.21, abs=0.01)
-    assert d["host_adam_gb_per_gpu"] == pytest.approx(36.9, abs=0.05)
-    assert d["host_adam_gb_per_node"] == pytest.approx(295, abs=0.5)
-    assert d["host_grad_copies_gb_per_gpu"] == pytest.approx(12.3, abs=0.05)
-    assert d["model_params_b"] == pytest.approx(24.59, abs=0.01)
+
+
+# §5.2 (full) and §5.3 (slice): (derived key, preset, value, tolerance)
+MEMORY = [
+    ("weights_gb_per_gpu", FULL, 11.10, 0.01), ("grads_gb_per_gpu", FULL, 22.20, 0.01),
+    ("weights_grads_gb_per_gpu", FULL, 33.3, 0.05), ("host_adam_gb_per_gpu", FULL, 52.9, 0.05),
+    ("host_adam_gb_per_node", FULL, 423, 0.5), ("host_grad_copies_gb_per_gpu", FULL, 17.6, 0.05),
+    ("model_params_b", FULL, 549.31, 0.01),
+    ("weights_gb_per_gpu", SLICE, 11.61, 0.01), ("grads_gb_per_gpu", SLICE, 23.21, 0.01),
+    ("weights_grads_gb_per_gpu", SLICE, 34.8, 0.05), ("host_adam_gb_per_gpu", SLICE, 36.9, 0.05),
+    ("host_adam_gb_per_node", SLICE, 295, 0.5), ("host_grad_copies_gb_per_gpu", SLICE, 12.3, 0.05),
+    ("model_params_b", SLICE, 24.59, 0.01),
+]
+
+
+@pytest.mark.parametrize(("key", "preset", "value", "tol"), MEMORY, ids=[f"{m[1][-6:]}-{m[0]}" for m in MEMORY])
+def test_derive_memory_matches_constraints_md(key: str, preset: str, value: float, tol: float) -> None:
+    assert derive(make(preset))[key] == pytest.approx(value, abs=tol)
 
 
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
