@@ -44,6 +44,8 @@ layouts = st.fixed_dictionaries({
         "ep": st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, 128]), "etp": st.sampled_from([None, 1, 1, 2, 4, 8]),
         "vpp": st.sampled_from([None, None, None, 2, 3]), "sequence_parallel": st.sampled_from([None, None, True, False]),
         "micro_batch_size": st.sampled_from([1, 1, 2, 3]),
+        "decoder_first_pipeline_num_layers": st.sampled_from([None] * 6 + [0, 1, 26, 27]),
+        "decoder_last_pipeline_num_layers": st.sampled_from([None] * 6 + [1, 3, 27]),
     }),
     "rollout": st.fixed_dictionaries({
         "gpus_per_engine": st.sampled_from([1, 2, 3, 4, 8, 12, 16, 20, 24, 32, 64]),
@@ -96,6 +98,17 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         add("D7")
         if pp > 1 and L % pp == 0 and (L // pp) % t.vpp:
             add("C3")
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    uneven = first is not None or last is not None
+    if uneven and pp == 1:
+        add("H10")
+    if uneven and pp > 1:
+        add("D7", "error" if L % pp else "warning")
+        given = [x for x in (first, last) if x is not None]
+        mid_stages, mid_layers = pp - len(given), L - sum(given)
+        if any(x <= 0 for x in given) or mid_layers < 0 or (mid_stages == 0) != (mid_layers == 0) or (
+                mid_stages > 0 and mid_layers % mid_stages):
+            add("B7")
     if HEADS % tp:
         add("B1")
     if GROUPS % tp and tp % GROUPS:
@@ -104,7 +117,7 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         add("B4", "warning")
     if tp > 1 and not sp:
         add("E2")
-    if L % pp:
+    if L % pp and not uneven:
         add("C2")
     if ep > 1 and EXPERTS % ep:
         add("C4")
