@@ -78,6 +78,8 @@ class StateLine(Static):
     StateLine { dock: top; height: 1; background: $panel; color: $foreground; padding: 0 1; }
     """
 
+    _drawn = ""
+
     def draw(self, app: UltraConsoleApp) -> None:
         text = Text()
         text.append("ultra-console", "bold")
@@ -94,7 +96,9 @@ class StateLine(Static):
             text.append("  alerts: ", "dim").append(str(app.alert_count), "bold red")
         if app.dashboard_error is not None:
             text.append("  dashboard: ", "dim").append("LOST", "bold red")
-        self.update(text, layout=False)
+        if text.markup != self._drawn:  # Textual would resend an identical line
+            self._drawn = text.markup
+            self.update(text, layout=False)
 
 
 class UltraConsoleApp(App[int]):

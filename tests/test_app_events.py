@@ -5,6 +5,7 @@ from __future__ import annotations
 from app_helpers import AUDIT_ROWS, make_app, write_audit
 from textual.widgets import DataTable
 
+from backend.alerts import Alert
 from backend.audit import AuditLog
 from console.app import StateLine
 from console.messages import AlertsChanged, AuditChanged
@@ -23,12 +24,13 @@ async def test_alerts_and_audit_are_shown(tmp_path):
         alerts = app.query_one("#alerts", DataTable)
         assert not alerts.display
         app.post_message(AlertsChanged([
-            {"id": "kl-spike", "severity": "warning", "message": "train/ppo_kl jumped 8x", "step": 12},
+            Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
             {"id": "stall", "severity": "error", "message": "rollout stalled 6x its median", "step": None},
         ]))
         await pilot.pause()
         assert alerts.display and alerts.row_count == 2
-        assert "train/ppo_kl" in str(alerts.get_row_at(0)[2])
+        assert str(alerts.get_row_at(0)[2]) == "train/ppo_kl jumped 8x  (×3)"
+        assert alerts.get_row_at(0)[1] == "12"
         assert "alerts: 2" in str(app.query_one(StateLine).content)
 
 

@@ -41,7 +41,8 @@ def test_pipe_is_not_a_terminal():
         os.close(w)
 
 
-def test_real_binary_exits_when_its_pty_hangs_up(tmp_path):
+def _spawn(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The real `ultra-console` on a fresh 80x24 pty (no Ray reachable); returns (process, pty master)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEXTUAL", "PYTEST"))}
@@ -51,13 +52,42 @@ def test_real_binary_exits_when_its_pty_hangs_up(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "console.cli"], stdin=slave, stdout=slave, stderr=slave,
                             env=env, cwd=ROOT, start_new_session=True, close_fds=True)
     os.close(slave)
+    return proc, master
+
+
+def _read_until(master: int, needle: bytes, timeout: float = 30) -> bytes:
+    seen, deadline = b"", time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_q_quits_and_says_the_run_keeps_going(tmp_path):
+    proc, master = _spawn(tmp_path)
     try:
-        seen, deadline = b"", time.monotonic() + 30
-        while b"Preflight" not in seen and time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                seen += os.read(master, 65536)
-        assert b"Preflight" in seen, "the app never drew its first frame"
+        assert b"Preflight" in _read_until(master, b"Preflight"), "the app never drew its first frame"
+        os.write(master, b"q")
+        assert b"the run keeps going on Ray" in _read_until(master, b"keeps going")
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_real_binary_exits_when_its_pty_hangs_up(tmp_path):
+    proc, master = _spawn(tmp_path)
+    try:
+        assert b"Preflight" in _read_until(master, b"Preflight"), "the app never drew its first frame"
         os.close(master)
         master = -1
         assert proc.wait(timeout=15) == 0

@@ -79,8 +79,12 @@ class EventsView(ConsoleView):
         for item in self.alerts:
             sev = str(_field(item, "severity", "info"))
             step = _field(item, "step", None)
+            if isinstance(step, float) and step.is_integer():
+                step = int(step)
+            count = _field(item, "count", 1) or 1
+            message = str(_field(item, "message")) + (f"  (×{count})" if count > 1 else "")
             table.add_row(Text(sev, SEVERITY_STYLE.get(sev, "")), "" if step is None else str(step),
-                          Text(str(_field(item, "message"))), str(_field(item, "id")))
+                          Text(message), str(_field(item, "id")))
         table.display = bool(self.alerts)
         self.query_one("#no-alerts").display = not self.alerts
         self.query_one("#alerts-title", Static).update(f"Alerts ({len(self.alerts)})")
