@@ -221,9 +221,6 @@ class UltraConsoleApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.keymap_overrides, self.readonly))
 
-    def action_quit_console(self) -> None:
-        self.exit(0)
-
     async def run_binding(self, binding_id: str) -> None:
         """Run a keymap action by id (the palette's entry point): switch to its view, then act."""
         spec = next((s for s in keymap.specs() if s.id == binding_id), None)

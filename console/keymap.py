@@ -110,7 +110,7 @@ register(APP, (
     BindingSpec("app.back", "escape", "back", "Back", show=False),
     BindingSpec("app.help", "question_mark", "help", "Help"),
     BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
-    BindingSpec("app.quit", "q", "quit_console", "Quit"),
+    BindingSpec("app.quit", "q", "quit", "Quit"),
 ))
 
 register("plan", (

@@ -139,3 +139,27 @@ async def test_quit_key_exits(tmp_path):
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_readonly_hides_every_mutating_key(tmp_path):
+    from console import keymap
+
+    app = make_app(tmp_path, readonly=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        mutating = [s for s in keymap.specs() if s.mutates]
+        assert {s.id for s in mutating} >= {"plan.launch"}
+        for spec in mutating:
+            scope = keymap.scope_of(spec.id)
+            await pilot.press({"plan": "1", "run": "2", "logs": "3", "events": "4"}[scope])
+            app.view(scope).focus()
+            await pilot.pause()
+            assert spec.key not in app.screen.active_bindings, spec.id
+        assert "READ-ONLY" in str(app.query_one(StateLine).content)
+
+
+async def test_ctrl_c_hints_at_the_quit_key(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert any("to quit" in n.message for n in app._notifications)
