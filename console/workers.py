@@ -8,7 +8,8 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              through the same controller, so its new job is picked up here too.
 - logs:      for the attached job, rebuild the history from Ray (progress posted as it goes), then
              follow the live log into the LogStore. Appends are batched (<= 10 posts/s).
-- metrics:   the store feeds backend.metrics through its listener; MetricsArrived at most 2/s.
+- metrics:   the store feeds backend.monitor.RunMonitor (metrics, facts, alerts) through its listener;
+             MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
 - telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
 """
 
@@ -23,15 +24,14 @@ from typing import Any
 
 from textual.app import App
 
-from backend.alerts import AlertEngine
 from backend.errors import ConsoleError
 from backend.job_identity import active_runs
 from backend.logs import LogStore
-from backend.metrics import MetricsCollector
+from backend.monitor import RunMonitor
 from backend.ray_api import JobInfo, RayClient
 from backend.run import NoRunFound, RunController, RunEvent
 from backend.series import SeriesSet
-from backend.signals import RunFacts, derive
+from backend.signals import derive
 from backend.telemetry import TelemetryPoller
 from console.messages import (
     AlertsChanged,
@@ -49,6 +49,7 @@ TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
 METRICS_EVERY_S = 0.5
 HISTORY_BATCH_LINES = 20_000
+TICK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,7 @@ class Runtime:
         self.controller: RunController = controller
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
-        self.collector: MetricsCollector | None = None
-        self.facts = RunFacts()
-        self.alerts: AlertEngine | None = None
+        self.monitor: RunMonitor | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -117,19 +116,13 @@ class Runtime:
         if self.store is not None:
             self.store.close()
         self.store = LogStore(self.spool_dir, run_id=job_id)
-        collector = self.collector = MetricsCollector()
-        self.facts = RunFacts()
         try:
-            engine: AlertEngine | None = AlertEngine()
-        except ConsoleError as err:  # a broken alert rules file: say so, keep the console working
-            self.post(Notice(f"alerts are off: {err}", "warning"))
-            engine = None
-        self.alerts = engine
-        self.store.subscribe(lambda _first, _count, text: self.facts.scan_text(text))
-        self.store.subscribe(collector.on_log_lines)
-        if engine is not None:
-            self.store.subscribe(engine.on_log_lines)
-            collector.subscribe(lambda point: engine.on_point(point, collector.series.get(point.key)))
+            self.monitor = RunMonitor()
+        except ConsoleError as err:  # e.g. a broken alert rules file: say so, keep the console working
+            self.post(Notice(f"metrics and alerts are off: {err}", "warning"))
+            self.monitor = None
+        if self.monitor is not None:
+            self.store.subscribe(self.monitor.on_log_lines)
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0
@@ -140,21 +133,24 @@ class Runtime:
         return self.store
 
     def maybe_post_metrics(self, force: bool = False) -> None:
-        collector = self.collector
-        if collector is None:
+        monitor = self.monitor
+        if monitor is None:
             return
+        collector = monitor.collector
         seen = sum(collector.records.values())
         now = time.monotonic()
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
-            self.post(MetricsArrived(MetricsView(collector.series, derive(collector, self.facts, None, time.time()))))
+            derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
+            self.post(MetricsArrived(MetricsView(collector.series, derived)))
         self.maybe_post_alerts()
 
     def maybe_post_alerts(self) -> None:
-        if self.alerts is not None and len(self.alerts.alerts) != self._alerts_posted:
-            self._alerts_posted = len(self.alerts.alerts)
-            self.post(AlertsChanged(self.alerts.alerts))
+        monitor = self.monitor
+        if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
+            self._alerts_posted = len(monitor.alerts.alerts)
+            self.post(AlertsChanged(monitor.alerts.alerts))
 
 
 def wants_telemetry(app: App[Any]) -> bool:
@@ -175,6 +171,8 @@ def start_workers(app: App[Any]) -> Runtime:
                    description="cluster telemetry")
     app.run_worker(_run(runtime, getattr(app, "job", None)), group="run", exclusive=True, exit_on_error=False,
                    description="attach and watch the run")
+    app.run_worker(_ticks(runtime), group="ticks", exclusive=True, exit_on_error=False,
+                   description="time-based alerts and derived signals")
     return runtime
 
 
@@ -183,8 +181,8 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
         status = run_status(event)
         if status is not None:
             rt.post(RunStateChanged(status))
-        if event.job is not None and rt.alerts is not None and event.job.id == rt.job_id:
-            rt.alerts.on_job_status(event.job.status, event.job.message)
+        if event.job is not None and rt.monitor is not None and event.job.id == rt.job_id:
+            rt.monitor.on_job_status(event.job.status, event.job.message)
             rt.maybe_post_alerts()
         if event.job is not None and event.job.id != rt.job_id:
             rt.app.run_worker(_logs(rt, event.job), group="logs", exclusive=True, exit_on_error=False,
@@ -271,6 +269,15 @@ async def _append(rt: Runtime, store: LogStore, lines: list[str], *, threaded: b
     return len(lines)
 
 
+async def _ticks(rt: Runtime) -> None:
+    """Every few seconds: the monitor's time-based checks (a stalled run) and fresh derived numbers."""
+    while True:
+        await asyncio.sleep(TICK_S)
+        if rt.monitor is not None:
+            rt.monitor.tick()
+            rt.maybe_post_alerts()
+
+
 async def _telemetry(rt: Runtime) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
     poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
@@ -292,4 +299,8 @@ async def _telemetry(rt: Runtime) -> None:
             lost = False
             rt.post(DashboardBack())
         rt.post(SnapshotArrived(snap))
+        if rt.monitor is not None:
+            for node in snap.dead_nodes:
+                rt.monitor.on_node_dead(node.node_id, node.death_reason)
+            rt.maybe_post_alerts()
         await asyncio.sleep(max(0.1, TELEMETRY_INTERVAL_S - (time.monotonic() - started)))
