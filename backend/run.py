@@ -41,7 +41,7 @@ from typing import Any, Literal
 from backend.audit import AuditLog
 from backend.errors import ConsoleError, RefusedError
 from backend.job_identity import CLEANUP_KEY, active_runs, is_run, job_kind, latest_run, run_id_of
-from backend.ray_api import DashboardUnreachable, JobInfo, RayClient
+from backend.ray_api import DashboardUnreachable, JobInfo, RayApiError, RayClient
 from backend.recipe import RunSpec
 from backend.telemetry import ClusterSnapshot, snapshot
 
@@ -299,6 +299,7 @@ class RunController:
         self.job, self.state, self._stop_requested = None, RunState.SUBMITTING, False
         await self._emit(RunEvent("state", RunState.SUBMITTING, None, f"submitting {sub.submission_id}"))
         try:
+            await self._upload_packages(sub.runtime_env)
             sid = await self.client.submit(sub.to_ray_payload())
         except ConsoleError as err:
             self.audit.record("launch", job=sub.submission_id, command=sub.shell(), result=f"refused by Ray: {err}",
@@ -311,6 +312,23 @@ class RunController:
         job = await self.client.get_job(sid)
         await self._set(job)
         return job
+
+    async def _upload_packages(self, runtime_env: dict[str, Any]) -> None:
+        """Upload the shim's `gcs://` py_modules package unless the cluster has it already (Ray's own
+        client does this before a submit; over plain HTTP it is ours to do)."""
+        import shim
+
+        uri, data = shim.package()
+        if uri not in (runtime_env.get("py_modules") or []):
+            return
+        path = shim.upload_path(uri)
+        try:
+            await self.client._send("GET", path, what=f"package {uri}")
+            return
+        except RayApiError as err:
+            if err.status != 404:
+                raise
+        await self.client._send("PUT", path, content=data, what=f"the upload of package {uri}")
 
     # ---------------------------------------------------------------- abort
     async def abort(self) -> AbortOutcome:
