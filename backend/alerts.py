@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.metrics import Point
+from backend.metrics import Point, lines_containing
 from backend.series import Series
 
 if sys.version_info >= (3, 11):
@@ -235,21 +235,22 @@ class AlertEngine:
     # ------------------------------------------------------------------ log rules
 
     def on_log_text(self, text: str) -> list[Alert]:
-        """Scan sanitised complete lines for the shim's failure and report lines."""
+        """Scan sanitised complete lines for the shim's failure and report lines (str.find first)."""
         fired = []
-        if "nemotron_h" in text:
+        for line in lines_containing(text, "nemotron_h"):
             for rule in self._log_rules:
                 assert rule.pattern is not None
-                for m in rule.pattern.finditer(text):
-                    line_start = text.rfind("\n", 0, m.start()) + 1
-                    prefix = _LINE_PREFIX.match(text, line_start)
-                    actor = prefix["prefix"] if prefix else "driver"
-                    reason = (m.groupdict().get("reason") or "").strip()[:200] or "no reason given"
-                    alert = self._fire(rule, {"reason": reason, "actor": actor}, key=actor, once=(rule.id, actor))
-                    if alert:
-                        fired.append(alert)
-        if "ultra-console shim:" in text:
-            fired.extend(self._shim_fields(text))
+                m = rule.pattern.search(line)
+                if m is None:
+                    continue
+                prefix = _LINE_PREFIX.match(line)
+                actor = prefix["prefix"] if prefix else "driver"
+                reason = (m.groupdict().get("reason") or "").strip()[:200] or "no reason given"
+                alert = self._fire(rule, {"reason": reason, "actor": actor}, key=actor, once=(rule.id, actor))
+                if alert:
+                    fired.append(alert)
+        for line in lines_containing(text, "ultra-console shim: applied"):
+            fired.extend(self._shim_fields(line))
         return fired
 
     def on_log_lines(self, first: int, count: int, text: str) -> None:
@@ -258,7 +259,7 @@ class AlertEngine:
 
     def _shim_fields(self, text: str) -> list[Alert]:
         rule, fired = self._rule("shim_fields"), []
-        for m in _SHIM_LINE.finditer(text):
+        for m in _SHIM_LINE.finditer(text):  # one line, from on_log_text
             actor = m["prefix"] or "driver"
             try:
                 fields = json.loads(m["fields"])

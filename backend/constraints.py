@@ -144,6 +144,7 @@ class _Ctx:
         "osb",
         "out",
         "overlap",
+        "overlap_p2p",
         "pattern",
         "pos_emb",
         "pp",
@@ -162,7 +163,9 @@ class _Ctx:
         "steps",
         "topk_group",
         "tp",
+        "uneven_args",
         "vpp",
+        "vpp_raw",
     )
 
     def __init__(self, spec: RunSpec) -> None:
@@ -176,11 +179,14 @@ class _Ctx:
         self.tp, self.pp, self.cp, self.ep = t.tp, t.pp, t.cp, t.ep
         self.etp_raw = t.etp
         self.etp = t.etp if t.etp is not None else t.tp  # Megatron's validate_args default
-        self.vpp = t.vpp
+        self.vpp_raw = t.vpp
+        self.vpp = t.vpp if t.vpp is not None and t.vpp > 1 else None  # validate_args: 1 ⇒ no interleaving
         self.sp_raw = t.sequence_parallel
         self.sp_req = t.tp > 1 if t.sequence_parallel is None else t.sequence_parallel
         self.sp = self.sp_req and t.tp > 1
         self.first, self.last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+        # validate_args runs its even-split check (C2) only without these flags
+        self.uneven_args = self.first is not None or self.last is not None or t.vpp is not None
         self.rec_gran, self.rec_method, self.rec_n = t.recompute_granularity, t.recompute_method, t.recompute_num_layers
         self.mbs, self.dyn = t.micro_batch_size, t.use_dynamic_batch_size
         self.overlap, self.dispatcher = t.moe_shared_expert_overlap, t.moe_token_dispatcher
@@ -198,7 +204,9 @@ class _Ctx:
         self.keep_mtp = bool(env.get(KEEP_MTP_ENV))
         self.cdmc = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
         self.extra_args = spec.run.extra_args
-        self.enable_mtp_flag = "--enable-mtp-training" in spec.run.extra_args.split()
+        flags = spec.run.extra_args.split()
+        self.enable_mtp_flag = "--enable-mtp-training" in flags
+        self.overlap_p2p = "--no-overlap-p2p-communication" not in flags
         self.offload = spec.optimizer.cpu_offload
         self.g, self.rep, self.rdp, self.dpa = r.gpus_per_engine, r.ep, r.dp, r.enable_dp_attention
         self.mem_fraction, self.num_gpus, self.colocate = r.mem_fraction, r.num_gpus, r.colocate
@@ -330,23 +338,34 @@ def _b4(c: _Ctx) -> None:
 
 
 def _b7(c: _Ctx) -> None:
-    first, last, L, pp = c.first, c.last, c.layers, c.pp
-    if (first is None and last is None) or pp <= 1:
+    """TransformerConfig's uneven-PP arithmetic, step for step (it runs even at PP = 1)."""
+    first, last, vpp = c.first, c.last, c.vpp
+    if first is None and last is None:
         return
     fields = ("train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers", "train.pp")
+    layers, stages = c.layers, c.pp
     for name, val in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
-        if val is not None and val <= 0:
+        if val is None:
+            continue
+        if val <= 0:
             c.add("B7", f"train.{name} = {val}: a pipeline stage must hold at least one layer",
-                  f"set train.{name} to 1..{L - 1} or unset it", fields)
+                  f"set train.{name} to 1..{c.layers - 1} or unset it", fields)
             return
-    middle_stages = pp - (first is not None) - (last is not None)
-    middle_layers = L - (first or 0) - (last or 0)
-    if middle_layers < 0 or (middle_stages == 0) != (middle_layers == 0) or (
-            middle_stages and middle_layers % middle_stages):
-        c.add("B7", f"{L} layers with first stage {first} and last stage {last} leave {middle_layers} layers for "
-              f"{middle_stages} middle stage(s) of PP = {pp}: they must split evenly",
-              f"pick first/last so that {L} − first − last is a multiple of {max(middle_stages, 1)}, "
-              "or unset both (miles' fork ignores them anyway, see D7)", fields)
+        if vpp is not None and val % vpp:
+            c.add("B7", f"train.{name} = {val} is not divisible by the virtual pipeline degree {vpp}",
+                  "unset train.vpp (D7)", (*fields, "train.vpp"))
+            return
+        layers -= val
+        stages -= 1
+    fix = (f"pick first/last so that {c.layers} − first − last splits evenly over the middle stages, or unset "
+           "both (miles' fork ignores them anyway, see D7)")
+    what = (f"{c.layers} layers with first stage {first} and last stage {last} leave {layers} layers for "
+            f"{stages} middle stage(s) of PP = {c.pp}")
+    if bool(layers) != bool(stages):
+        c.add("B7", f"{what}: 'Mismatch: {layers} middle layers remaining but {stages} middle PP stages "
+              "available'", fix, fields)
+    elif stages and layers % stages:
+        c.add("B7", f"{what}: they must split evenly", fix, fields)
 
 
 def _b10(c: _Ctx) -> None:
@@ -406,18 +425,18 @@ def _b14(c: _Ctx) -> None:
 # --------------------------------------------------------------------------- C: validate_args
 
 def _c2(c: _Ctx) -> None:
-    if c.first is None and c.last is None and c.layers % c.pp:
+    if not c.uneven_args and c.layers % c.pp:
         c.add("C2", f"{c.layers} layers do not split evenly over PP = {c.pp} "
               "('Number of layers should be divisible by the pipeline-model-parallel size')",
               f"use train.pp {_alts(_near(c.legal_pp(), c.pp))}")
 
 
 def _c3(c: _Ctx) -> None:
-    if c.vpp is not None and c.pp > 1 and c.layers % c.pp == 0 and (c.layers // c.pp) % c.vpp:
-        per = c.layers // c.pp
-        c.add("C3", f"{per} layers per stage do not split into train.vpp = {c.vpp} virtual stages",
-              "unset train.vpp: the hybrid stack forbids VPP anyway (D7); Megatron alone would accept "
-              f"{_alts(_near([v for v in _divisors(per) if v > 1], c.vpp))}")
+    need = 1 if c.overlap_p2p else 2
+    if c.vpp is not None and c.pp <= need:
+        why = "" if c.overlap_p2p else " with p2p overlap disabled"
+        c.add("C3", f"train.vpp = {c.vpp} with PP = {c.pp}: validate_args requires PP > {need} for an interleaved "
+              f"schedule{why}", "unset train.vpp (the hybrid stack forbids VPP anyway, see D7)")
 
 
 def _c4(c: _Ctx) -> None:
@@ -492,15 +511,16 @@ def _d7(c: _Ctx) -> None:
         c.add("D7", f"train.vpp = {c.vpp}: the Mamba hybrid stack does not support virtual/interleaved pipeline "
               "parallelism (neither does Megatron-Bridge's hybrid provider)", "unset train.vpp",
               ("train.vpp",))
-    if (c.first is not None or c.last is not None) and c.pp > 1:
+    if c.uneven_args and c.pp > 1:
         per = c.layers // c.pp
         fields = ("train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers", "train.pp")
         if c.layers % c.pp:
-            c.add("D7", f"{c.layers} layers over PP = {c.pp}: miles' Megatron fork ignores first/last-stage sizes "
-                  f"for the Mamba stack and gives every stage ⌊{c.layers}/{c.pp}⌋ = {per} layers, dropping the last "
-                  f"{c.layers - per * c.pp}", f"use train.pp {_alts(_near(c.legal_pp(), c.pp))} and unset the "
-                  "first/last-stage sizes", (*fields, "model.num_layers"))
-        else:
+            c.add("D7", f"{c.layers} layers over PP = {c.pp}: with first/last-stage sizes or train.vpp given, "
+                  "validate_args skips its even-split check, and the Mamba stack of miles' Megatron fork gives "
+                  f"every stage ⌊{c.layers}/{c.pp}⌋ = {per} layers, dropping the last {c.layers - per * c.pp}",
+                  f"use train.pp {_alts(_near(c.legal_pp(), c.pp))} and unset the first/last-stage sizes and "
+                  "train.vpp", (*fields, "train.vpp", "model.num_layers"))
+        elif c.first is not None or c.last is not None:
             c.add("D7", f"first/last-stage sizes ({c.first}/{c.last}) are ignored by the Mamba stack of miles' "
                   f"Megatron fork: every stage gets {per} layers", "unset "
                   "train.decoder_first_pipeline_num_layers and train.decoder_last_pipeline_num_layers",

@@ -14,7 +14,6 @@ the ip; we call that node "head") and miles' bracket `[2026-08-21 10:21:07.512 a
 
 from __future__ import annotations
 
-import codecs
 import itertools
 import operator
 import os
@@ -27,34 +26,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import ConsoleError
-from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, sanitize_text
+from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
 
 HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on the driver's node)
 
-# One match per line start (an empty one when the line has no Ray prefix): group 1 is the prefix inside
-# the parentheses, with autoscaler's changing clock cut off so it maps to a single source.
-_SOURCE_KEYS = re.compile(
-    r"^(?:\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?|autoscaler(?= \+))[^()\n]*\) )?",
-    re.MULTILINE,
-)
+# A line's Ray prefix, as `bytes.partition(b") ")` cuts it: group 1 is the text inside the parentheses.
+_PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?)")
+_FIRST = operator.itemgetter(0)
 _PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
 _BRACKET = re.compile(
     r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<proc>[^\]\s]+)\] (?:(?P<file>[^:\s]+):(?P<lineno>\d+) - )?"
 )
+_BRACKET_AT = re.compile(_BRACKET.pattern[1:])  # the same, usable with match(text, pos)
 _RANK = re.compile(r"_rank(\d+)$")
-_REPEATED = re.compile(
-    r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$", re.MULTILINE
-)
+_REPEATED = re.compile(rb" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?(?=\n|$)")
 # Level is a heuristic: miles prints no level name, so look for the words that errors and warnings carry.
 _LEVELS = re.compile(
-    r"(?P<error>\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): )"
+    r"(?P<error>\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b\w*(?:Error|Exception): )"
     r"|(?P<warning>\b(?:WARNING|WARN)\b|\b\w*Warning: )"
 )
 LEVEL_NAMES = ("info", "warning", "error")
+# Literal pieces of every _LEVELS match: found with bytes.find (fast) before the regex confirms a line.
+_LEVEL_HINTS = (b"ERROR", b"CRITICAL", b"FATAL", b"Traceback (most recent call last)", b"Error: ", b"Exception: ",
+                b"WARN", b"Warning: ")
 _LEVEL_CODES = {name: code for code, name in enumerate(LEVEL_NAMES)}
 _MAX_SOURCES = 65535
-_LEARN_CHUNKS = 64
+_LEARN_CHUNKS = 16
 
 
 class LogStoreError(ConsoleError):
@@ -147,16 +145,57 @@ def _parse_inner(inner: str) -> tuple[str | None, int | None, str | None]:
     return m["actor"], int(m["pid"]), m["ip"]
 
 
+def level_of(text: str) -> int:
+    """0 info, 1 warning, 2 error: a heuristic, since miles prints no level name."""
+    code = 0
+    for m in _LEVELS.finditer(text):
+        if m.lastgroup == "error":
+            return 2
+        code = 1
+    return code
+
+
+def _level_lines(block: bytes, first: int) -> dict[int, int]:
+    """Line index -> level code for the lines of `block` (starting at line `first`) that are not info."""
+    starts: set[int] = set()
+    for hint in _LEVEL_HINTS:
+        pos = block.find(hint)
+        while pos >= 0:
+            starts.add(block.rfind(b"\n", 0, pos) + 1)
+            pos = block.find(hint, pos + 1)
+    out: dict[int, int] = {}
+    line, last = first, 0
+    for start in sorted(starts):
+        line += block.count(b"\n", last, start)
+        last = start
+        end = block.find(b"\n", start)
+        code = level_of(block[start : end if end >= 0 else len(block)].decode("utf-8", errors="replace"))
+        if code:
+            out[line] = code
+    return out
+
+
+def _cap_bytes(line: bytes, cap: int) -> bytes:
+    return line if len(line) <= cap else cap_line(line.decode("utf-8", errors="replace"), cap).encode("utf-8")
+
+
 class _SourceIds(dict):
-    """prefix -> small id; a miss registers the new source."""
+    """Ray prefix bytes (`(Actor pid=1, ip=x`, as cut at the first ") ") -> small source id.
+
+    A miss registers a new source if the text really is a Ray prefix; anything else (a driver line, a
+    line that merely contains ") ") is the driver's source 0 and is not remembered, so the dict stays small.
+    """
 
     def __init__(self, store: LogStore) -> None:
         super().__init__()
         self._store = store
 
-    def __missing__(self, prefix: str) -> int:
-        sid = self._store._register_source(prefix)
-        self[prefix] = sid
+    def __missing__(self, key: bytes) -> int:
+        m = _PREFIX_KEY.fullmatch(key)
+        if m is None:
+            return 0
+        sid = self._store._register_source(m.group(1).decode("utf-8", errors="replace"))
+        self[key] = sid
         return sid
 
 
@@ -183,15 +222,13 @@ class LogStore:
         except OSError as err:
             raise LogStoreError(f"cannot create the log spool {self.path}: {err.strerror}") from None
         self.line_cap = line_cap
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._pending = b""
         self._pending_dropped = 0
         self._offsets = array("Q", [0])  # start of line i; one extra entry: the end of the spool
         self._src = array("H")
-        self._levels = bytearray()
         self._repeats: dict[int, int] = {}
         self._n = 0  # lines published to readers (their bytes are in the spool)
-        self._sources: list[Source] = []
+        self._sources: list[Source] = [Source(0, "", None, None, None, "main", None)]
         self._source_ids = _SourceIds(self)
         self._unnamed: dict[int, int] = {}  # source -> chunks left to learn its bracket name from
         self._write_lock = threading.Lock()
@@ -205,89 +242,86 @@ class LogStore:
     # ------------------------------------------------------------------ writing
 
     def append(self, chunk: bytes | str) -> int:
-        """Add a piece of log; split anywhere. Complete lines are stored, a partial last line waits.
-
-        Returns how many lines became readable.
+        """Add a piece of log, split anywhere (even inside a UTF-8 character). Complete lines are stored;
+        a partial last line waits for its newline. Returns how many lines became readable.
         """
+        data = chunk.encode("utf-8", errors="replace") if isinstance(chunk, str) else bytes(chunk)
+        if not data:
+            return 0
         with self._write_lock:
-            text = self._decoder.decode(chunk) if isinstance(chunk, bytes | bytearray | memoryview) else chunk
-            if not text:
-                return 0
-            cut = text.rfind("\n")
+            cut = data.rfind(b"\n")
             if cut < 0:
-                self._hold(text)
+                self._hold(data)
                 return 0
-            head, tail = text[: cut + 1], text[cut + 1 :]
+            head, tail = data[: cut + 1], data[cut + 1 :]
             if self._pending or self._pending_dropped:
                 head = self._join_pending(head)
-            self._pending = ""
+            self._pending = b""
             self._hold(tail)
             return self._ingest(head)
 
     def flush(self) -> int:
         """Store the partial last line too (end of the log)."""
         with self._write_lock:
-            rest = self._decoder.decode(b"", final=True)
-            self._hold(rest)
             if not self._pending and not self._pending_dropped:
                 return 0
-            head = self._join_pending("\n")
-            self._pending = ""
+            head = self._join_pending(b"\n")
+            self._pending = b""
             return self._ingest(head)
 
-    def _hold(self, text: str) -> None:
+    def _hold(self, data: bytes) -> None:
         """Keep a partial line, bounded: a progress bar keeps its last state, anything else its head."""
-        if not text:
+        if not data:
             return
         if self._pending_dropped:
-            self._pending_dropped += len(text)
+            self._pending_dropped += len(data)
             return
-        self._pending += text
+        self._pending += data
         limit = 4 * self.line_cap
         if len(self._pending) > limit:
-            last_cr = self._pending.rfind("\r", 0, len(self._pending) - 1)
+            last_cr = self._pending.rfind(b"\r", 0, len(self._pending) - 1)
             if last_cr >= 0 and len(self._pending) - last_cr - 1 <= limit:
                 self._pending = self._pending[last_cr + 1 :]
             else:
                 self._pending_dropped = len(self._pending) - self.line_cap
                 self._pending = self._pending[: self.line_cap]
 
-    def _join_pending(self, head: str) -> str:
-        first_nl = head.find("\n")
+    def _join_pending(self, head: bytes) -> bytes:
         if self._pending_dropped:
+            first_nl = head.find(b"\n")
             dropped = self._pending_dropped + first_nl
             self._pending_dropped = 0
-            first = sanitize_text(self._pending)[: self.line_cap] + TRUNCATION_MARK.format(n=dropped)
+            first = self._pending[: self.line_cap] + TRUNCATION_MARK.format(n=dropped).encode()
             return first + head[first_nl:]
         return self._pending + head
 
-    def _ingest(self, text: str) -> int:
-        """Store complete lines (`text` ends with a newline)."""
-        clean = sanitize_text(text)
+    def _ingest(self, data: bytes) -> int:
+        """Store complete lines (`data` ends with a newline)."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            data = text.encode("utf-8")
+        clean = clean_chunk(data)
         base = len(self._offsets) - 1
-        nlines = clean.count("\n")
-        if "across cluster]" in clean:
+        if b"across cluster]" in clean:
             clean = self._strip_repeats(clean, base)
-        data = clean.encode("utf-8")
-        blines = data.split(b"\n")
+        blines = clean.split(b"\n")
         blines.pop()  # the empty remainder after the final newline
         if max(map(len, blines), default=0) > self.line_cap:
-            clean = "\n".join(cap_line(s, self.line_cap) for s in clean.split("\n")[:-1]) + "\n"
-            data = clean.encode("utf-8")
-            blines = data.split(b"\n")
-            blines.pop()
-        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)), initial=self._offsets[-1])
+            blines = [_cap_bytes(b, self.line_cap) for b in blines]
+            clean = b"\n".join(blines) + b"\n"
+        nlines = len(blines)
+        text = clean.decode("utf-8", errors="replace") if clean is not data else text
+        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)),
+                                      initial=self._offsets[-1])
         next(starts)
-        keys = _SOURCE_KEYS.findall(clean)
-        keys.pop()  # the empty match after the final newline
-        self._levels.extend(bytes(nlines))
-        if _LEVELS.search(clean) is not None:
-            self._mark_levels(clean, base)
+        keys = map(_FIRST, map(bytes.partition, blines, itertools.repeat(b") ")))
         try:
             self._src.extend(map(self._source_ids.__getitem__, keys))
             if self._unnamed:
-                self._learn_proc_names(clean)
-            self._write(data)
+                self._learn_proc_names(text)
+            self._write(clean)
             self._offsets.extend(starts)
         except Exception:
             self._rollback(base)
@@ -296,12 +330,11 @@ class LogStore:
             self._n = base + nlines
             self._new_lines.notify_all()
         for listener in list(self._listeners):
-            listener(base, nlines, clean)
+            listener(base, nlines, text)
         return nlines
 
     def _rollback(self, base: int) -> None:
         del self._src[base:]
-        del self._levels[base:]
         del self._offsets[base + 1 :]
 
     def _write(self, data: bytes) -> None:
@@ -312,36 +345,30 @@ class LogStore:
             view = view[written:]
             pos += written
 
-    def _strip_repeats(self, clean: str, base: int) -> str:
-        line, last = base, 0
-        for m in _REPEATED.finditer(clean):
-            line += clean.count("\n", last, m.start())
-            last = m.start()
-            self._repeats[line] = int(m.group(1))
-        return _REPEATED.sub("", clean)
-
-    def _mark_levels(self, clean: str, base: int) -> None:
-        line, last = base, 0
-        levels = self._levels
-        for m in _LEVELS.finditer(clean):
-            line += clean.count("\n", last, m.start())
-            last = m.start()
-            code = 2 if m.lastgroup == "error" else 1
-            if levels[line] < code:
-                levels[line] = code
+    def _strip_repeats(self, clean: bytes, base: int) -> bytes:
+        """Cut Ray's dedup suffix, remembering its count per line (found with bytes.find, not a regex scan)."""
+        out, line, last, pos = [], base, 0, clean.find(b" [repeated ")
+        while pos >= 0:
+            m = _REPEATED.match(clean, pos)
+            if m is not None:
+                line += clean.count(b"\n", last, pos)
+                self._repeats[line] = int(m.group(1))
+                out.append(clean[last:pos])
+                last = m.end()
+            pos = clean.find(b" [repeated ", pos + 1)
+        out.append(clean[last:])
+        return b"".join(out)
 
     def _register_source(self, prefix: str) -> int:
         sid = len(self._sources)
         if sid >= _MAX_SOURCES:
-            return _MAX_SOURCES - 1
+            return 0
         actor, pid, ip = _parse_inner(prefix)
-        proc = "main" if prefix == "" else None
-        self._sources.append(Source(sid, prefix, actor, pid, ip, proc, None))
-        if proc is None:
-            self._unnamed[sid] = _LEARN_CHUNKS
+        self._sources.append(Source(sid, prefix, actor, pid, ip, None, None))
+        self._unnamed[sid] = _LEARN_CHUNKS
         return sid
 
-    def _learn_proc_names(self, clean: str) -> None:
+    def _learn_proc_names(self, text: str) -> None:
         """A process has one bracket name; learn it from its first bracketed line (rank filters use it)."""
         for sid, left in list(self._unnamed.items()):
             src = self._sources[sid]
@@ -349,9 +376,13 @@ class LogStore:
                 del self._unnamed[sid]  # a process that never writes miles' bracket (SGLang, raylet)
             else:
                 self._unnamed[sid] = left - 1
-            m = re.search(r"^\(" + re.escape(src.prefix) + r"[^()\n]*\) \[[\d :.-]{23} ([^\]\s]+)\]", clean, re.MULTILINE)
+            head = f"({src.prefix}) ["
+            pos = text.find(head)
+            while pos > 0 and text[pos - 1] != "\n":
+                pos = text.find(head, pos + 1)
+            m = _BRACKET_AT.match(text, pos + len(head) - 1) if pos >= 0 else None
             if m is not None:
-                proc = m.group(1)
+                proc = m["proc"]
                 rank = _RANK.search(proc)
                 self._sources[sid] = Source(sid, src.prefix, src.actor, src.pid, src.ip, proc,
                                             int(rank.group(1)) if rank else None)
@@ -365,7 +396,7 @@ class LogStore:
     @property
     def pending_text(self) -> str:
         """The partial last line (not yet terminated), sanitised; shown but not indexed."""
-        return cap_line(sanitize_text(self._pending), self.line_cap)
+        return cap_line(sanitize_text(self._pending.decode("utf-8", errors="replace")), self.line_cap)
 
     def sources(self) -> list[Source]:
         return list(self._sources)
@@ -426,7 +457,7 @@ class LogStore:
         return LogLine(
             index=i, text=text, message=rest, actor=src.actor, pid=src.pid, ip=src.ip, node=src.node, proc=proc,
             rank=int(rank_m.group(1)) if rank_m else None, ts=ts, file=file,
-            level=LEVEL_NAMES[self._levels[i]], repeat=self._repeats.get(i, 1),
+            level=LEVEL_NAMES[level_of(text)], repeat=self._repeats.get(i, 1),
         )
 
     def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:
@@ -486,7 +517,7 @@ class LogStore:
             for line in finder(block, a):
                 if allowed is not None and self._src[line] not in allowed:
                     continue
-                if min_level and self._levels[line] < min_level:
+                if min_level and level_of(self.text(line)) < min_level:
                     continue
                 yield line
             a = b
@@ -536,6 +567,16 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
 
         def find_bytes(block: bytes, first: int) -> Iterator[int]:
             hay = block.lower() if ignore_case else block
+            hits = hay.count(needle)
+            if hits == 0:
+                return
+            if hits * 8 > len(hay) // 256:
+                # Dense hits: test every line at C speed instead of stepping hit by hit in Python.
+                lines = hay.split(b"\n")
+                lines.pop()
+                yield from itertools.compress(itertools.count(first), map(operator.contains, lines,
+                                                                          itertools.repeat(needle)))
+                return
             line, last, pos = first, 0, hay.find(needle)
             while pos >= 0:
                 line += hay.count(b"\n", last, pos)
@@ -543,7 +584,6 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
                 end = hay.find(b"\n", pos)
                 last = end
                 pos = hay.find(needle, end)
-            return
 
         return find_bytes
     try:
@@ -638,13 +678,14 @@ class FilteredLines:
         while self._scanned < stop:
             if cancel is not None and cancel.cancelled:
                 break
-            a, b = self._scanned, min(stop, self._scanned + block)
+            step = block if not self._min_level else min(block, 1 << 16)
+            a, b = self._scanned, min(stop, self._scanned + step)
             candidates: Iterator[int] = iter(range(a, b))
             if allowed is not None:
                 candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))
             if self._min_level:
-                levels, lvl = store._levels, self._min_level
-                candidates = (i for i in candidates if levels[i] >= lvl)
+                levels, lvl = _level_lines(store._read(a, b), a), self._min_level
+                candidates = (i for i in candidates if levels.get(i, 0) >= lvl)
             before = len(self.indices)
             self.indices.extend(candidates)
             added += len(self.indices) - before

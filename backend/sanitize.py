@@ -11,6 +11,7 @@ which is what lets the log store keep up with a fast log.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 # Longest line kept, in characters; longer lines are cut and marked.
 DEFAULT_LINE_CAP = 16 * 1024
@@ -63,3 +64,63 @@ def sanitize_line(line: str, cap: int = DEFAULT_LINE_CAP) -> str:
 def decode_bytes(data: bytes) -> str:
     """Bytes from a log as text; invalid UTF-8 becomes U+FFFD instead of failing."""
     return data.decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- the bytes fast path for whole chunks
+#
+# Python's regex engine scans ~10 ns per character, too slow to run over every byte of a busy log. So a
+# chunk of complete UTF-8 lines is cleaned with memchr-speed bytes methods: the one escape nearly every
+# line carries (Ray's SGR colour around its prefix) goes with one literal-prefixed regex; if anything
+# unsafe is left, only the lines holding it go through `sanitize_text`.
+
+_SGR_BYTES = re.compile(rb"\x1b\[[0-9;]*m")
+_UNSAFE_BYTES = frozenset((*range(0, 9), *range(11, 32), 0x7F))
+# UTF-8 of C1 controls (U+0080-U+009F) is 0xC2 0x80-0x9F; the bidi overrides start with 0xE2.
+_C1_LEAD, _BIDI_LEAD = 0xC2, 0xE2
+_BIDI_BYTES = tuple(chr(c).encode() for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+# Deleting every other byte leaves only the rare ones: one C-speed pass tells which are present.
+_SCAN_DELETE = bytes(b for b in range(256) if b not in _UNSAFE_BYTES | {_C1_LEAD, _BIDI_LEAD})
+
+
+def _find_all(data: bytes, needle: bytes) -> Iterator[int]:
+    pos = data.find(needle)
+    while pos >= 0:
+        yield pos
+        pos = data.find(needle, pos + 1)
+
+
+def _dirty_positions(data: bytes, present: set[int]) -> list[int]:
+    """Byte offsets of everything that needs cleaning, given which rare bytes the chunk holds."""
+    found: list[int] = []
+    for code in present - {_C1_LEAD, _BIDI_LEAD}:
+        found.extend(_find_all(data, bytes((code,))))
+    if _C1_LEAD in present:
+        found.extend(p for p in _find_all(data, b"\xc2") if p + 1 < len(data) and 0x80 <= data[p + 1] <= 0x9F)
+    if _BIDI_LEAD in present:
+        for needle in _BIDI_BYTES:
+            found.extend(_find_all(data, needle))
+    return found
+
+
+def clean_chunk(data: bytes) -> bytes:
+    """Sanitise a chunk of complete, valid UTF-8 lines (ends with a newline); line count is preserved."""
+    if b"\x1b" in data:
+        data = _SGR_BYTES.sub(b"", data)
+    rare = data.translate(None, _SCAN_DELETE)
+    if not rare:
+        return data
+    positions = _dirty_positions(data, set(rare))
+    if not positions:
+        return data
+    starts = sorted({data.rfind(b"\n", 0, p) + 1 for p in positions})
+    out, last = [], 0
+    for start in starts:
+        if start < last:
+            continue
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        out.append(data[last:start])
+        out.append(sanitize_text(data[start:end].decode("utf-8", errors="replace")).encode("utf-8"))
+        last = end
+    out.append(data[last:])
+    return b"".join(out)

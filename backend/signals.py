@@ -17,21 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.dump_reader import DumpBatch, num
-from backend.metrics import MetricRecord, MetricsCollector, parse_ts
+from backend.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 
 FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
              "global_batch_size", "save_interval", "actor_num_nodes", "actor_num_gpus_per_node")
-_FACT = re.compile(
-    r"(?:^|\s)(?:--(?P<flag>" + "|".join(k.replace("_", "-") for k in FACT_KEYS) + r")[ =](?P<fv>\d+)"
-    r"|(?P<name>" + "|".join(FACT_KEYS) + r") \.{3,} (?P<nv>\d+))(?=\s|$)",
-    re.MULTILINE,
-)
+# `--num-rollout 30` (the submit line, the job's entrypoint); literal-prefixed, so the regex engine skips ahead.
+_FLAG = re.compile(r"--(" + "|".join(k.replace("_", "-") for k in FACT_KEYS) + r")[ =](\d+)(?=\s|$)")
+# Megatron's argument dump: `  num_rollout ..................... 30`
+_ARG_DUMP = re.compile(r"\s(" + "|".join(FACT_KEYS) + r") \.{3,} (\d+)\s*$")
 _CHECKPOINT = re.compile(
-    r"^(?:\([^()\n]*\) )?(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) [^\]\s]+\] \S+ - )?.*?"
-    r"(?:Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)"
-    r"|successfully saved checkpoint from iteration\s+(?P<iteration>\d+))",
-    re.MULTILINE,
+    r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully saved checkpoint from iteration\s+(?P<iteration>\d+)"
 )
+_BRACKET_TS = re.compile(r"^(?:\([^()\n]*\) )?\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 CHECKPOINT_MERGE_S = 120.0
 _TS = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 
@@ -78,15 +75,36 @@ class RunFacts:
             setattr(self, name, value)
 
     def scan_text(self, text: str) -> None:
-        """Pick facts, checkpoints and the newest timestamp out of a chunk of sanitised lines."""
-        if "--" in text or "...." in text:
-            for m in _FACT.finditer(text):
-                name = (m["flag"] or "").replace("-", "_") or m["name"]
-                self.learn(name, int(m["fv"] or m["nv"]))
-        if "save_model end" in text or "saved checkpoint" in text:
-            for m in _CHECKPOINT.finditer(text):
-                ts = parse_ts(m["ts"]) if m["ts"] else self.last_log_ts
-                self._add_checkpoint(ts, int(m["iteration"]) if m["iteration"] else None)
+        """Pick facts, checkpoints and the newest timestamp out of a chunk of sanitised lines.
+
+        Only str.find runs over the whole chunk; regexes look at the few lines it points to.
+        """
+        if "--" in text:
+            for m in _FLAG.finditer(text):
+                self.learn(m.group(1).replace("-", "_"), int(m.group(2)))
+        for line in lines_containing(text, " ...."):
+            m = _ARG_DUMP.search(line)
+            if m is not None:
+                self.learn(m.group(1), int(m.group(2)))
+        saves = []  # (position, miles ts or nan, iteration): one save prints several lines, merged below
+        for needle in ("save_model end", "saved checkpoint from"):
+            pos = text.find(needle)
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                line = text[start : len(text) if end < 0 else end]
+                m = _CHECKPOINT.search(line)
+                if m is not None:
+                    stamp = _BRACKET_TS.match(line)
+                    saves.append((start, parse_ts(stamp.group(1)) if stamp else math.nan,
+                                  int(m["iteration"]) if m["iteration"] else None))
+                pos = -1 if end < 0 else text.find(needle, end)
+        saves.sort()
+        for i, (_pos, ts, iteration) in enumerate(saves):
+            if math.isnan(ts):  # Megatron's print has no bracket: take the stamp of the save's Timer line
+                later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
+                ts = later[0] if later else self.last_log_ts
+            self._add_checkpoint(ts, iteration)
         tail = _TS.findall(text[-4096:])
         if tail:
             newest = max(map(parse_ts, tail))

@@ -1,0 +1,157 @@
+"""Log store benchmarks; prints figures as ratios against baselines measured in the same run.
+
+1. parse-and-store throughput vs plain Python iteration over the same file (target >= 0.25);
+2. resident memory after 10M lines, measured in a fresh subprocess (target <= 300 MB);
+3. search over 1M lines vs `grep -c` on the same spool (target <= 3x).
+
+Usage: .venv/bin/python bench/bench_logs.py [--lines 1000000] [--memory-lines 10000000] [--skip-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from backend.logs import LogStore  # noqa: E402
+from backend.monitor import RunMonitor  # noqa: E402
+from miles_sample_log import SampleRun, generate  # noqa: E402
+
+CHUNK = 1 << 20
+
+
+def make_log(path: Path, lines: int) -> int:
+    """A realistic log of about `lines` lines (mostly SGLang/ft noise, metric lines every rollout)."""
+    per = sum(1 for _ in generate(SampleRun(rollouts=1, noise_per_rollout=200, train_ranks=8)))
+    run = SampleRun(rollouts=max(1, lines // per), noise_per_rollout=200, train_ranks=8, save_every=10)
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        buf = []
+        for line in generate(run):
+            buf.append(line)
+            n += 1
+            if len(buf) >= 10000:
+                fh.write("\n".join(buf) + "\n")
+                buf = []
+        if buf:
+            fh.write("\n".join(buf) + "\n")
+    return n
+
+
+def best_of(runs: int, fn) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def iterate(path: Path) -> None:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for _line in fh:
+            pass
+
+
+def ingest(path: Path, spool: Path, with_monitor: bool) -> LogStore:
+    store = LogStore(spool, run_id="bench")
+    if with_monitor:
+        store.subscribe(RunMonitor().on_log_lines)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            store.append(chunk)
+    store.flush()
+    return store
+
+
+def memory_child(lines: int, spool: str) -> None:
+    """Runs in a subprocess: ingest `lines` lines, print VmRSS/VmHWM in MB and seconds."""
+    block_lines = list(generate(SampleRun(rollouts=20, noise_per_rollout=200)))
+    block = ("\n".join(block_lines) + "\n").encode()
+    per = len(block_lines)
+    store = LogStore(spool, run_id="mem")
+    t = time.perf_counter()
+    done = 0
+    while done < lines:
+        for i in range(0, len(block), CHUNK):
+            store.append(block[i : i + CHUNK])
+        done += per
+    elapsed = time.perf_counter() - t
+    status = Path("/proc/self/status").read_text()
+    rss = {k: int(v.split()[0]) / 1024 for k, v in (ln.split(":", 1) for ln in status.splitlines()) if k in ("VmRSS", "VmHWM")}
+    spool_mb = os.path.getsize(store.path) / 1e6
+    mid = store.line(len(store) // 2)
+    print(f"{len(store)} {rss['VmRSS']:.1f} {rss['VmHWM']:.1f} {elapsed:.1f} {spool_mb:.0f} {bool(mid.text)}")
+    store.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--memory-lines", type=int, default=10_000_000)
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--spool", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child, args.spool)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    try:
+        log = work / "job.log"
+        n = make_log(log, args.lines)
+        size = log.stat().st_size
+        print(f"sample log: {n} lines, {size / 1e6:.0f} MB ({size / n:.0f} B/line)")
+
+        base = best_of(3, lambda: iterate(log))
+        store_t = best_of(3, lambda: ingest(log, work / "s1", False).close())
+        mon_t = best_of(2, lambda: ingest(log, work / "s2", True).close())
+        print(f"plain iteration: {n / base / 1e6:.2f} M lines/s")
+        print(f"LogStore.append (sanitise, fields, spool, index): {n / store_t / 1e6:.2f} M lines/s, "
+              f"ratio {base / store_t:.2f} (target >= 0.25)")
+        print(f"  + metrics/alerts monitor subscribed: {n / mon_t / 1e6:.2f} M lines/s, ratio {base / mon_t:.2f}")
+
+        store = ingest(log, work / "s3", False)
+        grep = shutil.which("grep")
+        for label, pattern, kwargs, grep_args in (
+            ("substring", "gen throughput", {}, ["-c", "-F"]),
+            ("substring, rare", "step 17:", {}, ["-c", "-F"]),
+            ("ignore-case", "TRACEBACK", {"ignore_case": True}, ["-c", "-F", "-i"]),
+            ("regex", r"perf \d+: \{", {"regex": True}, ["-c", "-E"]),
+        ):
+            hits = 0
+
+            def run_search(pattern: str = pattern, kwargs: dict = kwargs) -> None:
+                nonlocal hits
+                hits = sum(1 for _ in store.search(pattern, **kwargs))
+
+            ours = best_of(3, run_search)
+            grep_pattern = pattern.replace(r"\d", "[0-9]").replace(r"\{", "[{]")
+            theirs = best_of(3, lambda gp=grep_pattern, ga=grep_args: subprocess.run(
+                [grep, *ga, gp, str(store.path)], capture_output=True, check=False))
+            g = subprocess.run([grep, *grep_args, grep_pattern, str(store.path)], capture_output=True, text=True, check=False)
+            print(f"search {label} over {len(store)} lines: {ours * 1000:.0f} ms, {hits} hits; grep -c {theirs * 1000:.0f} ms "
+                  f"({g.stdout.strip()} hits): ratio {ours / theirs:.2f}x (target <= 3x)")
+        store.close()
+
+        if not args.skip_memory:
+            out = subprocess.run([sys.executable, __file__, "--memory-child", str(args.memory_lines), "--spool",
+                                  str(work / "mem")], capture_output=True, text=True, check=True).stdout.split()
+            lines, rss, hwm, secs, spool_mb = int(out[0]), float(out[1]), float(out[2]), float(out[3]), out[4]
+            print(f"memory after {lines} lines: RSS {rss:.0f} MB, peak {hwm:.0f} MB (target <= 300 MB); "
+                  f"ingest {secs:.0f} s ({lines / secs / 1e6:.2f} M lines/s), spool {spool_mb} MB on disk")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
