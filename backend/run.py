@@ -45,7 +45,7 @@ from backend.ray_api import DashboardUnreachable, JobInfo, RayApiError, RayClien
 from backend.recipe import RunSpec
 from backend.telemetry import ClusterSnapshot, snapshot
 
-DEFAULT_POLL_S = 2.5
+DEFAULT_POLL_S = 3.0  # job status; with telemetry and the log tail the console stays under 1 request/s
 RAY_DEFAULT_STOP_SIGNAL = "SIGTERM"
 RAY_DEFAULT_STOP_WAIT_S = 3
 PENDING_STOP_NOTE = (

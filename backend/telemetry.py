@@ -29,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 STALE_AFTER_S = 15.0
 DEFAULT_INTERVAL_S = 2.5
+# Ray's reporter refreshes every 5 s and the summary is cached 2 s: asking more often than this
+# returns the last snapshot without a request, whatever interval a caller polls at.
+MIN_REQUEST_INTERVAL_S = 2.5
 DEAD_REFRESH_S = 30.0
 _LOGICAL_GPU = re.compile(r"([\d.]+)/([\d.]+)\s+GPU\b")
 
@@ -231,10 +234,12 @@ class TelemetryPoller:
     """
 
     def __init__(self, client: Any, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 dead_refresh_s: float = DEAD_REFRESH_S) -> None:
+                 dead_refresh_s: float = DEAD_REFRESH_S, min_request_interval_s: float = MIN_REQUEST_INTERVAL_S) -> None:
         self.client = client
         self.interval_s = max(0.5, interval_s)
         self.dead_refresh_s = dead_refresh_s
+        self.min_request_interval_s = min_request_interval_s
+        self._polled_at = -float("inf")
         self.last: ClusterSnapshot | None = None
         self._state_nodes: list[dict[str, Any]] | None = None
         self._state_at = 0.0
@@ -246,6 +251,9 @@ class TelemetryPoller:
         self._stopped.set()
 
     async def poll_once(self) -> ClusterSnapshot:
+        """A fresh snapshot, or the last one when asked again within `min_request_interval_s`."""
+        if self.last is not None and time.monotonic() - self._polled_at < self.min_request_interval_s:
+            return self.last
         if self._ray_version is None:
             with contextlib.suppress(Exception):
                 self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
@@ -260,7 +268,7 @@ class TelemetryPoller:
             self._state_at = now
         self._alive_ids = alive_ids
         snap = parse_nodes_summary(summary, self._state_nodes, ray_version=self._ray_version)
-        self.last = snap
+        self.last, self._polled_at = snap, time.monotonic()
         return snap
 
     async def run(self) -> AsyncIterator[ClusterSnapshot | Exception]:

@@ -142,7 +142,7 @@ class CountingClient:
 
 async def test_poller_reads_state_list_only_when_alive_set_changes() -> None:
     client = CountingClient()
-    poller = TelemetryPoller(client, dead_refresh_s=3600)
+    poller = TelemetryPoller(client, dead_refresh_s=3600, min_request_interval_s=0)
     for _ in range(5):
         snap = await poller.poll_once()
     assert snap.ray_version == "2.60.0"
@@ -151,3 +151,12 @@ async def test_poller_reads_state_list_only_when_alive_set_changes() -> None:
     client.summary["summary"].pop()
     await poller.poll_once()
     assert client.calls["nodes"] == 2
+
+
+async def test_poller_never_asks_faster_than_ray_refreshes() -> None:
+    client = CountingClient()
+    poller = TelemetryPoller(client, interval_s=0.5, min_request_interval_s=60)
+    first = await poller.poll_once()
+    for _ in range(10):
+        assert await poller.poll_once() is first  # served from the last snapshot, no request
+    assert client.calls == {"summary": 1, "nodes": 1, "version": 1}
