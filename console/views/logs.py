@@ -149,7 +149,6 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self._cache: OrderedDict[tuple[int, int, bool], Strip] = OrderedDict()
         self._wrap_rows: list[tuple[int, Strip]] = []
         self._max_width = 0
-        self._auto_scrolling = False
 
     # ------------------------------------------------------------ size and mapping
     @property
@@ -172,17 +171,16 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self.virtual_size = Size(0 if self.wrap else width, count)
         if self.follow:
             self.cursor = max(0, count - 1)
-            self._auto_scrolling = True
             self.scroll_to(y=max(0, count - self.size.height), animate=False, immediate=True, force=True)
-            self._auto_scrolling = False
         elif count > old:
             self.pending += count - old
         self.refresh()
 
-    def watch_scroll_y(self, old: float, new: float) -> None:
-        super().watch_scroll_y(old, new)
-        if not self._auto_scrolling and new < old and self.follow:
+    def on_mouse_scroll_up(self) -> None:
+        """Only the operator pauses follow (keys or the wheel), never a resize or a clamp."""
+        if self.follow:
             self.follow = False
+            self.post_message(self.CursorMoved())
 
     def on_resize(self) -> None:
         self._cache.clear()
@@ -209,9 +207,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
             top = pos
         elif pos >= top + height:
             top = pos - height + 1
-        self._auto_scrolling = True
         self.scroll_to(y=max(0, top), animate=False, immediate=True, force=True)
-        self._auto_scrolling = False
         self.refresh()
         self.post_message(self.CursorMoved())
 

@@ -134,7 +134,7 @@ class RunView(ConsoleView):
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
-    RunView GpuFleet { height: 1fr; min-height: 4; border-top: solid $primary-darken-2; }
+    RunView GpuFleet { height: auto; min-height: 3; border-top: solid $primary-darken-2; }
     RunView #run-charts { height: 1fr; min-height: 6; }
     RunView LineChart { width: 1fr; margin-right: 1; }
     """
@@ -150,7 +150,7 @@ class RunView(ConsoleView):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="run-state", markup=False)
-        yield GpuFleet(id="fleet")
+        yield GpuFleet(id="fleet", max_share=0.6)
         with Horizontal(id="run-charts"):
             yield LineChart("throughput", x_label="rollout", y_label="tok/s", right_label="per GPU",
                             id="chart-throughput")

@@ -289,8 +289,10 @@ class GpuFleet(ScrollView, can_focus=False):
     GpuFleet { height: 1fr; min-height: 3; overflow-x: hidden; }
     """
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, max_share: float = 1.0, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
+        self.max_share = max_share  # with `height: auto`: the part of the parent's height it may take
         self._rows: tuple[NodeRow, ...] = ()
         self._strips: list[Strip] = []
         self._key: tuple[tuple[NodeRow, ...], int, int] | None = None
@@ -311,6 +313,11 @@ class GpuFleet(ScrollView, can_focus=False):
     def on_resize(self) -> None:
         self._rebuild()
 
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """As tall as the richest layout that fits `max_share` of the room offered (`height: auto`)."""
+        _, lines = build_lines(self._rows, width or 80, max(3, int(container.height * self.max_share)))
+        return min(len(lines), max(3, int(container.height * self.max_share)))
+
     def _rebuild(self) -> bool:
         width, height = self.size.width or 80, self.size.height or 24
         key = (self._rows, width, height)
@@ -324,7 +331,7 @@ class GpuFleet(ScrollView, can_focus=False):
         self._strips = strips
         self.virtual_size = Size(width, len(strips))
         if len(old) != len(strips):
-            self.refresh()
+            self.refresh(layout=True)
         else:
             for y, (a, b) in enumerate(zip(old, strips, strict=True)):
                 if a != b:
