@@ -160,3 +160,19 @@ def write(path: str | Path, run: SampleRun | None = None) -> SampleRun:
         for line in generate(run):
             fh.write(line + "\n")
     return run
+
+
+if __name__ == "__main__":  # a fake miles driver for a real Ray job: print the log, then exit like miles would
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rollouts", type=int, default=3)
+    ap.add_argument("--nan-at-step", type=int, default=None)
+    ap.add_argument("--fail", action="store_true", help="end with a traceback and exit status 1")
+    ns = ap.parse_args()
+    for out_line in generate(SampleRun(rollouts=ns.rollouts, nan_at_step=ns.nan_at_step, noise_per_rollout=5)):
+        print(out_line, flush=True)
+    if ns.fail:
+        print("Traceback (most recent call last):\nRuntimeError: loss is nan, giving up", flush=True)
+        sys.exit(1)
