@@ -30,6 +30,7 @@ from runhelp import (
 )
 
 from backend.audit import AuditLog
+from backend.command import build_submission
 from backend.preflight import preflight
 from backend.ray_api import DuplicateSubmission, JobInfo, RayClient
 from backend.run import LaunchRefused, Leftover, RunController, RunEvent, RunState
@@ -206,6 +207,30 @@ async def test_console_killed_midrun_then_status_and_logs_rebuild(ray_cluster, t
     finally:
         async with RayClient(addr) as client:
             await stop_quietly(client, job_id)
+
+
+async def test_attach_to_a_run_submitted_by_miles_launcher(ray_cluster, ray_client: RayClient, tmp_path: Path
+                                                            ) -> None:
+    # What miles' launcher sends: `ray job submit --runtime-env-json=... -- python3 <repo>/train.py <args>`,
+    # no submission id, no metadata, no stop settings (Ray's SIGTERM and 3 s apply).
+    sub = build_submission(sim_spec(tmp_path), run_id="261130-080000-000", nvlink=False, with_shim=False)
+    env = {k: v for k, v in sub.runtime_env["env_vars"].items() if not k.startswith("RAY_JOB_STOP")}
+    sid = await ray_client.submit({"entrypoint": sub.entrypoint, "runtime_env": {"env_vars": env}})
+    try:
+        assert sid.startswith("raysubmit_")
+        state = tmp_path / "state"
+
+        async def started() -> bool:
+            return (await ray_client.get_job(sid)).status == "RUNNING"
+
+        await wait_for(started, 60, what="the miles job to run")
+        info = json.loads(cli(ray_cluster.address, state, "status", "--json").stdout)
+        assert (info["job"], info["kind"], info["status"]) == (sid, "miles", "RUNNING")
+        assert info["stop"] == {"signal": "SIGTERM", "grace_s": 3}
+        abort = cli(ray_cluster.address, state, "abort", "--yes")
+        assert abort.returncode == 0 and "SIGTERM" in abort.stdout and f"job {sid} ended STOPPED" in abort.stdout
+    finally:
+        await stop_quietly(ray_client, sid)
 
 
 async def test_cleanup_kills_exactly_the_leftover_gpu_holder(ray_client: RayClient, ray_cluster, tmp_path: Path
