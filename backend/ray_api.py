@@ -105,7 +105,8 @@ _EXC_PREFIX = re.compile(r"^(?:[\w.]+(?:Error|Exception)|ValueError|TypeError|Ru
 def ray_error_sentence(body: str) -> str:
     """Ray's error bodies are text/plain tracebacks: keep the last meaningful line, minus the
     exception class, as one sentence (never a multi-line dump)."""
-    lines = [ln.strip() for ln in body.strip().splitlines() if ln.strip() and not _TRACE_NOISE.match(ln)]
+    lines = [ln.strip() for ln in body.strip().splitlines()
+             if any(ch.isalnum() for ch in ln) and not _TRACE_NOISE.match(ln)]
     if not lines:
         return "no reason given"
     last = _EXC_PREFIX.sub("", lines[-1]).strip()

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,7 +48,7 @@ def ray_auth_cluster() -> Iterator[LocalRayCluster]:
         rc.shutdown()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="function")  # same loop as the (function-scoped) test
 async def ray_client(ray_cluster: LocalRayCluster) -> AsyncIterator[RayClient]:
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         yield client

@@ -1,7 +1,8 @@
 """The simulated driver: miles' train loop shape (generate -> train -> save -> eval) on Ray.
 
-Signals: like miles, no handler for SIGTERM (Python dies at once); SIGINT raises
-KeyboardInterrupt, which runs the `finally` (miles' finish_tracking) and exits 130. The
+Signals: like miles, no handler of its own: SIGTERM hits the handler `ray.init` installs in
+drivers (SystemExit), SIGINT raises KeyboardInterrupt; both run the `finally` (miles'
+finish_tracking); SIGINT exits 130. The
 `--sim-ignore-sigterm/--sim-ignore-sigint` flags make the driver log and ignore those signals,
 so `ray job stop` has to escalate to SIGKILL.
 """
@@ -43,6 +44,11 @@ def run(args: SimArgs, log: MilesLog) -> int:
     from backend.simtrainer.actors import MegatronTrainRayActor, RolloutManager
 
     ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+    # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
+    if args.ignore_sigterm:
+        _ignore(log, signal.SIGTERM)
+    if args.ignore_sigint:
+        _ignore(log, signal.SIGINT)
     log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
     manager_cls = ray.remote(num_cpus=0)(RolloutManager)
     train_cls = ray.remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(MegatronTrainRayActor)
@@ -75,10 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = MilesLog("main")
     log.at("train.py:24", f"{SIM_LABEL}: no model is loaded and no GPU is used; "
                           f"{len(argv)} miles arguments received")
-    if args.ignore_sigterm:
-        _ignore(log, signal.SIGTERM)
-    if args.ignore_sigint:
-        _ignore(log, signal.SIGINT)
     if not os.environ.get("RAY_ADDRESS"):
         log.at("train.py:26", f"{SIM_LABEL}: RAY_ADDRESS is not set; submit it as a Ray job")
         return 2
