@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 
 from app_helpers import make_app
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, Label, Static
 
-from console.views.plan import PlanView
+from console.views.plan import REBUILD_DEBOUNCE_S, PlanView
 from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import LayoutForm
 from console.widgets.plan_panels import FindingsPanel, LaunchStatus, PreflightPanel
@@ -23,7 +23,7 @@ async def _set_field(pilot, app, path: str, text: str) -> None:
     ctl.focus()
     await pilot.pause()
     await pilot.press("end", *["backspace"] * len(ctl.value), *list(text))
-    await pilot.pause()
+    await pilot.pause(REBUILD_DEBOUNCE_S * 3)  # the view re-checks once typing pauses
 
 
 async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
@@ -32,8 +32,10 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         plan = app.query_one(PlanView)
         assert plan.check_action("launch", ()) is True
         await _set_field(pilot, app, "cluster.nodes", "13")
-        row = app.query_one(LayoutForm).row("cluster.nodes")
-        assert row.has_class("-error")
+        form = app.query_one(LayoutForm)
+        row = form.row("cluster.nodes")
+        assert form.severity_of("cluster.nodes") == "error"
+        assert row.query_one(Label).has_class("-error")
         assert "A1" in _text(app.query_one(FindingsPanel))
         assert "does not divide" in _text(row.query_one(".note", Static))
         assert plan.check_action("launch", ()) is None  # dimmed in the footer
@@ -42,7 +44,7 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmModal)
         await _set_field(pilot, app, "cluster.nodes", "16")
-        assert not row.has_class("-error")
+        assert form.severity_of("cluster.nodes") == ""
         assert plan.check_action("launch", ()) is True
         assert "Ready to launch" in _text(app.query_one(LaunchStatus))
 
@@ -53,7 +55,7 @@ async def test_bad_value_is_inline_and_kept(tmp_path):
         plan = app.query_one(PlanView)
         await _set_field(pilot, app, "rollout.mem_fraction", "1.5")
         form = app.query_one(LayoutForm)
-        assert form.row("rollout.mem_fraction").has_class("-error")
+        assert form.severity_of("rollout.mem_fraction") == "error"
         assert app.query_one("#field-rollout-mem-fraction-input", Input).value == "1.5"
         assert "rollout.mem_fraction" in plan.launch_blockers()[0]
         # the rest of the spec is still checked: the other fields keep their values and no rule fires
@@ -157,3 +159,23 @@ async def test_page_keys_scroll_the_compact_plan(tmp_path):
         await pilot.press("pageup")
         await pilot.pause(0.3)
         assert body.scroll_y == 0
+
+
+async def test_a_burst_of_keys_is_checked_once_and_launch_waits_for_it(tmp_path, monkeypatch):
+    monkeypatch.setattr("console.views.plan.REBUILD_DEBOUNCE_S", 30.0)  # the burst never outlives it here
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        calls = []
+        original = plan.rebuild
+        plan.rebuild = lambda: (calls.append(1), original())[1]
+        app.query_one(LayoutForm).control("cluster.nodes").focus()
+        await pilot.press("backspace", "backspace", "1", "3")
+        assert plan.launch_blockers() == ["checking the edit"]
+        assert plan.check_action("launch", ()) is None
+        assert calls == []
+        plan.action_launch()  # flushes first: refused for the real reason (13 nodes), not a stale "ok"
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        assert calls == [1]
+        assert any("A1" in b for b in plan.launch_blockers())

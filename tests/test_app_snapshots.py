@@ -35,7 +35,7 @@ def test_plan_view_with_error_finding(snap_compare, tmp_path):
     async def edit(pilot):
         pilot.app.query_one("#field-train-tp-input").focus()
         await pilot.press("backspace", "3", "escape")
-        await pilot.pause()
+        await pilot.pause(0.3)  # past the edit debounce
 
     assert snap_compare(make_app(tmp_path), terminal_size=(120, 40), run_before=edit)
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Input, Select, Static
 
 from backend.errors import ConsoleError
@@ -37,6 +38,7 @@ from console.widgets.plan_panels import (
 )
 
 SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+REBUILD_DEBOUNCE_S = 0.06
 
 
 class Column(VerticalScroll, inherit_bindings=False, can_focus=False):
@@ -96,6 +98,7 @@ class PlanView(ConsoleView):
         self.preflight_findings: list[Any] = []
         self.preflight_note = ""
         self._rules = _optional("backend.constraints")
+        self._pending: Timer | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -168,6 +171,9 @@ class PlanView(ConsoleView):
 
     def rebuild(self) -> None:
         """Ask backend for the spec, findings, derived numbers and command; redraw the panels."""
+        if self._pending is not None:
+            self._pending.stop()
+            self._pending = None
         self.result = edit_spec(self.base, self.edits)
         spec = self.result.spec
         self.findings, self.derived, self.command_text = [], {}, ""
@@ -197,6 +203,8 @@ class PlanView(ConsoleView):
     def launch_blockers(self) -> list[str]:
         """Why launch is refused right now (empty = allowed)."""
         out: list[str] = []
+        if self._pending is not None:
+            out.append("checking the edit")
         if self.result.field_errors:
             out.append(f"{len(self.result.field_errors)} bad value(s): {', '.join(self.result.field_errors)}")
         if self.result.spec is None:
@@ -264,11 +272,22 @@ class PlanView(ConsoleView):
     @on(LayoutForm.Edited)
     def _edited(self, event: LayoutForm.Edited) -> None:
         base_text = _text_of(_get(self.base, event.path))
+        before = dict(self.edits)
         if event.text == base_text:
             self.edits.pop(event.path, None)
         else:
             self.edits[event.path] = event.text
-        self.rebuild()
+        if self.edits == before:
+            return  # e.g. a Select announcing its initial value
+        # Coalesce a burst of keystrokes into one rebuild: each one re-lays out the view.
+        if self._pending is not None:
+            self._pending.stop()
+        self._pending = self.set_timer(REBUILD_DEBOUNCE_S, self.rebuild, name="plan-rebuild")
+
+    def flush(self) -> None:
+        """Apply a pending (debounced) edit now, so decisions never use a stale check."""
+        if self._pending is not None:
+            self.rebuild()
 
     @on(Input.Submitted)
     def _submitted(self) -> None:
@@ -308,6 +327,7 @@ class PlanView(ConsoleView):
             self.choose_variant(self.variant.key)
 
     def action_copy_command(self) -> None:
+        self.flush()
         if not self.command_text:
             self.notify("no command to copy: the spec is not valid", severity="warning")
             return
@@ -315,6 +335,7 @@ class PlanView(ConsoleView):
         self.notify(f"command copied ({len(self.command_text)} chars, OSC 52)")
 
     def action_preflight(self) -> None:
+        self.flush()
         if self.result.spec is None:
             self.notify("preflight needs a valid spec first", severity="warning")
             return
@@ -347,6 +368,7 @@ class PlanView(ConsoleView):
     def action_launch(self) -> None:
         if self.refuse_if_readonly("launch"):
             return
+        self.flush()
         blockers = self.launch_blockers()
         if blockers:
             self.notify("launch refused: " + "; ".join(blockers), severity="error")

@@ -86,11 +86,10 @@ class LayoutForm(Vertical):
     LayoutForm .form-row Select { width: 20; height: 1; }
     LayoutForm .form-row Select > SelectCurrent { height: 1; border: none; padding: 0 1; }
     LayoutForm .form-row .note { width: 1fr; height: 1; padding-left: 1; text-wrap: nowrap; text-overflow: ellipsis; }
-    LayoutForm .form-row.-warning Label { color: $warning; text-style: bold; }
-    LayoutForm .form-row.-warning .note { color: $warning; }
-    LayoutForm .form-row.-error Label { color: $error; text-style: bold; }
-    LayoutForm .form-row.-error Input { background: $error 25%; }
-    LayoutForm .form-row.-error .note { color: $error; }
+    LayoutForm .form-row Label.-warning { color: $warning; text-style: bold; }
+    LayoutForm .form-row .note.-warning { color: $warning; }
+    LayoutForm .form-row Label.-error { color: $error; text-style: bold reverse; }
+    LayoutForm .form-row .note.-error { color: $error; }
     """
 
     class Edited(Message):
@@ -129,13 +128,23 @@ class LayoutForm(Vertical):
                     ctl.value = text
 
     def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
-        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared."""
+        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared.
+
+        The class goes on the row's label and note (leaf widgets), not the row: restyling a row
+        would restyle its Input too, and many rows flip on one keystroke.
+        """
         for f in FIELDS:
             severity, note = notes.get(f.path, ("", ""))
             row = self.row(f.path)
-            row.set_class(severity == "error", "-error")
-            row.set_class(severity == "warning", "-warning")
+            for part in (row.query_one(Label), row.query_one(".note", Static)):
+                part.set_class(severity == "error", "-error")
+                part.set_class(severity == "warning", "-warning")
             row.query_one(".note", Static).update(Text(note), layout=False)
+
+    def severity_of(self, path: str) -> str:
+        """The highlight a field shows now ("error", "warning" or "")."""
+        label = self.row(path).query_one(Label)
+        return "error" if label.has_class("-error") else "warning" if label.has_class("-warning") else ""
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
