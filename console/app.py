@@ -30,6 +30,7 @@ from console.messages import (
     ConsoleMessage,
     DashboardBack,
     DashboardLost,
+    HistoryProgress,
     Notice,
     RunStateChanged,
 )
@@ -92,6 +93,8 @@ class StateLine(Static):
             style = "bold reverse" if name == app.current_view else "dim"
             text.append(f" {i} {title} ", style)
         text.append("  run: ", "dim").append(app.run_state_text or "none")
+        if app.history_text:
+            text.append(f"  {app.history_text}", "yellow")
         if app.alert_count:
             text.append("  alerts: ", "dim").append(str(app.alert_count), "bold red")
         if app.dashboard_error is not None:
@@ -130,6 +133,7 @@ class UltraConsoleApp(App[int]):
         self.current_view = "plan"
         self.previous_view: str | None = None
         self.run_state_text = ""
+        self.history_text = ""  # "reading history: N lines" while a job's log is rebuilt
         self.alert_count = 0
         self.dashboard_error: str | None = None
         self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(self.settings.keys)
@@ -264,6 +268,10 @@ class UltraConsoleApp(App[int]):
         state = message.state
         label = getattr(state, "label", None) or getattr(state, "value", None) or state
         self.run_state_text = str(label)
+        self._draw_state_line()
+
+    def on_history_progress(self, message: HistoryProgress) -> None:
+        self.history_text = "" if message.done else f"reading history: {message.lines:,} lines"
         self._draw_state_line()
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:

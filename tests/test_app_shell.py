@@ -7,7 +7,7 @@ from textual.command import CommandPalette
 from textual.widgets import ContentSwitcher, Static
 
 from console.app import StateLine
-from console.messages import DashboardBack, DashboardLost, Notice
+from console.messages import DashboardBack, DashboardLost, HistoryProgress, Notice
 from console.widgets.help_screen import HelpScreen
 
 
@@ -163,3 +163,14 @@ async def test_ctrl_c_hints_at_the_quit_key(tmp_path):
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert any("to quit" in n.message for n in app._notifications)
+
+
+async def test_history_progress_shows_in_the_state_line(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(HistoryProgress("raysubmit_1", 120_000, done=False))
+        await pilot.pause()
+        assert "reading history: 120,000 lines" in str(app.query_one(StateLine).content)
+        app.post_message(HistoryProgress("raysubmit_1", 150_000, done=True))
+        await pilot.pause()
+        assert "reading history" not in str(app.query_one(StateLine).content)
