@@ -361,3 +361,29 @@ async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_clien
         assert any(n["node_id"] == dead_id and not n["alive"] for n in nodes["nodes"])
     finally:
         await stop_quietly(ray_client, job.id)
+
+
+async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_client: RayClient,
+                                                              tmp_path: Path) -> None:
+    # Last in the module: it adds a 16-GPU node to unblock the job. Ray's stop does not cancel a
+    # PENDING job (ray.md §2.4): the controller must say so, stay PENDING, and see what happens next.
+    sid = await ray_client.submit({"entrypoint": "sleep 600", "entrypoint_num_gpus": 16,
+                                   "metadata": {"ultra_console": "1", "run_id": "pending-test"}})
+    ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)
+    events: list[RunEvent] = []
+    ctl.subscribe(events.append)
+    try:
+        await ctl.attach(sid)
+        assert ctl.state is RunState.PENDING
+        outcome = await ctl.abort()
+        assert outcome.message.startswith("the job is still PENDING: Ray's stop does not cancel a pending job")
+        assert any(e.kind == "notice" and "still watching" in e.text for e in events)
+        forced = await ctl.force_stop()
+        assert "no way to remove a PENDING job" in forced
+        await asyncio.sleep(3)
+        assert (await ctl.refresh()).status == "PENDING" and ctl.state is RunState.PENDING
+        ray_cluster.add_node(gpus=16)
+        final = await ctl.wait_terminal(90)
+        assert final.status in ("STOPPED", "FAILED")  # the queued stop applied once it started
+    finally:
+        await stop_quietly(ray_client, sid)
