@@ -366,6 +366,9 @@ def _b7(c: _Ctx) -> None:
               "available'", fix, fields)
     elif stages and layers % stages:
         c.add("B7", f"{what}: they must split evenly", fix, fields)
+    elif stages and vpp is not None and (layers // stages) % vpp:
+        c.add("B7", f"{what}: {layers // stages} layers per middle stage are not divisible by the virtual "
+              f"pipeline degree {vpp}", "unset train.vpp (D7)", (*fields, "train.vpp"))
 
 
 def _b10(c: _Ctx) -> None:

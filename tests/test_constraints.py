@@ -59,6 +59,8 @@ BREAKS: list[tuple[str, str, dict[str, Any], str, set[str]]] = [
     ("B7", FULL, {"train.decoder_first_pipeline_num_layers": 26}, "error",
      {"train.decoder_first_pipeline_num_layers", "train.pp"}),
     ("B7", FULL, {"train.decoder_last_pipeline_num_layers": 0}, "error", {"train.decoder_last_pipeline_num_layers"}),
+    ("B7", FULL, {"train.pp": 3, "cluster.nodes": 12, "train.decoder_first_pipeline_num_layers": 2,
+                  "train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
     ("B10", FULL, {"train.moe_token_dispatcher": "allgather"}, "warning", {"train.moe_token_dispatcher"}),
     ("B10", FULL, {"model.moe_latent_size": None, "train.moe_shared_expert_overlap": True,
                    "train.moe_token_dispatcher": "flex"}, "error",
@@ -74,7 +76,12 @@ BREAKS: list[tuple[str, str, dict[str, Any], str, set[str]]] = [
     ("B14", FULL, {"train.recompute_granularity": "selective"}, "error",
      {"train.recompute_granularity", "train.recompute_num_layers"}),
     ("C2", SLICE, {"train.pp": 3, "cluster.gpus_per_node": 6}, "error", {"train.pp", "model.num_layers"}),
-    ("C3", FULL, {"train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
+    ("C3", SLICE, {"train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
+    ("C3", FULL, {"train.vpp": 2, "train.pp": 2, "run.extra_args": "--no-overlap-p2p-communication"}, "error",
+     {"train.vpp", "train.pp", "run.extra_args"}),
+    ("B7", SLICE, {"train.decoder_first_pipeline_num_layers": 2}, "error",
+     {"train.decoder_first_pipeline_num_layers", "train.pp"}),
+    ("D7", FULL, {"train.pp": 5, "cluster.nodes": 20, "train.vpp": 1}, "error", {"train.vpp", "train.pp"}),
     ("C4", FULL, {"train.ep": 3}, "error", {"train.ep", "model.num_experts"}),
     ("C5", SLICE, {"train.sequence_parallel": True}, "warning", {"train.sequence_parallel", "train.tp"}),
     ("C8", FULL, {"batch.global_batch_size": 130}, "error",
@@ -148,6 +155,7 @@ PASSES: list[tuple[str, str, dict[str, Any]]] = [
     ("A2", FULL, {"train.ep": 16}),
     ("A3", SLICE, {"train.etp": None}),
     ("A8", FULL, {"train.vpp": None}),
+    ("A8", SLICE, {"train.vpp": 1}),
     ("B1", FULL, {"train.tp": 4}),
     ("B2", FULL, {"model.num_query_groups": 4}),
     ("B4", FULL, {"train.sequence_parallel": True}),
@@ -159,7 +167,7 @@ PASSES: list[tuple[str, str, dict[str, Any]]] = [
     ("B14", FULL, {"train.recompute_granularity": "selective", "train.recompute_method": None,
                    "train.recompute_num_layers": None}),
     ("C2", FULL, {"train.pp": 2}),
-    ("C3", FULL, {"train.vpp": 3}),
+    ("C3", FULL, {"train.vpp": 2, "train.pp": 2}),
     ("C4", FULL, {"train.ep": 16}),
     ("C5", FULL, {"train.sequence_parallel": True}),
     ("C8", FULL, {"batch.global_batch_size": 132}),
@@ -263,6 +271,11 @@ def test_sequence_parallel_at_tp1_is_a_warning_not_an_error() -> None:
     findings = check(make(SLICE, {"train.sequence_parallel": True}))
     assert [f.rule for f in findings] == ["C5"]
     assert not has_errors(findings)
+
+
+def test_vpp_of_one_means_no_interleaving() -> None:
+    # validate_args turns --num-virtual-stages-per-pipeline-rank 1 into "no VPP"
+    assert check(make(FULL, {"train.vpp": 1})) == []
 
 
 def test_colocate_override_is_a_warning_not_hidden() -> None:

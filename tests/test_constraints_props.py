@@ -42,7 +42,7 @@ layouts = st.fixed_dictionaries({
     "train": st.fixed_dictionaries({
         "tp": st.sampled_from([1, 2, 3, 4, 6, 8, 16]), "pp": st.integers(1, 9), "cp": st.sampled_from([1, 1, 2]),
         "ep": st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, 128]), "etp": st.sampled_from([None, 1, 1, 2, 4, 8]),
-        "vpp": st.sampled_from([None, None, None, 2, 3]), "sequence_parallel": st.sampled_from([None, None, True, False]),
+        "vpp": st.sampled_from([None, None, None, 1, 2, 3]), "sequence_parallel": st.sampled_from([None, None, True, False]),
         "micro_batch_size": st.sampled_from([1, 1, 2, 3]),
         "decoder_first_pipeline_num_layers": st.sampled_from([None] * 6 + [0, 1, 26, 27]),
         "decoder_last_pipeline_num_layers": st.sampled_from([None] * 6 + [1, 3, 27]),
@@ -92,22 +92,28 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         add("A2")
     if t.etp is None and tp > 1 and ep > 1:
         add("A3", "warning")
-    if t.vpp is not None:
+    vpp = t.vpp if t.vpp is not None and t.vpp > 1 else None  # validate_args: 1 means no interleaving
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    if vpp is not None:
+        add("D7")
         if pp == 1:
             add("A8")
-        add("D7")
-        if pp > 1 and L % pp == 0 and (L // pp) % t.vpp:
             add("C3")
-    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
-    uneven = first is not None or last is not None
-    if uneven and pp == 1:
+    uneven = first is not None or last is not None or t.vpp is not None  # validate_args skips C2 then
+    if (first is not None or last is not None) and pp == 1:
         add("H10")
-    if uneven and pp > 1:
-        add("D7", "error" if L % pp else "warning")
+    if uneven and pp > 1 and L % pp:
+        add("D7")
+    elif (first is not None or last is not None) and pp > 1:
+        add("D7", "warning")
+    if first is not None or last is not None:  # TransformerConfig, step for step
         given = [x for x in (first, last) if x is not None]
-        mid_stages, mid_layers = pp - len(given), L - sum(given)
-        if any(x <= 0 for x in given) or mid_layers < 0 or (mid_stages == 0) != (mid_layers == 0) or (
-                mid_stages > 0 and mid_layers % mid_stages):
+        mid_layers, mid_stages = L - sum(given), pp - len(given)
+        if any(x <= 0 or (vpp is not None and x % vpp) for x in given):
+            add("B7")
+        elif bool(mid_layers) != bool(mid_stages) or (mid_stages and mid_layers % mid_stages):
+            add("B7")
+        elif mid_stages and vpp is not None and (mid_layers // mid_stages) % vpp:
             add("B7")
     if HEADS % tp:
         add("B1")
