@@ -22,7 +22,7 @@ class Variant:
 
     key: str  # stable id: "preset:<name>" or "checkpoint:<dir name>"
     label: str
-    kind: str  # "preset" | "checkpoint"
+    kind: str  # "file" | "preset" | "checkpoint"
     preset: str
     overrides: tuple[tuple[str, object], ...] = field(default=())
     slice_layers: int | None = None
@@ -41,7 +41,9 @@ def _preset_models() -> dict[str, tuple[str, int]]:
     """preset -> (model directory name, num_layers), read from the preset files."""
     out: dict[str, tuple[str, int]] = {}
     for name in list_presets():
-        model = load_preset_dict(name).get("model", {})
+        model = load_preset_dict(name).get("model")
+        if not isinstance(model, dict):
+            continue  # configs/ also holds non-recipe files (e.g. alerts.toml)
         out[name] = (str(model.get("name", "")), int(model.get("num_layers", 0) or 0))
     return out
 
@@ -75,10 +77,17 @@ def _preset_for(name: str, models: dict[str, tuple[str, int]], default: str) -> 
     return default
 
 
-def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str) -> list[Variant]:
-    """Presets first, then checkpoints under `model_dir` not already named by a preset."""
+def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
+                  current: str | None = None) -> list[Variant]:
+    """The operator's own preset file (`current`, when it is a path, e.g. the demo's), then the
+    presets, then checkpoints under `model_dir` not already named by a preset."""
     models = _preset_models()
-    variants = [
+    variants: list[Variant] = []
+    if current and current not in models:
+        model = load_preset_dict(current).get("model", {})
+        variants.append(Variant(key=f"file:{current}", label=f"{Path(current).stem} (file)", kind="file",
+                                preset=current, slice_layers=_slice_layers(str(model.get("name", "")))))
+    variants += [
         Variant(key=f"preset:{name}", label=f"{name} (preset)", kind="preset", preset=name,
                 slice_layers=_slice_layers(models[name][0]))
         for name in models

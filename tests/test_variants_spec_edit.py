@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.recipe import DEFAULT_PRESET, load_preset_dict
+from backend.recipe import DEFAULT_PRESET, list_presets, load_preset_dict
 from backend.spec_edit import edit_spec
 from backend.variants import find_checkpoints, list_variants
 
@@ -46,3 +46,15 @@ def test_edit_unknown_key_is_a_field_error():
 def test_clean_edit_is_ok():
     result = edit_spec(load_preset_dict(DEFAULT_PRESET), {"train.pp": "2"})
     assert result.ok and result.spec.train.pp == 2
+
+
+def test_a_preset_file_comes_first(tmp_path):
+    from backend.recipe import dump_toml, load_preset
+
+    path = tmp_path / "mine.toml"
+    path.write_text(dump_toml(load_preset("nemotron-3-ultra-550b-a55b-4layer")), encoding="utf-8")
+    variants = list_variants(None, DEFAULT_PRESET, current=str(path))
+    assert variants[0].key == f"file:{path}" and variants[0].kind == "file" and variants[0].slice_layers == 4
+    named = list_variants(None, DEFAULT_PRESET, current=DEFAULT_PRESET)
+    assert [v.preset for v in named] == [p for p in list_presets() if p.startswith("nemotron")]
+    assert all(v.kind == "preset" for v in named)

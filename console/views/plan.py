@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -130,15 +129,11 @@ class PlanView(ConsoleView):
         except ConsoleError as err:
             self.notify(str(err), severity="error")
             preset, model_dir = DEFAULT_PRESET, None
-        self.variants = list_variants(model_dir, DEFAULT_PRESET)
-        if preset.endswith(".toml") and not any(v.preset == preset for v in self.variants):
-            # a preset given as a file (settings.preset; `ultra-console demo` writes one): offer it first
-            self.variants.insert(0, Variant(key=f"preset:{preset}", label=f"{Path(preset).stem} (file)",
-                                            kind="preset", preset=preset))
+        self.variants = list_variants(model_dir, DEFAULT_PRESET, current=preset)
         select = self.query_one("#variant", Select)
         with select.prevent(Select.Changed):
             select.set_options([(v.label, v.key) for v in self.variants])
-        first = next((v for v in self.variants if v.preset == preset and v.kind == "preset"),
+        first = next((v for v in self.variants if v.preset == preset and v.kind in ("file", "preset")),
                      self.variants[0] if self.variants else None)
         if first is not None:
             self.choose_variant(first.key)
