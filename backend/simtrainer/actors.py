@@ -132,10 +132,15 @@ class MegatronTrainRayActor:
         of this node: what a stray SGLang scheduler does to a real run (miles-run-output.md §8)."""
         import ray
 
-        child = subprocess.Popen(
-            [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", "simtrainer-leaked-gpu-holder"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        # Double fork: the holder is re-parented at once, so Ray's kill of the worker's
+        # children (on worker exit) does not reach it, as with a daemonised SGLang process.
+        holder = [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", "simtrainer-leaked-gpu-holder"]
+        spawn = ("import subprocess, sys\n"
+                 f"p = subprocess.Popen({holder!r}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+                 "stderr=subprocess.DEVNULL, start_new_session=True)\nprint(p.pid)")
+        out = subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True, timeout=60)
+        pid = int(out.stdout.strip())
         gpu_ids = [int(x) for x in ray.get_gpu_ids()][:1]
-        _hold_gpus(gpu_ids, child.pid, mib, 0)
-        self.log.at("sglang_engine.py:76", f"{SIM_LABEL}: leaked GPU holder pid={child.pid} on GPUs {gpu_ids}")
-        return child.pid
+        _hold_gpus(gpu_ids, pid, mib, 0)
+        self.log.at("sglang_engine.py:76", f"{SIM_LABEL}: leaked GPU holder pid={pid} on GPUs {gpu_ids}")
+        return pid

@@ -27,13 +27,12 @@ def _node_id_from_argv(argv):
 
 
 def _alive(pid):
+    """Like NVML: a process that exited (or is a zombie awaiting its reaper) holds nothing."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_json(path):
