@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
+from backend.logs import REPEATED
 from backend.metrics import Point, lines_containing
 from backend.series import Series
 
@@ -147,6 +148,7 @@ class AlertEngine:
         self.expected_scaling = expected_scaling
         self.alerts: list[Alert] = []
         self.shim_reports: dict[str, dict[str, Any]] = {}  # train actor -> fields it logged
+        self.shim_lines_seen = 0  # how many actors logged the line, counting Ray's dedup
         self._by_metric: dict[str, list[Rule]] = {}
         for rule in self.rules:
             for key in rule.metrics:
@@ -257,10 +259,15 @@ class AlertEngine:
         """`LogStore.subscribe` signature."""
         self.on_log_text(text)
 
-    def _shim_fields(self, text: str) -> list[Alert]:
+    def _shim_fields(self, line: str) -> list[Alert]:
         rule, fired = self._rule("shim_fields"), []
-        for m in _SHIM_LINE.finditer(text):  # one line, from on_log_text
+        repeat = REPEATED.search(line)
+        if repeat is not None:
+            line = line[: repeat.start()]
+        for m in _SHIM_LINE.finditer(line):
             actor = m["prefix"] or "driver"
+            # Ray folds identical lines of other actors into one "[repeated Nx across cluster]" line.
+            self.shim_lines_seen += int(repeat.group(1)) if repeat else 1
             try:
                 fields = json.loads(m["fields"])
             except ValueError:

@@ -8,8 +8,9 @@ which is what lets it keep up with the log. One writer thread calls `append`; an
 call `line`, `lines`, `search`, `filtered`.
 
 Line fields come from Ray's prefix `(ActorName pid=123, ip=10.0.0.1)` (on the driver's own node Ray omits
-the ip; we call that node "head") and miles' bracket `[2026-08-21 10:21:07.512 actor_cell0_rank0]`; Ray's
-` [repeated Nx across cluster]` suffix is removed from the text and kept as a count.
+the ip; we call that node "head") and miles' bracket `[2026-08-21 10:21:07.512 actor_cell0_rank0]`, parsed
+when a line is read; Ray's ` [repeated Nx across cluster]` suffix is cut from `LogLine.text` and kept as
+`LogLine.repeat` (the spool and the listeners' text keep it: it is how many processes printed the line).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ _BRACKET = re.compile(
 )
 _BRACKET_AT = re.compile(_BRACKET.pattern[1:])  # the same, usable with match(text, pos)
 _RANK = re.compile(r"_rank(\d+)$")
-_REPEATED = re.compile(rb" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?(?=\n|$)")
+# Ray's dedup suffix. It stays in the spool (and in the text listeners get: it says how many processes
+# printed the line) and is cut from `LogLine.text` on read, its count kept in `LogLine.repeat`.
+REPEATED = re.compile(r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$")
 # Level is a heuristic: miles prints no level name, so look for the words that errors and warnings carry.
 _LEVELS = re.compile(
     r"(?P<error>\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b\w*(?:Error|Exception): )"
@@ -52,7 +55,7 @@ _LEVEL_HINTS = (b"ERROR", b"CRITICAL", b"FATAL", b"Traceback (most recent call l
                 b"WARN", b"Warning: ")
 _LEVEL_CODES = {name: code for code, name in enumerate(LEVEL_NAMES)}
 _MAX_SOURCES = 65535
-_LEARN_CHUNKS = 16
+_LEARN_CHUNKS = 4
 
 
 class LogStoreError(ConsoleError):
@@ -226,7 +229,6 @@ class LogStore:
         self._pending_dropped = 0
         self._offsets = array("Q", [0])  # start of line i; one extra entry: the end of the spool
         self._src = array("H")
-        self._repeats: dict[int, int] = {}
         self._n = 0  # lines published to readers (their bytes are in the spool)
         self._sources: list[Source] = [Source(0, "", None, None, None, "main", None)]
         self._source_ids = _SourceIds(self)
@@ -297,24 +299,22 @@ class LogStore:
 
     def _ingest(self, data: bytes) -> int:
         """Store complete lines (`data` ends with a newline)."""
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = data.decode("utf-8", errors="replace")
-            data = text.encode("utf-8")
         clean = clean_chunk(data)
+        try:
+            text = clean.decode("utf-8")  # also the UTF-8 check: one pass
+        except UnicodeDecodeError:
+            text = clean.decode("utf-8", errors="replace")
+            clean = text.encode("utf-8")
         base = len(self._offsets) - 1
-        if b"across cluster]" in clean:
-            clean = self._strip_repeats(clean, base)
+        spool_end = self._offsets[-1]
         blines = clean.split(b"\n")
         blines.pop()  # the empty remainder after the final newline
-        if max(map(len, blines), default=0) > self.line_cap:
+        if len(clean) > self.line_cap and max(map(len, blines)) > self.line_cap:
             blines = [_cap_bytes(b, self.line_cap) for b in blines]
             clean = b"\n".join(blines) + b"\n"
+            text = clean.decode("utf-8")
         nlines = len(blines)
-        text = clean.decode("utf-8", errors="replace") if clean is not data else text
-        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)),
-                                      initial=self._offsets[-1])
+        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)), initial=spool_end)
         next(starts)
         keys = map(_FIRST, map(bytes.partition, blines, itertools.repeat(b") ")))
         try:
@@ -344,20 +344,6 @@ class LogStore:
             written = os.pwrite(self._fd, view, pos)
             view = view[written:]
             pos += written
-
-    def _strip_repeats(self, clean: bytes, base: int) -> bytes:
-        """Cut Ray's dedup suffix, remembering its count per line (found with bytes.find, not a regex scan)."""
-        out, line, last, pos = [], base, 0, clean.find(b" [repeated ")
-        while pos >= 0:
-            m = _REPEATED.match(clean, pos)
-            if m is not None:
-                line += clean.count(b"\n", last, pos)
-                self._repeats[line] = int(m.group(1))
-                out.append(clean[last:pos])
-                last = m.end()
-            pos = clean.find(b" [repeated ", pos + 1)
-        out.append(clean[last:])
-        return b"".join(out)
 
     def _register_source(self, prefix: str) -> int:
         sid = len(self._sources)
@@ -443,6 +429,11 @@ class LogStore:
 
     def _make_line(self, i: int, text: str) -> LogLine:
         src = self._sources[self._src[i]]
+        repeat = 1
+        if text.endswith(")") or text.endswith("cluster]"):
+            suffix = REPEATED.search(text)
+            if suffix is not None:
+                repeat, text = int(suffix.group(1)), text[: suffix.start()]
         rest = text
         m = _PREFIX.match(rest) if src.prefix else None
         if m is not None:
@@ -457,7 +448,7 @@ class LogStore:
         return LogLine(
             index=i, text=text, message=rest, actor=src.actor, pid=src.pid, ip=src.ip, node=src.node, proc=proc,
             rank=int(rank_m.group(1)) if rank_m else None, ts=ts, file=file,
-            level=LEVEL_NAMES[level_of(text)], repeat=self._repeats.get(i, 1),
+            level=LEVEL_NAMES[level_of(text)], repeat=repeat,
         )
 
     def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from backend.logs import REPEATED
 from backend.pyliteral import LiteralError, parse_literal
 from backend.series import STEP_KEYS, SeriesSet, axis_for
 
@@ -136,6 +137,8 @@ def parse_metric_text(text: str) -> tuple[list[MetricRecord], list[str]]:
         start = text.rfind("\n", 0, hint.start()) + 1
         end = text.find("\n", hint.end())
         line = text[start:] if end < 0 else text[start:end]
+        if line.endswith(("cluster]", ")")):
+            line = REPEATED.sub("", line)
         m = _LINE.fullmatch(line)
         if m is None:
             if "{" in line[hint.start() - start :]:

@@ -102,6 +102,14 @@ def _dirty_positions(data: bytes, present: set[int]) -> list[int]:
     return found
 
 
+def _last_cr_state(line: bytes) -> bytes:
+    """What a terminal would show of a line rewritten with carriage returns: its last non-empty segment."""
+    for segment in reversed(line.split(b"\r")):
+        if segment:
+            return segment
+    return b""
+
+
 def clean_chunk(data: bytes) -> bytes:
     """Sanitise a chunk of complete, valid UTF-8 lines (ends with a newline); line count is preserved."""
     if b"\x1b" in data:
@@ -113,6 +121,7 @@ def clean_chunk(data: bytes) -> bytes:
     if not positions:
         return data
     starts = sorted({data.rfind(b"\n", 0, p) + 1 for p in positions})
+    only_cr = rare.strip(b"\r") == b""  # the common dirty case: a tqdm bar's carriage returns
     out, last = [], 0
     for start in starts:
         if start < last:
@@ -120,7 +129,10 @@ def clean_chunk(data: bytes) -> bytes:
         end = data.find(b"\n", start)
         end = len(data) if end < 0 else end
         out.append(data[last:start])
-        out.append(sanitize_text(data[start:end].decode("utf-8", errors="replace")).encode("utf-8"))
+        if only_cr:
+            out.append(_last_cr_state(data[start:end]))
+        else:
+            out.append(sanitize_text(data[start:end].decode("utf-8", errors="replace")).encode("utf-8"))
         last = end
     out.append(data[last:])
     return b"".join(out)

@@ -210,3 +210,14 @@ def test_monitor_for_spec_and_clock() -> None:
     monitor.feed_text(f"{TRAIN}[2026-08-21 10:00:00.000 actor_cell0_rank0] x.py:1 - hello\n")
     clock[0] += 90
     assert monitor.miles_now() == pytest.approx(monitor.end_of_log() + 90)
+
+
+def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
+    engine = AlertEngine()
+    fields = '{"moe_router_topk_scaling_factor": 5.0}'
+    engine.on_log_text(
+        f"(MegatronTrainRayActor pid=1) ultra-console shim: applied NemotronH provider fields {fields}\n"
+        f"(MegatronTrainRayActor pid=9) ultra-console shim: applied NemotronH provider fields {fields}"
+        " [repeated 127x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n")
+    assert engine.shim_lines_seen == 128 and engine.alerts == []
+    assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=1", "MegatronTrainRayActor pid=9"}

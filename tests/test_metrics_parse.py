@@ -224,3 +224,10 @@ def test_series_replace_rules() -> None:
     assert not s.add(1, 3.0, ts=5.0) and s.values == [2.0]  # an older one does not
     assert s.add(1, 4.0, ts=1.0, priority=2) and not s.add(1, 5.0, ts=99.0, priority=0)
     assert s.add(0, 0.5) and s.steps == [0, 1]
+
+
+def test_a_metric_line_with_a_ray_repeat_suffix_still_parses() -> None:
+    records, problems = parse_metric_text(
+        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 1: {{'train/loss': 0.5}}"
+        " [repeated 2x across cluster]\n")
+    assert problems == [] and [(r.kind, r.n, r.values) for r in records] == [("step", 1, {"train/loss": 0.5})]
