@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import json
-import logging
 import os
 import re
 import sys
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from backend.recipe import RunSpec
+from shim.check import quiet
 
 REQUIRED_MODULES = ("megatron.core", "megatron.training", "sglang")
 
@@ -263,20 +261,6 @@ def _error_text(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Library chatter (warnings, prints, logging) stays out of the console's output."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
-@contextlib.contextmanager
 def _hopper_gpu(env: dict[str, str]) -> Iterator[None]:
     """validate_args asks torch.cuda about the GPU and reads env vars: answer as an H200 node would."""
     import torch
@@ -498,7 +482,7 @@ def _fields_of(rule: str) -> tuple[str, ...]:
 def run_one(name: str, fn: Callable[[RunSpec], None], spec: RunSpec) -> CheckRun:
     start = time.perf_counter()
     try:
-        with _quiet():
+        with quiet():
             fn(spec)
     except Exception as err:  # the library's verdict: map it, never let it escape
         text = _error_text(err)

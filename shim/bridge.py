@@ -176,11 +176,32 @@ def install() -> type:
         provider=getattr(base, "PROVIDER_CLASS", None),
         model_type=getattr(base, "MODEL_TYPE", None),
     )(subclass)
+    _clear_caches(model_bridge)
+    return subclass
+
+
+def uninstall() -> None:
+    """Put back the bridge the shim was layered on (diagnostics: `shim-check --without-shim`)."""
+    from megatron.bridge.models.conversion import model_bridge
+    from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge
+
+    current = _current_bridge_class()
+    while getattr(current, MARK, False):
+        current = current.__mro__[1]
+    if current is _current_bridge_class():
+        return
+    MegatronModelBridge.register_bridge(
+        source=ARCHITECTURE, target=_target_model_class(),
+        provider=getattr(current, "PROVIDER_CLASS", None), model_type=getattr(current, "MODEL_TYPE", None),
+    )(current)
+    _clear_caches(model_bridge)
+
+
+def _clear_caches(model_bridge: Any) -> None:
     for dispatcher in (model_bridge.get_model_bridge, getattr(model_bridge, "stream_weights_megatron_to_hf", None)):
         cache = getattr(dispatcher, "_dispatch_cache", None)
         if isinstance(cache, dict):
             cache.clear()
-    return subclass
 
 
 def installed() -> bool:

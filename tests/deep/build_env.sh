@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the deep-validation oracle venv: real megatron-core 0.19.2, megatron-bridge 0.6.2 and sglang 0.5.23
-# on CPU Python 3.11 (constraints.md §4), plus this repository and the CPU stubs via one .pth file.
+# on CPU Python 3.11 (constraints.md §4), plus this repository (editable) and the CPU stubs via a .pth file.
 #
 #   tests/deep/build_env.sh VENV_DIR
 #
@@ -17,7 +17,7 @@ STUBS="$HERE/stubs"
 PY=${DEEP_PYTHON:-python3.11}
 MARKER="$VENV/.ultra-console-deep-ok"
 
-stamp=$(cat "$LOCK" "$0" | sha256sum | cut -d' ' -f1)
+stamp=$(cat "$LOCK" "$0" "$REPO/pyproject.toml" | sha256sum | cut -d' ' -f1)
 stamp="$stamp $REPO"
 if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$stamp" ] && [ -x "$VENV/bin/python" ]; then
   echo "deep oracle venv $VENV is complete"
@@ -35,9 +35,12 @@ rm -f "$MARKER"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-requires-python \
   -r "$LOCK" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
-# This repository and the CPU stubs (sitecustomize.py, cpu_stubs.py) on the venv's sys.path.
+# This repository with its own dependencies (the console as installed on the head), then the CPU stubs
+# (sitecustomize.py, cpu_stubs.py) on the venv's sys.path.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO" \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n%s\n' "$REPO" "$STUBS" > "$site/ultra_console_deep.pth"
+printf '%s\n' "$STUBS" > "$site/ultra_console_deep.pth"
 
 # Prove the oracle imports before declaring the venv complete.
 HF_HUB_OFFLINE=1 "$VENV/bin/python" - <<'EOF'

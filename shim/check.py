@@ -1,0 +1,110 @@
+"""`shim-check`: what the provider must get from a checkpoint, and -- where megatron-bridge is
+importable -- what a CPU-built provider (no weights) actually gets, compared field by field.
+
+A mismatch (a 1.0 routed scaling factor where config.json says 5.0) is exactly the silent drift the
+shim exists to prevent, so the console blocks a launch on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from shim.mapping import expected_provider_fields, mismatches, read_config
+
+
+@dataclass
+class CheckResult:
+    """The JSON contract: {"ok", "expected", "actual" | null, "mismatches", ...}."""
+
+    ok: bool
+    expected: dict[str, Any]
+    actual: dict[str, Any] | None
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: str = ""
+    shim_installed: bool = False
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "expected": self.expected, "actual": self.actual, "mismatches": self.mismatches,
+                "checkpoint": self.checkpoint, "shim_installed": self.shim_installed, "note": self.note}
+
+
+def bridge_importable() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.bridge") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> Any:
+    """The provider megatron-bridge builds from DIR/config.json on CPU (no weights, not finalized).
+
+    Uses transformers' built-in NemotronH config class (never the checkpoint's own Python code).
+    """
+    from megatron.bridge import AutoBridge
+    from transformers import AutoConfig
+
+    from shim import bridge
+
+    if with_shim:
+        bridge.install()
+    else:
+        bridge.uninstall()
+    config = AutoConfig.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
+    return AutoBridge.from_hf_config(config).to_megatron_provider(load_weights=False)
+
+
+@contextlib.contextmanager
+def quiet():
+    """Library chatter (warnings, prints, logging) stays out of the console's output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            logging.disable(previous)
+
+
+def run_check(checkpoint_dir: str | os.PathLike[str], *, with_shim: bool = True,
+              keep_mtp: bool | None = None, use_bridge: bool | None = None) -> CheckResult:
+    """Expected fields always; actual ones when megatron-bridge is importable (use_bridge=None: auto).
+
+    Raises shim.mapping.ShimConfigError for an unreadable or non-NemotronH config.json.
+    """
+    directory = os.fspath(checkpoint_dir)
+    expected = expected_provider_fields(read_config(directory), keep_mtp=keep_mtp)
+    if use_bridge is None:
+        use_bridge = bridge_importable()
+    if not use_bridge:
+        return CheckResult(True, expected, None, checkpoint=directory,
+                           note="megatron.bridge not importable here: expected fields only, nothing compared")
+    if not expected:
+        return CheckResult(True, expected, {}, checkpoint=directory, shim_installed=with_shim,
+                           note="dense checkpoint (no routed experts): the shim sets nothing")
+    from shim.bridge import provider_fields
+
+    saved = os.environ.get("MILES_NEMOTRONH_KEEP_MTP")
+    if keep_mtp is not None:
+        os.environ["MILES_NEMOTRONH_KEEP_MTP"] = "1" if keep_mtp else ""
+    try:
+        with quiet():
+            provider = build_provider(directory, with_shim=with_shim)
+    finally:
+        if keep_mtp is not None:
+            if saved is None:
+                os.environ.pop("MILES_NEMOTRONH_KEEP_MTP", None)
+            else:
+                os.environ["MILES_NEMOTRONH_KEEP_MTP"] = saved
+    actual = provider_fields(provider, expected)
+    bad = mismatches(expected, actual)
+    return CheckResult(not bad, expected, actual, bad, checkpoint=directory, shim_installed=with_shim)

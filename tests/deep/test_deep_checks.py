@@ -1,0 +1,129 @@
+"""`plan --deep` against the real megatron-core 0.19.2 / sglang 0.5.23 (oracle venv), and the differential
+test: on seeded random layouts our rule engine and the real libraries agree on every verdict both decide."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+
+from backend import constraints, deep
+from backend.errors import SpecError
+from backend.recipe import build_spec
+
+FULL = "nemotron-3-ultra-550b-a55b"
+SLICE = "nemotron-3-ultra-550b-a55b-4layer"
+
+
+def report(preset: str, *sets: str) -> deep.DeepReport:
+    return deep.run_deep_checks(build_spec(preset, list(sets)))
+
+
+@pytest.mark.parametrize("preset", [FULL, SLICE])
+def test_documented_layouts_pass_every_real_check(preset):
+    result = report(preset)
+    assert result.available and result.versions["megatron-core"] == "0.19.2"
+    assert [c.name for c in result.checks if not c.ok] == []
+    assert result.findings == [] and result.disagreements == []
+    assert {c.name for c in result.checks} == {name for name, _ in deep.CHECKS}
+
+
+@pytest.mark.parametrize("sets, check, rule", [
+    (["train.pp=5"], "select_pipeline_segment", "C2"),
+    (["train.pp=5"], "initialize_model_parallel", "A1"),
+    (["train.ep=64"], "initialize_model_parallel", "A2"),
+    (["train.ep=7", "train.pp=1", "train.tp=1", "cluster.nodes=7", "batch.global_batch_size=112"], "validate_args", "C4"),
+    (["model.num_query_groups=3"], "transformer_config", "B2"),
+    (["train.vpp=2", "train.pp=1"], "initialize_model_parallel", "A8"),
+    (["batch.global_batch_size=130"], "microbatches", "C8"),
+    (["rollout.ep=24"], "server_args", "G6"),
+    (["rollout.dp=3", "rollout.gpus_per_engine=32"], "server_args", "G1"),
+])
+def test_real_failures_map_to_our_rule_ids(sets, check, rule):
+    result = report(FULL, *sets)
+    run = next(c for c in result.checks if c.name == check)
+    assert not run.ok and run.rule == rule, run
+    ours = {f.rule for f in constraints.check(build_spec(FULL, sets)) if f.severity == "error"}
+    assert deep.SAME_AS.get(rule, rule) in ours
+    assert any(f.rule == deep.SAME_AS.get(rule, rule) and f.check == check for f in result.findings)
+
+
+def test_a_disagreement_is_reported_as_such():
+    """Feed the comparison an engine that wrongly calls PP5 fine: the real split refuses it."""
+    spec = build_spec(FULL, ["train.pp=5"])
+    result = deep.run_deep_checks(spec, ours=[])
+    assert {(d.rule, d.check) for d in result.disagreements} >= {("C2", "select_pipeline_segment"),
+                                                                ("A1", "initialize_model_parallel")}
+    wrongly_strict = [constraints.Finding("G6", "error", ("rollout.ep",), "made up", "none")]
+    result = deep.run_deep_checks(build_spec(FULL), ours=wrongly_strict)
+    assert [(d.rule, d.ours, d.theirs) for d in result.disagreements] == [("G6", "error", "ok")]
+
+
+def test_unavailable_is_one_line(monkeypatch):
+    monkeypatch.setattr(deep.importlib.util, "find_spec", lambda name: None)
+    result = deep.run_deep_checks(build_spec(FULL))
+    assert not result.available and result.lines() == [f"deep: {result.unavailable}"]
+    assert "not importable" in result.unavailable and "\n" not in result.unavailable
+
+
+# --------------------------------------------------------------------------- differential
+
+SEED = 20261130
+N_LAYOUTS = 200
+
+
+def random_overrides(rng: random.Random) -> tuple[str, list[str]]:
+    preset = rng.choice([FULL, FULL, SLICE])
+    nodes = rng.choice([1, 2, 3, 4, 6, 8, 16, 16])
+    sets: dict[str, Any] = {
+        "cluster.nodes": nodes,
+        "train.tp": rng.choice([1, 2, 4, 8, 8, 16, 3]),
+        "train.pp": rng.choice([1, 1, 2, 3, 4, 4, 5, 6]),
+        "train.cp": rng.choice([1, 1, 1, 2]),
+        "train.ep": rng.choice([1, 2, 4, 8, 16, 32, 64, 7, 24]),
+        "train.etp": rng.choice(["none", 1, 1, 2, 4, 8]),
+        "train.vpp": rng.choice(["none"] * 5 + [2]),
+        "train.micro_batch_size": rng.choice([1, 1, 2]),
+        "batch.global_batch_size": rng.choice([128, 128, 64, 96, 130, 256]),
+        "rollout.gpus_per_engine": rng.choice([4, 8, 8, 16, 24, 32]),
+        "rollout.dp": rng.choice([1, 2, 2, 4, 3]),
+    }
+    sets["rollout.ep"] = rng.choice([1, sets["rollout.gpus_per_engine"], sets["rollout.gpus_per_engine"], 8, 24])
+    if rng.random() < 0.1 and sets["train.pp"] > 1:
+        sets["train.decoder_first_pipeline_num_layers"] = rng.choice([1, 2, 26, 27, 30])
+    return preset, [f"{k}={v}" for k, v in sets.items()]
+
+
+def layouts() -> list[tuple[str, list[str]]]:
+    rng = random.Random(SEED)
+    out: list[tuple[str, list[str]]] = []
+    while len(out) < N_LAYOUTS:
+        preset, sets = random_overrides(rng)
+        try:
+            build_spec(preset, sets)
+        except SpecError:
+            continue
+        out.append((preset, sets))
+    return out
+
+
+def test_differential_engine_agrees_with_real_libraries():
+    disagreements: list[str] = []
+    decided = failed = agreed_failures = 0
+    start = time.perf_counter()
+    for preset, sets in layouts():
+        spec = build_spec(preset, sets)
+        result = deep.run_deep_checks(spec)
+        decided += sum(len(c.decides) if c.ok else 1 for c in result.checks)
+        failed += sum(not c.ok for c in result.checks)
+        ours = {f.rule for f in constraints.check(spec) if f.severity == "error"}
+        agreed_failures += sum(not c.ok and deep.SAME_AS.get(c.rule, c.rule) in ours for c in result.checks)
+        disagreements += [f"{preset} {' '.join(sets)}: {d.rule} ours={d.ours} {d.check}={d.theirs} ({d.detail})"
+                          for d in result.disagreements]
+    seconds = time.perf_counter() - start
+    assert failed > N_LAYOUTS // 4, "the random layouts must exercise failures, not only legal layouts"
+    assert agreed_failures > N_LAYOUTS // 4, "both sides must reject many layouts for the same rule"
+    assert decided > N_LAYOUTS * 10
+    assert not disagreements, f"{len(disagreements)} disagreements in {seconds:.0f}s:\n" + "\n".join(disagreements[:40])
