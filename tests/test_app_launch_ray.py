@@ -78,3 +78,25 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 deadline = time.monotonic() + 60
                 while not (await client.get_job(job_id)).is_terminal and time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
+
+
+async def test_failed_preflight_blocks_launch_until_the_spec_changes(ray_cluster, tmp_path):
+    spec = sim_spec(tmp_path, nodes=len(ray_cluster.node_ids) + 5)  # more nodes than the cluster has
+    preset = tmp_path / "plan.toml"
+    preset.write_text(dump_toml(spec), encoding="utf-8")
+    settings = Settings(address=ray_cluster.address, state_dir=tmp_path / "state", preset=str(preset))
+    app = UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        await pilot.press("p")
+        await _until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
+        assert plan.preflight_state == "failed"
+        assert any(f.rule == "P1" and f.severity == "error" for f in plan.preflight_findings)
+        assert "preflight failed" in plan.launch_blockers()
+        assert plan.check_action("launch", ()) is None
+        await pilot.press("L")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmModal)
+        plan.edits["cluster.nodes"] = "1"
+        plan.rebuild()
+        assert plan.preflight_state == "stale" and "preflight failed" not in plan.launch_blockers()
