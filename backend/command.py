@@ -285,12 +285,12 @@ def submission_id_for(run_id: str) -> str:
     return f"ultra-console-{run_id}"
 
 
-def _shim_runtime_env() -> dict[str, Any]:
-    """Runtime-env keys that deliver the NemotronH shim to every worker (see shim/)."""
+def _shim_runtime_env(spec: RunSpec) -> dict[str, Any]:
+    """Runtime-env keys that deliver the NemotronH shim to every worker (see shim/); the checkpoint
+    path lets a worker without megatron.bridge still log the fields its config.json implies."""
     import shim
 
-    additions = getattr(shim, "runtime_env_additions", None)
-    return dict(additions()) if additions else {}
+    return shim.runtime_env_additions(hf_checkpoint=f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}")
 
 
 def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[str, str] | None = None,
@@ -317,7 +317,7 @@ def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[s
     env.update(secrets or {})
     out: dict[str, Any] = {"env_vars": env}
     if with_shim:
-        for key, value in _shim_runtime_env().items():
+        for key, value in _shim_runtime_env(spec).items():
             if key == "env_vars":
                 env.update(value)
             else:
