@@ -1,5 +1,9 @@
 """The loopback-only multi-node Ray test cluster: the code lives in backend/localcluster.py (the
-`ultra-console demo` starts the same cluster); this module keeps the tests' import path."""
+`ultra-console demo` starts the same cluster); this module keeps the tests' import path and adds
+what only scripts need."""
+
+import os
+import sys
 
 from backend.localcluster import (  # noqa: F401
     FAKEGPU_DIR,
@@ -9,6 +13,17 @@ from backend.localcluster import (  # noqa: F401
     cluster_env,
     free_port,
 )
+
+
+def reexec_in_loopback_netns() -> None:
+    """For benches: re-run the current script inside `unshare -n` with only `lo` up, so the Ray
+    cluster it starts can neither reach nor be reached from another address."""
+    if os.environ.get("RAYCLUSTER_NETNS") == "1":
+        return
+    os.environ["RAYCLUSTER_NETNS"] = "1"
+    script = 'ip link set lo up && exec "$0" "$@"'
+    os.execvp("unshare", ["unshare", "-n", "--", "bash", "-c", script, sys.executable, *sys.argv])
+
 
 if __name__ == "__main__":
     import runpy
