@@ -322,6 +322,7 @@ class RunController:
         if uri not in (runtime_env.get("py_modules") or []):
             return
         path = shim.upload_path(uri)
+        # RayClient has no package route (yet): its generic request keeps auth, retries and typed errors.
         try:
             await self.client._send("GET", path, what=f"package {uri}")
             return

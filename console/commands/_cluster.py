@@ -11,13 +11,14 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from backend.errors import RefusedError
-from backend.ray_api import RayClient
-from backend.run import RunController
 from backend.sanitize import sanitize_text
-from backend.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # imported when a command runs: `--help` and the other commands never pay for httpx
+    from backend.run import RunController
+    from backend.settings import Settings
 
 T = TypeVar("T")
 
@@ -33,6 +34,8 @@ def job_of(args: argparse.Namespace) -> str | None:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
+    from backend.settings import load_settings
+
     return load_settings(address=args.address, token=args.token, readonly=args.readonly)
 
 
@@ -43,6 +46,9 @@ def refuse_if_readonly(settings: Settings, action: str) -> None:
 
 def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings], Awaitable[T]]) -> T:
     """Run `body(controller, settings)` in a fresh event loop with one client to the dashboard."""
+    from backend.ray_api import RayClient
+    from backend.run import RunController
+
     settings = settings_of(args)
 
     async def main() -> T:

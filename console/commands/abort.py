@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import TYPE_CHECKING
 
-from backend.run import RunController, RunEvent, stop_settings
-from backend.settings import Settings
 from console.commands._cluster import (
     add_job_arg,
     confirm,
@@ -23,6 +22,10 @@ from console.commands._cluster import (
     say,
     settings_of,
 )
+
+if TYPE_CHECKING:
+    from backend.run import RunController, RunEvent
+    from backend.settings import Settings
 
 EXTRA_WAIT_S = 30.0
 
@@ -47,6 +50,8 @@ def _printer(event: RunEvent) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.run import stop_settings
+
     refuse_if_readonly(settings_of(args), "abort")
 
     async def body(ctl: RunController, settings: Settings) -> int:

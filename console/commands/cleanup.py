@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from backend.run import RunController
-from backend.settings import Settings
-from backend.telemetry import snapshot
 from console.commands._cluster import (
     add_job_arg,
     confirm,
@@ -22,6 +20,10 @@ from console.commands._cluster import (
     say,
     settings_of,
 )
+
+if TYPE_CHECKING:
+    from backend.run import RunController
+    from backend.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.telemetry import snapshot
+
     refuse_if_readonly(settings_of(args), "cleanup")
 
     async def body(ctl: RunController, settings: Settings) -> int:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
 
-from backend.command import build_submission, new_run_id, secrets_from_env
-from backend.recipe import build_spec
-from backend.run import LaunchRefused, RunController
-from backend.settings import Settings
 from console.commands._cluster import confirm, finding_lines, refuse_if_readonly, run_with, say, settings_of
-from console.commands.plan import add_spec_args
+
+if TYPE_CHECKING:
+    from backend.run import RunController
+    from backend.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from console.commands.plan import add_spec_args
+
     p = sub.add_parser("launch", help="submit a run to the Ray cluster (after rules and preflight)")
     add_spec_args(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -28,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.command import build_submission, new_run_id, secrets_from_env
+    from backend.recipe import build_spec
+    from backend.run import LaunchRefused
+
     refuse_if_readonly(settings_of(args), "launch")
     spec = build_spec(args.preset, args.overrides)
     secrets = secrets_from_env(os.environ)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+from typing import TYPE_CHECKING
 
-from backend.run import RunController
 from backend.sanitize import sanitize_text
-from backend.settings import Settings
 from console.commands._cluster import add_job_arg, job_of, run_with, say
+
+if TYPE_CHECKING:
+    from backend.run import RunController
+    from backend.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             batch: list[str] = []
             async for line in client.read_log(job.id, tail=args.tail):
                 batch.append(line)
-                if len(batch) >= 2000:
+                if len(batch) >= 10_000:
                     _out(batch)
                     batch = []
             _out(batch)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from backend.run import RunController
-from backend.settings import Settings
-from backend.telemetry import NodeSnapshot, TelemetryPoller
 from console.commands._cluster import run_with, say
+
+if TYPE_CHECKING:
+    from backend.run import RunController
+    from backend.settings import Settings
+    from backend.telemetry import NodeSnapshot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +36,8 @@ def _gpu_summary(node: NodeSnapshot) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.telemetry import TelemetryPoller
+
     async def body(ctl: RunController, settings: Settings) -> int:
         snap = await TelemetryPoller(ctl.client).poll_once()
         if args.json:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING
 
-from backend.run import RunController, describe
-from backend.settings import Settings
-from backend.telemetry import snapshot
 from console.commands._cluster import add_job_arg, fmt_duration, job_of, run_with, say
 
 
@@ -19,7 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+if TYPE_CHECKING:
+    from backend.run import RunController
+    from backend.settings import Settings
+
+
 def run(args: argparse.Namespace) -> int:
+    from backend.run import describe
+    from backend.telemetry import snapshot
+
     async def body(ctl: RunController, settings: Settings) -> int:
         job = await ctl.attach(job_of(args))
         snap = await snapshot(ctl.client)
