@@ -21,7 +21,7 @@ ALERTS = [
 
 @pytest.fixture(autouse=True)
 def _pinned_shim(monkeypatch):
-    monkeypatch.setattr("backend.command._shim_runtime_env", lambda: {
+    monkeypatch.setattr("backend.command._shim_runtime_env", lambda *args, **kwargs: {
         "py_modules": ["gcs://_ray_pkg_0000000000000000000000000000000000000000.zip"],
         "worker_process_setup_hook": "shim.ray_hook.setup"})
 
