@@ -28,6 +28,9 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 STALE_AFTER_S = 15.0
+# Where the GPU numbers come from, shown with them: NVML's memory info counts reserved memory, so
+# it reads higher than nvidia-smi's per-process figures (ray.md §8: 1625 vs 1011 MiB).
+GPU_SOURCE = "Ray reporter (NVML, every 5 s; memory incl. reserved, MiB)"
 DEFAULT_INTERVAL_S = 2.5
 # Ray's reporter refreshes every 5 s and the summary is cached 2 s: asking more often than this
 # returns the last snapshot without a request, whatever interval a caller polls at.
@@ -95,6 +98,7 @@ class ClusterSnapshot(BaseModel):
     nodes: list[NodeSnapshot] = Field(default_factory=list)
     taken_at: float = 0.0  # epoch seconds (console clock)
     ray_version: str | None = None
+    gpu_source: str = GPU_SOURCE
 
     @property
     def alive_nodes(self) -> list[NodeSnapshot]:

@@ -86,6 +86,14 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)
     events: list[RunEvent] = []
     ctl.subscribe(events.append)
+    streamed: list[RunEvent] = []
+
+    async def consume() -> None:  # the async-iterator interface sees the same events
+        async for event in ctl.events():
+            streamed.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0)
     job = await ctl.launch(spec, run_id="261130-070000-001")
     try:
         assert job.id == "ultra-console-261130-070000-001" and (job.metadata or {})["ultra_console"] == "1"
@@ -113,6 +121,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
         assert final.status == "STOPPED" and ctl.state is RunState.STOPPED
     finally:
         await stop_quietly(ray_client, job.id)
+    consumer.cancel()
+    await asyncio.gather(consumer, return_exceptions=True)
+    assert [(e.kind, e.state) for e in streamed] == [(e.kind, e.state) for e in events]
     states = [e.state for e in events if e.kind == "state"]
     assert states[0] is RunState.SUBMITTING
     order = [s for s in states if s in (RunState.RUNNING, RunState.STOPPING, RunState.STOPPED)]
