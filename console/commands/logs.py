@@ -7,6 +7,7 @@ whole-log Jobs endpoint); every line goes through the sanitiser before it reache
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import sys
 from typing import TYPE_CHECKING
@@ -52,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
             if job.status == "PENDING":
                 say(f"job {job.id} is PENDING: no driver log yet", err=True)
             return 0
+        if job.status == "PENDING":
+            say(f"job {job.id} is PENDING (waiting for resources); following starts when it runs", err=True)
+            while job.status == "PENDING":
+                await asyncio.sleep(ctl.poll_s)
+                job = await ctl.refresh()
         offset = 0
         if args.tail is not None:
             last: collections.deque[str] = collections.deque(maxlen=args.tail or 1)
