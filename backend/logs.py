@@ -15,6 +15,7 @@ when a line is read; Ray's ` [repeated Nx across cluster]` suffix is cut from `L
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 import os
@@ -25,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
@@ -34,6 +36,7 @@ HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on t
 # A line's Ray prefix, as `bytes.partition(b") ")` cuts it: group 1 is the text inside the parentheses.
 _PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?)")
 _FIRST = operator.itemgetter(0)
+_INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
 _PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
 _BRACKET = re.compile(
@@ -227,8 +230,13 @@ class LogStore:
         self.line_cap = line_cap
         self._pending = b""
         self._pending_dropped = 0
-        self._offsets = array("Q", [0])  # start of line i; one extra entry: the end of the spool
+        # Line i starts at byte _cum[i] + i of the spool (_cum counts line bytes without their newlines, so
+        # one C-level accumulate over the line lengths builds it); one extra entry marks the end.
+        self._cum = array("Q", [0])
+        # Source id per line, built lazily (first filter, `sources()`), not while ingesting: ingest stays at a
+        # few C-level operations per line.
         self._src = array("H")
+        self._src_lock = threading.Lock()
         self._n = 0  # lines published to readers (their bytes are in the spool)
         self._sources: list[Source] = [Source(0, "", None, None, None, "main", None)]
         self._source_ids = _SourceIds(self)
@@ -298,52 +306,64 @@ class LogStore:
         return self._pending + head
 
     def _ingest(self, data: bytes) -> int:
-        """Store complete lines (`data` ends with a newline)."""
-        clean = clean_chunk(data)
+        """Store complete lines (`data` ends with a newline). Per line, only split, len and accumulate run;
+        everything else works on the whole chunk at C speed (see `backend.sanitize.clean_chunk`)."""
         try:
-            text = clean.decode("utf-8")  # also the UTF-8 check: one pass
+            data.decode("utf-8")  # the UTF-8 check
         except UnicodeDecodeError:
-            text = clean.decode("utf-8", errors="replace")
-            clean = text.encode("utf-8")
-        base = len(self._offsets) - 1
-        spool_end = self._offsets[-1]
-        blines = clean.split(b"\n")
-        blines.pop()  # the empty remainder after the final newline
-        if len(clean) > self.line_cap and max(map(len, blines)) > self.line_cap:
-            blines = [_cap_bytes(b, self.line_cap) for b in blines]
-            clean = b"\n".join(blines) + b"\n"
-            text = clean.decode("utf-8")
-        nlines = len(blines)
-        starts = itertools.accumulate(map(operator.add, map(len, blines), itertools.repeat(1)), initial=spool_end)
-        next(starts)
-        keys = map(_FIRST, map(bytes.partition, blines, itertools.repeat(b") ")))
+            data = data.decode("utf-8", errors="replace").encode("utf-8")
+        clean = clean_chunk(data)
+        lines = clean.split(b"\n")
+        lines.pop()  # the empty remainder after the final newline
+        lens = list(map(len, lines))
+        if max(lens, default=0) > self.line_cap:
+            lines = [_cap_bytes(b, self.line_cap) for b in lines]
+            clean = b"\n".join(lines) + b"\n"
+            lens = list(map(len, lines))
+        base, nlines = len(self._cum) - 1, len(lines)
+        cum = itertools.accumulate(lens, initial=self._cum[-1])
+        next(cum)
         try:
-            self._src.extend(map(self._source_ids.__getitem__, keys))
-            if self._unnamed:
-                self._learn_proc_names(text)
             self._write(clean)
-            self._offsets.extend(starts)
+            self._cum.extend(cum)
         except Exception:
-            self._rollback(base)
+            del self._cum[base + 1 :]
             raise
         with self._new_lines:
             self._n = base + nlines
             self._new_lines.notify_all()
-        for listener in list(self._listeners):
-            listener(base, nlines, text)
+        if self._listeners:
+            text = clean.decode("utf-8")
+            for listener in list(self._listeners):
+                listener(base, nlines, text)
         return nlines
-
-    def _rollback(self, base: int) -> None:
-        del self._src[base:]
-        del self._offsets[base + 1 :]
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
-        pos = self._offsets[-1]
+        pos = self._offset(len(self._cum) - 1)
         while view:
             written = os.pwrite(self._fd, view, pos)
             view = view[written:]
             pos += written
+
+    def _offset(self, i: int) -> int:
+        """Byte offset of line i in the spool (i == len: the end)."""
+        return self._cum[i] + i
+
+    def _ensure_sources(self, stop: int) -> None:
+        """Extend the per-line source index to line `stop` (reads the new lines back from the spool)."""
+        with self._src_lock:
+            a = len(self._src)
+            while a < stop:
+                b = _block_end(self, a, stop, _INDEX_BLOCK)
+                block = self._read(a, b)
+                lines = block.split(b"\n")
+                lines.pop()
+                self._src.extend(map(self._source_ids.__getitem__,
+                                     map(_FIRST, map(bytes.partition, lines, itertools.repeat(b") ")))))
+                if self._unnamed:
+                    self._learn_proc_names(block.decode("utf-8", errors="replace"))
+                a = b
 
     def _register_source(self, prefix: str) -> int:
         sid = len(self._sources)
@@ -385,10 +405,12 @@ class LogStore:
         return cap_line(sanitize_text(self._pending.decode("utf-8", errors="replace")), self.line_cap)
 
     def sources(self) -> list[Source]:
+        """Every process seen so far (indexes new lines first: call it off the UI thread on a big log)."""
+        self._ensure_sources(self._n)
         return list(self._sources)
 
     def _read(self, start: int, stop: int) -> bytes:
-        first, end = self._offsets[start], self._offsets[stop]
+        first, end = self._offset(start), self._offset(stop)
         try:
             return os.pread(self._fd, end - first, first)
         except OSError as err:
@@ -428,25 +450,29 @@ class LogStore:
         return line
 
     def _make_line(self, i: int, text: str) -> LogLine:
-        src = self._sources[self._src[i]]
         repeat = 1
         if text.endswith(")") or text.endswith("cluster]"):
             suffix = REPEATED.search(text)
             if suffix is not None:
                 repeat, text = int(suffix.group(1)), text[: suffix.start()]
-        rest = text
-        m = _PREFIX.match(rest) if src.prefix else None
+        rest, actor, pid, ip, known = text, None, None, None, self._sources[0]
+        m = _PREFIX.match(rest)
         if m is not None:
-            rest = rest[m.end() :]
+            key = ("(" + m["inner"]).encode("utf-8")
+            if _PREFIX_KEY.fullmatch(key):
+                rest = rest[m.end() :]
+                actor, pid, ip = _parse_inner(m["inner"])
+                sid = self._source_ids.get(key)
+                known = self._sources[sid] if sid is not None else None
         b = _BRACKET.match(rest)
         ts = proc = file = None
         if b is not None:
             ts, proc, file = b["ts"], b["proc"], b["file"]
             rest = rest[b.end() :]
-        proc = proc or src.proc
+        proc = proc or (known.proc if known is not None else None)
         rank_m = _RANK.search(proc) if proc else None
         return LogLine(
-            index=i, text=text, message=rest, actor=src.actor, pid=src.pid, ip=src.ip, node=src.node, proc=proc,
+            index=i, text=text, message=rest, actor=actor, pid=pid, ip=ip, node=ip or HEAD_NODE, proc=proc,
             rank=int(rank_m.group(1)) if rank_m else None, ts=ts, file=file,
             level=LEVEL_NAMES[level_of(text)], repeat=repeat,
         )
@@ -475,7 +501,12 @@ class LogStore:
             return None
         return {s.id for s in self._sources if flt.accepts(s)}
 
-    def search(
+    def search(self, pattern: str, **kwargs: Any) -> Iterator[int]:
+        """Yield the indices of matching lines in order (see `search_batches` for the arguments)."""
+        for batch in self.search_batches(pattern, **kwargs):
+            yield from batch
+
+    def search_batches(
         self,
         pattern: str,
         *,
@@ -486,31 +517,33 @@ class LogStore:
         flt: LineFilter | None = None,
         cancel: CancelToken | None = None,
         block_bytes: int = 8 << 20,
-    ) -> Iterator[int]:
-        """Yield the indices of matching lines in order; stops early when `cancel` is set.
+    ) -> Iterator[array]:
+        """Matching line indices, one array per block of spool; stops at the next block once `cancel` is set.
 
-        Reads the spool in big blocks and matches over a whole block (bytes.find or one compiled regex),
-        then maps positions to line numbers by counting newlines; per-line Python work happens only for hits.
+        Reads the spool in big blocks and matches over a whole block (bytes.find / count, a C-level
+        membership test per line when hits are dense, or one compiled regex), so Python-level work per
+        line happens only for hits of sparse searches.
         """
         if not pattern:
             return
         finder = _make_finder(pattern, regex, ignore_case)
-        allowed = self._allowed_sources(flt)
+        by_source = flt is not None and self._allowed_sources(flt) is not None
         min_level = _LEVEL_CODES.get(flt.min_level or "info", 0) if flt else 0
         stop = self._n if stop is None else min(stop, self._n)
-        offsets = self._offsets
         a = max(0, start)
         while a < stop:
             if cancel is not None and cancel.cancelled:
                 return
-            b = _block_end(offsets, a, stop, block_bytes)
-            block = self._read(a, b)
-            for line in finder(block, a):
-                if allowed is not None and self._src[line] not in allowed:
-                    continue
-                if min_level and level_of(self.text(line)) < min_level:
-                    continue
-                yield line
+            b = _block_end(self, a, stop, block_bytes)
+            hits = finder(self._read(a, b), a)
+            if by_source and hits:
+                self._ensure_sources(b)
+                allowed, src = self._allowed_sources(flt) or set(), self._src
+                hits = array("I", [i for i in hits if src[i] in allowed])
+            if min_level and hits:
+                hits = array("I", [i for i in hits if level_of(self.text(i)) >= min_level])
+            if hits:
+                yield hits
             a = b
 
     def search_background(
@@ -541,40 +574,53 @@ class LogStore:
         self.close()
 
 
-def _block_end(offsets: array, a: int, stop: int, block_bytes: int) -> int:
-    """First line index after a block of about `block_bytes` starting at line a (at least one line)."""
-    import bisect
+class _Offsets:
+    """The spool offsets as a sequence, for bisect."""
 
-    target = offsets[a] + block_bytes
-    b = bisect.bisect_right(offsets, target, a + 1, stop + 1) - 1
+    def __init__(self, store: LogStore) -> None:
+        self._cum = store._cum
+
+    def __getitem__(self, i: int) -> int:
+        return self._cum[i] + i
+
+    def __len__(self) -> int:
+        return len(self._cum)
+
+
+def _block_end(store: LogStore, a: int, stop: int, block_bytes: int) -> int:
+    """First line index after a block of about `block_bytes` starting at line a (at least one line)."""
+    target = store._offset(a) + block_bytes
+    b = bisect.bisect_right(_Offsets(store), target, a + 1, stop + 1) - 1
     return max(a + 1, min(b, stop))
 
 
-def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes, int], Iterator[int]]:
+def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes, int], array]:
+    """A function (block of lines, index of its first line) -> array of the indices of matching lines."""
     if not regex and (not ignore_case or pattern.isascii()):
         needle = pattern.encode("utf-8")
         if ignore_case:
             needle = needle.lower()
 
-        def find_bytes(block: bytes, first: int) -> Iterator[int]:
+        def find_bytes(block: bytes, first: int) -> array:
             hay = block.lower() if ignore_case else block
             hits = hay.count(needle)
             if hits == 0:
-                return
+                return array("I")
             if hits * 8 > len(hay) // 256:
                 # Dense hits: test every line at C speed instead of stepping hit by hit in Python.
                 lines = hay.split(b"\n")
                 lines.pop()
-                yield from itertools.compress(itertools.count(first), map(operator.contains, lines,
-                                                                          itertools.repeat(needle)))
-                return
+                return array("I", itertools.compress(itertools.count(first), map(operator.contains, lines,
+                                                                                 itertools.repeat(needle))))
+            out = array("I")
             line, last, pos = first, 0, hay.find(needle)
             while pos >= 0:
                 line += hay.count(b"\n", last, pos)
-                yield line
+                out.append(line)
                 end = hay.find(b"\n", pos)
                 last = end
                 pos = hay.find(needle, end)
+            return out
 
         return find_bytes
     try:
@@ -582,20 +628,21 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
     except re.error as err:
         raise LogStoreError(f"bad search pattern {pattern!r}: {err}") from None
 
-    def find_regex(block: bytes, first: int) -> Iterator[int]:
+    def find_regex(block: bytes, first: int) -> array:
         text = block.decode("utf-8", errors="replace")
+        out = array("I")
         line, last = first, 0
         m = rx.search(text)
         while m is not None:
             line += text.count("\n", last, m.start())
-            yield line
+            out.append(line)
             end = text.find("\n", m.start())
             if end < 0:
-                return
-            last = end
+                break
             m = rx.search(text, end + 1)
             line += 1
             last = end + 1
+        return out
 
     return find_regex
 
@@ -629,17 +676,13 @@ class SearchTask:
         return self.done.wait(timeout)
 
     def _run(self) -> None:
-        batch: list[int] = []
         try:
-            for i in self.store.search(self.pattern, cancel=self.token, **self._kwargs):
-                self.matches.append(i)
-                batch.append(i)
-                if len(batch) >= self.BATCH:
-                    self._flush(batch)
-                    batch = []
-                    if self.token.cancelled:
-                        break
-            self._flush(batch)
+            for batch in self.store.search_batches(self.pattern, cancel=self.token, **self._kwargs):
+                self.matches.extend(batch)
+                for k in range(0, len(batch), self.BATCH):
+                    self._flush(batch[k : k + self.BATCH].tolist())
+                if self.token.cancelled:
+                    break
         except ConsoleError as err:
             self.error = str(err)
         finally:
@@ -664,13 +707,17 @@ class FilteredLines:
     def refresh(self, cancel: CancelToken | None = None, block: int = 1 << 20) -> int:
         """Scan lines added since the last refresh; returns how many matched. Safe to call from a thread."""
         store, added = self.store, 0
-        allowed = store._allowed_sources(self.filter)
+        by_source = store._allowed_sources(self.filter) is not None
         stop = len(store)
         while self._scanned < stop:
             if cancel is not None and cancel.cancelled:
                 break
             step = block if not self._min_level else min(block, 1 << 16)
             a, b = self._scanned, min(stop, self._scanned + step)
+            allowed = None
+            if by_source:
+                store._ensure_sources(b)
+                allowed = store._allowed_sources(self.filter)
             candidates: Iterator[int] = iter(range(a, b))
             if allowed is not None:
                 candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))

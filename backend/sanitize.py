@@ -136,3 +136,4 @@ def clean_chunk(data: bytes) -> bytes:
         last = end
     out.append(data[last:])
     return b"".join(out)
+

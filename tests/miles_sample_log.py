@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-DIM, CYAN, YELLOW, RESET = "\x1b[2m", "\x1b[36m", "\x1b[33m", "\x1b[0m"
+DIM, CYAN, GREEN, RESET = "\x1b[2m", "\x1b[36m", "\x1b[32m", "\x1b[0m"
 BASE = datetime(2026, 8, 21, 10, 0, 0, tzinfo=UTC)
 
 
@@ -91,7 +91,7 @@ def generate(run: SampleRun) -> Iterator[str]:
                    f"#token: {10240 + 17 * k}, token usage: 0.{12 + k % 50:02d}, gen throughput (token/s): {2300 + k}.55, #queue-req: 0,")
             if k % 10 == 0:
                 yield f"{train[0]}ft cls=MegatronTrainRayActor fn=train phase=start"
-                yield f"{train[1]}ft cls=MegatronTrainRayActor fn=train phase=start{DIM} [repeated {run.train_ranks - 2}x across cluster]{RESET}"
+                yield f"{train[1]}ft cls=MegatronTrainRayActor fn=train phase=start{GREEN} [repeated {run.train_ranks - 2}x across cluster]{RESET}"
         tpgs = 13.5 + i
         trunc = 0.1 + 0.01 * i
         reward = 0.125 + 0.05 * i

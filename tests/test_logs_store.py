@@ -70,7 +70,7 @@ def test_spool_file_and_offset_index(tmp_path) -> None:
         store.text(5000)
     assert store.path.read_bytes() == data  # the spool holds exactly the sanitised lines
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
-    assert len(store._offsets) == 5001 and store._offsets.typecode == "Q"
+    assert len(store._cum) == 5001 and store._cum.typecode == "Q" and store._offset(5000) == len(data)
     store.close()
 
 
