@@ -94,7 +94,8 @@ class DeepReport:
         return self.available and not self.findings and not self.disagreements
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": self.available, "unavailable": self.unavailable, "ok": self.ok,
+        return {"available": self.available, "unavailable": self.unavailable, "message": self.unavailable,
+                "ok": self.ok,
                 "versions": self.versions, "findings": [f.to_json() for f in self.findings],
                 "checks": [c.to_json() for c in self.checks],
                 "disagreements": [d.to_json() for d in self.disagreements]}
