@@ -207,12 +207,11 @@ async def _run(rt: Runtime, job: str | None) -> None:
             await controller.attach(target)
         except NoRunFound:
             rt.post(Notice("no training run on the cluster yet: plan one and press L to launch"))
-            while controller.job is None and controller.state is None:
-                await asyncio.sleep(2.0)  # a launch from the plan view sets the job
+            while controller.job is None:
+                await asyncio.sleep(1.0)  # a launch from the plan view sets the job
         except ConsoleError as err:
             rt.post(DashboardLost(str(err)))
             await asyncio.sleep(3.0)
-            continue
     rt.post(DashboardBack())
     while True:
         with contextlib.suppress(ConsoleError):
