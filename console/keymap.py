@@ -1,7 +1,11 @@
 """Every key of the app as data: one table of `BindingSpec`s, remappable by binding id.
 
 Why a table: the footer, the `?` help screen, the ctrl+p palette and the operator's remapping in the
-settings file (`Settings.keys`: binding id -> key, e.g. `launch = "ctrl+l"`) all read this one list.
+settings file all read this one list. Remapping (config.toml; unknown ids are reported, not fatal):
+
+    [keys]
+    "plan.launch" = "ctrl+l"
+    "app.view_events" = "e,4"
 
 How a view registers its keys (part B does this for run/logs):
 
