@@ -266,9 +266,13 @@ class RayClient:
         streamed request, whatever the size of the log.
         """
         job = await self.get_job(job_id)
-        if not job.driver_node_id or not job.submission_id:
-            return
         if tail is not None and tail <= 0:
+            return
+        async for line in self._stream_log(job, tail):
+            yield line
+
+    async def _stream_log(self, job: JobInfo, tail: int | None) -> AsyncIterator[str]:
+        if not job.driver_node_id or not job.submission_id:
             return
         params = {"node_id": job.driver_node_id, "submission_id": job.submission_id,
                   "lines": -1 if tail is None else tail}
@@ -280,7 +284,7 @@ class RayClient:
                                          timeout=httpx.Timeout(30.0, read=None)) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
-                    self._raise_for(resp.status_code, body, f"the log of job {job_id!r}")
+                    self._raise_for(resp.status_code, body, f"the log of job {job.id!r}")
                 async for chunk in resp.aiter_bytes(1 << 20):
                     for line in splitter.feed(decoder.decode(chunk)):
                         yield line
@@ -289,19 +293,32 @@ class RayClient:
         for line in splitter.feed(decoder.decode(b"", final=True)) + splitter.flush():
             yield line
 
-    async def follow_log(self, job_id: str, *, start_offset: int = 0,
-                         reconnect_delay_s: float = 1.0, max_reconnects: int = 30) -> AsyncIterator[str]:
+    async def _log_moved_on(self, job_id: str, last: str | None, partial: str) -> bool:
+        """Idle check of a silent follow: does the log end with something we have not seen?
+        (Ray's tail server never reads, so websocket pings go unanswered and cannot tell a
+        dead connection from a quiet job.) Costs 2 requests per idle period."""
+        job = await self.get_job(job_id)
+        tail = [line async for line in self._stream_log(job, 1)]
+        if not tail:
+            return last is not None or bool(partial)
+        return tail[-1] not in (last, partial)
+
+    async def follow_log(self, job_id: str, *, start_offset: int = 0, reconnect_delay_s: float = 1.0,
+                         max_reconnects: int = 30, idle_check_s: float = 30.0) -> AsyncIterator[str]:
         """Follow the driver log from line `start_offset` (0 = the whole log) until the job is
         terminal and its log drained.
 
         Uses Ray's websocket tail, which resends the file from byte 0 on every connection: the
         client counts complete lines and skips those already yielded, so a dropped connection is
-        resumed without losing or repeating a line. A connection costs one request; while the
-        job runs nothing is polled. `max_reconnects` consecutive failures raise
+        resumed without losing or repeating a line (a reconnect re-reads the log, so it costs
+        time proportional to its size, not requests). While lines flow nothing is polled; after
+        `idle_check_s` without a frame the last log line is compared with ours and a stale
+        connection is replaced. `max_reconnects` consecutive failures raise
         DashboardUnreachable.
         """
         delivered = start_offset
         failures = 0
+        last: str | None = None
         while True:
             queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=64)
             reader = asyncio.create_task(self._tail_into(job_id, queue))
@@ -310,7 +327,20 @@ class RayClient:
             outcome: tuple[str, Any] = ("error", None)
             try:
                 while True:
-                    kind, value = await queue.get()
+                    try:
+                        kind, value = await asyncio.wait_for(queue.get(), idle_check_s)
+                    except asyncio.TimeoutError:
+                        if seen < delivered:
+                            continue
+                        try:
+                            moved_on = await self._log_moved_on(job_id, last, splitter._partial)
+                        except DashboardUnreachable as err:
+                            outcome = ("error", err)
+                            break
+                        if moved_on:
+                            outcome = ("stale", None)
+                            break
+                        continue
                     if kind != "text":
                         outcome = (kind, value)
                         break
@@ -319,6 +349,7 @@ class RayClient:
                         if seen > delivered:
                             delivered = seen
                             failures = 0
+                            last = line
                             yield line
             finally:
                 reader.cancel()
@@ -354,8 +385,7 @@ class RayClient:
         self.requests_made += 1
         try:
             async with aconnect_ws(url, self._http, max_message_size_bytes=_WS_MAX_MESSAGE,
-                                   keepalive_ping_interval_seconds=10.0,
-                                   keepalive_ping_timeout_seconds=20.0) as ws:
+                                   keepalive_ping_interval_seconds=None) as ws:
                 while True:
                     text = await ws.receive_text()
                     await queue.put(("text", text))

@@ -215,12 +215,14 @@ async def test_read_log_tail_returns_the_last_lines(ray_client):
 
 
 class CuttableProxy:
-    """A loopback TCP proxy to the dashboard whose live connections the test can cut."""
+    """A loopback TCP proxy to the dashboard whose live connections the test can cut (reset)
+    or freeze (silently drop their bytes while the sockets stay open)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.writers: list[asyncio.StreamWriter] = []
         self.connections = 0
+        self.frozen_below = 0  # connections numbered below this forward nothing
         self.server: asyncio.base_events.Server | None = None
 
     async def start(self) -> int:
@@ -229,20 +231,25 @@ class CuttableProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        number = self.connections
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self.writers += [writer, up_writer]
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
+                    if number >= self.frozen_below:
+                        dst.write(data)
+                        await dst.drain()
             except (ConnectionError, OSError):
                 pass
             finally:
                 dst.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def freeze(self) -> None:
+        self.frozen_below = self.connections + 1
 
     def cut(self) -> None:
         for w in self.writers:
@@ -287,6 +294,31 @@ async def test_follow_log_survives_dropped_connections_without_loss_or_repeat(ra
     assert counters == [f"counter {i:05d}" for i in range(n)]
     assert got == [line async for line in ray_client.read_log(sid)]
     assert requests <= 12, requests
+
+
+@pytest.mark.ray
+async def test_follow_log_replaces_a_silently_dead_connection(ray_cluster, ray_client):
+    """A connection that stays open but carries nothing (no RST, no FIN) is found by the idle
+    check (the log moved on without us) and replaced, again without loss or repeat."""
+    sid = _sid("freeze")
+    await ray_client.submit({"entrypoint": _py(
+        "import time\nfor i in range(60):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n"
+        "time.sleep(4)\nprint('after the pause', flush=True)"), "submission_id": sid})
+    proxy = CuttableProxy(int(ray_cluster.address.rsplit(":", 1)[1]))
+    proxy_port = await proxy.start()
+    got: list[str] = []
+    try:
+        async with RayClient(f"http://127.0.0.1:{proxy_port}", timeout=3.0) as via_proxy:
+            async for line in via_proxy.follow_log(sid, reconnect_delay_s=0.2, idle_check_s=1.5):
+                got.append(line)
+                if line == "tick 10":
+                    proxy.freeze()
+    finally:
+        await proxy.close()
+    assert proxy.connections >= 3  # the frozen one, the idle checks' requests, the replacement
+    assert [g for g in got if g.startswith("tick ")] == [f"tick {i}" for i in range(60)]
+    assert got == [line async for line in ray_client.read_log(sid)]
+    assert got[-1] == "after the pause"
 
 
 @pytest.mark.ray
