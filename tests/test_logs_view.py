@@ -16,6 +16,15 @@ async def _logs_app(tmp_path, n: int = 300, size=(120, 40)):
     return app, st
 
 
+async def _show(app, pilot, st) -> LogsView:
+    """Switch to the logs view and give it the store (what the log worker does on attach)."""
+    await pilot.press("3")
+    view = app.query_one(LogsView)
+    view.set_store(st)
+    await pilot.pause()
+    return view
+
+
 def _status(view: LogsView) -> str:
     return str(view.query_one("#logs-status").content)
 
@@ -23,10 +32,7 @@ def _status(view: LogsView) -> str:
 async def test_follow_pause_resume(tmp_path):
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("3")
-        view = app.query_one(LogsView)
-        view.set_store(st)
-        await pilot.pause()
+        view = await _show(app, pilot, st)
         lines = view.lines
         assert lines.follow and lines.cursor == 299
         assert "iteration 299" in lines.render_line(lines.size.height - 1).text  # bottom line = newest
@@ -53,9 +59,7 @@ async def test_follow_pause_resume(tmp_path):
 async def test_search_next_prev_and_cancel(tmp_path):
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("3")
-        view = app.query_one(LogsView)
-        view.set_store(st)
+        view = await _show(app, pilot, st)
         await pilot.press("home")
         await pilot.press("slash", *"grad_norm 1.2", "enter")
         await app.workers.wait_for_complete()
@@ -84,9 +88,7 @@ async def test_search_next_prev_and_cancel(tmp_path):
 async def test_filter_by_node_and_rank_then_clear(tmp_path):
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("3")
-        view = app.query_one(LogsView)
-        view.set_store(st)
+        view = await _show(app, pilot, st)
         await pilot.press("f", *"node:10.0.0.2", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -111,10 +113,7 @@ async def test_filter_by_node_and_rank_then_clear(tmp_path):
 async def test_wrap_jump_to_time_and_copy(tmp_path):
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("3")
-        view = app.query_one(LogsView)
-        view.set_store(st)
-        await pilot.pause()
+        view = await _show(app, pilot, st)
         lines = view.lines
         width = lines.size.width
         await pilot.press("t", *"12:02:05", "enter")
@@ -151,10 +150,7 @@ async def test_view_reads_only_visible_lines(tmp_path):
     st = store(tmp_path, 10)
     st.append(log_text(300) * 200)  # 60k lines
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("3")
-        view = app.query_one(LogsView)
-        view.set_store(st)
-        await pilot.pause()
+        await _show(app, pilot, st)
         lines = app.query_one(LogLines)
         assert lines.count == 60_010
         assert len(lines._cache) <= lines.size.height + 2
