@@ -44,10 +44,11 @@ def main(n: int = 40) -> None:
         t = per_call(lambda s, fn=fn, name=name: deep.run_one(name, fn, s), specs)
         print(f"  {name:26} {t * 1e3:7.1f} ms  (x{t / base:.0f} of the engine)")
 
-    from shim.check import run_check
-    from shim.mapping import expected_provider_fields
     from synth import write_checkpoint
     from test_shim import ultra_config
+
+    from shim.check import run_check
+    from shim.mapping import expected_provider_fields
 
     cfg = ultra_config()
     mapping = per_call(lambda _: expected_provider_fields(cfg, keep_mtp=False), range(2000))
@@ -58,7 +59,7 @@ def main(n: int = 40) -> None:
         times = {}
         for with_shim in (False, True):
             times[with_shim] = statistics.median(
-                per_call(lambda _: run_check(ckpt, with_shim=with_shim), range(5)) for _ in range(3))
+                per_call(lambda _, w=with_shim: run_check(ckpt, with_shim=w), range(5)) for _ in range(3))
         print(f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim {times[True] * 1e3:.1f} ms "
               f"(x{times[True] / times[False]:.2f})")
 
