@@ -85,7 +85,7 @@ def parse_payload(payload: str) -> Any:
 def parse_ts(text: str) -> float:
     """miles' `2026-08-21 10:20:05.112` (node-local, no zone; read as UTC so order and gaps are right)."""
     try:
-        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()  # C-fast, unlike strptime
     except ValueError:
         return math.nan
 
