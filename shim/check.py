@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from shim.mapping import expected_provider_fields, mismatches, read_config
+from shim.mapping import ShimConfigError, expected_provider_fields, mismatches, read_config
 
 
 @dataclass
@@ -99,6 +99,10 @@ def run_check(checkpoint_dir: str | os.PathLike[str], *, with_shim: bool = True,
     try:
         with quiet():
             provider = build_provider(directory, with_shim=with_shim)
+    except Exception as err:  # the library's own refusal of this config, as one sentence
+        text = " ".join(str(err).split())[:300]
+        raise ShimConfigError(f"megatron-bridge cannot build a provider from {directory}/config.json: "
+                              f"{type(err).__name__}: {text}") from None
     finally:
         if keep_mtp is not None:
             if saved is None:

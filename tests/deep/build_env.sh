@@ -44,7 +44,9 @@ printf '%s\n' "$STUBS" > "$site/ultra_console_deep.pth"
 
 # Prove the oracle imports before declaring the venv complete.
 HF_HUB_OFFLINE=1 "$VENV/bin/python" - <<'EOF'
+import logging
 import warnings
+logging.disable(logging.WARNING)
 warnings.filterwarnings("ignore")
 import megatron.bridge.models.nemotronh.nemotron_h_bridge  # noqa: F401
 import megatron.core.parallel_state  # noqa: F401

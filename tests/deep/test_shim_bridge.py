@@ -79,6 +79,14 @@ def test_scaling_factor_one_point_zero_without_shim_five_with_it(ckpt, pre_04_br
     assert with_shim.ok and with_shim.actual["moe_router_topk_scaling_factor"] == 5.0
 
 
+def test_a_config_the_bridge_refuses_is_one_sentence(tmp_path):
+    from shim.mapping import ShimConfigError
+
+    bad = write_checkpoint(tmp_path / "bad", num_nextn_predict_layers=-1)
+    with pytest.raises(ShimConfigError, match="megatron-bridge cannot build a provider"):
+        run_check(bad, with_shim=True)
+
+
 def test_keep_mtp_env_keeps_the_head(ckpt):
     result = run_check(ckpt, with_shim=True, keep_mtp=True)
     assert result.ok and result.actual["mtp_num_layers"] == 1 and result.actual["mtp_hybrid_override_pattern"] == "*E"
