@@ -370,6 +370,8 @@ class RayClient:
             elif isinstance(value, RayApiError) and not isinstance(value, DashboardUnreachable):
                 raise value
             failures += 1
+            if failures >= 3 and await self._terminal_quietly(job_id):
+                return  # e.g. the driver's node died with its log file: nothing more to read
             if failures > max_reconnects:
                 if isinstance(value, RayApiError):
                     raise value
@@ -377,6 +379,12 @@ class RayClient:
                     f"Ray dashboard unreachable at {self.address}: log follow of job {job_id!r} "
                     f"dropped {failures} times in a row")
             await asyncio.sleep(min(reconnect_delay_s * failures, 5.0))
+
+    async def _terminal_quietly(self, job_id: str) -> bool:
+        try:
+            return (await self.get_job(job_id)).is_terminal
+        except DashboardUnreachable:
+            return False
 
     async def _tail_into(self, job_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         """Run one websocket tail in its own task (httpx-ws uses anyio task groups, which must

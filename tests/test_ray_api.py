@@ -297,6 +297,24 @@ async def test_follow_log_survives_dropped_connections_without_loss_or_repeat(ra
 
 
 @pytest.mark.ray
+async def test_dashboard_outage_is_one_clear_error_then_recovers(ray_cluster):
+    """The dashboard goes away (its port stops answering) and comes back on the same address."""
+    proxy = CuttableProxy(int(ray_cluster.address.rsplit(":", 1)[1]))
+    port = await proxy.start()
+    address = f"http://127.0.0.1:{port}"
+    async with RayClient(address, timeout=5.0, retries=2, backoff_s=0.05) as client:
+        assert (await client.version())["ray_version"] == "2.60.0"
+        await proxy.close()
+        with pytest.raises(DashboardUnreachable, match=f"^Ray dashboard unreachable at {address}: "):
+            await client.list_jobs()
+        proxy.server = await asyncio.start_server(proxy._handle, "127.0.0.1", port)
+        try:
+            assert isinstance(await client.list_jobs(), list)  # same client, no restart needed
+        finally:
+            await proxy.close()
+
+
+@pytest.mark.ray
 async def test_follow_log_replaces_a_silently_dead_connection(ray_cluster, ray_client):
     """A connection that stays open but carries nothing (no RST, no FIN) is found by the idle
     check (the log moved on without us) and replaced, again without loss or repeat."""
