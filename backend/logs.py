@@ -36,7 +36,8 @@ HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on t
 # A line's Ray prefix, as `bytes.partition(b") ")` cuts it: group 1 is the text inside the parentheses.
 _PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?)")
 _FIRST = operator.itemgetter(0)
-_INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
+_INDEX_BLOCK = 4 << 20
+_ASCII_LOWER = bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123)))  # a table lookup beats bytes.lower()  # bytes of spool per step of the (lazy) source index
 _PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
 _BRACKET = re.compile(
@@ -602,7 +603,7 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
             needle = needle.lower()
 
         def find_bytes(block: bytes, first: int) -> array:
-            hay = block.lower() if ignore_case else block
+            hay = block.translate(_ASCII_LOWER) if ignore_case else block
             hits = hay.count(needle)
             if hits == 0:
                 return array("I")
