@@ -376,7 +376,7 @@ async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_clien
 
 async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_client: RayClient,
                                                               tmp_path: Path) -> None:
-    # Last in the module: it adds a 16-GPU node to unblock the job. Ray's stop does not cancel a
+    # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does not cancel a
     # PENDING job (ray.md §2.4): the controller must say so, stay PENDING, and see what happens next.
     sid = await ray_client.submit({"entrypoint": "sleep 600", "entrypoint_num_gpus": 16,
                                    "metadata": {"ultra_console": "1", "run_id": "pending-test"}})
@@ -393,8 +393,11 @@ async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_c
         assert "no way to remove a PENDING job" in forced
         await asyncio.sleep(3)
         assert (await ctl.refresh()).status == "PENDING" and ctl.state is RunState.PENDING
-        ray_cluster.add_node(gpus=16)
-        final = await ctl.wait_terminal(90)
-        assert final.status in ("STOPPED", "FAILED")  # the queued stop applied once it started
+        big = ray_cluster.add_node(gpus=16)
+        try:
+            final = await ctl.wait_terminal(90)
+            assert final.status in ("STOPPED", "FAILED")  # the queued stop applied once it started
+        finally:
+            ray_cluster.kill_node(big)  # later modules expect alive nodes of 8 GPUs (dead ones are fine)
     finally:
         await stop_quietly(ray_client, sid)
