@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from raycluster import LocalRayCluster, reexec_in_loopback_netns  # noqa: E402
+from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
 
 from backend.ray_api import RayClient  # noqa: E402
 from backend.simtrainer import SIM_TRAIN_SCRIPT  # noqa: E402
@@ -80,11 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    reexec_in_loopback_netns()
-    with LocalRayCluster.start(workers=1) as rc:
-        rc.assert_loopback_only()
-        print(f"cluster: 2 nodes up in {rc.start_seconds:.1f} s")
-        asyncio.run(bench(rc, args.seconds))
+    run_on_fresh_cluster(1, lambda rc: bench(rc, args.seconds))
 
 
 if __name__ == "__main__":

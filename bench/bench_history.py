@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from raycluster import LocalRayCluster, reexec_in_loopback_netns  # noqa: E402
+from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
 
 from backend.ray_api import RayClient  # noqa: E402
 
@@ -80,11 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lines", type=int, default=1_000_000)
     args = parser.parse_args()
-    reexec_in_loopback_netns()
-    with LocalRayCluster.start(workers=0) as rc:
-        rc.assert_loopback_only()
-        print(f"cluster: 1 node up in {rc.start_seconds:.1f} s")
-        asyncio.run(bench(rc, args.lines))
+    run_on_fresh_cluster(0, lambda rc: bench(rc, args.lines))
 
 
 if __name__ == "__main__":
