@@ -127,3 +127,16 @@ def test_differential_engine_agrees_with_real_libraries():
     assert agreed_failures > N_LAYOUTS // 4, "both sides must reject many layouts for the same rule"
     assert decided > N_LAYOUTS * 10
     assert not disagreements, f"{len(disagreements)} disagreements in {seconds:.0f}s:\n" + "\n".join(disagreements[:40])
+
+
+def test_a_check_missing_from_the_installed_version_is_skipped(monkeypatch):
+    """miles' image runs the radixark Megatron fork (core 0.16), which has no select_pipeline_segment."""
+    def old_core(spec):
+        raise ImportError("cannot import name 'select_pipeline_segment'")
+
+    monkeypatch.setattr(deep, "CHECKS", (*deep.CHECKS[:-2], ("select_pipeline_segment", old_core), deep.CHECKS[-1]))
+    result = deep.run_deep_checks(build_spec(FULL, ["train.pp=5"]))
+    run = next(c for c in result.checks if c.name == "select_pipeline_segment")
+    assert run.ok and run.skipped and run.decides == ()
+    assert "skipped (not in the installed version" in "\n".join(result.lines())
+    assert not any(d.check == "select_pipeline_segment" for d in result.disagreements)
