@@ -279,9 +279,13 @@ class TelemetryPoller:
         """Yield a snapshot per interval, or the ConsoleError that stopped one (then keep going)."""
         from backend.errors import ConsoleError
 
+        sent: ClusterSnapshot | None = None
         while not self._stopped.is_set():
             try:
-                yield await self.poll_once()
+                snap = await self.poll_once()
+                if snap is not sent:  # a throttled poll returns the last snapshot: not news
+                    sent = snap
+                    yield snap
             except ConsoleError as err:
                 self._state_nodes = None  # re-read everything once the dashboard is back
                 yield err
