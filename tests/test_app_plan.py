@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from app_helpers import make_app
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Static
 
 from console.views.plan import REBUILD_DEBOUNCE_S, PlanView
 from console.widgets.confirm import ConfirmModal
@@ -33,11 +33,11 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         assert plan.check_action("launch", ()) is True
         await _set_field(pilot, app, "cluster.nodes", "13")
         form = app.query_one(LayoutForm)
-        row = form.row("cluster.nodes")
         assert form.severity_of("cluster.nodes") == "error"
-        assert row.query_one(Label).has_class("-error")
+        assert form.control("cluster.nodes").has_class("-error")
         assert "A1" in _text(app.query_one(FindingsPanel))
-        assert "does not divide" in _text(row.query_one(".note", Static))
+        assert "does not divide" in form.note_of("cluster.nodes")
+        assert "does not divide" in str(app.query_one("#form-notes", Static).render())
         assert plan.check_action("launch", ()) is None  # dimmed in the footer
         assert "Launch blocked" in _text(app.query_one(LaunchStatus))
         await pilot.press("escape", "L")

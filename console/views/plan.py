@@ -217,7 +217,8 @@ class PlanView(ConsoleView):
 
     def _field_notes(self) -> dict[str, tuple[str, str]]:
         notes: dict[str, tuple[str, str]] = {}
-        for f in self.findings:  # sorted: errors first, so the worst finding owns the note
+        # The worst, then the most specific (fewest fields) finding owns a field's note.
+        for f in sorted(self.findings, key=lambda f: (SEVERITY_RANK.get(f.severity, 3), len(f.fields))):
             if f.severity not in ("error", "warning"):
                 continue
             for path in f.fields:

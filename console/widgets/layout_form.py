@@ -1,8 +1,9 @@
-"""The layout form: one compact row per spec field (label, input, note).
+"""The layout form: one compact line per spec field (label, input, note).
 
 It holds text, not numbers: every keystroke posts `LayoutForm.Edited(path, text)` and the plan view
 asks backend to rebuild and check the spec. The view then calls `mark(...)` with what backend said,
-and the rows a finding names get the `-error` / `-warning` class and its message.
+and the inputs a finding names get the `-error` / `-warning` class, their label is highlighted and
+the finding's message shows beside them.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.markup import escape
 from textual.message import Message
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Input, Select, Static
 
 
 @dataclass(frozen=True)
@@ -74,22 +75,24 @@ class FieldSelect(QuietSelect):
         self.path = path
 
 
-class LayoutForm(Vertical):
-    """Rows of `FIELDS`; posts `Edited` on every change the operator makes."""
+class LayoutForm(Horizontal):
+    """Three columns: labels (one Static), the controls, notes (one Static); `Edited` on every change.
+
+    Labels and notes are one widget each rather than one per row: every widget costs a restyle on
+    each focus move, and the form has a row per field.
+    """
 
     DEFAULT_CSS = """
     LayoutForm { height: auto; }
-    LayoutForm .form-row { height: 1; }
-    LayoutForm .form-row Label { width: 15; color: $text-muted; }
-    LayoutForm .form-row Input { width: 12; height: 1; border: none; padding: 0 1; }
-    LayoutForm .form-row Input:focus { background: $boost; text-style: bold; }
-    LayoutForm .form-row Select { width: 20; height: 1; }
-    LayoutForm .form-row Select > SelectCurrent { height: 1; border: none; padding: 0 1; }
-    LayoutForm .form-row .note { width: 1fr; height: 1; padding-left: 1; text-wrap: nowrap; text-overflow: ellipsis; }
-    LayoutForm .form-row Label.-warning { color: $warning; text-style: bold; }
-    LayoutForm .form-row .note.-warning { color: $warning; }
-    LayoutForm .form-row Label.-error { color: $error; text-style: bold reverse; }
-    LayoutForm .form-row .note.-error { color: $error; }
+    LayoutForm #form-labels { width: 15; height: auto; color: $text-muted; text-wrap: nowrap; }
+    LayoutForm #form-controls { width: 18; height: auto; }
+    LayoutForm #form-controls Input { width: 12; height: 1; border: none; padding: 0 1; }
+    LayoutForm #form-controls Input:focus { background: $boost; text-style: bold; }
+    LayoutForm #form-controls Input.-error { background: $error 30%; }
+    LayoutForm #form-controls Input.-warning { background: $warning 20%; }
+    LayoutForm #form-controls Select { width: 18; height: 1; }
+    LayoutForm #form-controls Select > SelectCurrent { height: 1; border: none; padding: 0 1; }
+    LayoutForm #form-notes { width: 1fr; height: auto; padding-left: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     class Edited(Message):
@@ -98,18 +101,23 @@ class LayoutForm(Vertical):
             self.path = path
             self.text = text
 
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._notes: dict[str, tuple[str, str]] = {}
+
     def compose(self) -> ComposeResult:
-        for f in FIELDS:
-            with Horizontal(classes="form-row", id=_row_id(f.path)):
-                yield Label(f.label)
+        yield Static(self._labels_markup(), id="form-labels")
+        with Vertical(id="form-controls"):
+            for f in FIELDS:
                 if f.choices:
                     yield FieldSelect(f.path, f.choices, id=_row_id(f.path) + "-input")
                 else:
                     yield FieldInput(f.path, id=_row_id(f.path) + "-input", compact=True, select_on_focus=False)
-                yield Static("", classes="note", markup=False)
+        yield Static("", id="form-notes")
 
-    def row(self, path: str) -> Horizontal:
-        return self.query_one(f"#{_row_id(path)}", Horizontal)
+    def on_mount(self) -> None:
+        for column in self.query_one("#form-labels"), self.query_one("#form-notes"):
+            column.styles.height = len(FIELDS)  # fixed, so a new note never needs a re-layout
 
     def control(self, path: str) -> Input | Select[str]:
         return self.query_one(f"#{_row_id(path)}-input")  # type: ignore[return-value]
@@ -127,24 +135,43 @@ class LayoutForm(Vertical):
                 with ctl.prevent(Input.Changed):
                     ctl.value = text
 
-    def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
-        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared.
-
-        The class goes on the row's label and note (leaf widgets), not the row: restyling a row
-        would restyle its Input too, and many rows flip on one keystroke.
-        """
+    def _labels_markup(self) -> str:
+        lines = []
         for f in FIELDS:
-            severity, note = notes.get(f.path, ("", ""))
-            row = self.row(f.path)
-            for part in (row.query_one(Label), row.query_one(".note", Static)):
-                part.set_class(severity == "error", "-error")
-                part.set_class(severity == "warning", "-warning")
-            row.query_one(".note", Static).update(Text(note), layout=False)
+            severity = self._notes.get(f.path, ("", ""))[0]
+            style = {"error": "bold reverse $error", "warning": "bold $warning"}.get(severity)
+            lines.append(f"[{style}]{escape(f.label)}[/]" if style else escape(f.label))
+        return "\n".join(lines)
+
+    def _notes_markup(self) -> str:
+        lines = []
+        for f in FIELDS:
+            severity, note = self._notes.get(f.path, ("", ""))
+            style = {"error": "$error", "warning": "$warning"}.get(severity)
+            lines.append(f"[{style}]{escape(note)}[/]" if style and note else escape(note))
+        return "\n".join(lines)
+
+    def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
+        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared."""
+        notes = {path: (sev, " ".join(note.split())) for path, (sev, note) in notes.items()}
+        if notes == self._notes:
+            return
+        self._notes = notes
+        for f in FIELDS:
+            severity = notes.get(f.path, ("", ""))[0]
+            ctl = self.control(f.path)
+            ctl.set_class(severity == "error", "-error")
+            ctl.set_class(severity == "warning", "-warning")
+        self.query_one("#form-labels", Static).update(self._labels_markup(), layout=False)
+        self.query_one("#form-notes", Static).update(self._notes_markup(), layout=False)
 
     def severity_of(self, path: str) -> str:
         """The highlight a field shows now ("error", "warning" or "")."""
-        label = self.row(path).query_one(Label)
-        return "error" if label.has_class("-error") else "warning" if label.has_class("-warning") else ""
+        ctl = self.control(path)
+        return "error" if ctl.has_class("-error") else "warning" if ctl.has_class("-warning") else ""
+
+    def note_of(self, path: str) -> str:
+        return self._notes.get(path, ("", ""))[1]
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
