@@ -84,6 +84,9 @@ class DumpReader:
         self.root = Path(dump_dir)
         if not self.root.is_dir():
             raise DumpError(f"dump directory {self.root} does not exist or is not a directory")
+        nested = self.root / "dump_details"  # the run's output dir was given instead of its dump_details
+        if not (self.root / "events").is_dir() and not (self.root / "dashboard").is_dir() and nested.is_dir():
+            self.root = nested
         self._tails: dict[Path, JsonlTail] = {}
         self._meta_mtime = 0.0
 

@@ -69,6 +69,10 @@ def test_from_dump_prefers_structured_events(tmp_path, capsys) -> None:
     code, out, err = run_cli(capsys, "metrics", "--from-dump", str(tmp_path), "--json")
     assert code == 0, err
     snap = json.loads(out)
+    run_dir = tmp_path.parent / "run-output"
+    run_dir.mkdir()
+    (run_dir / "dump_details").symlink_to(tmp_path)  # the run's output dir works too
+    assert run_cli(capsys, "metrics", "--from-dump", str(run_dir), "--json")[1] == out
     assert snap["series"]["train/loss"][2] == [2, None]
     assert snap["derived"]["throughput"]["cluster_tokens_per_sec"] == 13.0 * 16
     assert snap["derived"]["progress"]["fraction"] == 1.0
