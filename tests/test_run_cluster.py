@@ -296,10 +296,10 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
     state = tmp_path / "state"
     try:
         async with RayClient(proxy.address, timeout=5.0, retries=1) as client:
-            jobs = await client.list_jobs()
-            ours = next(j for j in jobs if (j.metadata or {}).get("ultra_console"))
+            sid = await client.submit({"entrypoint": "echo short run",
+                                       "metadata": {"ultra_console": "1", "run_id": "proxy-test"}})
             ctl = RunController(client, state_dir=state, poll_s=0.3)
-            await ctl.attach(ours.id)
+            await ctl.attach(sid)
             events: list[RunEvent] = []
             ctl.subscribe(events.append)
             poller = TelemetryPoller(client, interval_s=0.5)
