@@ -68,6 +68,7 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 job_id = entries[-1]["job"]
                 assert job_id.endswith(RUN_ID + "1")  # what was previewed is what was launched
                 assert app.preview_run_id != RUN_ID + "1"  # the next launch would be a new run
+                assert app.current_view == "run"  # the operator is taken to watch it
                 deadline = time.monotonic() + 90
                 while (await client.get_job(job_id)).status != "RUNNING":
                     assert time.monotonic() < deadline, "the job never reached RUNNING"

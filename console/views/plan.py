@@ -417,5 +417,6 @@ class PlanView(ConsoleView):
             return
         app.preview_run_id = new_run_id()  # type: ignore[attr-defined]  # the next launch is a new run
         self.rebuild()
-        app.post_message(Notice(f"launched {getattr(result, 'id', '') or ''}; press 2 to watch it".replace("  ", " ")))
+        app.post_message(Notice(f"launched {getattr(result, 'id', '') or 'the run'}; showing the run view"))
         app.post_message(AuditChanged())
+        app.action_show_view("run")  # type: ignore[attr-defined]
