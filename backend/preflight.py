@@ -19,9 +19,6 @@ from backend.recipe import RunSpec
 from backend.telemetry import ClusterSnapshot, snapshot
 
 EXPECTED_RAY = (2, 60)
-# A GPU showing this share of its memory in use with no process listed, while no run is active,
-# is reported (Ray cannot list PIDs on some machines, ray.md §8).
-UNLISTED_MEMORY_SHARE = 0.10
 
 RULES: dict[str, str] = {
     "P1": "enough alive nodes with cluster.gpus_per_node free logical GPUs each",
@@ -75,10 +72,7 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         out.append(Finding(rule="P2", severity="warning", fields=(),
                            message=f"leftover processes hold GPU memory on {label}: {listed}",
                            fix="run `ultra-console cleanup` to kill exactly these PIDs"))
-    unlisted = [
-        (node, gpu) for node in snap.alive_nodes for gpu in node.gpus or []
-        if not gpu.processes and gpu.mem_total_mb and gpu.mem_used_mb > UNLISTED_MEMORY_SHARE * gpu.mem_total_mb
-    ]
+    unlisted = snap.unlisted_memory()
     if unlisted:
         nodes = sorted({n.label for n, _ in unlisted})
         out.append(Finding(

@@ -73,6 +73,14 @@ def test_p2_leftover_pids_only_when_no_run_active() -> None:
     assert "P2" not in rules(busy)
 
 
+def test_p2_memory_held_without_a_process_list_is_info() -> None:
+    held = node(1)
+    gpus = [g.model_copy(update={"mem_used_mb": 60000}) if g.index == 2 else g for g in held.gpus]
+    snap_nodes = [node(0), held.model_copy(update={"gpus": gpus})]
+    (p2,) = [f for f in check_cluster(spec(), facts(snap_nodes), exists=everything_exists) if f.rule == "P2"]
+    assert p2.severity == "info" and p2.message.startswith("1 GPU(s) on n1") and "process list is unavailable" in p2.message
+
+
 def test_p3_active_run_is_an_error_terminal_is_not() -> None:
     out = check_cluster(spec(), facts([node(0)], [job("old", "SUCCEEDED"), job("m", "RUNNING", ours=False)]),
                         exists=everything_exists)

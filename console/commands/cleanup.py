@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         snap = await snapshot(ctl.client)
         items = await ctl.leftovers(snap)
         if not items:
-            unlisted = sum(1 for n in snap.alive_nodes for g in n.gpus or [] if not g.processes and g.mem_used_mb)
+            unlisted = len(snap.unlisted_memory())
             say("no process is listed as holding GPU memory; nothing to clean up"
                 + (f" ({unlisted} GPU(s) show memory in use but Ray lists no process for them)" if unlisted else ""))
             if args.json:
