@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from backend.command import build_submission
+from backend.metrics import record_from_event
 from backend.recipe import build_spec
 from backend.simtrainer import SIM_LABEL, SIM_TRAIN_SCRIPT, is_simulated, metrics
 from backend.simtrainer.args import parse
@@ -80,7 +82,7 @@ async def _wait_terminal(client, sid: str, timeout: float = 120.0):
 @pytest.mark.ray
 async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", _spec_overrides(
-        tmp_path, "cluster.nodes=2", "run.extra_args=--sim-step-seconds 0.3 --log-passrate"))
+        tmp_path, "cluster.nodes=2", "run.extra_args=--sim-step-seconds 0.3 --log-passrate --sim-nan-at-step 5"))
     sub = build_submission(spec, nvlink=False, with_shim=False)
     assert is_simulated(sub.metadata.get("train_script"))
     sid = await ray_client.submit(sub.to_ray_payload())
@@ -107,6 +109,21 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert len({m["pid"] for m in parsed if m["actor"] == "MegatronTrainRayActor"}) == 1
     train_pids = {re.search(r"pid=(\d+)", x)[1] for x in clean if x.startswith("(MegatronTrainRayActor")}
     assert len(train_pids) == 2  # one train actor per node
+
+    last_step = [m["payload"] for m in parsed if m["kind"] == "step" and m["n"] == "5"]
+    assert "'train/loss': nan" in last_step[0]  # divergence prints bare nan, like miles
+
+    # --dump-details: miles' structured MetricEvents, read with the console's own parser
+    events_dir = Path(sub.argv[sub.argv.index("--dump-details") + 1]) / "events"
+    assert sorted(p.name for p in events_dir.iterdir()) == ["actor_cell0_rank0.jsonl", "rollout_manager.jsonl"]
+    actor = [json.loads(x) for x in (events_dir / "actor_cell0_rank0.jsonl").read_text().splitlines()]
+    assert [e["metrics"]["train/step"] for e in actor if "train/step" in e["metrics"]] == list(range(6))
+    assert actor[-2]["metrics"]["train/loss"] is None  # NaN is written as null
+    records = [record_from_event(e) for e in actor]
+    assert Counter(r.kind for r in records if r) == {"step": 6, "rollout": 3, "perf-train": 3}
+    manager = [json.loads(x) for x in (events_dir / "rollout_manager.jsonl").read_text().splitlines()]
+    assert sum("eval/step" in e["metrics"] for e in manager) == 3
+    assert all(e["source"] == {"component": "rollout_manager"} for e in manager)
 
     ckpt = Path(sub.argv[sub.argv.index("--save") + 1])
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "iter_0000003", "latest_checkpointed_iteration.txt"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from backend.simtrainer import SIM_LABEL, metrics
 from backend.simtrainer.args import SimArgs
-from backend.simtrainer.milog import MilesLog
+from backend.simtrainer.milog import EventLog, MilesLog
 
 
 def _hold_gpus(gpu_ids: list[int], pid: int, mib: int, util: int) -> list[Path]:
@@ -45,6 +45,7 @@ class RolloutManager:
     def __init__(self, args: SimArgs) -> None:
         self.args = args
         self.log = MilesLog("rollout_manager")
+        self.events = EventLog(args.dump_details, "rollout_manager", {"component": "rollout_manager"})
         self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: RolloutManager started (no sglang engines)")
 
     def generate(self, rollout_id: int) -> int:
@@ -56,11 +57,14 @@ class RolloutManager:
         perf = metrics.rollout_perf(rollout_id, a.world_size, a.rollout_batch_size, a.n_samples_per_prompt,
                                     a.max_response_len, round(time.monotonic() - t0, 3), a.log_passrate)
         self.log.at("metrics.py:89", f"perf {rollout_id}: {perf}")
+        self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         return a.rollout_batch_size * a.n_samples_per_prompt
 
     def eval(self, rollout_id: int) -> None:
         a = self.args
-        self.log.at("metrics.py:53", f"eval {rollout_id}: {metrics.eval_metrics(rollout_id, a.eval_name or 'aime', a.log_passrate)}")
+        values = metrics.eval_metrics(rollout_id, a.eval_name or "aime", a.log_passrate)
+        self.log.at("metrics.py:53", f"eval {rollout_id}: {values}")
+        self.events.metric({**values, "eval/step": rollout_id}, rollout_id)
 
     def dispose(self) -> None:
         self.log.at("rollout_manager.py:131", "dispose: closing data source")
@@ -79,6 +83,8 @@ class MegatronTrainRayActor:
         self.prints_metrics = args.metric_rank in self.ranks
         rank = args.metric_rank if self.prints_metrics else self.ranks[0]
         self.log = MilesLog(f"actor_cell0_rank{rank}")
+        self.events = EventLog(args.dump_details if self.prints_metrics else None, f"actor_cell0_rank{rank}",
+                               {"component": "actor", "cell_index": 0, "rank_within_cell": rank})
         gpu_ids = [int(x) for x in ray.get_gpu_ids()]
         self.holdings = _hold_gpus(gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
         self.log.at("train_actor.py:53",
@@ -98,7 +104,9 @@ class MegatronTrainRayActor:
         if self.ranks.start == 0:
             self.log.at("timer.py:30", "Timer train start")
         if self.prints_metrics:
-            self.log.at("log_utils.py:123", f"rollout {rollout_id}: {metrics.rollout_batch(rollout_id)}")
+            batch = metrics.rollout_batch(rollout_id)
+            self.log.at("log_utils.py:123", f"rollout {rollout_id}: {batch}")
+            self.events.metric({**batch, "rollout/step": rollout_id}, rollout_id)
         spr = a.steps_per_rollout
         for s in range(spr):
             time.sleep(a.step_seconds / spr)
@@ -107,10 +115,13 @@ class MegatronTrainRayActor:
                 step = metrics.train_step(n, s == 0, a.lr, a.nan_at_step is not None and n >= a.nan_at_step)
                 self.log.at("log_utils.py:542", f"step {n}: {step}")
                 self.log.at("model.py:854", f"step {n}: {step}")
+                self.events.metric(step, rollout_id)
         if self.ranks.start == 0:
             self.log.at("timer.py:41", f"Timer train end (elapsed: {a.step_seconds:.1f}s)")
         if self.prints_metrics:
-            self.log.at("train_metric_utils.py:56", f"perf {rollout_id}: {metrics.train_perf(rollout_id, a.step_seconds, spr)}")
+            perf = metrics.train_perf(rollout_id, a.step_seconds, spr)
+            self.log.at("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
+            self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         self._set_util(0)
         self.log.at("structured_log.py:41", "ft cls=MegatronTrainRayActor fn=train phase=end")
 
