@@ -128,6 +128,9 @@ def test_search_substring_regex_case_and_filter(store: LogStore) -> None:
     dense = list(store.search("Decode batch"))  # most lines hit: the dense path
     assert dense == [i for i, t in enumerate(texts) if "Decode batch" in t] and len(dense) == 90
     assert list(store.search("decode BATCH", ignore_case=True)) == dense
+    assert list(store.search("STEP 3:", ignore_case=True)) == list(store.search("step 3:"))
+    store.append("mixed TrAcEbAcK here\n")
+    assert list(store.search("traceback", ignore_case=True)) == [n] and list(store.search("traceback")) == []
     rx = list(store.search(r"perf \d+: \{'perf/sleep", regex=True))
     assert len(rx) == 3 and all("train_metric_utils.py" in texts[i] for i in rx)
     only_rm = list(store.search("perf", flt=LineFilter(actor="RolloutManager")))
