@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             findings = await ctl.check(spec, force=args.force)
         except LaunchRefused as err:
-            say(f"ultra-console: {err}", err=True)
+            say(f"ultra-console: error: {err}", err=True)
             for line in finding_lines([f for f in err.findings if f.severity == "error"]):
                 say(line, err=True)
             return err.exit_code
