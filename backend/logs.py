@@ -625,10 +625,8 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
             if probes and not any(p in block for p in probes):
                 return array("I")  # no case variant of a piece of the needle: skip lowering the block
             hay = block.translate(_ASCII_LOWER) if ignore_case else block
-            hits = hay.count(needle)
-            if hits == 0:
-                return array("I")
-            if hits * 8 > len(hay) // 256:
+            sample = hay.count(needle, 0, 1 << 18)  # density from the first 256 KiB, not a pass over all
+            if sample * 8 > min(len(hay), 1 << 18) // 256:
                 # Dense hits: test every line at C speed instead of stepping hit by hit in Python.
                 lines = hay.split(b"\n")
                 lines.pop()
