@@ -207,6 +207,10 @@ async def test_console_killed_midrun_then_status_and_logs_rebuild(ray_cluster, t
         assert lines[: len(seen) - 1] == seen[: len(seen) - 1]  # the whole history, in order, from line 0
         assert "\x1b" not in history.stdout
 
+        second = cli(addr, state, "launch", *spec_args(tmp_path), "--yes")
+        assert second.returncode == 2
+        assert second.stderr.startswith(f"ultra-console: error: launch refused: [P3] ours run {job_id}")
+
         one = one_line_error(cli(addr, state, "--readonly", "abort", "--yes"))
         assert "read-only" in one
         one = one_line_error(cli(addr, state, "abort"))
