@@ -28,7 +28,7 @@ from httpx_ws import (
     WebSocketUpgradeError,
     aconnect_ws,
 )
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backend.errors import ConsoleError
 
@@ -80,13 +80,13 @@ class JobInfo(BaseModel):
     status: str = "PENDING"
     message: str | None = None
     entrypoint: str = ""
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, Any] | None = None  # Ray enforces str values on submit; DRIVER jobs vary
     start_time: int | None = None  # ms since epoch
     end_time: int | None = None  # ms since epoch, None until terminal
     driver_node_id: str | None = None
     driver_exit_code: int | None = None
     error_type: str | None = None
-    runtime_env: dict[str, Any] | None = None
+    runtime_env: Any = None
 
     @property
     def id(self) -> str:
@@ -241,11 +241,20 @@ class RayClient:
 
     async def get_job(self, job_id: str) -> JobInfo:
         data = await self.get_json(f"/api/jobs/{job_id}", what=f"job {job_id!r}")
-        return JobInfo.model_validate(data)
+        return self._job(data)
 
     async def list_jobs(self) -> list[JobInfo]:
         data = await self.get_json("/api/jobs/", what="the job list")
-        return [JobInfo.model_validate(item) for item in data]
+        if not isinstance(data, list):
+            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected job list")
+        return [self._job(item) for item in data]
+
+    def _job(self, data: Any) -> JobInfo:
+        try:
+            return JobInfo.model_validate(data)
+        except ValidationError as err:
+            where = ".".join(str(p) for p in err.errors()[0]["loc"])
+            raise RayApiError(f"Ray dashboard at {self.address} sent a job record with a bad {where!r}") from None
 
     async def stop_job(self, job_id: str) -> bool:
         """Ask Ray to stop the job; True if it was alive. Fire-and-forget on Ray's side: the
@@ -422,28 +431,37 @@ class RayClient:
         """Every node Ray knows, alive or DEAD with Ray's reason (state API, keeps dead nodes):
         `node_id, node_name, state, state_message, is_head_node, resources_total, labels, ...`."""
         data = await self.get_json("/api/v0/nodes", {"detail": 1, "limit": 10000}, what="the node list")
-        return list(data["data"]["result"]["result"])
+        try:
+            return list(data["data"]["result"]["result"])
+        except (KeyError, TypeError):
+            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected node list") from None
 
     async def nodes_summary(self) -> dict[str, Any]:
         """Raw `data` of `/nodes?view=summary`: `{"summary": [...alive nodes with gpus...],
         "nodeLogicalResources": {...}}` (cached 2 s by Ray)."""
-        data = await self.get_json("/nodes", {"view": "summary"}, what="the node summary")
-        return dict(data.get("data") or {})
+        return self._data(await self.get_json("/nodes", {"view": "summary"}, what="the node summary"))
 
     async def node_detail(self, node_id: str) -> dict[str, Any]:
         """Raw `data.detail` of `/nodes/{id}`: the summary keys plus `workers` and `actors`."""
-        data = await self.get_json(f"/nodes/{node_id}", what=f"node {node_id!r}")
-        return dict((data.get("data") or {}).get("detail") or {})
+        return self._data(await self.get_json(f"/nodes/{node_id}", what=f"node {node_id!r}"), "detail")
 
     async def cluster_status(self) -> dict[str, Any]:
         """Raw `data.clusterStatus` of `/api/cluster_status` (logical GPU use per node)."""
-        data = await self.get_json("/api/cluster_status", what="the cluster status")
-        return dict((data.get("data") or {}).get("clusterStatus") or {})
+        return self._data(await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus")
 
     async def cluster_metadata(self) -> dict[str, Any]:
         """`{"rayVersion": ..., "pythonVersion": ..., ...}` from the state API."""
-        data = await self.get_json("/api/v0/cluster_metadata", what="the cluster metadata")
-        return dict(data.get("data") or {})
+        return self._data(await self.get_json("/api/v0/cluster_metadata", what="the cluster metadata"))
+
+    def _data(self, payload: Any, key: str | None = None) -> dict[str, Any]:
+        """`payload["data"]` (or `payload["data"][key]`, {} while Ray has none yet), checked."""
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, dict):
+            raise RayApiError(f"Ray dashboard at {self.address} sent an answer without its data")
+        if key is None:
+            return data
+        inner = data.get(key)
+        return inner if isinstance(inner, dict) else {}
 
 
 class _Utf8Decoder:
