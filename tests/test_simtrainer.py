@@ -8,6 +8,8 @@ import os
 import re
 import shlex
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -59,6 +61,14 @@ def test_metric_reprs_match_miles():
     assert metrics.rollout_batch(5) == metrics.rollout_batch(5)  # deterministic across processes
     assert should_run_periodic_action(1, 2, 10) and not should_run_periodic_action(0, 2, 10)
     assert should_run_periodic_action(9, 4, 10) and not should_run_periodic_action(3, None, 10)
+
+
+def test_outside_a_ray_job_it_refuses_in_one_labelled_line():
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-m", "backend.simtrainer", "--num-rollout", "2"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert SIM_LABEL in out.stderr.splitlines()[0] and "RAY_ADDRESS is not set" in out.stderr
 
 
 def test_is_simulated():
