@@ -43,6 +43,7 @@ from console.widgets.help_screen import HelpScreen
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
+WIDE_FROM = 180  # columns from which views may spread out side by side
 WATCHDOG_INTERVAL_S = 2.0
 QUIT_LINE = "ultra-console: console closed; the run keeps going on Ray. Run `ultra-console` to attach again."
 
@@ -170,7 +171,9 @@ class UltraConsoleApp(App[int]):
         self._apply_density(event.size.width, event.size.height)
 
     def _apply_density(self, width: int, height: int) -> None:
-        self.set_class(width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1], "-compact")
+        compact = width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1]
+        self.set_class(compact, "-compact")
+        self.set_class(not compact and width >= WIDE_FROM, "-wide")
 
     def view(self, name: str) -> Widget:
         return self.query_one(f"#views > #{name}", Widget)

@@ -127,10 +127,15 @@ async def test_keymap_remap_from_settings(tmp_path):
 async def test_density_class_follows_size(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        assert app.has_class("-compact")
+        assert app.has_class("-compact") and not app.has_class("-wide")
         await pilot.resize_terminal(250, 70)
         await pilot.pause()
-        assert not app.has_class("-compact")
+        assert not app.has_class("-compact") and app.has_class("-wide")
+        checks, numbers = app.query_one("#plan-checks"), app.query_one("#plan-numbers")
+        assert checks.region.y == numbers.region.y and checks.region.x < numbers.region.x  # side by side
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert not app.has_class("-compact") and not app.has_class("-wide")
 
 
 async def test_quit_key_exits(tmp_path):

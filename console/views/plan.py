@@ -15,7 +15,7 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Input, Select, Static
 
@@ -76,6 +76,8 @@ class PlanView(ConsoleView):
     PlanView #plan-body { height: 1fr; }
     PlanView #plan-left { width: 62; height: 1fr; border-right: vkey $panel; padding-right: 1; }
     PlanView #plan-right { width: 1fr; height: 1fr; padding-left: 1; }
+    PlanView #plan-detail { layout: vertical; height: auto; }
+    PlanView #plan-checks, PlanView #plan-numbers { height: auto; }
     PlanView .section { text-style: bold; color: $accent; height: 1; margin-top: 1; }
     PlanView #plan-left .section { margin-top: 0; }
     PlanView #variant { width: 1fr; height: 1; margin-bottom: 1; }
@@ -110,15 +112,17 @@ class PlanView(ConsoleView):
                 yield QuietSelect([], id="variant", allow_blank=True, prompt="(no variants)")
                 yield Static("Layout", classes="section")
                 yield LayoutForm(id="form")
-            with Column(id="plan-right"):
-                yield Static("Findings", classes="section")
-                yield FindingsPanel(id="findings")
-                yield Static("Preflight", classes="section")
-                yield PreflightPanel(id="preflight")
-                yield Static("Derived", classes="section")
-                yield DerivedPanel(id="derived")
-                yield Static("Command (c copies)", classes="section")
-                yield CommandPanel(id="command")
+            with Column(id="plan-right"), Horizontal(id="plan-detail"):  # side by side when wide
+                with Vertical(id="plan-checks"):
+                    yield Static("Findings", classes="section")
+                    yield FindingsPanel(id="findings")
+                    yield Static("Preflight", classes="section")
+                    yield PreflightPanel(id="preflight")
+                with Vertical(id="plan-numbers"):
+                    yield Static("Command (c copies)", classes="section")
+                    yield CommandPanel(id="command")
+                    yield Static("Derived", classes="section")
+                    yield DerivedPanel(id="derived")
 
     def on_mount(self) -> None:
         settings = self.app.settings  # type: ignore[attr-defined]

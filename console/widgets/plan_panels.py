@@ -98,7 +98,8 @@ class DerivedPanel(_Panel):
             else:
                 items.append((str(k), _fmt(v)))
         table = Table.grid(padding=(0, 2))
-        table.add_column(style="dim", no_wrap=True)
+        longest = max((len(k) for k, _ in items), default=0)
+        table.add_column(style="dim", no_wrap=True, min_width=min(longest, 26))
         table.add_column(no_wrap=True, overflow="ellipsis")
         for k, v in items:
             table.add_row(k.replace("_", " "), v)
@@ -135,7 +136,7 @@ class CommandPanel(VerticalScroll, can_focus=True):
     """The exact submission (redacted), scrollable; the plan view copies it with OSC 52."""
 
     DEFAULT_CSS = """
-    CommandPanel { height: 1fr; min-height: 4; border: round $panel; padding: 0 1; }
+    CommandPanel { height: 10; border: round $panel; padding: 0 1; }
     CommandPanel:focus { border: round $accent; }
     CommandPanel > Static { width: 1fr; }
     """
