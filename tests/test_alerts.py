@@ -182,6 +182,9 @@ def test_monitor_end_to_end_on_the_sample_log() -> None:
     assert derived["progress"]["eta_s"] == pytest.approx(24 * 60.0)
     assert derived["time_per_rollout"]["rollout_over_train"] == pytest.approx((31.8 + 5) / 12.7)
     assert derived["checkpoint"]["count"] == 3 and derived["checkpoint"]["last_iteration"] == 12
+    assert derived["checkpoint"]["since_s"] == pytest.approx(0.0)  # the log ends with the save
+    later = monitor.snapshot(now=monitor.end_of_log() + 600)["derived"]
+    assert later["checkpoint"]["since_s"] == pytest.approx(600) and later["since_last_metric_s"] == pytest.approx(603)
     assert derived["zero_std_frac"] == pytest.approx(0.25)
     assert [a["id"] for a in snap["alerts"]] == ["loss-nonfinite"] * 3  # loss, pg_loss, grad_norm at step 9
     assert all(a["step"] == 9 for a in snap["alerts"])
