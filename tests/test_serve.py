@@ -1,4 +1,5 @@
-"""`ultra-console serve`: answers on loopback with the page, refuses a public interface by default."""
+"""`ultra-console serve`: answers on loopback with the page and a live app session over its websocket,
+refuses a public interface by default."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from httpx_ws import connect_ws
 
 from console.cli import main
 
@@ -26,7 +28,7 @@ def _free_port() -> int:
 
 def test_serve_answers_on_loopback_then_stops(tmp_path):
     port = _free_port()
-    env = dict(os.environ, ULTRA_CONSOLE_STATE_DIR=str(tmp_path))
+    env = dict(os.environ, ULTRA_CONSOLE_STATE_DIR=str(tmp_path), RAY_ADDRESS="http://127.0.0.1:9")
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--readonly", "serve", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -39,6 +41,13 @@ def test_serve_answers_on_loopback_then_stops(tmp_path):
                 time.sleep(0.2)
         assert page is not None and page.status_code == 200
         assert "ultra-console" in page.text and "/ws" in page.text
+        # A browser session: the page's websocket runs the real app with the same flags (--readonly).
+        with httpx.Client() as client, connect_ws(f"http://127.0.0.1:{port}/ws?width=100&height=30", client) as ws:
+            screen, deadline = b"", time.monotonic() + 30
+            while b"READ-ONLY" not in screen and time.monotonic() < deadline:
+                data = ws.receive(timeout=10).data
+                screen += data.encode() if isinstance(data, str) else data
+        assert b"READ-ONLY" in screen and b"Plan" in screen
         listening = {c.laddr.ip for c in psutil.net_connections(kind="tcp")
                      if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN}
         assert listening == {"127.0.0.1"}  # bound to loopback only
