@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from backend.errors import SpecError
 from backend.recipe import RunSpec
+from shim.logline import LINE_PREFIX as SHIM_LINE_PREFIX
 
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 FORBIDDEN_EXTRA = ("--wandb-key",)
@@ -312,6 +313,9 @@ def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[s
         "PYTHONPATH": ":".join(dict.fromkeys([spec.paths.miles_root, spec.paths.megatron_path])),
         "RAY_JOB_STOP_SIGNAL": "SIGINT",
         "RAY_JOB_STOP_WAIT_TIME_S": str(spec.run.stop_wait_s),
+        # Ray's driver folds "similar" lines across actors ignoring digits; the shim's per-actor line must
+        # never be folded, or a wrong scaling factor on one actor hides behind "[repeated 127x ...]".
+        "RAY_DEDUP_LOGS_ALLOW_REGEX": re.escape(SHIM_LINE_PREFIX.strip()),
     })
     env.update(spec.run.extra_env)
     env.update(secrets or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def test_runtime_env_contains_launcher_env_plus_graceful_stop(name: str) -> None
     assert {k: env[k] for k in recorded_env} == recorded_env
     assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
     assert int(env["RAY_JOB_STOP_WAIT_TIME_S"]) == spec.run.stop_wait_s
+    assert re.match(env["RAY_DEDUP_LOGS_ALLOW_REGEX"], "ultra-console shim: applied NemotronH provider fields {}")
 
 
 def test_full_model_has_163_tokens_and_sequence_parallel() -> None:
