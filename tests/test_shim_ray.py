@@ -74,7 +74,7 @@ async def shim_lines_by_pid(client: RayClient, job_id: str, pids: set[int], time
 
 
 async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: RayClient, ray_cluster, tmp_path):
-    spec = sim_spec(tmp_path, nodes=NODES, more=['run.extra_env={RAY_DEDUP_LOGS = "0"}', "batch.global_batch_size=48"])
+    spec = sim_spec(tmp_path, nodes=NODES, more=["batch.global_batch_size=48"])
     write_config(tmp_path / "models" / spec.model.name, scaling=5.0)
     env = build_submission(spec, nvlink=False).runtime_env
     assert env["worker_process_setup_hook"] == shim.SETUP_HOOK and env["py_modules"] == [shim.package()[0]]
