@@ -20,6 +20,7 @@ from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Input, Select, Static
 
@@ -215,12 +216,16 @@ class UltraConsoleApp(App[int]):
         self.action_show_view(names[(names.index(self.current_view) + step) % len(names)])
 
     def action_back(self) -> None:
-        """Esc: leave a text field first; else go back to the previous view."""
+        """Esc: leave a field (focus goes back to the view), else return to the previous view."""
+        view = self.view(self.current_view)
         focused = self.focused
-        if isinstance(focused, (Input, Select)) or (focused is not None and focused is not self.view(self.current_view)
-                                                    and self.view(self.current_view).can_focus):
-            self.view(self.current_view).focus()
-            return
+        if focused is not None and focused is not view:
+            if view.can_focus:
+                view.focus()
+                return
+            if isinstance(focused, (Input, Select)):
+                self.screen.set_focus(None)
+                return
         if self.previous_view:
             self.action_show_view(self.previous_view)
 
@@ -245,6 +250,12 @@ class UltraConsoleApp(App[int]):
             await self.view(scope).run_action(spec.action)  # the action itself says why it refuses
 
     # ------------------------------------------------------------------ worker messages
+
+    async def _on_message(self, message: Message) -> None:
+        """Worker messages still queued when the app shuts down are dropped (the views are gone)."""
+        if isinstance(message, ConsoleMessage) and not self.is_running:
+            return
+        await super()._on_message(message)
 
     @on(ConsoleMessage)
     def _fan_out(self, message: ConsoleMessage) -> None:
