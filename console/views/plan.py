@@ -295,7 +295,9 @@ class PlanView(ConsoleView):
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         self.preflight_findings = list(message.findings)
-        failed = any(f.severity == "error" for f in self.preflight_findings)
+        from backend.constraints import has_errors  # preflight findings are rule-engine Findings
+
+        failed = has_errors(self.preflight_findings)
         self.preflight_state = "failed" if failed else "passed"
         self.preflight_note = ""
         self._draw()
