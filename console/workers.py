@@ -20,19 +20,11 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App
 
 from backend.errors import ConsoleError
-from backend.job_identity import active_runs
-from backend.logs import LogStore
-from backend.monitor import RunMonitor
-from backend.ray_api import JobInfo, RayClient
-from backend.run import NoRunFound, RunController, RunEvent
-from backend.series import SeriesSet
-from backend.signals import derive
-from backend.telemetry import TelemetryPoller
 from console.messages import (
     AlertsChanged,
     DashboardBack,
@@ -44,6 +36,13 @@ from console.messages import (
     RunStateChanged,
     SnapshotArrived,
 )
+
+if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
+    from backend.logs import LogStore
+    from backend.monitor import RunMonitor
+    from backend.ray_api import JobInfo
+    from backend.run import RunController, RunEvent
+    from backend.series import SeriesSet
 
 TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
@@ -91,6 +90,9 @@ class Runtime:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
     def __init__(self, app: App[Any]) -> None:
+        from backend.ray_api import RayClient
+        from backend.run import RunController
+
         settings = app.settings  # type: ignore[attr-defined]
         self.app = app
         token = settings.token.get_secret_value() if settings.token else None
@@ -109,10 +111,14 @@ class Runtime:
         self._metrics_posted_at = 0.0
 
     def post(self, message: Any) -> None:
-        self.app.post_message(message)
+        if self.app.is_running:  # nothing is posted into an app that is shutting down
+            self.app.post_message(message)
 
     def new_store(self, job_id: str) -> LogStore:
         """A fresh store + collector for `job_id`, handed to the logs view."""
+        from backend.logs import LogStore
+        from backend.monitor import RunMonitor
+
         if self.store is not None:
             self.store.close()
         self.store = LogStore(self.spool_dir, run_id=job_id)
@@ -142,6 +148,8 @@ class Runtime:
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
+            from backend.signals import derive
+
             derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
             self.post(MetricsArrived(MetricsView(collector.series, derived)))
         self.maybe_post_alerts()
@@ -162,8 +170,13 @@ def wants_telemetry(app: App[Any]) -> bool:
     return any(view.wants_telemetry() for view in app.query(RunView))
 
 
-def start_workers(app: App[Any]) -> Runtime:
-    """Create the session's backend objects and start every worker (called by the app on mount)."""
+def start_workers(app: App[Any]) -> None:
+    """Called by the app on mount: the backend objects and workers start right after the first frame,
+    so importing the I/O stack (httpx, the run controller, the log store) never delays it."""
+    app.call_after_refresh(_start, app)
+
+
+def _start(app: App[Any]) -> Runtime:
     runtime = Runtime(app)
     app.runtime = runtime  # type: ignore[attr-defined]
     runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
@@ -197,6 +210,9 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
 
 async def _run(rt: Runtime, job: str | None) -> None:
     """Attach, then watch forever (also across a later launch); reconnects on its own."""
+    from backend.job_identity import active_runs
+    from backend.run import NoRunFound
+
     controller = rt.controller
     while controller.job is None:
         try:
@@ -279,6 +295,8 @@ async def _ticks(rt: Runtime) -> None:
 
 async def _telemetry(rt: Runtime) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
+    from backend.telemetry import TelemetryPoller
+
     poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
     lost = False
     while True:
