@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DEEP_PYTHON = REPO / ".venv-deep" / "bin" / "python"
 MARKER = REPO / ".venv-deep" / ".ultra-console-deep-ok"
-MIN_TESTS = 26  # the deep suite's size; fewer ran means something was silently not collected
+MIN_TESTS = 27  # the deep suite's size; fewer ran means something was silently not collected
 
 
 def test_deep_suite_in_oracle_venv(tmp_path):
@@ -41,3 +41,19 @@ def test_deep_suite_in_oracle_venv(tmp_path):
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
     assert tests >= MIN_TESTS and skipped == 0, f"{tests} deep tests, {skipped} skipped:\n{tail}"
+
+
+def test_plan_deep_without_the_libraries_says_so_in_one_line():
+    """The main venv has no megatron/sglang: `plan --deep` still plans, and says why the deep part is absent."""
+    import json
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "console.cli", "plan", "--deep", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    deep = json.loads(proc.stdout)["deep"]
+    assert deep["available"] is False and deep["findings"] == []
+    assert "not importable" in deep["message"] and "\n" not in deep["message"]
+    text = subprocess.run([sys.executable, "-m", "console.cli", "plan", "--deep"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120).stdout
+    assert sum("real-library checks skipped" in line for line in text.splitlines()) == 1

@@ -3,6 +3,7 @@ test: on seeded random layouts our rule engine and the real libraries agree on e
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from typing import Any
@@ -140,3 +141,17 @@ def test_a_check_missing_from_the_installed_version_is_skipped(monkeypatch):
     assert run.ok and run.skipped and run.decides == ()
     assert "skipped (not in the installed version" in "\n".join(result.lines())
     assert not any(d.check == "select_pipeline_segment" for d in result.disagreements)
+
+
+def test_plan_deep_cli(capsys):
+    """`ultra-console plan --deep --json` with the libraries present: their verdicts join the plan."""
+    from console.cli import main
+
+    assert main(["plan", "--deep", "--json"]) == 0
+    good = json.loads(capsys.readouterr().out)
+    assert good["deep"]["available"] is True and good["deep"]["ok"] is True and good["ok"] is True
+    assert main(["plan", "--deep", "--json", "--set", "train.pp=5"]) == 2
+    bad = json.loads(capsys.readouterr().out)["deep"]
+    assert {(f["rule"], f["check"]) for f in bad["findings"]} >= {("C2", "select_pipeline_segment"),
+                                                                  ("A1", "initialize_model_parallel")}
+    assert bad["disagreements"] == []
