@@ -64,13 +64,16 @@ async def history(rc, lines: int) -> dict[str, float]:
             count += 1
         ours = time.perf_counter() - t0
     assert count >= lines, count
-    t0 = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(ROOT), ULTRA_CONSOLE_STATE_DIR=tempfile.mkdtemp())
-    with open(os.devnull, "w") as sink:
-        subprocess.run([sys.executable, "-m", "console.cli", "--address", rc.address, "logs", "--job", sid],
-                       stdout=sink, check=True, env=env, cwd=ROOT)
-    cli = time.perf_counter() - t0
-    return {"lines": count, "bytes": size, "baseline_s": base, "read_log_s": ours, "cli_s": cli}
+    runs = []
+    for _ in range(3):  # median of 3: the machine is shared, one run can be unlucky
+        t0 = time.perf_counter()
+        with open(os.devnull, "w") as sink:
+            subprocess.run([sys.executable, "-m", "console.cli", "--address", rc.address, "logs", "--job", sid],
+                           stdout=sink, check=True, env=env, cwd=ROOT)
+        runs.append(time.perf_counter() - t0)
+    return {"lines": count, "bytes": size, "baseline_s": base, "read_log_s": ours, "cli_s": sorted(runs)[1],
+            "cli_runs": runs}
 
 
 async def follow_rate(rc, seconds: float) -> dict[str, float]:
@@ -124,7 +127,8 @@ def main() -> None:
     print(f"  baseline raw stream   {h['baseline_s']:.2f} s")
     print(f"  read_log -> lines     {h['read_log_s']:.2f} s  ({h['read_log_s'] / h['baseline_s']:.2f}x baseline)")
     print(f"  `ultra-console logs`  {h['cli_s']:.2f} s  ({h['cli_s'] / h['baseline_s']:.2f}x baseline; "
-          f"target <= 5 s: {'OK' if h['cli_s'] <= 5 else 'MISSED'})")
+          f"target <= 5 s: {'OK' if h['cli_s'] <= 5 else 'MISSED'}; median of "
+          f"{', '.join(f'{x:.2f}' for x in h['cli_runs'])} s)")
     print(f"following a live run for {f['seconds']:.0f} s ({f['lines']} log lines): {f['requests']} requests = "
           f"{f['rate']:.2f} req/s ({f['rate'] / 3.0:.2f}x the naive 3 req/s; target <= 1: "
           f"{'OK' if f['rate'] <= 1 else 'MISSED'})")
