@@ -31,6 +31,7 @@ def console(mode: str, nodes: int, hz: float):
     class Fed(UltraConsoleApp):
         """The console with its views on data a telemetry worker would post, at `hz`."""
 
+        CSS_PATH = str(Path(sys.modules[UltraConsoleApp.__module__].__file__).with_name("app.tcss"))
         phase = 0
 
         def on_mount(self) -> None:
