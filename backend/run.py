@@ -261,9 +261,21 @@ class RunController:
         return self.job
 
     # ---------------------------------------------------------------- launch
-    async def check(self, spec: RunSpec, *, force: bool = False, check_cluster: bool = True) -> list[Any]:
+    async def check(self, spec: RunSpec, *, force: bool = False, check_cluster: bool = True,
+                    record: bool = False) -> list[Any]:
         """Findings for launching `spec` now (rules, then preflight against the cluster). Raises
-        LaunchRefused on an error finding; with `force`, another active run (P3) is allowed."""
+        LaunchRefused on an error finding; with `force`, another active run (P3) is allowed.
+        `record`: this is a launch attempt, so a refusal goes to the audit log too."""
+        try:
+            return await self._check(spec, force=force, check_cluster=check_cluster)
+        except LaunchRefused as err:
+            if record:
+                self.audit.record("launch", job=None, command=f"launch preset {spec.preset}", result=str(err),
+                                  details={"findings": [f.to_json() for f in err.findings if f.severity == "error"],
+                                           "forced": force})
+            raise
+
+    async def _check(self, spec: RunSpec, *, force: bool, check_cluster: bool) -> list[Any]:
         from backend import constraints
         from backend.preflight import preflight
 
@@ -294,7 +306,7 @@ class RunController:
 
         self._require_writable("launch")
         if findings is None:
-            findings = await self.check(spec, force=force, check_cluster=check_cluster)
+            findings = await self.check(spec, force=force, check_cluster=check_cluster, record=True)
         sub = build_submission(spec, run_id=run_id, secrets=secrets)
         self.job, self.state, self._stop_requested = None, RunState.SUBMITTING, False
         await self._emit(RunEvent("state", RunState.SUBMITTING, None, f"submitting {sub.submission_id}"))

@@ -132,8 +132,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
     assert any("KeyboardInterrupt (SIGINT), shutting down cleanly" in ln for ln in log)  # graceful path ran
     audit = [(e["action"], e["job"], e["result"]) for e in AuditLog(tmp_path / "state").entries()]
     assert audit[0] == ("launch", job.id, "submitted")
-    assert audit[1][0] == "launch" and audit[1][2].startswith("refused by Ray")
-    assert audit[2] == ("abort", job.id, "stop requested while RUNNING")
+    assert audit[1][:2] == ("launch", None) and audit[1][2].startswith("launch refused: [P3]")
+    assert audit[2][0] == "launch" and audit[2][2].startswith("refused by Ray")
+    assert audit[3] == ("abort", job.id, "stop requested while RUNNING")
 
 
 async def test_trainer_ignoring_signals_still_ends_stopped(ray_client: RayClient, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def body(ctl: RunController, settings: Settings) -> int:
         try:
-            findings = await ctl.check(spec, force=args.force)
+            findings = await ctl.check(spec, force=args.force, record=True)
         except LaunchRefused as err:
             say(f"ultra-console: error: {err}", err=True)
             for line in finding_lines([f for f in err.findings if f.severity == "error"]):
