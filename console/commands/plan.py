@@ -9,11 +9,10 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from backend import constraints
-from backend.command import build_submission, secrets_from_env
-from backend.recipe import RunSpec, build_spec
+if TYPE_CHECKING:
+    from backend.recipe import RunSpec
 
 EXIT_FINDINGS = 2
 
@@ -37,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def plan_payload(spec: RunSpec, deep: bool = False) -> dict[str, Any]:
     """The JSON contract of `plan --json`."""
+    from backend import constraints
+    from backend.command import build_submission, secrets_from_env
+
     findings = constraints.check(spec)
     submission = build_submission(spec, secrets=secrets_from_env(os.environ))
     payload: dict[str, Any] = {
@@ -108,6 +110,8 @@ def render_text(spec: RunSpec, payload: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.recipe import build_spec
+
     spec = build_spec(args.preset, args.overrides)
     payload = plan_payload(spec, deep=args.deep)
     if args.json:
