@@ -162,18 +162,19 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--num-rollout", "1000",
             "--sim-step-seconds", "0.5", "--sim-leak-gpu-process", "--sim-hold-gpu-mib", "40000"]
     await ray_client.submit({"entrypoint": shlex.join(argv), "submission_id": sid})
-    leaked = None
+    leaked = actor = None
     async for line in ray_client.follow_log(sid):
-        if m := re.search(r"leaked GPU holder pid=(\d+)", line):
-            leaked = int(m[1])
+        if m := re.search(r"MegatronTrainRayActor pid=(\d+).*leaked GPU holder pid=(\d+)", line):
+            actor, leaked = int(m[1]), int(m[2])
             break
-    assert leaked
+    assert leaked and actor
+    mine = {actor, leaked}  # other tests' runs may hold GPUs on the shared cluster too
 
     async def holders() -> dict[tuple[str, int, int], int]:
-        """(node id, GPU index, pid) -> MiB, from Ray's real node summary."""
+        """(node id, GPU index, pid) -> MiB of this job's processes, from Ray's real node summary."""
         summary = await ray_client.nodes_summary()
         return {(s["raylet"]["nodeId"], g["index"], p["pid"]): p["gpuMemoryUsage"]
-                for s in summary["summary"] for g in s["gpus"] for p in g["processesPids"]}
+                for s in summary["summary"] for g in s["gpus"] for p in g["processesPids"] if p["pid"] in mine}
 
     deadline = time.monotonic() + 30
     while len(seen := await holders()) < 9:  # 8 GPUs held by the actor + the leaked holder
@@ -181,6 +182,7 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
         await asyncio.sleep(1)
     assert sorted(seen.values()) == [10000] + [40000] * 8
     assert {pid for (_n, _i, pid), mib in seen.items() if mib == 10000} == {leaked}
+    assert len({node for (node, _i, _p) in seen}) == 1  # the leak sits on the actor's node
     await ray_client.stop_job(sid)
     await _wait_terminal(ray_client, sid)
     deadline = time.monotonic() + 30
