@@ -144,3 +144,25 @@ async def test_abort_key_refused_when_readonly(tmp_path):
         await pilot.pause()
         assert not isinstance(app.screen, AbortModal)
         await asyncio.sleep(0)
+
+
+async def test_history_rebuild_progress_is_visible(tmp_path):
+    from console.messages import HistoryProgress
+    from console.views.logs import LogsView
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        app.post_message(RunStateChanged(status()))
+        app.post_message(HistoryProgress(JOB, 20_000, done=False))
+        await pilot.pause()
+        assert "loading history 20,000 lines" in str(app.query_one("#run-state").content)
+        await pilot.press("3")
+        await pilot.pause()
+        assert f"loading history of {JOB}… 20,000 lines" in str(app.query_one(LogsView).query_one("#logs-status").content)
+        app.post_message(HistoryProgress(JOB, 25_000, done=True))
+        await pilot.pause()
+        assert "loading" not in str(app.query_one(LogsView).query_one("#logs-status").content)
+        await pilot.press("2")
+        await pilot.pause()
+        assert "loading" not in str(app.query_one("#run-state").content)

@@ -18,7 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from console import keymap
-from console.messages import AlertsChanged, MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
@@ -146,6 +146,7 @@ class RunView(ConsoleView):
         self.metrics: Any = None
         self.alerts: list[Any] = []
         self.snapshot: Any = None
+        self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
 
     def compose(self) -> ComposeResult:
@@ -185,6 +186,10 @@ class RunView(ConsoleView):
         self.run_state = message.state
         self._mark("state")
 
+    def on_history_progress(self, message: HistoryProgress) -> None:
+        self.history = "" if message.done else f"  · loading history {message.lines:,} lines…"
+        self._mark("state")
+
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = list(message.alerts)
         self._mark("state")
@@ -205,7 +210,7 @@ class RunView(ConsoleView):
             return
         if "state" in self._dirty:
             text = state_line(self.run_state, self.metrics, self.alerts, self.clock(),
-                              compact=self.size.width < 100)
+                              compact=self.size.width < 100) + self.history
             widget = self.query_one("#run-state", Static)
             if str(widget.content) != text:
                 widget.update(text, layout=False)
