@@ -144,6 +144,7 @@ class UltraConsoleApp(App[int]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
+        self._apply_density(self.size.width, self.size.height)  # before mounting: no restyle of it all
         yield StateLine(id="state-line")
         yield Static("", id="banner", markup=False)
         with ContentSwitcher(initial="plan", id="views"):
@@ -158,7 +159,6 @@ class UltraConsoleApp(App[int]):
         self.set_keymap(self.keymap_overrides)
         for problem in self._keymap_problems:
             self.notify(problem, severity="warning")
-        self._apply_density(self.size.width, self.size.height)
         self._draw_state_line()
         self._focus_view("plan")
         if self._watchdog and not self.is_headless and not self.is_web:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
@@ -86,7 +85,7 @@ def _fmt(value: Any) -> str:
 
 class DerivedPanel(_Panel):
     DEFAULT_CSS = """
-    DerivedPanel { height: auto; padding: 0 1; }
+    DerivedPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def set_derived(self, derived: Mapping[str, Any]) -> None:
@@ -97,15 +96,12 @@ class DerivedPanel(_Panel):
                              for i, x in enumerate(v))
             else:
                 items.append((str(k), _fmt(v)))
-        table = Table.grid(padding=(0, 2))
-        longest = max((len(k) for k, _ in items), default=0)
-        table.add_column(style="dim", no_wrap=True, min_width=min(longest, 26))
-        table.add_column(no_wrap=True, overflow="ellipsis")
+        width = min(max((len(k) for k, _ in items), default=0), 26) + 2
+        text = Text(no_wrap=True, overflow="ellipsis")  # plain lines: a Rich Table re-measures on every render
         for k, v in items:
-            table.add_row(k.replace("_", " "), v)
-        if not items:
-            table.add_row("(no derived numbers)", "")
-        self.show(tuple(items), table)
+            text.append(k.replace("_", " ")[: width - 2].ljust(width), "dim").append(v + "\n")
+        text.rstrip()
+        self.show(tuple(items), text if items else Text("(no derived numbers)", "dim"))
 
 
 class PreflightPanel(_Panel):
