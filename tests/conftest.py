@@ -6,16 +6,21 @@ are marked `@pytest.mark.ray`. `ray_auth_cluster` (module): a one-node head with
 started only by the tests that ask for it; its token is `.token`.
 
 Killing a node is for good: a test that needs a node to die should `add_node()` a throwaway
-node and kill that one, so later tests still see 3 alive nodes.
+node and kill that one, so later tests still see 3 alive nodes. Jobs a test leaves running on
+the shared cluster are stopped after it (and named in a warning): they would hold GPUs that the
+next test's run waits for.
 """
 
 from __future__ import annotations
 
 import secrets
 import sys
+import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -52,3 +57,29 @@ def ray_auth_cluster() -> Iterator[LocalRayCluster]:
 async def ray_client(ray_cluster: LocalRayCluster) -> AsyncIterator[RayClient]:
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         yield client
+
+
+def _active_jobs(http: httpx.Client) -> set[str]:
+    jobs = http.get("/api/jobs/").json()
+    return {j["submission_id"] for j in jobs
+            if j.get("submission_id") and j.get("status") not in ("STOPPED", "SUCCEEDED", "FAILED")}
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Isolation on the shared cluster: stop the jobs a test started and left active."""
+    if "ray_cluster" not in request.fixturenames:
+        yield
+        return
+    rc: LocalRayCluster = request.getfixturevalue("ray_cluster")
+    with httpx.Client(base_url=rc.address, timeout=30.0, trust_env=False) as http:
+        before = _active_jobs(http)
+        yield
+        leftover = _active_jobs(http) - before
+        for sid in leftover:
+            http.post(f"/api/jobs/{sid}/stop")
+        deadline = time.monotonic() + 30
+        while leftover and _active_jobs(http) & leftover and time.monotonic() < deadline:
+            time.sleep(0.5)
+    if leftover:
+        warnings.warn(f"{request.node.name} left Ray jobs active, stopped: {sorted(leftover)}", stacklevel=1)
