@@ -22,11 +22,13 @@ from typing import Any
 from backend.errors import ConsoleError
 
 DEMO_PRESET = "nemotron-3-ultra-550b-a55b-4layer"
+NODE_CHOICES = (1, 2, 4, 8, 16)  # data parallel = 8 x nodes must divide the preset's global batch (128)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="start a local simulated cluster and run, and open the console on it (DEMO)")
-    p.add_argument("--nodes", type=int, default=4, help="Ray nodes to start, 8 simulated GPUs each (default 4)")
+    p.add_argument("--nodes", type=int, default=4, choices=NODE_CHOICES,
+                   help="Ray nodes to start, 8 simulated GPUs each (default 4; the recipe's batch needs a power of 2)")
     p.add_argument("--rollouts", type=int, default=40, help="rollouts the simulated run does (default 40)")
     p.add_argument("--step-seconds", type=float, default=1.0, help="simulated seconds per train step (default 1)")
     p.add_argument("--no-launch", action="store_true", help="start the cluster only; launch from the plan view")
@@ -74,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from backend.localcluster import LocalRayCluster
     from backend.settings import load_settings
 
-    if not 1 <= args.nodes <= 16:
-        raise ConsoleError("--nodes must be between 1 and 16 for the local demo cluster")
+    if args.nodes not in NODE_CHOICES:
+        raise ConsoleError(f"--nodes must be one of {', '.join(map(str, NODE_CHOICES))} for the local demo cluster")
     if args.rollouts < 1 or args.step_seconds <= 0:
         raise ConsoleError("--rollouts must be >= 1 and --step-seconds > 0")
     _say(f"DEMO: starting a local Ray cluster ({args.nodes} nodes x 8 simulated GPUs, loopback only)…")
