@@ -159,7 +159,8 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("transformer_config", r"sequence parallelism without tensor parallelism", "B3"),
     ("transformer_config", r"pipeline_dtype must be specified", "B5"),
     ("transformer_config", r"num_moe_experts must be non None", "B6"),
-    ("transformer_config", r"middle stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch", "B7"),
+    ("transformer_config", r"middle stage|middle pipeline rank|at first stage|at last stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch",
+     "B7"),
     ("transformer_config", r"moe_shared_expert_overlap only works", "B10"),
     ("transformer_config", r"Bias in Moe", "B12"),
     ("transformer_config", r"moe_router_num_groups|moe_router_group_topk", "B13"),
@@ -213,7 +214,12 @@ def decides(check: str, spec: RunSpec) -> tuple[str, ...]:
     if check == "select_pipeline_segment":
         if t.pp == 1:
             return ()
-        return ("D7",) if vpp else ("B7",) if uneven else ("C2",)
+        if vpp:
+            return ("D7",)
+        if not uneven:
+            return ("C2",)
+        middle = t.pp - (t.decoder_first_pipeline_num_layers is not None) - (t.decoder_last_pipeline_num_layers is not None)
+        return ("B7",) if middle > 0 else ()  # with no middle stage it only slices, checking nothing
     if check == "server_args":
         return ("G1", "G4", "G6")
     return ()

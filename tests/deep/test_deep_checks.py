@@ -94,6 +94,20 @@ def random_overrides(rng: random.Random) -> tuple[str, list[str]]:
     sets["rollout.ep"] = rng.choice([1, sets["rollout.gpus_per_engine"], sets["rollout.gpus_per_engine"], 8, 24])
     if rng.random() < 0.1 and sets["train.pp"] > 1:
         sets["train.decoder_first_pipeline_num_layers"] = rng.choice([1, 2, 26, 27, 30])
+    if rng.random() < 0.05 and sets["train.pp"] > 1:
+        sets["train.decoder_last_pipeline_num_layers"] = rng.choice([1, 26, 27])
+    if rng.random() < 0.15:  # group-limited routing (B13)
+        sets["model.n_group"] = rng.choice([1, 2, 3, 8])
+        sets["model.topk_group"] = rng.choice([1, 2, 4])
+    if rng.random() < 0.1:  # GQA groups vs TP (B2)
+        sets["model.num_query_groups"] = rng.choice([2, 4, 3, 16])
+    if rng.random() < 0.1:  # dp without dp-attention (H2 / G3)
+        sets["rollout.enable_dp_attention"] = False
+    if rng.random() < 0.1:
+        sets["cluster.gpus_per_node"] = 4
+    if rng.random() < 0.15:  # recompute settings (B14)
+        sets["train.recompute_method"] = rng.choice(["uniform", "block"])
+        sets["train.recompute_num_layers"] = rng.choice([1, 2, 27, 40])
     return preset, [f"{k}={v}" for k, v in sets.items()]
 
 
