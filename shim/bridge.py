@@ -97,7 +97,7 @@ def report(provider: Any) -> None:
 
 def _wrap_finalize(provider_cls: type) -> None:
     """Report after `finalize()`, so flags miles copies onto the provider afterwards are seen."""
-    original = provider_cls.__dict__.get("finalize")
+    original = getattr(provider_cls, "finalize", None)  # own or inherited
     if original is None or getattr(original, MARK, False):
         return
 
