@@ -221,3 +221,20 @@ def test_shim_check_bad_input_is_one_line(tmp_path, content, message):
     out = cli("--checkpoint", str(tmp_path))
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_setup_hook_reports_a_failed_registration(tmp_path):
+    """A megatron.bridge the shim cannot register with (here: an empty stand-in) gives the NOT-applied
+    line when it is imported -- the worker itself keeps running."""
+    fake = tmp_path / "site" / "megatron" / "bridge"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    code = "import shim.ray_hook as h; h.setup(); import megatron.bridge; print('worker alive')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env={"PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "worker alive"
+    shim_lines = [logline.parse(line) for line in lines if line.startswith(shim.LINE_PREFIX)]
+    assert len(shim_lines) == 1 and shim_lines[0].status == "not_applied"
+    assert shim_lines[0].reason.startswith("bridge registration failed: ModuleNotFoundError")
