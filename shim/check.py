@@ -46,7 +46,8 @@ def bridge_importable() -> bool:
 def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> Any:
     """The provider megatron-bridge builds from DIR/config.json on CPU (no weights, not finalized).
 
-    Uses transformers' built-in NemotronH config class (never the checkpoint's own Python code).
+    Uses transformers' built-in NemotronH config class; the checkpoint's own config code only where
+    transformers has none and config.json names it (auto_map), which is what miles runs anyway.
     """
     from megatron.bridge import AutoBridge
     from transformers import AutoConfig
@@ -57,7 +58,14 @@ def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> Any:
         bridge.install()
     else:
         bridge.uninstall()
-    config = AutoConfig.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
+    try:
+        config = AutoConfig.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
+    except ValueError:
+        # A transformers release without a built-in nemotron_h: use the checkpoint's own config class,
+        # as miles does (trust_remote_code=True), but only when the checkpoint declares one.
+        if "auto_map" not in read_config(checkpoint_dir):
+            raise
+        config = AutoConfig.from_pretrained(checkpoint_dir, trust_remote_code=True, local_files_only=True)
     return AutoBridge.from_hf_config(config).to_megatron_provider(load_weights=False)
 
 
