@@ -40,6 +40,18 @@ def _thin(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float],
     return (*picked, points[-1])
 
 
+def _unit(values: list[float]) -> tuple[float, str]:
+    """Display scale for an axis so tick labels stay short in narrow charts (2548804 -> 2549k)."""
+    top = max((abs(v) for v in values), default=0.0)
+    if top >= 1e9:
+        return 1e9, "G"
+    if top >= 1e6:
+        return 1e6, "M"
+    if top >= 1e4:
+        return 1e3, "k"
+    return 1.0, ""
+
+
 def build_chart(title: str, series: Sequence[Series], width: int, height: int, *,
                 x_label: str = "", y_label: str = "", right_label: str = "") -> list[str]:
     """The chart as lines of ANSI text (plotext), or a placeholder when there is no data."""
@@ -53,17 +65,20 @@ def build_chart(title: str, series: Sequence[Series], width: int, height: int, *
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("clear")
+    scale = {side: _unit([p[1] for s in drawable if s.right == side for p in s.points]) for side in (False, True)}
     for s in drawable:
         pts = _thin(s.points)
-        plt.plot([p[0] for p in pts], [p[1] for p in pts], label=s.label, color=s.color,
+        factor = scale[s.right][0]
+        plt.plot([p[0] for p in pts], [p[1] / factor for p in pts], label=s.label, color=s.color,
                  marker="braille", yside="right" if s.right else "left")
     plt.title(title)
     if x_label:
         plt.xlabel(x_label)
-    if y_label:
-        plt.ylabel(y_label, yside="left")
-    if right_label:
-        plt.ylabel(right_label, yside="right")
+    for side, label in ((False, y_label), (True, right_label)):
+        suffix = scale[side][1]
+        text = f"{label} ({suffix})" if label and suffix else label or (f"({suffix})" if suffix else "")
+        if text:
+            plt.ylabel(text, yside="right" if side else "left")
     return plt.build().split("\n")[:height]
 
 
