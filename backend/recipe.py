@@ -255,8 +255,16 @@ def preset_dir() -> Path:
     return Path(str(resources.files("configs")))
 
 
+def _is_preset(path: Path) -> bool:
+    """configs/ also holds other data (alerts.toml): a preset is a TOML file with a [model] table."""
+    try:
+        return isinstance(tomllib.loads(path.read_text(encoding="utf-8")).get("model"), dict)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
 def list_presets() -> list[str]:
-    return sorted(p.stem for p in preset_dir().glob("*.toml"))
+    return sorted(p.stem for p in preset_dir().glob("*.toml") if _is_preset(p))
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -287,7 +295,7 @@ def resolve_preset_path(name_or_path: str | None) -> Path:
             raise SpecError(f"preset file {name} does not exist")
         return as_path
     candidate = preset_dir() / f"{name}.toml"
-    if not candidate.is_file():
+    if not candidate.is_file() or not _is_preset(candidate):
         raise SpecError(f"unknown preset {name!r}; known presets: {', '.join(list_presets())}")
     return candidate
 

@@ -83,6 +83,12 @@ def test_unknown_preset_names_the_known_ones() -> None:
         build_spec("nemotron-9000")
 
 
+def test_other_data_in_configs_is_not_a_preset() -> None:
+    assert "alerts" not in list_presets()
+    with pytest.raises(SpecError, match="unknown preset 'alerts'"):
+        build_spec("alerts")
+
+
 @pytest.mark.parametrize(
     ("edit", "needle"),
     [
