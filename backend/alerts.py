@@ -11,7 +11,6 @@ failing (`on_job_status`), a node dying (`on_node_dead`), train actors that neve
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 import statistics
@@ -27,6 +26,7 @@ from backend.errors import ConsoleError
 from backend.logs import REPEATED
 from backend.metrics import Point, lines_containing
 from backend.series import Series
+from shim import logline as shim_logline
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,10 +37,6 @@ SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
 OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead")
 MAX_ALERTS = 1000
-_SHIM_LINE = re.compile(
-    r"^(?:\((?P<prefix>[^()\n]*)\) )?.*?ultra-console shim: applied NemotronH provider fields (?P<fields>\{.*\})$",
-    re.MULTILINE,
-)
 _LINE_PREFIX = re.compile(r"^\((?P<prefix>[^()\n]*)\) ")
 
 
@@ -251,42 +247,44 @@ class AlertEngine:
                 alert = self._fire(rule, {"reason": reason, "actor": actor}, key=actor, once=(rule.id, actor))
                 if alert:
                     fired.append(alert)
-        for line in lines_containing(text, "ultra-console shim: applied"):
-            fired.extend(self._shim_fields(line))
+        for line in lines_containing(text, shim_logline.LINE_PREFIX):
+            fired.extend(self._shim_line(line))
         return fired
 
     def on_log_lines(self, first: int, count: int, text: str) -> None:
         """`LogStore.subscribe` signature."""
         self.on_log_text(text)
 
-    def _shim_fields(self, line: str) -> list[Alert]:
-        rule, fired = self._rule("shim_fields"), []
+    def _shim_line(self, line: str) -> list[Alert]:
+        """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them)."""
         repeat = REPEATED.search(line)
         if repeat is not None:
             line = line[: repeat.start()]
-        for m in _SHIM_LINE.finditer(line):
-            actor = m["prefix"] or "driver"
-            # Ray folds identical lines of other actors into one "[repeated Nx across cluster]" line.
-            self.shim_lines_seen += int(repeat.group(1)) if repeat else 1
-            try:
-                fields = json.loads(m["fields"])
-            except ValueError:
-                fields = None
-            if not isinstance(fields, dict):
-                fields = {}
-            self.shim_reports[actor] = fields
-            if rule is None:
-                continue
-            name = str(rule.params.get("field", "moe_router_topk_scaling_factor"))
-            value = fields.get(name)
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isclose(
-                float(value), self.expected_scaling, rel_tol=1e-6)
-            if not ok:
-                alert = self._fire(rule, {"actor": actor, "value": value, "expected": self.expected_scaling},
-                                   key=actor, once=(rule.id, actor))
-                if alert:
-                    fired.append(alert)
-        return fired
+        parsed = shim_logline.parse(line)
+        if parsed is None:
+            return []
+        prefix = _LINE_PREFIX.match(line)
+        actor = prefix["prefix"] if prefix else "driver"
+        # Ray folds identical lines of other actors into one "[repeated Nx across cluster]" line.
+        self.shim_lines_seen += int(repeat.group(1)) if repeat else 1
+        if parsed.status == "not_applied":
+            rule = next((r for r in self._log_rules if r.id == "shim-not-loaded"), None)
+            alert = rule and self._fire(rule, {"reason": parsed.reason[:200] or "no reason given", "actor": actor},
+                                        key=actor, once=(rule.id, actor))
+            return [alert] if alert else []
+        self.shim_reports[actor] = dict(parsed.fields)
+        rule = self._rule("shim_fields")
+        if rule is None:
+            return []
+        name = str(rule.params.get("field", "moe_router_topk_scaling_factor"))
+        value = parsed.fields.get(name)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isclose(
+            float(value), self.expected_scaling, rel_tol=1e-6)
+        if ok:
+            return []
+        alert = self._fire(rule, {"actor": actor, "value": value, "expected": self.expected_scaling},
+                           key=actor, once=(rule.id, actor))
+        return [alert] if alert else []
 
     # ------------------------------------------------------------------ what the run controller reports
 

@@ -73,16 +73,35 @@ def test_shim_applied_lines_checked_and_recorded() -> None:
         f"(MegatronTrainRayActor pid=52003) ultra-console shim: applied NemotronH provider fields {{\"other\": 1}}\n"
         f"(MegatronTrainRayActor pid=52004) ultra-console shim: applied NemotronH provider fields {{not json}}\n"
     )
-    assert [a.key for a in fired] == ["MegatronTrainRayActor pid=52002", "MegatronTrainRayActor pid=52003",
-                                      "MegatronTrainRayActor pid=52004"]
-    assert all(a.id == "shim-wrong-scaling" and a.severity == "critical" for a in fired)
+    assert [(a.key, a.id) for a in fired] == [
+        ("MegatronTrainRayActor pid=52002", "shim-wrong-scaling"), ("MegatronTrainRayActor pid=52003", "shim-wrong-scaling"),
+        ("MegatronTrainRayActor pid=52004", "shim-not-loaded")]  # unreadable JSON is never taken as applied
+    assert all(a.severity == "critical" for a in fired)
     assert "moe_router_topk_scaling_factor=1" in fired[0].message and "needs 5" in fired[0].message
     assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=52001, ip=10.0.0.2", "MegatronTrainRayActor pid=52002",
-                                        "MegatronTrainRayActor pid=52003", "MegatronTrainRayActor pid=52004"}
+                                        "MegatronTrainRayActor pid=52003"}
     # the controller knows all train actors; these never logged the line
     missing = engine.on_shim_missing(["MegatronTrainRayActor pid=52005", "MegatronTrainRayActor pid=52006"])
     assert missing is not None and missing.id == "shim-missing" and "pid=52005" in missing.message
     assert engine.on_shim_missing([]) is None
+
+
+def test_every_form_of_the_shim_line_is_understood() -> None:
+    from shim import logline
+
+    engine = AlertEngine(expected_scaling=5.0)
+    fields = {"moe_router_topk_scaling_factor": 5.0}
+    fired = engine.on_log_text(
+        f"(pid=7001) {logline.applied(fields, mapping_only=True)}\n"
+        f"(pid=7002) {logline.applied({'moe_router_topk_scaling_factor': 1.0}, mapping_only=True)}\n"
+        f"(MegatronTrainRayActor pid=7003) {logline.not_applied('bridge has no NemotronH provider')}\n"
+        f"(pid=7001) {logline.applied(fields)} [repeated 3x across cluster]\n"
+    )
+    assert [(a.id, a.key) for a in fired] == [("shim-wrong-scaling", "pid=7002"),
+                                              ("shim-not-loaded", "MegatronTrainRayActor pid=7003")]
+    assert "bridge has no NemotronH provider" in fired[1].message
+    assert engine.shim_lines_seen == 1 + 1 + 1 + 3
+    assert engine.shim_reports["pid=7001"] == fields
 
 
 def test_logprob_diff_high_and_climbing() -> None:
