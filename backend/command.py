@@ -224,14 +224,15 @@ def sglang_args(spec: RunSpec) -> list[str]:
     r = spec.rollout
     return ["--rollout-num-gpus-per-engine", str(r.gpus_per_engine), "--sglang-ep-size", str(r.ep),
             "--sglang-dp-size", str(r.dp), *_flag(r.enable_dp_attention, "--sglang-enable-dp-attention"),
-            "--sglang-mem-fraction-static", str(r.mem_fraction)]
+            "--sglang-mem-fraction-static", str(r.mem_fraction),
+            *(["--sglang-attention-backend", r.sglang_attention_backend] if r.sglang_attention_backend else [])]
 
 
 def misc_args(spec: RunSpec, run_id: str) -> list[str]:
     c, r = spec.cluster, spec.rollout
     return ["--attention-dropout", "0.0", "--hidden-dropout", "0.0",
             "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32",
-            "--attention-backend", r.attention_backend, *_flag(r.colocate, "--colocate"),
+            "--attention-backend", spec.train.attention_backend, *_flag(r.colocate, "--colocate"),
             "--actor-num-nodes", str(c.nodes), "--actor-num-gpus-per-node", str(c.gpus_per_node),
             "--rollout-num-gpus", str(r.num_gpus or c.total_gpus),
             "--dump-details", f"{_run_dir(spec, run_id)}/dump_details"]

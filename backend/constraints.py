@@ -210,7 +210,7 @@ class _Ctx:
         self.offload = spec.optimizer.cpu_offload
         self.g, self.rep, self.rdp, self.dpa = r.gpus_per_engine, r.ep, r.dp, r.enable_dp_attention
         self.mem_fraction, self.num_gpus, self.colocate = r.mem_fraction, r.num_gpus, r.colocate
-        self.r_backend = r.attention_backend
+        self.r_backend = r.sglang_attention_backend
         self.gbs, self.rbs, self.n = b.global_batch_size, b.rollout_batch_size, b.n_samples_per_prompt
         self.steps, self.osb, self.max_tokens = b.num_steps_per_rollout, b.over_sampling_batch_size, b.max_tokens_per_gpu
         # derived layout
@@ -620,8 +620,8 @@ def _g6(c: _Ctx) -> None:
 
 def _g7(c: _Ctx) -> None:
     if c.r_backend == "triton":
-        c.add("G7", "rollout.attention_backend = 'triton': NemotronHForCausalLM does not support the triton "
-              "attention backend", "set rollout.attention_backend = \"auto\"")
+        c.add("G7", "rollout.sglang_attention_backend = 'triton': NemotronHForCausalLM does not support the "
+              "triton attention backend", "unset rollout.sglang_attention_backend (SGLang picks) or use fa3")
 
 
 def _attn_fix(c: _Ctx) -> str:

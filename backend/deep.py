@@ -487,8 +487,8 @@ def check_server_args(spec: RunSpec) -> None:
             # CPU stand-ins for what an H200 engine would pick (constraints.md §4).
             device="cpu", mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True, page_size=1,
         )
-        if r.attention_backend != "auto":
-            kwargs["attention_backend"] = r.attention_backend
+        if r.sglang_attention_backend:
+            kwargs["attention_backend"] = r.sglang_attention_backend
         args = ServerArgs(**kwargs)
         args.resolve_once()
         args.check_server_args()

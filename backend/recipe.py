@@ -116,6 +116,7 @@ class Train(_Strict):
     recompute_granularity: Literal["full", "selective"] | None = "full"
     recompute_method: Literal["uniform", "block"] | None = "uniform"
     recompute_num_layers: int | None = 1
+    attention_backend: str = Field(default="auto", description="Megatron's --attention-backend")
     micro_batch_size: int = Field(default=1, gt=0)
     use_dynamic_batch_size: bool = True
     log_probs_chunk_size: int = Field(default=128, gt=0)
@@ -136,7 +137,7 @@ class Rollout(_Strict):
     max_response_len: int = Field(default=8192, gt=0)
     debug_max_response_len: int = Field(default=256, gt=0)
     temperature: NumberText = "1"
-    attention_backend: str = "auto"
+    sglang_attention_backend: str | None = Field(default=None, description="--sglang-attention-backend; None = SGLang picks")
 
 
 class Batch(_Strict):

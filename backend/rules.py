@@ -216,7 +216,7 @@ _CATALOG: tuple[Rule, ...] = (
     Rule("G6", "NemotronH BF16 on Hopper: rollout EP is 1 or the engine TP", ERR,
          ("rollout.ep", "rollout.gpus_per_engine"),
          "SGL-0.5.23 arg_groups/model_overrides/nemotron_h.py:99-121 + moe_hook.py:80-92; SGL-0.5.16 server_args.py:5656-5666"),
-    Rule("G7", "Nemotron-H: no triton attention backend", ERR, ("rollout.attention_backend",),
+    Rule("G7", "Nemotron-H: no triton attention backend", ERR, ("rollout.sglang_attention_backend",),
          "SGL-0.5.16 server_args.py:4746-4753; SGL-0.5.23 parallel_hook.py:76-77"),
     Rule("G8", "CP / moe_dp relations", ERR, (), "SGL-0.5.16 server_args.py:5553-5588", "n/a",
          "attn_cp and moe_dp are never passed (both 1)"),

@@ -138,3 +138,12 @@ def test_eval_flags_when_enabled() -> None:
 def test_redact_free_text() -> None:
     assert redact("x --wandb-key abc y", {}) == "x --wandb-key *** y"
     assert redact("token=s3cr3t", {"T": "s3cr3t"}) == "token=***"
+
+
+def test_megatron_and_sglang_attention_backends_are_separate_flags() -> None:
+    sub = build_submission(build_spec(SLICE, ["train.attention_backend=flash", "rollout.sglang_attention_backend=fa3"]),
+                           run_id="r", with_shim=False)
+    assert sub.argv[sub.argv.index("--attention-backend") + 1] == "flash"
+    assert sub.argv[sub.argv.index("--sglang-attention-backend") + 1] == "fa3"
+    plain = build_submission(build_spec(SLICE), run_id="r", with_shim=False)
+    assert "--sglang-attention-backend" not in plain.argv
