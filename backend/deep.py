@@ -199,10 +199,16 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
 # virtual pipeline is given, so it decides nothing about C2 then).
 
 
+def effective_vpp(spec: RunSpec) -> int | None:
+    """What the model-building checks see: miles' validate_args turns a virtual pipeline of 1 into None."""
+    vpp = spec.train.vpp
+    return vpp if vpp is not None and vpp > 1 else None
+
+
 def decides(check: str, spec: RunSpec) -> tuple[str, ...]:
     t = spec.train
     uneven = t.decoder_first_pipeline_num_layers is not None or t.decoder_last_pipeline_num_layers is not None
-    vpp = t.vpp is not None
+    vpp = effective_vpp(spec) is not None
     if check == "transformer_config":
         return ("B1", "B2", "B13", "B14") + (("B7",) if uneven else ())
     if check == "initialize_model_parallel":
@@ -327,7 +333,7 @@ def check_transformer_config(spec: RunSpec) -> None:
         num_query_groups=m.num_query_groups, kv_channels=m.kv_channels, ffn_hidden_size=m.ffn_hidden_size,
         tensor_model_parallel_size=t.tp, pipeline_model_parallel_size=t.pp, context_parallel_size=t.cp,
         expert_model_parallel_size=t.ep, expert_tensor_parallel_size=t.etp,
-        virtual_pipeline_model_parallel_size=t.vpp,
+        virtual_pipeline_model_parallel_size=effective_vpp(spec),
         # miles runs validate_args first, which turns SP off at TP=1 (C5) before any config sees it.
         sequence_parallel=spec.sequence_parallel and t.tp > 1,
         pipeline_dtype=torch.bfloat16 if t.pp > 1 else None, params_dtype=torch.bfloat16, bf16=True,
@@ -359,7 +365,7 @@ def check_initialize_model_parallel(spec: RunSpec) -> None:
         try:
             parallel_state.initialize_model_parallel(
                 tensor_model_parallel_size=t.tp, pipeline_model_parallel_size=t.pp,
-                virtual_pipeline_model_parallel_size=t.vpp, context_parallel_size=t.cp,
+                virtual_pipeline_model_parallel_size=effective_vpp(spec), context_parallel_size=t.cp,
                 expert_model_parallel_size=t.ep, expert_tensor_parallel_size=t.etp,
                 create_gloo_process_groups=False,
             )
@@ -442,7 +448,7 @@ def check_select_pipeline_segment(spec: RunSpec) -> None:
         try:
             select_pipeline_segment(
                 spec.model.hybrid_pattern, parallel_state.get_pipeline_model_parallel_group() if t.pp > 1 else None,
-                0 if t.vpp else None, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
+                0 if effective_vpp(spec) else None, t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers,
                 tp_group=parallel_state.get_tensor_model_parallel_group(),
                 dp_cp_group=parallel_state.get_data_parallel_group(with_context_parallel=True),
             )

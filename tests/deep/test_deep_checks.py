@@ -62,6 +62,13 @@ def test_a_disagreement_is_reported_as_such():
     assert [(d.rule, d.ours, d.theirs) for d in result.disagreements] == [("G6", "error", "ok")]
 
 
+@pytest.mark.parametrize("sets", [("train.vpp=1",), ("train.pp=1", "train.vpp=1", "train.tp=8", "train.ep=16")])
+def test_a_virtual_pipeline_of_one_is_no_virtual_pipeline(sets):
+    # miles' validate_args turns vpp=1 into None before any model-building check sees it
+    result = deep.run_deep_checks(build_spec(FULL, list(sets)))
+    assert [f.rule for f in result.findings if f.severity == "error"] == [] and result.disagreements == []
+
+
 def test_unavailable_is_one_line(monkeypatch):
     monkeypatch.setattr(deep.importlib.util, "find_spec", lambda name: None)
     result = deep.run_deep_checks(build_spec(FULL))
