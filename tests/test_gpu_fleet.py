@@ -6,7 +6,7 @@ from __future__ import annotations
 from run_fixtures import snapshot
 from textual.app import App, ComposeResult
 
-from console.widgets.gpu_fleet import FULL, GLYPH, MEDIUM, GpuFleet, build_lines, fleet_rows, line_text
+from console.widgets.gpu_fleet import FULL, GLYPH, MEDIUM, NODE, GpuFleet, build_lines, fleet_rows, line_text
 
 
 def _lines(snap, width: int, height: int):
@@ -52,10 +52,10 @@ def test_medium_mode_when_full_rows_do_not_fit():
 
 
 def test_wide_terminal_packs_more_nodes_per_row():
-    narrow_mode, narrow = _lines(snapshot(128, 8), 80, 12)
-    wide_mode, wide = _lines(snapshot(128, 8), 200, 12)
+    narrow_mode, narrow = _lines(snapshot(128, 8), 80, 20)
+    wide_mode, wide = _lines(snapshot(128, 8), 200, 20)
     assert narrow_mode is wide_mode is GLYPH
-    assert len(wide) <= 12 < len(narrow)  # 22 nodes per row at 200 columns, 8 at 80
+    assert len(wide) == 8 and len(narrow) == 17  # 21 nodes per row at 200 columns, 8 at 80
 
 
 class _FleetApp(App[None]):
@@ -75,3 +75,12 @@ async def test_widget_repaints_only_on_change():
         await pilot.pause()
         assert [fleet.render_line(y) for y in range(17)] != first
         assert "node-00" in fleet.render_line(1).text
+
+
+def test_1024_gpus_in_a_short_pane_aggregate_to_a_char_per_node():
+    mode, lines = _lines(snapshot(128, 8, dead=(3,), no_telemetry=(70,)), 80, 10)
+    assert mode is NODE
+    assert len(lines) <= 3 and all(len(line) <= 80 for line in lines)
+    cells = "".join(line[4:].replace(" ", "") for line in lines[1:])
+    assert len(cells) == 128  # every node is on screen
+    assert cells[3] == "×" and cells[70] == "?"

@@ -11,7 +11,8 @@ a dead node is marked in red with its death reason.
 The layout picks the richest of three cell modes that fits the widget's height:
   full   one node per row, `util% memGiB` per GPU (16 x 8 fits 80 columns);
   medium several nodes per row, 3 chars per GPU (util digits + memory glyph);
-  glyph  one character per GPU (memory glyph on utilisation shade): 1024 GPUs in 80 x 17.
+  glyph  one character per GPU (memory glyph on utilisation shade): 1024 GPUs in 80 x 17;
+  node   aggregated, one character per node (its mean), when even glyph rows do not fit.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ class Mode:
 FULL = Mode("full", 8)
 MEDIUM = Mode("medium", 3)
 GLYPH = Mode("glyph", 1)
+NODE = Mode("node", 0)  # aggregated: one character per node (mean utilisation shade, mean memory glyph)
 MODES = (FULL, MEDIUM, GLYPH)
 
 
@@ -165,7 +167,7 @@ def plan_layout(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode,
         npr = _nodes_per_row(mode, g, len(rows), width)
         if npr and math.ceil(n / npr) + 1 <= height:
             return mode, npr
-    return GLYPH, max(1, _nodes_per_row(GLYPH, g, len(rows), width))
+    return NODE, max(1, _nodes_per_row(NODE, g, len(rows), width))
 
 
 def _index_width(count: int) -> int:
@@ -176,6 +178,9 @@ def _nodes_per_row(mode: Mode, g: int, count: int, width: int) -> int:
     if mode is MEDIUM:  # each node block: "n12" + cells + gap
         block = 1 + _index_width(count) + 1 + g * mode.cell + 1
         return max(0, (width + 1) // block)
+    if mode is NODE:  # row label, then one character per node, a space every 8 nodes
+        room = width - _index_width(count) - 1
+        return max(1, room - room // 9)
     block = g * mode.cell + 1  # glyph: row label, then blocks of g chars separated by a space
     return max(0, (width - _index_width(count) - 2 + 1) // block)
 
@@ -197,7 +202,8 @@ def _summary(rows: Sequence[NodeRow], mode: Mode, width: int) -> list[Segment]:
         segs.append(Segment(f"  {len(rows) - alive} dead", _LABEL_DEAD))
     if stale := sum(1 for r in rows if r.alive and r.stale):
         segs.append(Segment(f"  {stale} stale", _UNKNOWN))
-    key = "  [util% memGiB]" if mode is FULL else "  [shade=util glyph=mem]"
+    key = {FULL: "  [util% memGiB]", NODE: "  [a node per char: shade=util glyph=mem]"}.get(
+        mode, "  [shade=util glyph=mem]")
     if sum(len(s.text) for s in segs) + len(key) <= width:
         segs.append(Segment(key, _DIM))
     return segs
@@ -223,6 +229,18 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
             segs.append(Segment(f"{cell.mem_used_mb / 1024:>3.0f}"[-3:], _MEM_STYLES[_level(frac, len(_MEM_STYLES))]))
         segs.append(Segment(" "))
     return segs
+
+
+def _node_cell(row: NodeRow) -> Segment:
+    """One node as one character: × dead, ? no telemetry, else mean memory glyph on mean util shade."""
+    if not row.alive:
+        return Segment("×", _DEAD)
+    utils = [c.util for c in row.gpus or () if c.util is not None]
+    if row.gpus is None or not utils:
+        return Segment("?", _UNKNOWN)
+    mems = [f for c in row.gpus if (f := c.mem_frac) is not None]
+    glyph = _mem_glyph(sum(mems) / len(mems) if mems else None)
+    return Segment(glyph, _GLYPH_STYLES[_level(sum(utils) / len(utils) / 100.0, len(_UTIL_BG))])
 
 
 def _compact_cells(row: NodeRow, mode: Mode, g: int) -> list[Segment]:
@@ -261,6 +279,15 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode,
         lines.extend(_full_row(r, lw, g) for r in rows)
         return mode, lines
     iw = _index_width(len(rows))
+    if mode is NODE:
+        for start in range(0, len(rows), npr):
+            segs = [Segment(f"{start:>{iw}} ", _DIM)]
+            for j, row in enumerate(rows[start: start + npr]):
+                if j and j % 8 == 0:
+                    segs.append(Segment(" "))
+                segs.append(_node_cell(row))
+            lines.append(segs)
+        return mode, lines
     for start in range(0, len(rows), npr):
         chunk = rows[start: start + npr]
         segs: list[Segment] = []
@@ -297,6 +324,7 @@ class GpuFleet(ScrollView, can_focus=False):
         self._strips: list[Strip] = []
         self._key: tuple[tuple[NodeRow, ...], int, int] | None = None
         self.mode: Mode = FULL
+        self._wanted = -1  # the height last asked for (see _check_height)
 
     @property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -308,7 +336,20 @@ class GpuFleet(ScrollView, can_focus=False):
         if rows == self._rows and self._strips:
             return False
         self._rows = rows
+        self._check_height()
         return self._rebuild()
+
+    def _check_height(self) -> None:
+        """With `height: auto`, ask for a new layout only when the height this fleet wants changes
+        (nodes joined or left, a mode change), not on every new reading."""
+        parent = self.parent
+        if parent is None or not self.styles.height or not self.styles.height.is_auto:
+            return
+        room = max(3, int(parent.size.height * self.max_share))
+        wanted = min(len(build_lines(self._rows, self.size.width or 80, room)[1]), room)
+        if wanted != self._wanted:
+            self._wanted = wanted
+            self.refresh(layout=True)
 
     def on_resize(self) -> None:
         self._rebuild()
