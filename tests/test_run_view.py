@@ -86,11 +86,24 @@ class _Actions:
 
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
     for _ in range(100):
-        if modal.stage == stage:
-            await pilot.pause()  # let the shown button join the focus chain
+        go = modal.query_one("#abort-go", Button)
+        if modal.stage == stage and (not go.display or go in modal.focus_chain):
+            await pilot.pause()  # the shown button has joined the focus chain
             return
         await pilot.pause(0.02)
     raise AssertionError(f"modal stuck at {modal.stage}, wanted {stage}")
+
+
+async def _choose_go(modal: AbortModal, pilot) -> None:
+    """Move from the focused Cancel to the action button (as an operator must) and press it."""
+    go = modal.query_one("#abort-go", Button)
+    for _ in range(50):
+        if modal.app.focused is go:
+            break
+        await pilot.press("right")
+        await pilot.pause()
+    assert modal.app.focused is go
+    await pilot.press("enter")
 
 
 async def test_abort_modal_escalates_in_separate_steps(tmp_path):
@@ -103,16 +116,16 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
         await pilot.pause()
         assert app.focused is modal.query_one("#abort-cancel", Button)  # Cancel has focus
         assert "7m30s" in str(modal.query_one("#abort-body").content)
-        await pilot.press("right", "enter")  # the operator moves to "Stop gracefully" on purpose
+        await _choose_go(modal, pilot)  # the operator moves to "Stop gracefully" on purpose
         await _wait_stage(modal, "force?", pilot)
         assert rec.calls == ["stop"]  # graceful only: force is NOT sent with it
         assert app.focused is modal.query_one("#abort-cancel", Button)
         assert "Force stop" in str(modal.query_one("#abort-go", Button).label)
-        await pilot.press("right", "enter")
+        await _choose_go(modal, pilot)
         await _wait_stage(modal, "leftovers", pilot)
         assert rec.calls == ["stop", "force", "leftovers"]
         assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body").content)
-        await pilot.press("right", "enter")
+        await _choose_go(modal, pilot)
         await _wait_stage(modal, "done", pilot)
         assert rec.calls[-1] == "cleanup 1"
         await pilot.press("enter")  # Close
