@@ -52,8 +52,10 @@ def cluster_env(tmp: Path, token: str | None = None) -> dict[str, str]:
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # else Ray rewrites 127.0.0.1 to the eth0 address
         "RAY_TMPDIR": str(tmp),
         "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_health_check_period_ms": "1000",  # dead node reported in ~3 s instead of ~14 s
-        "RAY_health_check_failure_threshold": "3",
+        # dead node reported in ~5 s instead of ~14 s; 5 misses, not 3, so a raylet starved of CPU
+        # on a busy 2-core machine is not declared dead by mistake
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "5",
         "RAY_DEDUP_LOGS": env.get("RAY_DEDUP_LOGS", "1"),
         "PYTHONPATH": os.pathsep.join(p for p in (str(FAKEGPU_DIR), str(REPO), env.get("PYTHONPATH")) if p),
         "PATH": bindir + os.pathsep + env.get("PATH", ""),  # `python3` in entrypoints = this venv
@@ -108,7 +110,8 @@ class LocalRayCluster:
         return _read_reply(self.proc, timeout, self.tmp)
 
     def kill_node(self, i: int) -> str:
-        """SIGKILL the raylet of node `i` (0 = head): a simulated crash. Returns its node id."""
+        """SIGKILL the raylet of node `i` (0 = head): a simulated crash. Returns its node id once
+        Ray reports the node DEAD (~5 s), so later work is never scheduled onto it."""
         self._ask({"cmd": "kill", "i": i})
         self.dead.add(i)
         return self.node_ids[i]
@@ -247,6 +250,8 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
             try:
                 if req["cmd"] == "kill":
                     nodes[req["i"]].kill_raylet()
+                    if req["i"] > 0:  # (the head takes the dashboard with it)
+                        _wait_node_dead(dash_port, nodes[req["i"]].node_id)
                     reply({"ok": True})
                 elif req["cmd"] == "add":
                     node = cluster.add_node(**dict(node_args(len(nodes)), num_gpus=req.get("gpus", gpus)))
@@ -262,6 +267,22 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
 
 def _wait_dashboard(port: int, n_nodes: int, timeout: float = 60.0) -> None:
     """Return once the Jobs API answers and the node summary lists every node."""
+    _wait_until(port, lambda d: len(d["data"]["summary"]) >= n_nodes, "/nodes?view=summary",
+                f"dashboard listing {n_nodes} nodes", timeout)
+
+
+def _wait_node_dead(port: int, node_id: str) -> None:
+    """Return once GCS reports the node DEAD, so nothing scheduled afterwards lands on it."""
+
+    def dead(payload: Any) -> bool:
+        rows = payload["data"]["result"]["result"]
+        return any(n["node_id"] == node_id and n["state"] == "DEAD" for n in rows)
+
+    _wait_until(port, dead, "/api/v0/nodes?detail=1&limit=10000", f"DEAD report of node {node_id}")
+
+
+def _wait_until(port: int, done: Any, path: str, what: str, timeout: float = 60.0) -> None:
+    """Poll a dashboard JSON route (with the cluster's token, if any) until `done(json)`."""
     import urllib.request
 
     headers = {}
@@ -270,14 +291,14 @@ def _wait_dashboard(port: int, n_nodes: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/nodes?view=summary", headers=headers)
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
             with urllib.request.urlopen(req, timeout=5) as resp:
-                if len(json.load(resp)["data"]["summary"]) >= n_nodes:
+                if done(json.load(resp)):
                     return
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"dashboard on port {port} did not list {n_nodes} nodes in {timeout:.0f} s")
+    raise RuntimeError(f"no {what} on port {port} within {timeout:.0f} s")
 
 
 if __name__ == "__main__":
