@@ -325,6 +325,7 @@ class GpuFleet(ScrollView, can_focus=False):
         self._key: tuple[tuple[NodeRow, ...], int, int] | None = None
         self.mode: Mode = FULL
         self._wanted = -1  # the height last asked for (see _check_height)
+        self._shape: tuple[int, ...] = ()
 
     @property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -341,12 +342,18 @@ class GpuFleet(ScrollView, can_focus=False):
 
     def _check_height(self) -> None:
         """With `height: auto`, ask for a new layout only when the height this fleet wants changes
-        (nodes joined or left, a mode change), not on every new reading."""
+        (nodes joined or left, a mode change), not on every new reading: the wanted height depends
+        on the fleet's shape, never on its values."""
         parent = self.parent
         if parent is None or not self.styles.height or not self.styles.height.is_auto:
             return
         room = max(3, int(parent.size.height * self.max_share))
-        wanted = min(len(build_lines(self._rows, self.size.width or 80, room)[1]), room)
+        rows = self._rows
+        shape = (len(rows), _gpus_per_node(rows), _label_width(rows), self.size.width, room)
+        if shape == self._shape:
+            return
+        self._shape = shape
+        wanted = min(len(build_lines(rows, self.size.width or 80, room)[1]), room)
         if wanted != self._wanted:
             self._wanted = wanted
             self.refresh(layout=True)
