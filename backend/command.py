@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from backend.errors import SpecError
 from backend.recipe import RunSpec
+from backend.simtrainer import is_simulated
 from shim.logline import LINE_PREFIX as SHIM_LINE_PREFIX
 
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
@@ -354,6 +355,8 @@ def build_submission(spec: RunSpec, *, run_id: str | None = None, secrets: Mappi
     }
     if spec.paths.train_script:
         metadata["train_script"] = spec.paths.train_script
+    if is_simulated(spec.paths.train_script):
+        metadata["simulated"] = "1"  # labelled as a simulation wherever the run appears
     return Submission(
         entrypoint=shlex.join(argv),
         argv=argv,

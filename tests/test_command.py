@@ -122,6 +122,14 @@ def test_train_script_override_replaces_train_py() -> None:
     sub = build_submission(build_spec(SLICE, ["paths.train_script=/opt/sim/train.py"]), run_id="r", with_shim=False)
     assert sub.argv[1] == "/opt/sim/train.py"
     assert sub.metadata["train_script"] == "/opt/sim/train.py"
+    assert "simulated" not in sub.metadata
+
+
+def test_simulated_trainer_runs_are_labelled() -> None:
+    from backend.simtrainer import SIM_TRAIN_SCRIPT
+
+    sub = build_submission(build_spec(SLICE, [f"paths.train_script={SIM_TRAIN_SCRIPT}"]), run_id="r", with_shim=False)
+    assert sub.argv[1] == SIM_TRAIN_SCRIPT and sub.metadata["simulated"] == "1"
 
 
 def test_skip_saving_drops_save_flags() -> None:
