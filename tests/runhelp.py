@@ -137,3 +137,22 @@ class PausableProxy:
             await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             self._writers.difference_update((writer, up_writer))
+
+
+async def launch_when_free(ctl, spec, timeout: float = 60.0):
+    """Launch once preflight passes: the dashboard's GPU readings lag a finished run by 5-7 s, so a
+    test that follows another may first see that run's GPUs still in use (P1/P2)."""
+    import asyncio
+    import time
+
+    from backend.run import LaunchRefused
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await ctl.check(spec)
+            return await ctl.launch(spec)
+        except LaunchRefused:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)

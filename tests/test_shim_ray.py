@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelp import sim_spec
+from runhelp import launch_when_free, sim_spec
 
 import shim
 from backend.command import build_submission
@@ -81,7 +81,7 @@ async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: Ra
     assert env["env_vars"]["ULTRA_CONSOLE_SHIM_CHECKPOINT"] == f"{tmp_path}/models/{spec.model.name}"
 
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)
-    job = await ctl.launch(spec)
+    job = await launch_when_free(ctl, spec)
     try:
         actors = await train_actors(ray_client, job.id, NODES)
         assert len({a["node_id"] for a in actors}) == NODES  # one per node: every node is covered
