@@ -60,7 +60,7 @@ class RolloutManager:
         self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         return a.rollout_batch_size * a.n_samples_per_prompt
 
-    def eval(self, rollout_id: int) -> None:
+    def run_eval(self, rollout_id: int) -> None:
         a = self.args
         values = metrics.eval_metrics(rollout_id, a.eval_name or "aime", a.log_passrate)
         self.log.at("metrics.py:53", f"eval {rollout_id}: {values}")

@@ -59,7 +59,7 @@ def run(args: SimArgs, log: MilesLog) -> int:
     if args.leak_gpu_process:
         ray.get(actors[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
     if args.eval_interval:
-        ray.get(manager.eval.remote(0))
+        ray.get(manager.run_eval.remote(0))
     last = None if args.forever else args.num_rollout
     rollout_id = 0
     while last is None or rollout_id < last:
@@ -68,7 +68,7 @@ def run(args: SimArgs, log: MilesLog) -> int:
         if args.save and should_run_periodic_action(rollout_id, args.save_interval, last):
             ray.get([a.save_model.remote(rollout_id) for a in actors])
         if rollout_id > 0 and should_run_periodic_action(rollout_id, args.eval_interval, last):
-            ray.get(manager.eval.remote(rollout_id))
+            ray.get(manager.run_eval.remote(rollout_id))
         rollout_id += 1
     ray.get(manager.dispose.remote())
     log.at("train.py:150", f"{SIM_LABEL}: training finished after {rollout_id} rollouts")
