@@ -37,12 +37,16 @@ from console.messages import (
 )
 from console.palette import KeymapCommands
 from console.views.base import ConsoleView
-from console.views.events import EventsView
 from console.views.plan import PlanView
 from console.watchdog import terminal_alive
 from console.widgets.help_screen import HelpScreen
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
+# The views other than the first: (module under console.views, class), imported and mounted just after
+# the first full frame, or at once when one is asked for before that (they start hidden anyway).
+LATER_VIEWS: dict[str, tuple[str, str]] = {"run": ("run", "RunView"), "logs": ("logs", "LogsView"),
+                                           "events": ("events", "EventsView")}
+FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount by then even if the footer never draws its keys
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
 WIDE_FROM = 180  # columns from which views may spread out side by side
 WATCHDOG_INTERVAL_S = 2.0
@@ -72,6 +76,27 @@ def _optional_view(name: str, class_name: str) -> type[Widget] | None:
             return None
         raise
     return getattr(module, class_name, None)
+
+
+class ConsoleFooter(Footer):
+    """The footer, which tells the app once its keys are drawn: that frame is the first full one, and
+    only then does the app mount the hidden views and start the workers (nothing waits for them)."""
+
+    _told = False
+
+    async def draw_keys(self) -> None:
+        """Compose the keys now (the focus is set) rather than a frame or two later."""
+        self._bindings_ready = True
+        with self._context():  # the keys data-bind to this footer, not to the caller
+            await self.recompose()
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        if self.children and not self._told:
+            self._told = True
+            drawn = getattr(self.app, "first_frame_drawn", None)
+            if drawn is not None:
+                self.call_after_refresh(drawn)
 
 
 class StateLine(Static):
@@ -140,6 +165,9 @@ class UltraConsoleApp(App[int]):
         self.dashboard_error: str | None = None
         self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(self.settings.keys)
         self._parent_pid = os.getppid()
+        self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
+        self._later_mounted = False
+        self._after_first_frame_done = False
 
     # ------------------------------------------------------------------ layout
 
@@ -148,25 +176,55 @@ class UltraConsoleApp(App[int]):
         yield StateLine(id="state-line")
         yield Static("", id="banner", markup=False)
         with ContentSwitcher(initial="plan", id="views"):
-            yield PlanView(id="plan")
-            for name, cls_name in (("run", "RunView"), ("logs", "LogsView")):
-                cls = _optional_view(name, cls_name)
-                yield cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
-            yield EventsView(id="events")
-        yield Footer()
+            yield self._view_widget("plan")
+        yield ConsoleFooter()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         self.set_keymap(self.keymap_overrides)
         for problem in self._keymap_problems:
             self.notify(problem, severity="warning")
         self._draw_state_line()
-        self._focus_view("plan")
+        self._focus_view("plan", now=True)
+        await self.query_one(ConsoleFooter).draw_keys()  # the first frame already has the plan's keys
+        if self.is_headless:  # no terminal to draw first (tests, snapshots): every view is there at once
+            await self._mount_later_views()
         if self._watchdog and not self.is_headless and not self.is_web:
             self._arm_watchdog()
+        self.set_timer(FIRST_FRAME_FALLBACK_S, self.first_frame_drawn)
+
+    def first_frame_drawn(self) -> None:
+        """The first full frame is on the terminal: now mount the hidden views and start the workers."""
+        if self._after_first_frame_done or not self.is_running:
+            return
+        self._after_first_frame_done = True
+        self._mount_later_views()
         if self._start_workers:
             workers = importlib.util.find_spec("console.workers")
             if workers is not None:
                 importlib.import_module("console.workers").start_workers(self)
+
+    def _view_widget(self, name: str) -> Widget:
+        """The view called `name`, created (its module imported) on first use."""
+        widget = self._views.get(name)
+        if widget is None:
+            if name == "plan":
+                widget = PlanView(id=name)
+            else:
+                cls = _optional_view(*LATER_VIEWS[name])
+                widget = cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
+                widget.display = False  # ContentSwitcher hides only the children it starts with
+            self._views[name] = widget
+        return widget
+
+    def _mount_later_views(self) -> Any:
+        """Mount the views after the first (an AwaitMount), or None when they already are."""
+        if self._later_mounted:
+            return None
+        self._later_mounted = True
+        widgets = [self._view_widget(name) for name in LATER_VIEWS]
+        for widget in widgets:
+            widget.display = widget.id == self.current_view
+        return self.query_one("#views", ContentSwitcher).mount_all(widgets)
 
     def on_resize(self, event: Any) -> None:
         self._apply_density(event.size.width, event.size.height)
@@ -177,19 +235,21 @@ class UltraConsoleApp(App[int]):
         self.set_class(not compact and width >= WIDE_FROM, "-wide")
 
     def view(self, name: str) -> Widget:
-        return self.query_one(f"#views > #{name}", Widget)
+        """The view widget (it may not be mounted yet in the first moments: messages to it queue)."""
+        return self._view_widget(name)
 
     def _draw_state_line(self) -> None:
         self.query_one(StateLine).draw(self)
 
-    def _focus_view(self, name: str) -> None:
+    def _focus_view(self, name: str, *, now: bool = False) -> None:
         view = self.view(name)
-        if view.can_focus:
-            view.focus()
+        target = view if view.can_focus else next((w for w in view.query("*") if w.focusable), None)
+        if target is None:
+            return
+        if now:
+            self.screen.set_focus(target)
         else:
-            targets = [w for w in view.query("*") if w.focusable]
-            if targets:
-                targets[0].focus()
+            target.focus()
 
     # ------------------------------------------------------------------ actions
 
@@ -201,15 +261,31 @@ class UltraConsoleApp(App[int]):
     def action_show_view(self, name: str) -> None:
         if name not in VIEW_TITLES:
             return
-        if name != self.current_view:
+        mounting = self._mount_later_views()
+        changed = name != self.current_view
+        if changed:
             self.previous_view = self.current_view
             self.current_view = name
             self.query_one(ContentSwitcher).current = name
             self._draw_state_line()
-            view = self.view(name)
-            if isinstance(view, ConsoleView):
-                view.view_shown()
-        self._focus_view(name)
+            if mounting is None:
+                self._view_shown(name)
+        if mounting is None:
+            self._focus_view(name)
+        else:  # asked for before the first frame was drawn: finish once the views are mounted
+            self.call_next(self._show_when_mounted, name, changed, mounting)
+
+    async def _show_when_mounted(self, name: str, changed: bool, mounting: Any) -> None:
+        await mounting
+        if name == self.current_view:
+            if changed:
+                self._view_shown(name)
+            self._focus_view(name)
+
+    def _view_shown(self, name: str) -> None:
+        view = self.view(name)
+        if isinstance(view, ConsoleView):
+            view.view_shown()
 
     def action_cycle_view(self, step: int) -> None:
         names = list(VIEW_TITLES)

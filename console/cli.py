@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
+    """The CLI's parser; `commands=False` leaves the subcommands out (their modules are not imported)."""
     parser = _Parser(prog=PROG, description="Run console for miles GRPO on Nemotron-3-Ultra (Ray).")
     parser.add_argument("--address", default=None,
                         help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)")
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--readonly", action="store_true", default=None,
                         help="refuse every action that changes the cluster")
     parser.add_argument("--job", default=None, help="attach the app to this job instead of the latest")
+    if not commands:
+        parser.set_defaults(command=None)
+        return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"console.commands.{name}").register(sub)
@@ -46,9 +50,23 @@ def _open_app(args: argparse.Namespace) -> int:
     return run_app(args)
 
 
+def _asks_help(token: str) -> bool:
+    return token.startswith("-h") or (len(token) > 2 and "--help".startswith(token))
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse argv. Opening the app (global flags only, no help asked) skips importing every command
+    module, which the first frame would otherwise wait for."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    if not any(_asks_help(t) for t in tokens):
+        args, rest = build_parser(commands=False).parse_known_args(tokens)
+        if not rest:
+            return args
+    return build_parser().parse_args(tokens)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(argv)
     func = getattr(args, "func", None) or _open_app
     try:
         return int(func(args) or 0)

@@ -1,0 +1,50 @@
+"""The real `ultra-console` on a pty: its first frame is already full (plan panels and the footer's
+keys together), and the views mounted just after it answer at once when asked for early."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import termios
+
+from test_app_watchdog import _read_until
+from test_app_watchdog import _spawn as _spawn_80x24
+
+
+def _spawn(tmp_path):
+    """The app on a 160x40 pty (at 80x24 the footer has no room left for the palette key)."""
+    proc, master = _spawn_80x24(tmp_path)
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # before Python is even up
+    return proc, master
+
+
+def _close(proc, master: int) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=15)
+    os.close(master)
+
+
+def test_first_frame_has_the_plan_and_the_footer_keys(tmp_path):
+    proc, master = _spawn(tmp_path)
+    try:
+        seen = _read_until(master, b"Commands")
+        assert b"Commands" in seen, "the footer's palette key was never drawn"
+        # Everything written up to the palette key: the plan's panels and its own footer keys are in it.
+        for text in (b"Preflight", b"Findings", b"Launch", b"Plan"):
+            assert text in seen, f"{text!r} missing from the first frame"
+    finally:
+        _close(proc, master)
+
+
+def test_views_mounted_after_the_first_frame_answer_at_once(tmp_path):
+    proc, master = _spawn(tmp_path)
+    try:
+        assert b"Commands" in _read_until(master, b"Commands")
+        os.write(master, b"4")  # straight after the first frame: the events view may still be mounting
+        assert b"no alerts" in _read_until(master, b"no alerts"), "the events view never showed"
+        os.write(master, b"2")
+        assert b"throughput" in _read_until(master, b"throughput"), "the run view never showed"
+    finally:
+        _close(proc, master)
