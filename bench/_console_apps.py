@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from textual.app import App, ComposeResult  # noqa: E402
+from textual.binding import Binding, BindingType  # noqa: E402
 from textual.widgets import Footer, Static  # noqa: E402
 
 
 class Bare(App[None]):
-    """What every Textual app pays: a static line and a footer."""
+    """What every Textual app pays: a static line and a footer. Its palette key is labelled
+    "Commands" like the console's, so both benches stop on the same footer text."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("ctrl+p", "command_palette", "Commands", show=False)]
 
     def compose(self) -> ComposeResult:
         yield Static("bare-app-ready")
