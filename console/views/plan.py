@@ -104,14 +104,21 @@ class PlanView(ConsoleView):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
+        # The variants and the first one's values are known before the widgets exist, so they are
+        # built holding them: no restyle of every input (and of the select) once mounted.
+        first = self._first_variant()
+        base = self._variant_base(first) if first is not None else None
+        self._initial = (first, base) if first is not None and base is not None else None
+        options = [(v.label, v.key) for v in self.variants]
         yield LaunchStatus(id="launch-status")
         yield Static("", id="plan-summary")
         with Horizontal(id="plan-body"):
             with Column(id="plan-left"):
                 yield Static("Variant", classes="section")
-                yield QuietSelect([], id="variant", allow_blank=True, prompt="(no variants)")
+                yield QuietSelect(options, id="variant", allow_blank=True, prompt="(no variants)",
+                                  value=first.key if self._initial and first else Select.BLANK)
                 yield Static("Layout", classes="section")
-                yield LayoutForm(id="form")
+                yield LayoutForm(id="form", values=self._form_values(base) if base is not None else None)
             with Column(id="plan-right"), Horizontal(id="plan-detail"):  # side by side when wide
                 with Vertical(id="plan-checks"):
                     yield Static("Findings", classes="section")
@@ -124,7 +131,8 @@ class PlanView(ConsoleView):
                     yield Static("Derived", classes="section")
                     yield DerivedPanel(id="derived")
 
-    def on_mount(self) -> None:
+    def _first_variant(self) -> Variant | None:
+        """List the variants (into `self.variants`); the one to start from: the configured preset's."""
         settings = self.app.settings  # type: ignore[attr-defined]
         preset = settings.preset or DEFAULT_PRESET
         try:
@@ -134,38 +142,50 @@ class PlanView(ConsoleView):
             self.notify(str(err), severity="error")
             preset, model_dir = DEFAULT_PRESET, None
         self.variants = list_variants(model_dir, DEFAULT_PRESET, current=preset)
-        select = self.query_one("#variant", Select)
-        with select.prevent(Select.Changed):
-            select.set_options([(v.label, v.key) for v in self.variants])
-        first = next((v for v in self.variants if v.preset == preset and v.kind in ("file", "preset")),
-                     self.variants[0] if self.variants else None)
-        if first is not None:
-            self.choose_variant(first.key)
+        return next((v for v in self.variants if v.preset == preset and v.kind in ("file", "preset")),
+                    self.variants[0] if self.variants else None)
+
+    def on_mount(self) -> None:
+        if self._initial is not None:
+            self._start_from(*self._initial)
 
     # ------------------------------------------------------------------ state
 
-    def choose_variant(self, key: str) -> None:
-        """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
-        variant = next((v for v in self.variants if v.key == key), None)
-        if variant is None:
-            return
+    def _variant_base(self, variant: Variant) -> dict[str, Any] | None:
+        """The variant's preset plus the overrides pointing at its checkpoint (None: said why)."""
         try:
             base = load_preset_dict(variant.preset)
         except ConsoleError as err:
             self.notify(str(err), severity="error")
-            return
+            return None
         for path, value in variant.overrides:
             node = base
             *parents, leaf = path.split(".")
             for part in parents:
                 node = node.setdefault(part, {})
             node[leaf] = value
+        return base
+
+    @staticmethod
+    def _form_values(base: dict[str, Any]) -> dict[str, str]:
+        return {f.path: _text_of(_get(base, f.path)) for f in FIELDS}
+
+    def choose_variant(self, key: str) -> None:
+        """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
+        variant = next((v for v in self.variants if v.key == key), None)
+        if variant is None:
+            return
+        base = self._variant_base(variant)
+        if base is not None:
+            self._start_from(variant, base)
+
+    def _start_from(self, variant: Variant, base: dict[str, Any]) -> None:
         self.variant, self.base, self.edits = variant, base, {}
         select = self.query_one("#variant", Select)
-        if select.value != key:
+        if select.value != variant.key:
             with select.prevent(Select.Changed):
-                select.value = key
-        self.query_one(LayoutForm).load({f.path: _text_of(_get(base, f.path)) for f in FIELDS})
+                select.value = variant.key
+        self.query_one(LayoutForm).load(self._form_values(base))  # no-op when it already shows them
         self.rebuild()
 
     def rebuild(self) -> None:
@@ -266,7 +286,8 @@ class PlanView(ConsoleView):
 
     @on(Select.Changed, "#variant")
     def _variant_changed(self, event: Select.Changed) -> None:
-        if isinstance(event.value, str):
+        current = self.variant.key if self.variant is not None else None
+        if isinstance(event.value, str) and event.value != current:  # not the select announcing its first value
             self.choose_variant(event.value)
 
     @on(LayoutForm.Edited)

@@ -101,18 +101,23 @@ class LayoutForm(Horizontal):
             self.path = path
             self.text = text
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, values: Mapping[str, str] | None = None, **kwargs: object) -> None:
+        """values: what the fields show first (as `load` would), set before they are mounted."""
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._notes: dict[str, tuple[str, str]] = {}
+        self._initial = dict(values or {})
 
     def compose(self) -> ComposeResult:
         yield Static(self._labels_markup(), id="form-labels")
         with Vertical(id="form-controls"):
             for f in FIELDS:
+                text = self._initial.get(f.path, "")
                 if f.choices:
-                    yield FieldSelect(f.path, f.choices, id=_row_id(f.path) + "-input")
+                    yield FieldSelect(f.path, f.choices, id=_row_id(f.path) + "-input",
+                                      **({"value": text} if text in f.choices else {}))
                 else:
-                    yield FieldInput(f.path, id=_row_id(f.path) + "-input", compact=True, select_on_focus=False)
+                    yield FieldInput(f.path, id=_row_id(f.path) + "-input", compact=True, select_on_focus=False,
+                                     value=text)
         yield Static("", id="form-notes")
 
     def on_mount(self) -> None:
