@@ -198,6 +198,9 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
             rt.monitor.on_job_status(event.job.status, event.job.message)
             rt.maybe_post_alerts()
         if event.job is not None and event.job.id != rt.job_id:
+            # claimed here, before the worker runs: one log worker (and one store) per job, even when
+            # several state events of a new job arrive before its worker has started
+            rt.job_id = event.job.id
             rt.app.run_worker(_logs(rt, event.job), group="logs", exclusive=True, exit_on_error=False,
                               description=f"log of {event.job.id}")
     elif event.kind == "notice" and event.text:

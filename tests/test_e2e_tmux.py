@@ -90,14 +90,14 @@ def test_demo_plan_launch_metrics_search_abort(demo_session):
     # plan edit: Down moves through the form (variant, nodes, ... rollouts is the 17th stop)
     _keys(*["Down"] * 17, "End", "C-u")
     _wait(r"Rollouts\s+enter a value")
-    _keys("6", "0")
-    _wait(r"Rollouts\s+60\b")
+    _keys("9", "0", "0")  # long enough that the run is still going when we abort it
+    _wait(r"Rollouts\s+900\b")
     _keys("Escape")
     _keys("L")
     _wait(r"Launch this run\?")
     _keys("Right", "Enter")  # Cancel has focus: move to Launch on purpose
     _press_until("2", r"job ultra-console-\S+  (PENDING|RUNNING)", 60)
-    _wait(r"RUNNING .*rollout [1-9]\d*/60", 120)  # metrics arrived: progress from the log
+    _wait(r"RUNNING .*rollout ([3-9]|\d\d+)/900", 120)  # metrics arrived (and `step 2` is in the log)
     _wait(r"raw reward")
     _keys("3")
     _wait(r"line \d+/\d+ │ FOLLOW")
