@@ -36,8 +36,7 @@ HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on t
 # A line's Ray prefix, as `bytes.partition(b") ")` cuts it: group 1 is the text inside the parentheses.
 _PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?)")
 _FIRST = operator.itemgetter(0)
-_INDEX_BLOCK = 4 << 20
-_ASCII_LOWER = bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123)))  # a table lookup beats bytes.lower()  # bytes of spool per step of the (lazy) source index
+_INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
 _PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
 _BRACKET = re.compile(
@@ -517,13 +516,14 @@ class LogStore:
         stop: int | None = None,
         flt: LineFilter | None = None,
         cancel: CancelToken | None = None,
-        block_bytes: int = 8 << 20,
+        block_bytes: int = 1 << 20,
     ) -> Iterator[array]:
         """Matching line indices, one array per block of spool; stops at the next block once `cancel` is set.
 
-        Reads the spool in big blocks and matches over a whole block (bytes.find / count, a C-level
-        membership test per line when hits are dense, or one compiled regex), so Python-level work per
-        line happens only for hits of sparse searches.
+        Reads the spool in blocks of about 1 MiB (small enough that the passes over a block run in the CPU
+        cache, big enough that the per-block Python work is noise) and matches over a whole block:
+        bytes.count / find, a few C passes that turn the block into a flag byte per line when hits are
+        dense, or one compiled regex. Python-level work per line happens only for hits of sparse searches.
         """
         if not pattern:
             return
@@ -595,52 +595,62 @@ def _block_end(store: LogStore, a: int, stop: int, block_bytes: int) -> int:
     return max(a + 1, min(b, stop))
 
 
-def _case_probes(needle: bytes) -> tuple[bytes, ...]:
-    """Every case variant of a piece of the needle with few letters (at most 4 variants, longest piece
-    first): a block holds a case-insensitive match only if it holds one of these, which memmem finds fast."""
-    for width in (4, 3, 2):
-        best: list[bytes] = []
-        for i in range(max(1, len(needle) - width + 1)):
-            variants = [b""]
-            for c in needle[i : i + width]:
-                ch = bytes((c,))
-                variants = [v + x for v in variants for x in sorted({ch, ch.upper()} if ch.isalpha() else {ch})]
-            if not best or len(variants) < len(best):
-                best = variants
-        if len(best) <= 4:
-            return tuple(best)
-    return ()
+# The dense-hit pass (see `_dense_lines`): a hit becomes one NUL (sanitised spool text holds none), then
+# everything but NULs and newlines is deleted, leaving per line as many NULs as it has hits.
+_MARK = b"\x00"
+_NOT_MARK_OR_NL = bytes(c for c in range(256) if c not in (0, 10))
+_NL_TO_ZERO = bytes.maketrans(b"\n", b"\x00")
+
+
+def _dense_lines(hay: bytes, needle: bytes, first: int) -> array:
+    """Indices of the lines of `hay` holding `needle`, with no Python work per line or per hit.
+
+    Four C passes over the block (replace, translate, two small ones over a byte per line) and one
+    `compress` over a flag byte per line: when most lines hit, this beats splitting the block into
+    line objects several times over.
+    """
+    flags = hay.replace(needle, _MARK + b" " * (len(needle) - 1)).translate(None, _NOT_MARK_OR_NL)
+    while b"\x00\x00" in flags:  # a line with several hits counts once
+        flags = flags.replace(b"\x00\x00", _MARK)
+    flags = flags.replace(b"\x00\n", b"\x01").translate(_NL_TO_ZERO)  # one byte per line: 1 hit, 0 not
+    return array("I", itertools.compress(itertools.count(first), flags))
+
+
+def _sparse_lines(hay: bytes, needle: bytes, first: int) -> array:
+    """Indices of the lines of `hay` holding `needle`, stepping hit by hit (few hits: cheaper than a pass)."""
+    out = array("I")
+    line, last, pos = first, 0, hay.find(needle)
+    while pos >= 0:
+        line += hay.count(b"\n", last, pos)
+        out.append(line)
+        last = hay.find(b"\n", pos)  # the next search starts on the next line: a line counts once
+        pos = hay.find(needle, last)
+    return out
 
 
 def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes, int], array]:
     """A function (block of lines, index of its first line) -> array of the indices of matching lines."""
     if not regex and (not ignore_case or pattern.isascii()):
         needle = pattern.encode("utf-8")
-        probes: tuple[bytes, ...] = ()
         if ignore_case:
             needle = needle.lower()
-            probes = _case_probes(needle)
 
         def find_bytes(block: bytes, first: int) -> array:
-            if probes and not any(p in block for p in probes):
-                return array("I")  # no case variant of a piece of the needle: skip lowering the block
-            hay = block.translate(_ASCII_LOWER) if ignore_case else block
-            sample = hay.count(needle, 0, 1 << 18)  # density from the first 256 KiB, not a pass over all
-            if sample * 8 > min(len(hay), 1 << 18) // 256:
-                # Dense hits: test every line at C speed instead of stepping hit by hit in Python.
-                lines = hay.split(b"\n")
-                lines.pop()
-                return array("I", itertools.compress(itertools.count(first), map(operator.contains, lines,
-                                                                                 itertools.repeat(needle))))
-            out = array("I")
-            line, last, pos = first, 0, hay.find(needle)
-            while pos >= 0:
-                line += hay.count(b"\n", last, pos)
-                out.append(line)
-                end = hay.find(b"\n", pos)
-                last = end
-                pos = hay.find(needle, end)
-            return out
+            if b"\n" in needle:
+                return array("I")  # no line holds a newline
+            hay = block.lower() if ignore_case else block  # bytes.lower maps ASCII only, as the needle
+            # Dense (about 1 hit per KiB and up) is where the passes of `_dense_lines` beat stepping hit by
+            # hit; the first 64 KiB tell a dense block without a counting pass over all of it.
+            sample = min(len(hay), 1 << 16)
+            dense = hay.count(needle, 0, sample) > sample >> 10
+            if not dense:
+                hits = hay.count(needle)
+                if not hits:
+                    return array("I")
+                dense = hits > len(hay) >> 10
+            if dense and _MARK not in hay:
+                return _dense_lines(hay, needle, first)
+            return _sparse_lines(hay, needle, first)
 
         return find_bytes
     try:
