@@ -308,10 +308,11 @@ class LogStore:
     def _ingest(self, data: bytes) -> int:
         """Store complete lines (`data` ends with a newline). Per line, only split, len and accumulate run;
         everything else works on the whole chunk at C speed (see `backend.sanitize.clean_chunk`)."""
-        try:
-            data.decode("utf-8")  # the UTF-8 check
-        except UnicodeDecodeError:
-            data = data.decode("utf-8", errors="replace").encode("utf-8")
+        if not data.isascii():  # ASCII (most logs) is valid UTF-8; isascii scans a word at a time, no copy
+            try:
+                data.decode("utf-8")  # the UTF-8 check
+            except UnicodeDecodeError:
+                data = data.decode("utf-8", errors="replace").encode("utf-8")
         clean = clean_chunk(data)
         lines = clean.split(b"\n")
         lines.pop()  # the empty remainder after the final newline
