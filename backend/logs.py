@@ -633,8 +633,8 @@ def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[byte
     """A function (block of lines, index of its first line) -> array of the indices of matching lines."""
     if not regex and (not ignore_case or pattern.isascii()):
         needle = pattern.encode("utf-8")
-        if ignore_case:
-            needle = needle.lower()
+        ignore_case = ignore_case and needle.lower() != needle.upper()  # no letters: no case to ignore
+        needle = needle.lower() if ignore_case else needle
 
         def find_bytes(block: bytes, first: int) -> array:
             if b"\n" in needle:

@@ -136,6 +136,7 @@ def main() -> int:
             ("substring", "gen throughput", {}, ["-c", "-F"]),
             ("substring, rare", "step 17:", {}, ["-c", "-F"]),
             ("ignore-case", "TRACEBACK", {"ignore_case": True}, ["-c", "-F", "-i"]),
+            ("ignore-case, dense", "GEN Throughput", {"ignore_case": True}, ["-c", "-F", "-i"]),
             ("regex", r"perf \d+: \{", {"regex": True}, ["-c", "-E"]),
         ):
             hits = 0
