@@ -31,6 +31,14 @@ from raycluster import LocalRayCluster
 from backend.ray_api import RayClient
 
 
+@pytest.fixture(autouse=True)
+def _isolated_operator_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the operator's config or writes their audit log; tests may override these."""
+    home = tmp_path_factory.getbasetemp() / "operator"
+    monkeypatch.setenv("ULTRA_CONSOLE_STATE_DIR", str(home / "state"))
+    monkeypatch.setenv("ULTRA_CONSOLE_CONFIG", str(home / "config.toml"))
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[LocalRayCluster]:
     rc = LocalRayCluster.start(workers=2, gpus=8)
