@@ -87,7 +87,8 @@ class _Actions:
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
     for _ in range(100):
         go = modal.query_one("#abort-go", Button)
-        if modal.stage == stage and (not go.display or go in modal.focus_chain):
+        cancel = modal.query_one("#abort-cancel", Button)
+        if modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel:
             await pilot.pause()  # the shown button has joined the focus chain
             return
         await pilot.pause(0.02)

@@ -102,7 +102,7 @@ class AbortModal(ModalScreen[str]):
         if go is not None:
             go_button.label = go
         cancel_button.disabled = False
-        cancel_button.focus()
+        self.set_focus(cancel_button)  # now, not deferred: a key pressed next lands on Cancel
 
     def _busy(self, title: str, body: str) -> None:
         self._show(title, body, None, "Close")
