@@ -115,6 +115,8 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
         modal = AbortModal(JOB, "Will be lost: 7m30s of training since the last checkpoint.", rec.actions())
         app.push_screen(modal, results.append)
         await pilot.pause()
+        # a fast operator: each step's press comes well within Textual's press animation of the last one
+        modal.query_one("#abort-go", Button).active_effect_duration = 5.0
         assert app.focused is modal.query_one("#abort-cancel", Button)  # Cancel has focus
         assert "7m30s" in str(modal.query_one("#abort-body").content)
         await _choose_go(modal, pilot)  # the operator moves to "Stop gracefully" on purpose

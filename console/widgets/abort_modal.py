@@ -101,6 +101,8 @@ class AbortModal(ModalScreen[str]):
         go_button.display = go is not None
         if go is not None:
             go_button.label = go
+            # A new step is a new button: Textual ignores a press within 0.2 s of the last one ("-active").
+            go_button.remove_class("-active")
         cancel_button.disabled = False
         self.set_focus(cancel_button)  # now, not deferred: a key pressed next lands on Cancel
 
