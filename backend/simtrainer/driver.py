@@ -19,7 +19,7 @@ from backend.simtrainer import SIM_LABEL
 from backend.simtrainer.args import SimArgs, parse
 from backend.simtrainer.milog import MilesLog
 
-DRAIN_S = 1.5  # let Ray forward the actors' last lines before the driver disconnects
+DRAIN_S = 3.0  # let Ray forward the actors' last lines before the driver disconnects
 
 
 def should_run_periodic_action(rollout_id: int, interval: int | None, num_rollout: int | None) -> bool:
