@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +35,13 @@ def make_app(state_dir: Path, **kwargs: Any) -> UltraConsoleApp:
     settings = Settings(state_dir=state_dir, **settings_kw)
     kwargs.setdefault("model_dir", str(MODELS))
     return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
+
+
+async def until(pilot: Any, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll the app (letting it run) until `predicate()` holds; a timeout names what never happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

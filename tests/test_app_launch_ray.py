@@ -11,7 +11,7 @@ import asyncio
 import time
 
 import pytest
-from app_helpers import RUN_ID
+from app_helpers import RUN_ID, until
 from runhelp import sim_spec
 from textual.widgets import Button
 
@@ -26,14 +26,6 @@ from console.widgets.confirm import ConfirmModal
 
 pytestmark = pytest.mark.ray
 
-
-async def _until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
@@ -52,7 +44,7 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 plan = app.query_one(PlanView)
                 assert plan.variant is not None and plan.variant.kind == "file"
                 await pilot.press("p")
-                await _until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
+                await until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
                 assert plan.preflight_state == "passed", plan.preflight_findings or plan.preflight_note
                 assert plan.launch_blockers() == []
                 await pilot.press("L")
@@ -61,7 +53,7 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 await pilot.press("right")
                 assert isinstance(app.focused, Button) and app.focused.id == "confirm"
                 await pilot.press("enter")
-                await _until(pilot, lambda: any(n.message.startswith("launched ") for n in app._notifications),
+                await until(pilot, lambda: any(n.message.startswith("launched ") for n in app._notifications),
                              "the launch notice", timeout=90)
                 entries = [e for e in AuditLog(state).entries() if e["action"] == "launch"]
                 assert entries and entries[-1]["result"] == "submitted"
@@ -90,7 +82,7 @@ async def test_failed_preflight_blocks_launch_until_the_spec_changes(ray_cluster
     async with app.run_test(size=(120, 40)) as pilot:
         plan = app.query_one(PlanView)
         await pilot.press("p")
-        await _until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
+        await until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
         assert plan.preflight_state == "failed"
         assert any(f.rule == "P1" and f.severity == "error" for f in plan.preflight_findings)
         assert "preflight failed" in plan.launch_blockers()

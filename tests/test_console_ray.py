@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, until
 
 from backend.ray_api import RayClient
 from backend.run import RunState
@@ -27,14 +27,6 @@ ENTRY = ("python3 -u -c \"import signal, sys, time\n"
          "    print(f'tick {i} \\x1b[31mred\\x1b[0m', flush=True); i += 1; time.sleep(0.1)\n\"")
 
 
-async def _until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_path):
     sid = f"ultra-console-test-abort-{int(time.time() * 1000)}"
@@ -46,33 +38,33 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
                           preview_run_id=RUN_ID, model_dir=str(MODELS))
     async with app.run_test(size=(120, 40)) as pilot:
         run = app.query_one(RunView)
-        await _until(pilot, lambda: app.controller is not None and app.controller.state is RunState.RUNNING,
+        await until(pilot, lambda: app.controller is not None and app.controller.state is RunState.RUNNING,
                      "the job RUNNING")
         fleet = app.query_one(GpuFleet)
         assert fleet.rows == ()  # the plan view shows: telemetry is not polled
         await pilot.press("2")
-        await _until(pilot, lambda: len(fleet.rows) == len(ray_cluster.node_ids), "a telemetry snapshot")
+        await until(pilot, lambda: len(fleet.rows) == len(ray_cluster.node_ids), "a telemetry snapshot")
         assert all(r.gpus is not None and len(r.gpus) == 8 for r in fleet.rows if r.alive)
         assert sid in str(run.query_one("#run-state").content)
         await pilot.press("3")
         logs = app.query_one(LogsView)
-        await _until(pilot, lambda: logs.lines.count > 20, "log lines")
+        await until(pilot, lambda: logs.lines.count > 20, "log lines")
         text = logs.lines.record(logs.lines.count - 1).text
         assert text.startswith("tick ") and "\x1b" not in text  # sanitised by the store
         await pilot.press("slash", *"tick 7", "enter")
-        await _until(pilot, lambda: bool(logs.matches), "search hits")
+        await until(pilot, lambda: bool(logs.matches), "search hits")
         assert logs.lines.record(logs.lines.cursor).text.startswith("tick 7")
         await pilot.press("2", "A")
-        await _until(pilot, lambda: isinstance(app.screen, AbortModal), "the abort modal")
+        await until(pilot, lambda: isinstance(app.screen, AbortModal), "the abort modal")
         modal = app.screen
         assert app.focused is modal.query_one("#abort-cancel")
         await pilot.press("right", "enter")  # graceful stop
-        await _until(pilot, lambda: modal.stage == "done", "graceful stop to finish", timeout=90)
+        await until(pilot, lambda: modal.stage == "done", "graceful stop to finish", timeout=90)
         assert app.controller.state is RunState.STOPPED
         assert modal.result == "stopped"
         assert "STOPPED" in str(modal.query_one("#abort-body").content)
         await pilot.press("enter")
-        await _until(pilot, lambda: "STOPPED" in str(run.query_one("#run-state").content), "state line STOPPED")
-        await _until(pilot, lambda: any("got SIGINT" in logs.lines.record(i).text
+        await until(pilot, lambda: "STOPPED" in str(run.query_one("#run-state").content), "state line STOPPED")
+        await until(pilot, lambda: any("got SIGINT" in logs.lines.record(i).text
                                         for i in range(max(0, logs.lines.count - 5), logs.lines.count)),
                      "the driver's goodbye line (graceful, not killed)")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, until
 from raycluster import free_port
 
 from backend.settings import Settings
@@ -58,14 +57,6 @@ class Relay:
         await self.server.wait_closed()
 
 
-async def _until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 async def test_dashboard_lost_then_back_by_itself(ray_cluster, tmp_path):
     relay = Relay(int(ray_cluster.address.rsplit(":", 1)[1]))
@@ -76,15 +67,15 @@ async def test_dashboard_lost_then_back_by_itself(ray_cluster, tmp_path):
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("2")
             fleet = app.query_one(GpuFleet)
-            await _until(pilot, lambda: len(fleet.rows) >= 3, "a first snapshot through the relay")
+            await until(pilot, lambda: len(fleet.rows) >= 3, "a first snapshot through the relay")
             assert app.dashboard_error is None
             await relay.cut()
-            await _until(pilot, lambda: app.dashboard_error is not None, "the dashboard-lost banner")
+            await until(pilot, lambda: app.dashboard_error is not None, "the dashboard-lost banner")
             assert app.query_one("#banner").has_class("-shown")
             await pilot.press("3", "2")  # the app keeps responding while the dashboard is gone
             assert app.current_view == "run"
             await relay.start()
-            await _until(pilot, lambda: app.dashboard_error is None, "recovery without any key", timeout=30)
+            await until(pilot, lambda: app.dashboard_error is None, "recovery without any key", timeout=30)
             assert not app.query_one("#banner").has_class("-shown")
     finally:
         with contextlib.suppress(Exception):
