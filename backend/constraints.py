@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from math import gcd
-from typing import Any, Literal
+from typing import Any
 
 from backend import sizing
+from backend.finding import Finding, has_errors
 from backend.recipe import RunSpec
 from backend.rules import CHECKED, ORDER, RULES, SEVERITY_RANK, Rule
 
@@ -35,23 +36,6 @@ WARN_FRACTION = 0.8  # memory use above this share of a budget is a warning (too
 MTP_SYMBOLS = frozenset("MG*D+-E")
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One rule verdict about one spec: what is wrong (with the numbers) and the nearest legal values."""
-
-    rule: str
-    severity: Literal["error", "warning", "info"]
-    fields: tuple[str, ...]
-    message: str
-    fix: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "fields": list(self.fields),
-                "message": self.message, "fix": self.fix}
-
-
-def has_errors(findings: Iterable[Finding]) -> bool:
-    return any(f.severity == "error" for f in findings)
 
 
 # --------------------------------------------------------------------------- small helpers

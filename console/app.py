@@ -14,7 +14,7 @@ import importlib.util
 import os
 import signal
 import sys
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -22,9 +22,8 @@ from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import ContentSwitcher, Footer, Input, Select, Static
+from textual.widgets import ContentSwitcher, Static
 
-from backend.settings import Settings, load_settings
 from console import keymap
 from console.messages import (
     AlertsChanged,
@@ -40,13 +39,16 @@ from console.views.base import ConsoleView
 from console.views.plan import PlanView
 from console.watchdog import terminal_alive
 from console.widgets.help_screen import HelpScreen
+from console.widgets.key_bar import KeyBar
+
+if TYPE_CHECKING:
+    from backend.settings import Settings
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 # The views other than the first: (module under console.views, class), imported and mounted just after
 # the first full frame, or at once when one is asked for before that (they start hidden anyway).
 LATER_VIEWS: dict[str, tuple[str, str]] = {"run": ("run", "RunView"), "logs": ("logs", "LogsView"),
                                            "events": ("events", "EventsView")}
-FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount by then even if the footer never draws its keys
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
 WIDE_FROM = 180  # columns from which views may spread out side by side
 WATCHDOG_INTERVAL_S = 2.0
@@ -76,27 +78,6 @@ def _optional_view(name: str, class_name: str) -> type[Widget] | None:
             return None
         raise
     return getattr(module, class_name, None)
-
-
-class ConsoleFooter(Footer):
-    """The footer, which tells the app once its keys are drawn: that frame is the first full one, and
-    only then does the app mount the hidden views and start the workers (nothing waits for them)."""
-
-    _told = False
-
-    async def draw_keys(self) -> None:
-        """Compose the keys now (the focus is set) rather than a frame or two later."""
-        self._bindings_ready = True
-        with self._context():  # the keys data-bind to this footer, not to the caller
-            await self.recompose()
-
-    async def recompose(self) -> None:
-        await super().recompose()
-        if self.children and not self._told:
-            self._told = True
-            drawn = getattr(self.app, "first_frame_drawn", None)
-            if drawn is not None:
-                self.call_after_refresh(drawn)
 
 
 class StateLine(Static):
@@ -142,11 +123,25 @@ class UltraConsoleApp(App[int]):
 
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
-                 controller: Any = None, model_dir: str | None = None) -> None:
+                 controller: Any = None, model_dir: str | None = None,
+                 preview: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> None:
+        """preview: the plan preview helper's answer (backend/plan_preview.py); with it and no
+        `settings`, the settings are loaded (with `overrides`, the CLI flags) after the first frame."""
         super().__init__()
         self.model_dir = model_dir  # where the variant picker looks for checkpoints; None = the preset's
-        self.settings = settings or load_settings()
-        self.readonly = bool(self.settings.readonly)
+        self._settings = settings
+        self._overrides = overrides or {}
+        self._plan_start: Any = None
+        basics: Any = settings
+        if settings is None and preview is not None:
+            from backend.plan_start import PlanStart
+
+            self._plan_start = PlanStart.from_json(preview["start"])
+            basics = argparse.Namespace(**preview["settings"])
+            preview_run_id = preview_run_id or preview["run_id"]
+        if basics is None:
+            basics = self.settings
+        self.readonly = bool(basics.readonly)
         self.job = job
         self.demo = demo
         self.controller = controller
@@ -163,11 +158,20 @@ class UltraConsoleApp(App[int]):
         self.history_text = ""  # "reading history: N lines" while a job's log is rebuilt
         self.alert_count = 0
         self.dashboard_error: str | None = None
-        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(self.settings.keys)
+        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(basics.keys)
         self._parent_pid = os.getppid()
         self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
         self._later_mounted = False
         self._after_first_frame_done = False
+
+    @property
+    def settings(self) -> Settings:
+        """The operator's settings (loaded on first use when the app started from a preview)."""
+        if self._settings is None:
+            from backend.settings import load_settings
+
+            self._settings = load_settings(**self._overrides)
+        return self._settings
 
     # ------------------------------------------------------------------ layout
 
@@ -177,7 +181,7 @@ class UltraConsoleApp(App[int]):
         yield Static("", id="banner", markup=False)
         with ContentSwitcher(initial="plan", id="views"):
             yield self._view_widget("plan")
-        yield ConsoleFooter()
+        yield KeyBar(self.first_frame_drawn, id="footer")
 
     async def on_mount(self) -> None:
         self.set_keymap(self.keymap_overrides)
@@ -185,12 +189,10 @@ class UltraConsoleApp(App[int]):
             self.notify(problem, severity="warning")
         self._draw_state_line()
         self._focus_view("plan", now=True)
-        await self.query_one(ConsoleFooter).draw_keys()  # the first frame already has the plan's keys
         if self.is_headless:  # no terminal to draw first (tests, snapshots): every view is there at once
             await self._mount_later_views()
         if self._watchdog and not self.is_headless and not self.is_web:
             self._arm_watchdog()
-        self.set_timer(FIRST_FRAME_FALLBACK_S, self.first_frame_drawn)
 
     def first_frame_drawn(self) -> None:
         """The first full frame is on the terminal: now mount the hidden views and start the workers."""
@@ -198,6 +200,9 @@ class UltraConsoleApp(App[int]):
             return
         self._after_first_frame_done = True
         self._mount_later_views()
+        plan = self.view("plan")
+        if isinstance(plan, PlanView):
+            plan.adopt()
         if self._start_workers:
             workers = importlib.util.find_spec("console.workers")
             if workers is not None:
@@ -208,7 +213,7 @@ class UltraConsoleApp(App[int]):
         widget = self._views.get(name)
         if widget is None:
             if name == "plan":
-                widget = PlanView(id=name)
+                widget = PlanView(self._plan_start, id=name)
             else:
                 cls = _optional_view(*LATER_VIEWS[name])
                 widget = cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
@@ -299,9 +304,6 @@ class UltraConsoleApp(App[int]):
             if view.can_focus:
                 view.focus()
                 return
-            if isinstance(focused, (Input, Select)):
-                self.screen.set_focus(None)
-                return
         if self.previous_view:
             self.action_show_view(self.previous_view)
 
@@ -391,12 +393,24 @@ class UltraConsoleApp(App[int]):
         self.exit(0, message=None)
 
 
-def run_app(args: argparse.Namespace) -> int:
-    """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit."""
-    settings = load_settings(address=getattr(args, "address", None), token=getattr(args, "token", None),
-                             readonly=getattr(args, "readonly", None))
-    app = UltraConsoleApp(settings, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
-                          controller=getattr(args, "controller", None))
+def run_app(args: argparse.Namespace, preview: Any = None) -> int:
+    """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit.
+    preview: a started backend.plan_preview.Preview; without its answer the app computes the plan."""
+    from backend.errors import SpecError
+
+    overrides = {"address": getattr(args, "address", None), "token": getattr(args, "token", None),
+                 "readonly": getattr(args, "readonly", None)}
+    answer = preview.result() if preview is not None else None
+    if answer is not None and "error" in answer:
+        raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
+    if answer is None:
+        from backend.settings import load_settings
+
+        app = UltraConsoleApp(load_settings(**overrides), job=getattr(args, "job", None),
+                              demo=bool(getattr(args, "demo", False)), controller=getattr(args, "controller", None))
+    else:
+        app = UltraConsoleApp(None, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
+                              controller=getattr(args, "controller", None), preview=answer, overrides=overrides)
     code = app.run()
     if sys.stdout.isatty() or os.environ.get("ULTRA_CONSOLE_QUIT_LINE"):
         try:

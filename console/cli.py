@@ -45,9 +45,13 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
 
 
 def _open_app(args: argparse.Namespace) -> int:
+    from backend import plan_preview
+
+    # The plan is computed on another core while this process imports Textual (see plan_preview).
+    preview = plan_preview.start(address=args.address, readonly=args.readonly)
     from console.app import run_app  # imported here: the CLI never pays for Textual
 
-    return run_app(args)
+    return run_app(args, preview)
 
 
 def _asks_help(token: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from app_helpers import make_app
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Static
 
 from console.views.plan import REBUILD_DEBOUNCE_S, PlanView
 from console.widgets.confirm import ConfirmModal
@@ -19,10 +19,10 @@ def _text(widget: Static) -> str:
 
 async def _set_field(pilot, app, path: str, text: str) -> None:
     form = app.query_one(LayoutForm)
-    ctl = form.control(path)
-    ctl.focus()
+    form.focus()
+    form.move_to(path)
     await pilot.pause()
-    await pilot.press("end", *["backspace"] * len(ctl.value), *list(text))
+    await pilot.press("end", *["backspace"] * len(form.text_of(path)), *list(text))
     await pilot.pause(REBUILD_DEBOUNCE_S * 3)  # the view re-checks once typing pauses
 
 
@@ -34,10 +34,10 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         await _set_field(pilot, app, "cluster.nodes", "13")
         form = app.query_one(LayoutForm)
         assert form.severity_of("cluster.nodes") == "error"
-        assert form.control("cluster.nodes").has_class("-error")
         assert "A1" in _text(app.query_one(FindingsPanel))
         assert "does not divide" in form.note_of("cluster.nodes")
-        assert "does not divide" in str(app.query_one("#form-notes", Static).render())
+        row = form.render_line(1).text  # drawn beside the field: label, value, note
+        assert row.startswith("Nodes") and " 13 " in row and form.note_of("cluster.nodes")[:20] in row
         assert plan.check_action("launch", ()) is None  # dimmed in the footer
         assert "Launch blocked" in _text(app.query_one(LaunchStatus))
         await pilot.press("escape", "L")
@@ -56,10 +56,10 @@ async def test_bad_value_is_inline_and_kept(tmp_path):
         await _set_field(pilot, app, "rollout.mem_fraction", "1.5")
         form = app.query_one(LayoutForm)
         assert form.severity_of("rollout.mem_fraction") == "error"
-        assert app.query_one("#field-rollout-mem-fraction-input", Input).value == "1.5"
+        assert form.text_of("rollout.mem_fraction") == "1.5"
         assert "rollout.mem_fraction" in plan.launch_blockers()[0]
         # the rest of the spec is still checked: the other fields keep their values and no rule fires
-        assert plan.result.spec is not None and plan.result.spec.rollout.mem_fraction == 0.7
+        assert plan.evaluation.spec is not None and plan.evaluation.spec.rollout.mem_fraction == 0.7
         assert plan.check_action("launch", ()) is None
 
 
@@ -128,14 +128,15 @@ async def test_variant_picker_lists_presets_and_checkpoints(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         plan = app.query_one(PlanView)
-        keys = [v.key for v in plan.variants]
+        keys = [key for _label, key in plan.choices]
         assert "preset:nemotron-3-ultra-550b-a55b-4layer" in keys
         assert "checkpoint:Nemotron-Ultra-2layer-test" in keys
         assert not any("not-a-checkpoint" in k for k in keys)
         plan.choose_variant("checkpoint:Nemotron-Ultra-2layer-test")
         await pilot.pause()
-        assert plan.result.spec is not None
-        assert plan.result.spec.model.name == "Nemotron-Ultra-2layer-test"
+        assert plan.evaluation.spec is not None
+        assert plan.evaluation.spec.model.name == "Nemotron-Ultra-2layer-test"
+        assert app.query_one(LayoutForm).text_of("variant") == "checkpoint:Nemotron-Ultra-2layer-test"
         assert "Nemotron-Ultra-2layer-test" in plan.command_text
 
 
@@ -169,7 +170,9 @@ async def test_a_burst_of_keys_is_checked_once_and_launch_waits_for_it(tmp_path,
         calls = []
         original = plan.rebuild
         plan.rebuild = lambda: (calls.append(1), original())[1]
-        app.query_one(LayoutForm).control("cluster.nodes").focus()
+        form = app.query_one(LayoutForm)
+        form.focus()
+        form.move_to("cluster.nodes")
         await pilot.press("backspace", "backspace", "1", "3")
         assert plan.launch_blockers() == ["checking the edit"]
         assert plan.check_action("launch", ()) is None

@@ -9,6 +9,7 @@ from textual.widgets import ContentSwitcher, Static
 from console.app import StateLine
 from console.messages import DashboardBack, DashboardLost, HistoryProgress, Notice
 from console.widgets.help_screen import HelpScreen
+from console.widgets.layout_form import LayoutForm
 
 
 def _current(app) -> str:
@@ -36,7 +37,8 @@ async def test_escape_leaves_field_then_goes_back(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4", "1")
         await pilot.press("down", "down")  # into the form
-        assert app.focused is not None and app.focused.id == "field-cluster-nodes-input"
+        form = app.query_one(LayoutForm)
+        assert app.focused is form and form.current_path == "cluster.nodes"
         await pilot.press("2")  # typed into the field, not a view switch
         assert _current(app) == "plan"
         await pilot.press("backspace", "escape")

@@ -11,6 +11,7 @@ import pytest
 from app_helpers import make_app, write_audit
 
 from console.messages import AlertsChanged
+from console.widgets.layout_form import LayoutForm
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 ALERTS = [
@@ -33,7 +34,9 @@ def test_plan_view(snap_compare, tmp_path, size):
 
 def test_plan_view_with_error_finding(snap_compare, tmp_path):
     async def edit(pilot):
-        pilot.app.query_one("#field-train-tp-input").focus()
+        form = pilot.app.query_one(LayoutForm)
+        form.focus()
+        form.move_to("train.tp")
         await pilot.press("backspace", "3", "escape")
         await pilot.pause(0.3)  # past the edit debounce
 

@@ -8,7 +8,6 @@ failed preflight stands, and goes through a confirmation modal with Cancel focus
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -17,17 +16,16 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
-from textual.widgets import Input, Select, Static
+from textual.widgets import Static
 
 from backend.errors import ConsoleError
-from backend.recipe import DEFAULT_PRESET, load_preset_dict
-from backend.spec_edit import EditResult, edit_spec
-from backend.variants import Variant, list_variants
+from backend.plan_eval import PlanEvaluation
+from backend.plan_start import PlanStart
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
 from console.widgets.confirm import ConfirmModal
-from console.widgets.layout_form import FIELDS, LayoutForm, QuietSelect
+from console.widgets.layout_form import FIELDS, LayoutForm
 from console.widgets.plan_panels import (
     CommandPanel,
     DerivedPanel,
@@ -42,16 +40,6 @@ REBUILD_DEBOUNCE_S = 0.06
 
 class Column(VerticalScroll, inherit_bindings=False, can_focus=False):
     """A scrolling column without arrow-key bindings: Up/Down move between fields instead."""
-
-
-def _optional(module: str) -> Any | None:
-    """A backend module another helper may not have landed yet (None if absent)."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name == module:
-            return None
-        raise
 
 
 def _text_of(value: Any) -> str:
@@ -80,45 +68,42 @@ class PlanView(ConsoleView):
     PlanView #plan-checks, PlanView #plan-numbers { height: auto; }
     PlanView .section { text-style: bold; color: $accent; height: 1; margin-top: 1; }
     PlanView #plan-left .section { margin-top: 0; }
-    PlanView #variant { width: 1fr; height: 1; margin-bottom: 1; }
-    PlanView #variant > SelectCurrent { height: 1; border: none; padding: 0 1; }
     PlanView #plan-summary { height: auto; padding: 0 1; color: $text-muted; margin-bottom: 1; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, start: PlanStart | None = None, **kwargs: Any) -> None:
+        """start: where to begin (the preview helper's copy); None: computed here when composed."""
         super().__init__(**kwargs)
-        self.variants: list[Variant] = []
-        self.variant: Variant | None = None
+        self._start = start
+        self.variants: list[Any] | None = None  # backend.variants.Variant objects, listed when first needed
+        self.choices: list[tuple[str, str]] = []  # (label, key) as the form shows them
+        self.variant_key: str | None = None
         self.base: dict[str, Any] = {}
         self.edits: dict[str, str] = {}
-        self.result: EditResult = EditResult(None)
-        self.findings: list[Any] = []
-        self.derived: dict[str, Any] = {}
-        self.command_text = ""
+        self.evaluation = PlanEvaluation()
         self.preflight_state = "not checked"
         self.preflight_findings: list[Any] = []
         self.preflight_note = ""
-        self._rules = _optional("backend.constraints")
         self._pending: Timer | None = None
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        # The variants and the first one's values are known before the widgets exist, so they are
-        # built holding them: no restyle of every input (and of the select) once mounted.
-        first = self._first_variant()
-        base = self._variant_base(first) if first is not None else None
-        self._initial = (first, base) if first is not None and base is not None else None
-        options = [(v.label, v.key) for v in self.variants]
+        # Where to start is known before the widgets exist, so they are built holding it: no restyle
+        # of the form once mounted, and the first frame is the whole view.
+        start = self._start or self._compute_start()
+        self._start = None
+        for notice in start.notices:
+            self.notify(notice, severity="error")
+        self.choices, self.variant_key = start.choices, start.variant
+        self.base = start.base or {}
+        self.evaluation = start.evaluation
         yield LaunchStatus(id="launch-status")
         yield Static("", id="plan-summary")
         with Horizontal(id="plan-body"):
             with Column(id="plan-left"):
-                yield Static("Variant", classes="section")
-                yield QuietSelect(options, id="variant", allow_blank=True, prompt="(no variants)",
-                                  value=first.key if self._initial and first else Select.BLANK)
                 yield Static("Layout", classes="section")
-                yield LayoutForm(id="form", values=self._form_values(base) if base is not None else None)
+                yield LayoutForm(self._form_values(self.base), self.choices, self.variant_key, id="form")
             with Column(id="plan-right"), Horizontal(id="plan-detail"):  # side by side when wide
                 with Vertical(id="plan-checks"):
                     yield Static("Findings", classes="section")
@@ -131,40 +116,32 @@ class PlanView(ConsoleView):
                     yield Static("Derived", classes="section")
                     yield DerivedPanel(id="derived")
 
-    def _first_variant(self) -> Variant | None:
-        """List the variants (into `self.variants`); the one to start from: the configured preset's."""
-        settings = self.app.settings  # type: ignore[attr-defined]
-        preset = settings.preset or DEFAULT_PRESET
-        try:
-            model_dir = getattr(self.app, "model_dir", None) or load_preset_dict(preset).get("paths", {}).get(
-                "model_dir")
-        except ConsoleError as err:
-            self.notify(str(err), severity="error")
-            preset, model_dir = DEFAULT_PRESET, None
-        self.variants = list_variants(model_dir, DEFAULT_PRESET, current=preset)
-        return next((v for v in self.variants if v.preset == preset and v.kind in ("file", "preset")),
-                    self.variants[0] if self.variants else None)
+    def _compute_start(self) -> PlanStart:
+        from backend.plan_start import plan_start
+
+        app = self.app
+        settings = app.settings  # type: ignore[attr-defined]
+        return plan_start(settings.preset, getattr(app, "model_dir", None),
+                          run_id=getattr(app, "preview_run_id", None), address=settings.address)
 
     def on_mount(self) -> None:
-        if self._initial is not None:
-            self._start_from(*self._initial)
+        self._draw()
+
+    def adopt(self) -> None:
+        """After the first frame: a preview's evaluation holds no spec object; build it here (launch
+        and preflight need it). Nothing changes on screen: the same code computed the preview."""
+        if self.evaluation.spec is None and self.evaluation.valid and self._pending is None:
+            self.rebuild()
 
     # ------------------------------------------------------------------ state
 
-    def _variant_base(self, variant: Variant) -> dict[str, Any] | None:
-        """The variant's preset plus the overrides pointing at its checkpoint (None: said why)."""
-        try:
-            base = load_preset_dict(variant.preset)
-        except ConsoleError as err:
-            self.notify(str(err), severity="error")
-            return None
-        for path, value in variant.overrides:
-            node = base
-            *parents, leaf = path.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = value
-        return base
+    def _variant_list(self) -> list[Any]:
+        if self.variants is None:
+            from backend.plan_start import list_choices
+
+            settings = self.app.settings  # type: ignore[attr-defined]
+            self.variants, _preset, _notices = list_choices(settings.preset, getattr(self.app, "model_dir", None))
+        return self.variants
 
     @staticmethod
     def _form_values(base: dict[str, Any]) -> dict[str, str]:
@@ -172,48 +149,47 @@ class PlanView(ConsoleView):
 
     def choose_variant(self, key: str) -> None:
         """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
-        variant = next((v for v in self.variants if v.key == key), None)
+        from backend.plan_start import variant_base
+
+        variant = next((v for v in self._variant_list() if v.key == key), None)
         if variant is None:
             return
-        base = self._variant_base(variant)
-        if base is not None:
-            self._start_from(variant, base)
-
-    def _start_from(self, variant: Variant, base: dict[str, Any]) -> None:
-        self.variant, self.base, self.edits = variant, base, {}
-        select = self.query_one("#variant", Select)
-        if select.value != variant.key:
-            with select.prevent(Select.Changed):
-                select.value = variant.key
-        self.query_one(LayoutForm).load(self._form_values(base))  # no-op when it already shows them
+        try:
+            base = variant_base(variant)
+        except ConsoleError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.variant_key, self.base, self.edits = key, base, {}
+        form = self.query_one(LayoutForm)
+        form.set_variants(self.choices, key)
+        form.load(self._form_values(base))
         self.rebuild()
 
     def rebuild(self) -> None:
         """Ask backend for the spec, findings, derived numbers and command; redraw the panels."""
+        from backend.plan_eval import evaluate
+
         if self._pending is not None:
             self._pending.stop()
             self._pending = None
-        self.result = edit_spec(self.base, self.edits)
-        spec = self.result.spec
-        self.findings, self.derived, self.command_text = [], {}, ""
-        if spec is not None and self._rules is not None:
-            self.findings = sorted(self._rules.check(spec), key=lambda f: SEVERITY_RANK.get(f.severity, 3))
-            self.derived = dict(self._rules.derive(spec))
-        if spec is not None:
-            self.command_text = self._command(spec)
+        app = self.app
+        self.evaluation = evaluate(self.base, self.edits, run_id=getattr(app, "preview_run_id", None),
+                                   address=app.settings.address)  # type: ignore[attr-defined]
         if self.preflight_state in ("passed", "failed", "unavailable"):
             self.preflight_state = "stale"
         self._draw()
 
-    def _command(self, spec: Any) -> str:
-        from backend.command import build_submission
+    @property
+    def findings(self) -> list[Any]:
+        return self.evaluation.findings
 
-        app = self.app
-        try:
-            sub = build_submission(spec, run_id=getattr(app, "preview_run_id", None))
-        except ConsoleError as err:
-            return f"(no command: {err})"
-        return sub.shell(app.settings.address)  # type: ignore[attr-defined]
+    @property
+    def derived(self) -> dict[str, Any]:
+        return self.evaluation.derived
+
+    @property
+    def command_text(self) -> str:
+        return self.evaluation.command
 
     @property
     def error_findings(self) -> list[Any]:
@@ -221,15 +197,14 @@ class PlanView(ConsoleView):
 
     def launch_blockers(self) -> list[str]:
         """Why launch is refused right now (empty = allowed)."""
+        ev = self.evaluation
         out: list[str] = []
         if self._pending is not None:
             out.append("checking the edit")
-        if self.result.field_errors:
-            out.append(f"{len(self.result.field_errors)} bad value(s): {', '.join(self.result.field_errors)}")
-        if self.result.spec is None:
-            out.append(self.result.error or "no valid spec")
-        if self._rules is None:
-            out.append("the rule engine (backend.constraints) is not available")
+        if ev.field_errors:
+            out.append(f"{len(ev.field_errors)} bad value(s): {', '.join(ev.field_errors)}")
+        if not ev.valid:
+            out.append(ev.error or "no valid spec")
         if self.error_findings:
             rules = ", ".join(dict.fromkeys(f.rule for f in self.error_findings))
             out.append(f"{len(self.error_findings)} error finding(s): {rules}")
@@ -247,18 +222,19 @@ class PlanView(ConsoleView):
                 continue
             for path in f.fields:
                 notes.setdefault(path, (f.severity, f"{f.message} — fix: {f.fix}" if f.fix else f.message))
-        for path, message in self.result.field_errors.items():
+        for path, message in self.evaluation.field_errors.items():
             notes[path] = ("error", message)
         return notes
 
     def _draw(self) -> None:
+        ev = self.evaluation
         self.query_one(LayoutForm).mark(self._field_notes())
-        self.query_one(FindingsPanel).set_findings(self.findings, self.result.field_errors, self.result.error)
-        self.query_one(DerivedPanel).set_derived(self.derived)
-        self.query_one(CommandPanel).set_command(self.command_text or "(no command until the spec is valid)")
+        self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
+        self.query_one(DerivedPanel).set_derived(ev.derived)
+        self.query_one(CommandPanel).set_command(ev.command or "(no command until the spec is valid)")
         self.query_one(PreflightPanel).set_preflight(self.preflight_state, self.preflight_findings,
                                                     self.preflight_note)
-        self.query_one("#plan-summary", Static).update(self._summary(), layout=False)
+        self.query_one("#plan-summary", Static).update(Text(ev.summary), layout=False)
         status = self.query_one(LaunchStatus)
         blockers = self.launch_blockers()
         if getattr(self.app, "readonly", False):
@@ -273,22 +249,12 @@ class PlanView(ConsoleView):
         spec = next(s for s in keymap.specs("plan") if s.id == binding_id)
         return keymap.effective_key(spec, getattr(self.app, "keymap_overrides", {}))
 
-    def _summary(self) -> Text:
-        spec = self.result.spec
-        if spec is None:
-            return Text("no valid spec")
-        t, r = spec.train, spec.rollout
-        return Text(f"{spec.model.name} · {spec.cluster.nodes}×{spec.cluster.gpus_per_node} = "
-                    f"{spec.cluster.total_gpus} GPUs · TP{t.tp} PP{t.pp} CP{t.cp} EP{t.ep} · engine "
-                    f"{r.gpus_per_engine} GPUs EP{r.ep} DP{r.dp} · mode {spec.run.mode}")
-
     # ------------------------------------------------------------------ events
 
-    @on(Select.Changed, "#variant")
-    def _variant_changed(self, event: Select.Changed) -> None:
-        current = self.variant.key if self.variant is not None else None
-        if isinstance(event.value, str) and event.value != current:  # not the select announcing its first value
-            self.choose_variant(event.value)
+    @on(LayoutForm.VariantPicked)
+    def _variant_picked(self, event: LayoutForm.VariantPicked) -> None:
+        if event.key != self.variant_key:
+            self.choose_variant(event.key)
 
     @on(LayoutForm.Edited)
     def _edited(self, event: LayoutForm.Edited) -> None:
@@ -299,24 +265,21 @@ class PlanView(ConsoleView):
         else:
             self.edits[event.path] = event.text
         if self.edits == before:
-            return  # e.g. a Select announcing its initial value
+            return
         # Coalesce a burst of keystrokes into one rebuild: each one re-lays out the view.
         if self._pending is not None:
             self._pending.stop()
         self._pending = self.set_timer(REBUILD_DEBOUNCE_S, self.rebuild, name="plan-rebuild")
 
     def flush(self) -> None:
-        """Apply a pending (debounced) edit now, so decisions never use a stale check."""
-        if self._pending is not None:
+        """Apply a pending (debounced) edit now, and build the spec object a preview does not hold,
+        so decisions never use a stale check."""
+        if self._pending is not None or (self.evaluation.spec is None and self.evaluation.valid):
             self.rebuild()
-
-    @on(Input.Submitted)
-    def _submitted(self) -> None:
-        self.screen.focus_next()
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         self.preflight_findings = list(message.findings)
-        from backend.constraints import has_errors  # preflight findings are rule-engine Findings
+        from backend.finding import has_errors  # preflight findings are rule-engine Findings
 
         failed = has_errors(self.preflight_findings)
         self.preflight_state = "failed" if failed else "passed"
@@ -332,10 +295,21 @@ class PlanView(ConsoleView):
         return allowed
 
     def action_next_field(self) -> None:
-        self.screen.focus_next()
+        """Down: into the form, then row by row, then on to the command panel."""
+        form = self.query_one(LayoutForm)
+        if self.screen.focused is self:
+            form.focus()
+        elif form.has_focus and form.cursor < len(FIELDS):
+            form.cursor_down()
+        else:
+            self.screen.focus_next()
 
     def action_prev_field(self) -> None:
-        self.screen.focus_previous()
+        form = self.query_one(LayoutForm)
+        if form.has_focus and form.cursor > 0:
+            form.cursor_up()
+        elif not form.has_focus and self.screen.focused is not self:
+            self.screen.focus_previous()
 
     def action_page(self, direction: int) -> None:
         """PgUp/PgDn scroll the findings column (the whole stacked view in the compact layout)."""
@@ -346,8 +320,8 @@ class PlanView(ConsoleView):
             target.scroll_page_up()
 
     def action_reset(self) -> None:
-        if self.variant is not None:
-            self.choose_variant(self.variant.key)
+        if self.variant_key is not None:
+            self.choose_variant(self.variant_key)
 
     def action_copy_command(self) -> None:
         self.flush()
@@ -359,19 +333,16 @@ class PlanView(ConsoleView):
 
     def action_preflight(self) -> None:
         self.flush()
-        if self.result.spec is None:
+        if self.evaluation.spec is None:
             self.notify("preflight needs a valid spec first", severity="warning")
             return
         self.preflight_state, self.preflight_findings, self.preflight_note = "running", [], ""
         self._draw()
-        self._run_preflight(self.result.spec)
+        self._run_preflight(self.evaluation.spec)
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: Any) -> None:
-        pre = _optional("backend.preflight")
-        if pre is None:
-            self._preflight_unavailable("backend.preflight is not available in this build")
-            return
+        from backend import preflight as pre
         from backend.ray_api import RayClient
 
         settings = self.app.settings  # type: ignore[attr-defined]
@@ -396,7 +367,7 @@ class PlanView(ConsoleView):
         if blockers:
             self.notify("launch refused: " + "; ".join(blockers), severity="error")
             return
-        spec = self.result.spec
+        spec = self.evaluation.spec
         self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
                              lambda ok: self._launch(spec) if ok else None)
 
@@ -406,7 +377,7 @@ class PlanView(ConsoleView):
               "stale": "stale: the spec changed since the last check"}.get(self.preflight_state,
                                                                          self.preflight_state)
         body = Text()
-        body.append(self._summary()).append("\n\n")
+        body.append(self.evaluation.summary).append("\n\n")
         body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in list(self.derived.items())[:8]))
         body.append("\nWarnings: ", "bold").append(str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings))
         body.append("\nPreflight: ", "bold").append(pf)

@@ -1,31 +1,33 @@
-"""The layout form: one compact line per spec field (label, input, note).
+"""The layout form: one widget drawing a row per spec field (label, value, note), edited in place.
 
-It holds text, not numbers: every keystroke posts `LayoutForm.Edited(path, text)` and the plan view
-asks backend to rebuild and check the spec. The view then calls `mark(...)` with what backend said,
-and the inputs a finding names get the `-error` / `-warning` class, their label is highlighted and
-the finding's message shows beside them.
+One widget rather than an Input per field: each widget costs style and layout work on mount and on
+every focus move, and the form is on the first frame. The form holds text, not numbers: every
+keystroke posts `LayoutForm.Edited(path, text)` and the plan view asks backend to rebuild and check
+the spec, then calls `mark(...)` with what backend said; the rows a finding names are highlighted
+with its message beside them. Row 0 picks the variant (`VariantPicked`); choice rows cycle with
+Left/Right, Space or Enter. Up/Down belong to the plan view's keymap (`cursor_down`/`cursor_up`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from textual import on
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
-from textual.markup import escape
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.geometry import Size
 from textual.message import Message
-from textual.widgets import Input, Select, Static
+from textual.strip import Strip
+from textual.widget import Widget
 
 
 @dataclass(frozen=True)
 class FormField:
     path: str  # dotted RunSpec path (what backend.recipe.apply_overrides takes)
     label: str
-    choices: tuple[str, ...] = ()  # non-empty: a Select instead of an Input
+    choices: tuple[str, ...] = ()  # non-empty: cycled, not typed
 
 
 FIELDS: tuple[FormField, ...] = (
@@ -47,145 +49,265 @@ FIELDS: tuple[FormField, ...] = (
     FormField("batch.num_rollout", "Rollouts"),
     FormField("run.mode", "Mode", ("normal", "debug_minimal")),
 )
+VARIANT = "variant"  # row 0's path
+LABEL_W = 15
+VALUE_W = 14
+MAX_TEXT = 40  # characters a value may hold (a layout number never needs more)
 
 
-def _row_id(path: str) -> str:
-    return "field-" + path.replace(".", "-").replace("_", "-")
+def _printable(text: str) -> str:
+    """What may reach the terminal: a label or note from elsewhere loses escapes and line breaks."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else " " for ch in text)
 
 
-class FieldInput(Input):
-    """A one-line input that knows its spec path."""
+class LayoutForm(Widget, can_focus=True):
+    """The variant row and one row per field; the cursor row is edited when the form has focus."""
 
-    def __init__(self, path: str, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.path = path
-
-
-class QuietSelect(Select[str], inherit_bindings=False):
-    """A Select that opens with Enter/Space only, so Up/Down keep moving between fields."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter,space", "show_overlay", "Open", show=False)]
-
-
-class FieldSelect(QuietSelect):
-    """A choice field of the form."""
-
-    def __init__(self, path: str, choices: tuple[str, ...], **kwargs: object) -> None:
-        super().__init__([(c, c) for c in choices], allow_blank=False, **kwargs)  # type: ignore[arg-type]
-        self.path = path
-
-
-class LayoutForm(Horizontal):
-    """Three columns: labels (one Static), the controls, notes (one Static); `Edited` on every change.
-
-    Labels and notes are one widget each rather than one per row: every widget costs a restyle on
-    each focus move, and the form has a row per field.
-    """
-
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "layout-form--label", "layout-form--value", "layout-form--cursor", "layout-form--caret",
+        "layout-form--error", "layout-form--warning", "layout-form--note-error", "layout-form--note-warning",
+        "layout-form--note",
+    }
     DEFAULT_CSS = """
-    LayoutForm { height: auto; }
-    LayoutForm #form-labels { width: 15; height: auto; color: $text-muted; text-wrap: nowrap; }
-    LayoutForm #form-controls { width: 18; height: auto; }
-    LayoutForm #form-controls Input { width: 12; height: 1; border: none; padding: 0 1; }
-    LayoutForm #form-controls Input:focus { background: $boost; text-style: bold; }
-    LayoutForm #form-controls Input.-error { background: $error 30%; }
-    LayoutForm #form-controls Input.-warning { background: $warning 20%; }
-    LayoutForm #form-controls Select { width: 18; height: 1; }
-    LayoutForm #form-controls Select > SelectCurrent { height: 1; border: none; padding: 0 1; }
-    LayoutForm #form-notes { width: 1fr; height: auto; padding-left: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    LayoutForm { height: auto; width: 1fr; }
+    LayoutForm > .layout-form--label { color: $text-muted; }
+    LayoutForm > .layout-form--value { background: $surface; }
+    LayoutForm > .layout-form--cursor { background: $boost; text-style: bold; }
+    LayoutForm:focus > .layout-form--cursor { background: $accent 30%; text-style: bold; }
+    LayoutForm > .layout-form--caret { text-style: reverse; }
+    LayoutForm > .layout-form--error { background: $error 30%; }
+    LayoutForm > .layout-form--warning { background: $warning 20%; }
+    LayoutForm > .layout-form--note { color: $text-muted; }
+    LayoutForm > .layout-form--note-error { color: $error; }
+    LayoutForm > .layout-form--note-warning { color: $warning; }
     """
 
     class Edited(Message):
+        """The operator changed a field's text."""
+
         def __init__(self, path: str, text: str) -> None:
             super().__init__()
             self.path = path
             self.text = text
 
-    def __init__(self, values: Mapping[str, str] | None = None, **kwargs: object) -> None:
-        """values: what the fields show first (as `load` would), set before they are mounted."""
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    class VariantPicked(Message):
+        """The operator moved the variant row to another variant (by key)."""
+
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+    def __init__(self, values: Mapping[str, str] | None = None,
+                 variants: Sequence[tuple[str, str]] = (), variant: str | None = None, **kwargs: Any) -> None:
+        """values: path -> text shown first; variants: (label, key) choices of row 0."""
+        super().__init__(**kwargs)
+        self._texts: dict[str, str] = {f.path: "" for f in FIELDS} | dict(values or {})
         self._notes: dict[str, tuple[str, str]] = {}
-        self._initial = dict(values or {})
+        self._variants: list[tuple[str, str]] = [(_printable(label), key) for label, key in variants]
+        self._variant = variant
+        self.cursor = 0  # row: 0 = variant, i + 1 = FIELDS[i]
+        self.caret = len(self._texts.get(FIELDS[0].path, ""))
 
-    def compose(self) -> ComposeResult:
-        yield Static(self._labels_markup(), id="form-labels")
-        with Vertical(id="form-controls"):
-            for f in FIELDS:
-                text = self._initial.get(f.path, "")
-                if f.choices:
-                    yield FieldSelect(f.path, f.choices, id=_row_id(f.path) + "-input",
-                                      **({"value": text} if text in f.choices else {}))
-                else:
-                    yield FieldInput(f.path, id=_row_id(f.path) + "-input", compact=True, select_on_focus=False,
-                                     value=text)
-        yield Static("", id="form-notes")
+    # ------------------------------------------------------------------ what the view reads and sets
 
-    def on_mount(self) -> None:
-        for column in self.query_one("#form-labels"), self.query_one("#form-notes"):
-            column.styles.height = len(FIELDS)  # fixed, so a new note never needs a re-layout
+    @property
+    def current_path(self) -> str:
+        return VARIANT if self.cursor == 0 else FIELDS[self.cursor - 1].path
 
-    def control(self, path: str) -> Input | Select[str]:
-        return self.query_one(f"#{_row_id(path)}-input")  # type: ignore[return-value]
-
-    def load(self, values: Mapping[str, str]) -> None:
-        """Show `values` (path -> text) without treating them as operator edits."""
-        for f in FIELDS:
-            text = values.get(f.path, "")
-            ctl = self.control(f.path)
-            if isinstance(ctl, Select):
-                with ctl.prevent(Select.Changed):
-                    if text in f.choices:
-                        ctl.value = text
-            else:
-                with ctl.prevent(Input.Changed):
-                    ctl.value = text
-
-    def _labels_markup(self) -> str:
-        lines = []
-        for f in FIELDS:
-            severity = self._notes.get(f.path, ("", ""))[0]
-            style = {"error": "bold reverse $error", "warning": "bold $warning"}.get(severity)
-            lines.append(f"[{style}]{escape(f.label)}[/]" if style else escape(f.label))
-        return "\n".join(lines)
-
-    def _notes_markup(self) -> str:
-        lines = []
-        for f in FIELDS:
-            severity, note = self._notes.get(f.path, ("", ""))
-            style = {"error": "$error", "warning": "$warning"}.get(severity)
-            lines.append(f"[{style}]{escape(note)}[/]" if style and note else escape(note))
-        return "\n".join(lines)
-
-    def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
-        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared."""
-        notes = {path: (sev, " ".join(note.split())) for path, (sev, note) in notes.items()}
-        if notes == self._notes:
-            return
-        self._notes = notes
-        for f in FIELDS:
-            severity = notes.get(f.path, ("", ""))[0]
-            ctl = self.control(f.path)
-            ctl.set_class(severity == "error", "-error")
-            ctl.set_class(severity == "warning", "-warning")
-        self.query_one("#form-labels", Static).update(self._labels_markup(), layout=False)
-        self.query_one("#form-notes", Static).update(self._notes_markup(), layout=False)
+    def text_of(self, path: str) -> str:
+        return self._variant or "" if path == VARIANT else self._texts.get(path, "")
 
     def severity_of(self, path: str) -> str:
-        """The highlight a field shows now ("error", "warning" or "")."""
-        ctl = self.control(path)
-        return "error" if ctl.has_class("-error") else "warning" if ctl.has_class("-warning") else ""
+        """The highlight a row shows now ("error", "warning" or "")."""
+        severity = self._notes.get(path, ("", ""))[0]
+        return severity if severity in ("error", "warning") else ""
 
     def note_of(self, path: str) -> str:
         return self._notes.get(path, ("", ""))[1]
 
-    @on(Input.Changed)
-    def _input_changed(self, event: Input.Changed) -> None:
-        if isinstance(event.input, FieldInput):
-            event.stop()
-            self.post_message(self.Edited(event.input.path, event.value))
+    def set_variants(self, variants: Sequence[tuple[str, str]], current: str | None) -> None:
+        shown = [(_printable(label), key) for label, key in variants]
+        if shown != self._variants or current != self._variant:
+            self._variants, self._variant = shown, current
+            self.refresh()
 
-    @on(Select.Changed)
-    def _select_changed(self, event: Select.Changed) -> None:
-        if isinstance(event.select, FieldSelect):
+    def load(self, values: Mapping[str, str]) -> None:
+        """Show `values` (path -> text) without treating them as operator edits."""
+        texts = {f.path: values.get(f.path, "") for f in FIELDS}
+        if texts != self._texts:
+            self._texts = texts
+            self._park_caret()
+            self.refresh()
+
+    def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
+        """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared."""
+        notes = {path: (sev, _printable(" ".join(note.split()))) for path, (sev, note) in notes.items()}
+        if notes != self._notes:
+            self._notes = notes
+            self.refresh()
+
+    def move_to(self, path: str) -> None:
+        """Put the cursor on `path`'s row (VARIANT for row 0)."""
+        rows = [VARIANT, *(f.path for f in FIELDS)]
+        self._set_cursor(rows.index(path))
+
+    def cursor_down(self) -> None:
+        self._set_cursor(min(self.cursor + 1, len(FIELDS)))
+
+    def cursor_up(self) -> None:
+        self._set_cursor(max(self.cursor - 1, 0))
+
+    # ------------------------------------------------------------------ editing
+
+    def _field(self) -> FormField | None:
+        return None if self.cursor == 0 else FIELDS[self.cursor - 1]
+
+    def _set_cursor(self, row: int) -> None:
+        if row != self.cursor:
+            self.cursor = row
+            self._park_caret()
+            self.refresh()
+
+    def _park_caret(self) -> None:
+        field = self._field()
+        self.caret = len(self._texts[field.path]) if field is not None else 0
+
+    def _set_text(self, text: str, caret: int) -> None:
+        field = self._field()
+        if field is None:
+            return
+        text = text[:MAX_TEXT]
+        self.caret = max(0, min(caret, len(text)))
+        if text != self._texts[field.path]:
+            self._texts[field.path] = text
+            self.post_message(self.Edited(field.path, text))
+        self.refresh()
+
+    def _cycle(self, step: int) -> None:
+        field = self._field()
+        if field is None:
+            keys = [key for _, key in self._variants]
+            if not keys:
+                return
+            at = keys.index(self._variant) if self._variant in keys else -1
+            self._variant = keys[(at + step) % len(keys)]
+            self.refresh()
+            self.post_message(self.VariantPicked(self._variant))
+            return
+        choices = field.choices
+        text = self._texts[field.path]
+        at = choices.index(text) if text in choices else -1
+        self._set_text(choices[(at + step) % len(choices)], 0)
+
+    async def _on_key(self, event: events.Key) -> None:
+        field = self._field()
+        choice_row = field is None or bool(field.choices)
+        key = event.key
+        handled = True
+        if choice_row and key in ("left", "right", "space", "enter"):
+            self._cycle(-1 if key == "left" else 1)
+        elif key == "enter":
+            self.cursor_down()
+        elif choice_row:
+            handled = False
+        elif event.is_printable and event.character:
+            text = self._texts[field.path]  # type: ignore[union-attr]
+            self._set_text(text[: self.caret] + event.character + text[self.caret:], self.caret + 1)
+        else:
+            handled = self._edit_key(key, self._texts[field.path])  # type: ignore[union-attr]
+        if handled:
             event.stop()
-            self.post_message(self.Edited(event.select.path, str(event.value)))
+            event.prevent_default()
+
+    def _edit_key(self, key: str, text: str) -> bool:
+        """Line-editing keys on a typed row (what an Input answers to); False: not ours."""
+        caret = self.caret
+        if key == "backspace":
+            if caret:
+                self._set_text(text[: caret - 1] + text[caret:], caret - 1)
+        elif key == "delete":
+            self._set_text(text[:caret] + text[caret + 1:], caret)
+        elif key == "left":
+            self._set_text(text, caret - 1)
+        elif key == "right":
+            self._set_text(text, caret + 1)
+        elif key in ("home", "ctrl+a"):
+            self._set_text(text, 0)
+        elif key in ("end", "ctrl+e"):
+            self._set_text(text, len(text))
+        elif key == "ctrl+u":
+            self._set_text(text[caret:], 0)
+        elif key == "ctrl+k":
+            self._set_text(text[:caret], caret)
+        else:
+            return False
+        return True
+
+    def on_click(self, event: events.Click) -> None:
+        if 0 <= event.y <= len(FIELDS):
+            self._set_cursor(event.y)
+            self.focus()
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    # ------------------------------------------------------------------ drawing
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(FIELDS) + 1
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"layout-form--{name}", partial=True)
+
+    def render_line(self, y: int) -> Strip:
+        if y > len(FIELDS):
+            return Strip.blank(self.size.width, self.rich_style)
+        base = self.rich_style
+        width = self.size.width
+        if y == 0:
+            label, path = "Variant", VARIANT
+            value = next((lbl for lbl, key in self._variants if key == self._variant), "(no variants)")
+            value_w = max(1, width - LABEL_W)
+            shown = f"‹{value}›" if self.has_focus and self.cursor == 0 else f" {value}"
+            shown = shown[:value_w].ljust(value_w)
+            segments = [Segment(label.ljust(LABEL_W), base + self._style("label"))]
+            cell = self._style("cursor") if self.cursor == 0 else Style()
+            segments.append(Segment(shown, base + cell))
+            return Strip(segments, width).crop_extend(0, width, base)
+        field = FIELDS[y - 1]
+        path = field.path
+        severity, note = self._notes.get(path, ("", ""))
+        label_style = base + self._style("label")
+        if severity in ("error", "warning"):
+            label_style = base + self._style(severity) + Style(bold=True)
+        cell = base + self._style("value")
+        if severity in ("error", "warning"):
+            cell = cell + self._style(severity)
+        if self.cursor == y:
+            cell = cell + self._style("cursor")
+        text = self._texts.get(path, "")
+        inner = VALUE_W - 2
+        if field.choices:
+            body = f"‹{text}›" if self.has_focus and self.cursor == y else f" {text}"
+            segments = [Segment(field.label[:LABEL_W - 1].ljust(LABEL_W), label_style),
+                        Segment(body[:VALUE_W].ljust(VALUE_W), cell)]
+        else:
+            start = max(0, self.caret - inner + 1) if self.cursor == y else 0
+            visible = text[start:start + inner]
+            segments = [Segment(field.label[:LABEL_W - 1].ljust(LABEL_W), label_style), Segment(" ", cell)]
+            if self.has_focus and self.cursor == y:
+                at = self.caret - start
+                caret_char = visible[at] if at < len(visible) else " "
+                segments += [Segment(visible[:at], cell), Segment(caret_char, cell + self._style("caret")),
+                             Segment(visible[at + 1:].ljust(inner - at - 1) + " ", cell)]
+            else:
+                segments.append(Segment(visible.ljust(inner) + " ", cell))
+        note_w = width - LABEL_W - VALUE_W - 1
+        if note and note_w > 0:
+            note_style = base + self._style(f"note-{severity}" if severity in ("error", "warning") else "note")
+            shown = note if len(note) <= note_w else note[: note_w - 1] + "…"
+            segments += [Segment(" ", base), Segment(shown, note_style)]
+        return Strip(segments).crop_extend(0, width, base)

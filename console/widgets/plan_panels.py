@@ -132,7 +132,7 @@ class CommandPanel(VerticalScroll, can_focus=True):
     """The exact submission (redacted), scrollable; the plan view copies it with OSC 52."""
 
     DEFAULT_CSS = """
-    CommandPanel { height: 10; border: round $panel; padding: 0 1; }
+    CommandPanel { height: 10; border: round $panel; padding: 0 1; overflow-y: scroll; }
     CommandPanel:focus { border: round $accent; }
     CommandPanel > Static { width: 1fr; }
     """
