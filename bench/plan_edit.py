@@ -25,16 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from app_helpers import make_app
 
+from console.widgets.layout_form import LayoutForm
+
 
 class Bare(App[None]):
     def compose(self) -> ComposeResult:
-        yield Input("16", id="field-cluster-nodes-input")
+        yield Input("16")
 
 
 async def per_key_ms(app: App[object], keys: int) -> float:
     """Mean ms per key for alternating backspace/'6' (the value flips 16 <-> 1: a rule flips too)."""
     async with app.run_test(size=(120, 40)) as pilot:
-        app.query_one("#field-cluster-nodes-input").focus()
+        if isinstance(app, Bare):
+            app.query_one(Input).focus()
+        else:
+            form = app.query_one(LayoutForm)
+            form.focus()
+            form.move_to("cluster.nodes")
         await pilot.pause(0.2)
         start = time.perf_counter()
         for _ in range(keys // 2):

@@ -302,7 +302,7 @@ class UltraConsoleApp(App[int]):
         focused = self.focused
         if focused is not None and focused is not view:
             if view.can_focus:
-                view.focus()
+                self.screen.set_focus(view)  # at once: a key typed right after Esc must not reach the field
                 return
         if self.previous_view:
             self.action_show_view(self.previous_view)

@@ -42,7 +42,7 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
         try:
             async with app.run_test(size=(120, 40)) as pilot:
                 plan = app.query_one(PlanView)
-                assert plan.variant is not None and plan.variant.kind == "file"
+                assert plan.variant_key is not None and plan.variant_key.startswith("file:")
                 await pilot.press("p")
                 await until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
                 assert plan.preflight_state == "passed", plan.preflight_findings or plan.preflight_note

@@ -182,3 +182,21 @@ async def test_a_burst_of_keys_is_checked_once_and_launch_waits_for_it(tmp_path,
         assert not isinstance(app.screen, ConfirmModal)
         assert calls == [1]
         assert any("A1" in b for b in plan.launch_blockers())
+
+
+async def test_a_burst_of_downs_walks_the_form_without_losing_one(tmp_path):
+    """Keys from a terminal arrive in a burst (tmux send-keys, a held key): each Down is one row."""
+    from textual import events
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.focused is app.query_one(PlanView)
+        for _ in range(17):  # queued before any is handled
+            app.post_message(events.Key("down", None))
+        await pilot.pause(0.2)
+        form = app.query_one(LayoutForm)
+        assert app.focused is form and form.current_path == "batch.num_rollout"
+        for _ in range(3):  # and back up, as fast
+            app.post_message(events.Key("up", None))
+        await pilot.pause(0.2)
+        assert app.focused is form and form.current_path == "batch.n_samples_per_prompt" and form.cursor == 13

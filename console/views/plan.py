@@ -296,19 +296,22 @@ class PlanView(ConsoleView):
 
     def action_next_field(self) -> None:
         """Down: into the form, then row by row, then on to the command panel."""
+        # `screen.focused`, not `has_focus`: that one follows the Focus event, a turn behind a key burst
         form = self.query_one(LayoutForm)
-        if self.screen.focused is self:
-            form.focus()
-        elif form.has_focus and form.cursor < len(FIELDS):
+        focused = self.screen.focused
+        if focused is self:
+            self.screen.set_focus(form)  # at once: `focus()` also waits a turn
+        elif focused is form and form.cursor < len(FIELDS):
             form.cursor_down()
         else:
             self.screen.focus_next()
 
     def action_prev_field(self) -> None:
         form = self.query_one(LayoutForm)
-        if form.has_focus and form.cursor > 0:
+        focused = self.screen.focused
+        if focused is form and form.cursor > 0:
             form.cursor_up()
-        elif not form.has_focus and self.screen.focused is not self:
+        elif focused is not form and focused is not self:
             self.screen.focus_previous()
 
     def action_page(self, direction: int) -> None:
