@@ -8,8 +8,10 @@ are kept as the strings the recipe writes, validated as numbers.
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -256,10 +258,25 @@ def preset_dir() -> Path:
     return Path(str(resources.files("configs")))
 
 
+@lru_cache(maxsize=64)
+def _parsed_toml(path: Path, _stamp: tuple[int, int]) -> dict[str, Any]:
+    """One parse per file version (`_stamp` = mtime, size): listing the variants reads every preset
+    several times, and the plan form's first frame waits for that."""
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_toml(path: Path, *, copied: bool = True) -> dict[str, Any]:
+    """The parsed file; with `copied`, a fresh copy the caller may change (raises OSError,
+    UnicodeDecodeError, tomllib.TOMLDecodeError)."""
+    st = path.stat()
+    data = _parsed_toml(path, (st.st_mtime_ns, st.st_size))
+    return copy.deepcopy(data) if copied else data
+
+
 def _is_preset(path: Path) -> bool:
     """configs/ also holds other data (alerts.toml): a preset is a TOML file with a [model] table."""
     try:
-        return isinstance(tomllib.loads(path.read_text(encoding="utf-8")).get("model"), dict)
+        return isinstance(_read_toml(path, copied=False).get("model"), dict)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False
 
@@ -304,7 +321,7 @@ def resolve_preset_path(name_or_path: str | None) -> Path:
 def load_preset_dict(name_or_path: str | None = None) -> dict[str, Any]:
     path = resolve_preset_path(name_or_path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = _read_toml(path)
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"cannot read preset {path}: {err}") from None
     except tomllib.TOMLDecodeError as err:

@@ -34,11 +34,9 @@ from console.messages import (
     Notice,
     RunStateChanged,
 )
-from console.palette import KeymapCommands
 from console.views.base import ConsoleView
 from console.views.plan import PlanView
 from console.watchdog import terminal_alive
-from console.widgets.help_screen import HelpScreen
 from console.widgets.key_bar import KeyBar
 
 if TYPE_CHECKING:
@@ -53,6 +51,13 @@ COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
 WIDE_FROM = 180  # columns from which views may spread out side by side
 WATCHDOG_INTERVAL_S = 2.0
 QUIT_LINE = "ultra-console: console closed; the run keeps going on Ray. Run `ultra-console` to attach again."
+
+
+def _keymap_commands() -> type[Any]:
+    """The palette's provider, imported when the palette first opens (not on the first frame)."""
+    from console.palette import KeymapCommands
+
+    return KeymapCommands
 
 
 class Unavailable(ConsoleView):
@@ -118,7 +123,7 @@ class UltraConsoleApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "ultra-console"
     BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)  # type: ignore[assignment]
-    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {KeymapCommands}
+    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {_keymap_commands}
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
@@ -308,6 +313,8 @@ class UltraConsoleApp(App[int]):
             self.action_show_view(self.previous_view)
 
     def action_help(self) -> None:
+        from console.widgets.help_screen import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.keymap_overrides, self.readonly))
 

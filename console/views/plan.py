@@ -24,7 +24,6 @@ from backend.plan_start import PlanStart
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
-from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import FIELDS, LayoutForm
 from console.widgets.plan_panels import (
     CommandPanel,
@@ -370,6 +369,8 @@ class PlanView(ConsoleView):
         if blockers:
             self.notify("launch refused: " + "; ".join(blockers), severity="error")
             return
+        from console.widgets.confirm import ConfirmModal
+
         spec = self.evaluation.spec
         self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
                              lambda ok: self._launch(spec) if ok else None)
