@@ -143,7 +143,7 @@ class UltraConsoleApp(App[int]):
 
             self._plan_start = PlanStart.from_json(preview["start"])
             basics = argparse.Namespace(**preview["settings"])
-            preview_run_id = preview_run_id or preview["run_id"]
+            preview_run_id = preview["run_id"]  # the one its command preview already holds
         if basics is None:
             basics = self.settings
         self.readonly = bool(basics.readonly)
