@@ -2,9 +2,11 @@
 
 Opening the app costs two imports one after the other on one core: Textual (~0.14 s) and pydantic
 with the recipe (~0.1 s). Started here first, on another core, the helper has the plan ready by the
-time the app composes it. It prints one JSON object: the validated basics of the settings (never the
-token), the run id of the command preview and the `PlanStart`. Anything else (it failed, was slow,
-printed garbage) returns None and the console computes the plan itself, as it does on every edit.
+time the app composes it. It prints two JSON lines: first the validated basics of the settings (never
+the token) and the run id of the command preview, or {"error": one line} for bad settings (read before
+the app starts, so a bad config is one line on a plain terminal); then the `PlanStart` (read when the
+plan view is composed). Anything else (it failed, was slow, printed garbage) reads as None and the
+console computes what is missing itself, as it does on every edit.
 
 The helper runs this file's `main` in isolated mode (no cwd, no PYTHON* variables) with the console's
 own package root first on sys.path, so it is the same code the console runs.
@@ -14,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,31 +32,63 @@ _BOOT = f"import sys; sys.path.insert(0, {ROOT!r}); from backend.plan_preview im
 
 
 class Preview:
-    """A running helper; `result()` is its answer, or None."""
+    """A running helper: `basics()` is its first answer, `plan()` its second (each None on failure)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
-        self._result: dict[str, Any] | None = None
-        self._done = False
+        self._buffer = b""
+        self._lines: list[dict[str, Any] | None] = []
+        self._failed = False
 
-    def result(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
-        if self._done:
-            return self._result
-        self._done = True
-        try:
-            out, _ = self._proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+    def basics(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
+        """{"settings": {address, readonly, keys}, "run_id": ...} or {"error": one line} or None."""
+        return self._line(0, timeout)
+
+    def plan(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
+        """The `PlanStart` as JSON, or None."""
+        answer = self._line(1, timeout)
+        if answer is None:
             return None
-        if self._proc.returncode != 0:
-            return None
+        # It exits by itself now; reap it off the console's thread rather than wait for its shutdown.
+        threading.Thread(target=self._proc.wait, name="plan-preview-reaper", daemon=True).start()
+        return answer.get("start")
+
+    def _line(self, index: int, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while len(self._lines) <= index and not self._failed:
+            self._lines.append(self._read_line(deadline))
+        return self._lines[index] if index < len(self._lines) else None
+
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        fd = stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return self._fail()
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return self._fail()
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
         try:
-            data = json.loads(out)
+            data = json.loads(line)
         except ValueError:
-            return None
-        self._result = data if isinstance(data, dict) else None
-        return self._result
+            return self._fail()
+        return data if isinstance(data, dict) else self._fail()
+
+    def _fail(self) -> None:
+        self._failed = True
+        self._finish()
+
+    def _finish(self) -> None:
+        """Reap the helper (killed first if it is still running: nothing more is read from it)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 def start(*, address: str | None = None, readonly: bool | None = None,
@@ -69,8 +107,9 @@ def start(*, address: str | None = None, readonly: bool | None = None,
     return Preview(proc)
 
 
-def compute(address: str | None = None, readonly: bool | None = None) -> dict[str, Any]:
-    """What the helper prints: {"error": one line} for bad settings, else the basics and the plan."""
+def answers(address: str | None = None, readonly: bool | None = None) -> Iterator[dict[str, Any]]:
+    """What the helper prints, in order: the basics (or the error), then the plan. A generator, so
+    the first line is out before the plan is computed."""
     from backend.command import new_run_id
     from backend.errors import ConsoleError
     from backend.plan_start import plan_start
@@ -79,11 +118,12 @@ def compute(address: str | None = None, readonly: bool | None = None) -> dict[st
     try:
         settings = load_settings(address=address, readonly=readonly)
     except ConsoleError as err:
-        return {"error": str(err)}
+        yield {"error": str(err)}
+        return
     run_id = new_run_id()
-    start_ = plan_start(settings.preset, None, run_id=run_id, address=settings.address)
-    return {"settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
-            "run_id": run_id, "start": start_.to_json()}
+    yield {"settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
+           "run_id": run_id}
+    yield {"start": plan_start(settings.preset, None, run_id=run_id, address=settings.address).to_json()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,5 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--address", default=None)
     parser.add_argument("--readonly", action="store_true", default=None)
     args = parser.parse_args(argv)
-    sys.stdout.write(json.dumps(compute(args.address, args.readonly)))
+    for answer in answers(args.address, args.readonly):
+        print(json.dumps(answer), flush=True)
     return 0

@@ -129,21 +129,21 @@ class UltraConsoleApp(App[int]):
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
                  controller: Any = None, model_dir: str | None = None,
-                 preview: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> None:
-        """preview: the plan preview helper's answer (backend/plan_preview.py); with it and no
-        `settings`, the settings are loaded (with `overrides`, the CLI flags) after the first frame."""
+                 preview: Any = None, overrides: dict[str, Any] | None = None) -> None:
+        """preview: a backend.plan_preview.Preview whose basics() answered; with it and no `settings`,
+        the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
+        view starts from the preview's plan."""
         super().__init__()
         self.model_dir = model_dir  # where the variant picker looks for checkpoints; None = the preset's
         self._settings = settings
         self._overrides = overrides or {}
-        self._plan_start: Any = None
+        self._preview = None
         basics: Any = settings
-        if settings is None and preview is not None:
-            from backend.plan_start import PlanStart
-
-            self._plan_start = PlanStart.from_json(preview["start"])
-            basics = argparse.Namespace(**preview["settings"])
-            preview_run_id = preview["run_id"]  # the one its command preview already holds
+        answer = preview.basics() if settings is None and preview is not None else None
+        if answer is not None and "settings" in answer:
+            self._preview = preview
+            basics = argparse.Namespace(**answer["settings"])
+            preview_run_id = str(answer["run_id"])  # the one its command preview holds
         if basics is None:
             basics = self.settings
         self.readonly = bool(basics.readonly)
@@ -168,6 +168,20 @@ class UltraConsoleApp(App[int]):
         self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
         self._later_mounted = False
         self._after_first_frame_done = False
+
+    def preview_plan(self) -> Any:
+        """The preview helper's PlanStart (waited for here, when the plan view is composed), or None:
+        the plan view then computes it."""
+        preview, self._preview = self._preview, None
+        data = preview.plan() if preview is not None else None
+        if data is None:
+            return None
+        from backend.plan_start import PlanStart
+
+        try:
+            return PlanStart.from_json(data)
+        except (KeyError, TypeError, ValueError):
+            return None
 
     @property
     def settings(self) -> Settings:
@@ -218,7 +232,7 @@ class UltraConsoleApp(App[int]):
         widget = self._views.get(name)
         if widget is None:
             if name == "plan":
-                widget = PlanView(self._plan_start, id=name)
+                widget = PlanView(self.preview_plan, id=name)
             else:
                 cls = _optional_view(*LATER_VIEWS[name])
                 widget = cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
@@ -407,17 +421,17 @@ def run_app(args: argparse.Namespace, preview: Any = None) -> int:
 
     overrides = {"address": getattr(args, "address", None), "token": getattr(args, "token", None),
                  "readonly": getattr(args, "readonly", None)}
-    answer = preview.result() if preview is not None else None
+    answer = preview.basics() if preview is not None else None
     if answer is not None and "error" in answer:
         raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
-    if answer is None:
+    if answer is None or "settings" not in answer:
         from backend.settings import load_settings
 
         app = UltraConsoleApp(load_settings(**overrides), job=getattr(args, "job", None),
                               demo=bool(getattr(args, "demo", False)), controller=getattr(args, "controller", None))
     else:
         app = UltraConsoleApp(None, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
-                              controller=getattr(args, "controller", None), preview=answer, overrides=overrides)
+                              controller=getattr(args, "controller", None), preview=preview, overrides=overrides)
     code = app.run()
     if sys.stdout.isatty() or os.environ.get("ULTRA_CONSOLE_QUIT_LINE"):
         try:

@@ -32,29 +32,31 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cfg
 
 
-def _without_run_id(answer: dict) -> str:
-    return json.dumps(answer).replace(answer["run_id"], "RUN")
-
-
 def test_helper_answers_what_the_console_computes(config: Path) -> None:
-    answer = plan_preview.start(address="127.0.0.1:7777").result()
-    assert answer is not None
-    here = plan_preview.compute(address="127.0.0.1:7777")
-    assert _without_run_id(answer) == _without_run_id(here)
-    assert answer["settings"] == {"address": "http://127.0.0.1:7777", "readonly": True,
+    preview = plan_preview.start(address="127.0.0.1:7777")
+    basics, plan = preview.basics(), preview.plan()
+    assert basics is not None and plan is not None
+    assert preview._proc.wait(timeout=10) == 0  # it exits by itself once both answers are out
+    here = list(plan_preview.answers(address="127.0.0.1:7777"))
+    assert basics["settings"] == here[0]["settings"]
+    assert json.dumps(plan).replace(basics["run_id"], "RUN") == json.dumps(here[1]["start"]).replace(
+        here[0]["run_id"], "RUN")  # the same plan, but for the run id each one drew
+    assert basics["settings"] == {"address": "http://127.0.0.1:7777", "readonly": True,
                                   "keys": {"plan.preflight": "ctrl+t"}}
-    start = PlanStart.from_json(answer["start"])
+    start = PlanStart.from_json(plan)
     assert start.variant == "preset:nemotron-3-ultra-550b-a55b" and start.evaluation.valid
     assert start.evaluation.command.startswith("ray job submit --address=http://127.0.0.1:7777")
-    assert answer["run_id"] in start.evaluation.command
-    assert "tok-secret-123" not in json.dumps(answer)  # the token never leaves the settings
+    assert basics["run_id"] in start.evaluation.command
+    assert "tok-secret-123" not in json.dumps([basics, plan])  # the token never leaves the settings
 
 
 def test_bad_settings_come_back_as_one_line(config: Path) -> None:
     config.write_text("readonly = [\n")
-    answer = plan_preview.start().result()
+    preview = plan_preview.start()
+    answer = preview.basics()
     assert answer is not None and set(answer) == {"error"}
     assert answer["error"].startswith("cannot read config file") and "\n" not in answer["error"]
+    assert preview.plan() is None  # nothing follows an error
 
 
 def _script(tmp_path: Path, body: str) -> str:
@@ -66,19 +68,21 @@ def _script(tmp_path: Path, body: str) -> str:
 
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
-    assert plan_preview.start(python=_script(tmp_path, "exit 3")).result() is None  # died
-    assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).result() is None  # garbage
-    assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).result() is None  # not an answer
+    assert plan_preview.start(python=_script(tmp_path, "exit 3")).basics() is None  # died
+    assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).basics() is None  # garbage
+    assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).basics() is None  # not an answer
+    half = plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'; exit 1"""))
+    assert half.basics() == {"settings": {}, "run_id": "r"} and half.plan() is None  # died after the first
 
 
 def test_a_slow_helper_is_given_up_and_killed(tmp_path: Path) -> None:
-    preview = plan_preview.start(python=_script(tmp_path, "exec sleep 30"))
-    assert preview is not None
+    preview = plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'; exec sleep 30"""))
+    assert preview is not None and preview.basics(timeout=10) is not None
     t0 = time.monotonic()
-    assert preview.result(timeout=0.5) is None
+    assert preview.plan(timeout=0.5) is None
     assert time.monotonic() - t0 < 5
     assert preview._proc.poll() is not None  # not left running
-    assert preview.result() is None  # asked again: the same answer, no second wait
+    assert preview.plan() is None and preview.basics() is not None  # asked again: no second wait
 
 
 def _screen(app: UltraConsoleApp) -> list[str]:
@@ -86,12 +90,12 @@ def _screen(app: UltraConsoleApp) -> list[str]:
 
 
 async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: Path, config: Path) -> None:
-    answer = plan_preview.compute()
+    preview = plan_preview.start()
+    run_id = preview.basics()["run_id"]
     from backend.settings import load_settings
 
-    from_preview = UltraConsoleApp(None, preview=answer, start_workers=False, watchdog=False)
-    computed = UltraConsoleApp(load_settings(), start_workers=False, watchdog=False,
-                               preview_run_id=answer["run_id"])
+    from_preview = UltraConsoleApp(None, preview=preview, start_workers=False, watchdog=False)
+    computed = UltraConsoleApp(load_settings(), start_workers=False, watchdog=False, preview_run_id=run_id)
     screens = []
     for app in (from_preview, computed):
         async with app.run_test(size=(120, 40)) as pilot:
@@ -100,6 +104,8 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
             plan = app.query_one(PlanView)
             await until(pilot, lambda plan=plan: plan.evaluation.spec is not None, "the spec object is built")
             assert app.readonly and app.keymap_overrides == {"plan.preflight": "ctrl+t"}
+        if app is from_preview:
+            assert preview._proc.wait(timeout=10) == 0  # its plan was read to the end
     assert screens[0] == screens[1]
     assert any("READ-ONLY" in line for line in screens[0])
     assert from_preview._settings is not None and from_preview.settings.token.get_secret_value() == "tok-secret-123"

@@ -9,6 +9,7 @@ failed preflight stands, and goes through a confirmation modal with Cancel focus
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -70,8 +71,9 @@ class PlanView(ConsoleView):
     PlanView #plan-summary { height: auto; padding: 0 1; color: $text-muted; margin-bottom: 1; }
     """
 
-    def __init__(self, start: PlanStart | None = None, **kwargs: Any) -> None:
-        """start: where to begin (the preview helper's copy); None: computed here when composed."""
+    def __init__(self, start: Callable[[], PlanStart | None] | None = None, **kwargs: Any) -> None:
+        """start: asked when composed for where to begin (the preview helper's copy); when it answers
+        None, that is computed here."""
         super().__init__(**kwargs)
         self._start = start
         self.variants: list[Any] | None = None  # backend.variants.Variant objects, listed when first needed
@@ -90,7 +92,7 @@ class PlanView(ConsoleView):
     def compose(self) -> ComposeResult:
         # Where to start is known before the widgets exist, so they are built holding it: no restyle
         # of the form once mounted, and the first frame is the whole view.
-        start = self._start or self._compute_start()
+        start = (self._start() if self._start is not None else None) or self._compute_start()
         self._start = None
         for notice in start.notices:
             self.notify(notice, severity="error")
