@@ -42,7 +42,11 @@ class Preview:
 
     def basics(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
         """{"settings": {address, readonly, keys}, "run_id": ...} or {"error": one line} or None."""
-        return self._line(0, timeout)
+        answer = self._line(0, timeout)
+        if answer is None or _well_formed(answer):
+            return answer
+        self._lines[0] = self._fail()
+        return None
 
     def plan(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
         """The `PlanStart` as JSON, or None."""
@@ -89,6 +93,15 @@ class Preview:
         self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+def _well_formed(answer: dict[str, Any]) -> bool:
+    if set(answer) == {"error"}:
+        return isinstance(answer["error"], str)
+    settings = answer.get("settings")
+    return (isinstance(settings, dict) and isinstance(answer.get("run_id"), str)
+            and isinstance(settings.get("address"), str) and isinstance(settings.get("readonly"), bool)
+            and isinstance(settings.get("keys"), dict))
 
 
 def start(*, address: str | None = None, readonly: bool | None = None,

@@ -20,6 +20,7 @@ from console.app import UltraConsoleApp
 from console.views.plan import PlanView
 
 ROOT = Path(__file__).resolve().parent.parent
+BASICS = '{"settings": {"address": "http://127.0.0.1:9", "readonly": false, "keys": {}}, "run_id": "r"}'
 
 
 @pytest.fixture
@@ -71,12 +72,14 @@ def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert plan_preview.start(python=_script(tmp_path, "exit 3")).basics() is None  # died
     assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).basics() is None  # garbage
     assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).basics() is None  # not an answer
-    half = plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'; exit 1"""))
-    assert half.basics() == {"settings": {}, "run_id": "r"} and half.plan() is None  # died after the first
+    assert plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).basics() \
+        is None  # not the shape the console reads
+    half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
+    assert half.basics() == json.loads(BASICS) and half.plan() is None  # died after the first answer
 
 
 def test_a_slow_helper_is_given_up_and_killed(tmp_path: Path) -> None:
-    preview = plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'; exec sleep 30"""))
+    preview = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exec sleep 30"))
     assert preview is not None and preview.basics(timeout=10) is not None
     t0 = time.monotonic()
     assert preview.plan(timeout=0.5) is None
