@@ -1,8 +1,8 @@
 """The plan view: pick a variant, edit the layout, see every rule's verdict, the command, preflight.
 
-Every edit goes to backend: `spec_edit.edit_spec` (recipe overrides + validation, bad values
-reported per field), `constraints.check`/`derive`, `command.build_submission(...).shell()`.
-The view only routes keys and draws. Launch (`L`) is refused while a bad value, an error finding or a
+Every edit goes to backend: `plan_eval.evaluate` (the spec with bad values reported per field, the
+findings, the derived numbers, the command). Where to start comes from `plan_start`, on the first frame
+through the app's plan preview helper. The view only routes keys and draws. Launch (`L`) is refused while a bad value, an error finding or a
 failed preflight stands, and goes through a confirmation modal with Cancel focused.
 """
 
