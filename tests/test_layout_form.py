@@ -66,8 +66,10 @@ async def test_enter_moves_down_and_choice_rows_cycle():
         assert form.text_of("run.mode") == "debug_minimal" and app.edits[-1] == ("run.mode", "debug_minimal")
         await pilot.press("space")
         assert form.text_of("run.mode") == "normal"
-        await pilot.press("9")  # typing on a choice row changes nothing
-        assert form.text_of("run.mode") == "normal"
+        await pilot.press("d")  # type-ahead: the first choice starting with d
+        assert form.text_of("run.mode") == "debug_minimal"
+        await pilot.press("9")  # no choice starts with 9: nothing changes, and no binding fires either
+        assert form.text_of("run.mode") == "debug_minimal"
 
 
 async def test_variant_row_cycles_and_shows_no_escape():
@@ -81,6 +83,10 @@ async def test_variant_row_cycles_and_shows_no_escape():
         assert "beta" in line.text and all("\x1b" not in seg.text for seg in line)
         await pilot.press("left")
         assert app.picked[-1] == "preset:alpha"
+        await pilot.press("B")  # type-ahead on the labels
+        assert app.picked[-1] == "checkpoint:beta"
+        await pilot.press("b")  # the only one starting with b: it stays
+        assert form.text_of(VARIANT) == "checkpoint:beta"
 
 
 async def test_marks_highlight_rows_and_clicks_move_the_cursor():

@@ -199,6 +199,20 @@ class LayoutForm(Widget, can_focus=True):
         at = choices.index(text) if text in choices else -1
         self._set_text(choices[(at + step) % len(choices)], 0)
 
+    def _jump(self, char: str) -> None:
+        """On a choice row: the next choice (after the current, wrapping) whose label starts with `char`."""
+        field = self._field()
+        labels = [label for label, _ in self._variants] if field is None else list(field.choices)
+        current = self._variant if field is None else self._texts[field.path]
+        keys = [key for _, key in self._variants] if field is None else labels
+        at = keys.index(current) if current in keys else -1
+        for step in range(1, len(keys) + 1):
+            i = (at + step) % len(keys)
+            if labels[i][:1].lower() == char.lower():
+                if i != at:
+                    self._cycle(i - at)
+                return
+
     async def _on_key(self, event: events.Key) -> None:
         field = self._field()
         choice_row = field is None or bool(field.choices)
@@ -208,6 +222,8 @@ class LayoutForm(Widget, can_focus=True):
             self._cycle(-1 if key == "left" else 1)
         elif key == "enter":
             self.cursor_down()
+        elif choice_row and event.is_printable and event.character:
+            self._jump(event.character)  # type-ahead, as in a list: the form is a typing context
         elif choice_row:
             handled = False
         elif event.is_printable and event.character:
