@@ -104,9 +104,18 @@ def _well_formed(answer: dict[str, Any]) -> bool:
             and isinstance(settings.get("keys"), dict))
 
 
+def _cores() -> int:
+    """CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 def start(*, address: str | None = None, readonly: bool | None = None,
           python: str | None = None) -> Preview | None:
-    """Start the helper (None if it cannot be started). `python`: the interpreter (tests)."""
+    """Start the helper (None if it cannot be started, or on a single CPU, where it would only add its
+    own interpreter start to the console's). `python`: the interpreter (tests)."""
+    if _cores() < 2:
+        return None
     argv = [python or sys.executable, "-I", "-c", _BOOT]
     if address:
         argv += ["--address", address]

@@ -78,6 +78,14 @@ def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert half.basics() == json.loads(BASICS) and half.plan() is None  # died after the first answer
 
 
+def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
+    assert plan_preview.start() is None  # the console computes the plan itself: nothing to overlap with
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    preview = plan_preview.start()
+    assert preview is not None and preview.basics() is not None
+
+
 def test_a_slow_helper_is_given_up_and_killed(tmp_path: Path) -> None:
     preview = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exec sleep 30"))
     assert preview is not None and preview.basics(timeout=10) is not None
