@@ -47,6 +47,7 @@ VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "ev
 # the first full frame, or at once when one is asked for before that (they start hidden anyway).
 LATER_VIEWS: dict[str, tuple[str, str]] = {"run": ("run", "RunView"), "logs": ("logs", "LogsView"),
                                            "events": ("events", "EventsView")}
+FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount and the workers start by then in any case
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
 WIDE_FROM = 180  # columns from which views may spread out side by side
 WATCHDOG_INTERVAL_S = 2.0
@@ -212,6 +213,7 @@ class UltraConsoleApp(App[int]):
             await self._mount_later_views()
         if self._watchdog and not self.is_headless and not self.is_web:
             self._arm_watchdog()
+        self.set_timer(FIRST_FRAME_FALLBACK_S, self.first_frame_drawn)  # if the key bar never got to draw
 
     def first_frame_drawn(self) -> None:
         """The first full frame is on the terminal: now mount the hidden views and start the workers."""

@@ -181,3 +181,17 @@ async def test_history_progress_shows_in_the_state_line(tmp_path):
         app.post_message(HistoryProgress("raysubmit_1", 150_000, done=True))
         await pilot.pause()
         assert "reading history" not in str(app.query_one(StateLine).content)
+
+
+async def test_workers_start_even_if_the_key_bar_never_draws(tmp_path, monkeypatch):
+    """The key bar tells the app its first frame is out; should it never, a timer does."""
+    from console import app as app_module
+    from console.widgets.key_bar import KeyBar
+
+    monkeypatch.setattr(app_module, "FIRST_FRAME_FALLBACK_S", 0.3)
+    monkeypatch.setattr(KeyBar, "on_mount", lambda self: None)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert not app._after_first_frame_done
+        await pilot.pause(0.6)
+        assert app._after_first_frame_done
