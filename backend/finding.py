@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}  # worst first
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:

@@ -15,8 +15,6 @@ from typing import Any
 from backend.errors import ConsoleError
 from backend.finding import Finding
 
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-
 
 @dataclass
 class PlanEvaluation:
@@ -24,7 +22,7 @@ class PlanEvaluation:
     valid: bool = False  # a spec was built (true for a read-back copy of a valid one too)
     field_errors: dict[str, str] = field(default_factory=dict)  # path -> why its text is refused
     error: str | None = None  # a problem no single field owns
-    findings: list[Finding] = field(default_factory=list)  # worst first
+    findings: list[Finding] = field(default_factory=list)  # worst first, as check() orders them
     derived: dict[str, Any] = field(default_factory=dict)
     command: str = ""  # the copyable `ray job submit` line, secrets redacted ("" while invalid)
     summary: str = "no valid spec"
@@ -60,7 +58,7 @@ def evaluate(base: dict[str, Any], edits: Mapping[str, str], *, run_id: str | No
     spec = result.spec
     if spec is None:
         return out
-    out.findings = sorted(check(spec), key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+    out.findings = check(spec)
     out.derived = dict(derive(spec))
     out.summary = summary_of(spec)
     try:

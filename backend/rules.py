@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from backend.finding import SEVERITY_RANK
+
 Severity = Literal["error", "warning", "info"]
 Status = Literal["checked", "covered", "n/a"]
 
-SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
 # Field groups reused by many rules (dotted RunSpec paths, as the UI highlights them).
 CLUSTER = ("cluster.nodes", "cluster.gpus_per_node")

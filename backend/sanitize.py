@@ -45,6 +45,12 @@ def sanitize_text(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def one_line(text: str) -> str:
+    """Text from elsewhere (a directory name, a message) fit for one line of the UI: clean, and every run
+    of whitespace, line breaks included, one space."""
+    return " ".join(sanitize_text(text).split())
+
+
 def _has_c1_intro(text: str) -> bool:
     return any(c in text for c in "\x9b\x90\x98\x9d\x9e\x9f")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.recipe import SLICE_NAME, list_presets, load_preset_dict
-from backend.sanitize import sanitize_text
+from backend.sanitize import one_line
 
 MAX_SCAN = 500  # directory entries read under model_dir; a huge shared dir must not stall the picker
 
@@ -78,11 +78,6 @@ def _preset_for(name: str, models: dict[str, tuple[str, int]], default: str) -> 
     return default
 
 
-def _shown(name: str) -> str:
-    """A directory or file name as a label: a name on disk may hold escapes or line breaks."""
-    return " ".join(sanitize_text(name).split())
-
-
 def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
                   current: str | None = None) -> list[Variant]:
     """The operator's own preset file (`current`, when it is a path, e.g. the demo's), then the
@@ -91,7 +86,7 @@ def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
     variants: list[Variant] = []
     if current and current not in models:
         model = load_preset_dict(current).get("model", {})
-        variants.append(Variant(key=f"file:{current}", label=f"{_shown(Path(current).stem)} (file)", kind="file",
+        variants.append(Variant(key=f"file:{current}", label=f"{one_line(Path(current).stem)} (file)", kind="file",
                                 preset=current, slice_layers=_slice_layers(str(model.get("name", "")))))
     variants += [
         Variant(key=f"preset:{name}", label=f"{name} (preset)", kind="preset", preset=name,
@@ -106,6 +101,6 @@ def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
         if path.name not in preset_models:
             overrides = (("model.name", path.name), ("paths.model_dir", str(path.parent)))
         kind_text = f"{layers}-layer slice" if layers is not None else "checkpoint"
-        variants.append(Variant(key=f"checkpoint:{path.name}", label=f"{_shown(path.name)} ({kind_text})",
+        variants.append(Variant(key=f"checkpoint:{path.name}", label=f"{one_line(path.name)} ({kind_text})",
                                 kind="checkpoint", preset=preset, overrides=overrides, slice_layers=layers))
     return variants

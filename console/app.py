@@ -426,14 +426,9 @@ def run_app(args: argparse.Namespace, preview: Any = None) -> int:
     answer = preview.basics() if preview is not None else None
     if answer is not None and "error" in answer:
         raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
-    if answer is None or "settings" not in answer:
-        from backend.settings import load_settings
-
-        app = UltraConsoleApp(load_settings(**overrides), job=getattr(args, "job", None),
-                              demo=bool(getattr(args, "demo", False)), controller=getattr(args, "controller", None))
-    else:
-        app = UltraConsoleApp(None, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
-                              controller=getattr(args, "controller", None), preview=preview, overrides=overrides)
+    # Without a usable answer the app loads the settings itself (a bad config raises here, before Textual).
+    app = UltraConsoleApp(None, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
+                          controller=getattr(args, "controller", None), preview=preview, overrides=overrides)
     code = app.run()
     if sys.stdout.isatty() or os.environ.get("ULTRA_CONSOLE_QUIT_LINE"):
         try:

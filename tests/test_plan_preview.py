@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -122,13 +123,19 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
     assert from_preview._settings is not None and from_preview.settings.token.get_secret_value() == "tok-secret-123"
 
 
-def test_bad_config_stops_the_console_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cpus", [None, "0"], ids=["helper", "one-cpu-no-helper"])
+def test_bad_config_stops_the_console_with_one_line(tmp_path: Path, cpus: str | None) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text("readonly = [\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEXTUAL", "PYTEST"))}
     env.update(ULTRA_CONSOLE_CONFIG=str(cfg), ULTRA_CONSOLE_STATE_DIR=str(tmp_path / "state"))
-    proc = subprocess.run([sys.executable, "-m", "console.cli"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "console.cli"]
+    if cpus is not None:
+        if shutil.which("taskset") is None:
+            pytest.skip("taskset is not installed")
+        argv = ["taskset", "-c", cpus, *argv]  # one CPU: no helper, the app loads the settings itself
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
     assert proc.stderr.startswith("ultra-console: error: cannot read config file")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -20,6 +20,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
+from backend.finding import SEVERITY_RANK
 from backend.plan_eval import PlanEvaluation
 from backend.plan_start import PlanStart
 from console import keymap
@@ -34,7 +35,6 @@ from console.widgets.plan_panels import (
     PreflightPanel,
 )
 
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 REBUILD_DEBOUNCE_S = 0.06
 
 

@@ -22,6 +22,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from backend.sanitize import one_line
+
 
 @dataclass(frozen=True)
 class FormField:
@@ -53,11 +55,6 @@ VARIANT = "variant"  # row 0's path
 LABEL_W = 15
 VALUE_W = 14
 MAX_TEXT = 40  # characters a value may hold (a layout number never needs more)
-
-
-def _printable(text: str) -> str:
-    """What may reach the terminal: a label or note from elsewhere loses escapes and line breaks."""
-    return text if text.isprintable() else "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 class LayoutForm(Widget, can_focus=True):
@@ -103,7 +100,7 @@ class LayoutForm(Widget, can_focus=True):
         super().__init__(**kwargs)
         self._texts: dict[str, str] = {f.path: "" for f in FIELDS} | dict(values or {})
         self._notes: dict[str, tuple[str, str]] = {}
-        self._variants: list[tuple[str, str]] = [(_printable(label), key) for label, key in variants]
+        self._variants: list[tuple[str, str]] = [(one_line(label), key) for label, key in variants]
         self._variant = variant
         self.cursor = 0  # row: 0 = variant, i + 1 = FIELDS[i]
         self.caret = len(self._texts.get(FIELDS[0].path, ""))
@@ -115,7 +112,7 @@ class LayoutForm(Widget, can_focus=True):
         return VARIANT if self.cursor == 0 else FIELDS[self.cursor - 1].path
 
     def text_of(self, path: str) -> str:
-        return self._variant or "" if path == VARIANT else self._texts.get(path, "")
+        return (self._variant or "") if path == VARIANT else self._texts.get(path, "")
 
     def severity_of(self, path: str) -> str:
         """The highlight a row shows now ("error", "warning" or "")."""
@@ -126,7 +123,7 @@ class LayoutForm(Widget, can_focus=True):
         return self._notes.get(path, ("", ""))[1]
 
     def set_variants(self, variants: Sequence[tuple[str, str]], current: str | None) -> None:
-        shown = [(_printable(label), key) for label, key in variants]
+        shown = [(one_line(label), key) for label, key in variants]
         if shown != self._variants or current != self._variant:
             self._variants, self._variant = shown, current
             self.refresh()
@@ -141,7 +138,7 @@ class LayoutForm(Widget, can_focus=True):
 
     def mark(self, notes: Mapping[str, tuple[str, str]]) -> None:
         """notes: path -> (severity "error"|"warning"|"info", one-line note); others are cleared."""
-        notes = {path: (sev, _printable(" ".join(note.split()))) for path, (sev, note) in notes.items()}
+        notes = {path: (sev, one_line(note)) for path, (sev, note) in notes.items()}
         if notes != self._notes:
             self._notes = notes
             self.refresh()
