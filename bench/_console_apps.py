@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from textual.app import App, ComposeResult  # noqa: E402
 from textual.binding import Binding, BindingType  # noqa: E402

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backend.constraints import check, derive  # noqa: E402
-from backend.recipe import RunSpec, build_spec  # noqa: E402
+from backend.plan.checks import check, derive  # noqa: E402
+from backend.plan.spec import RunSpec, build_spec  # noqa: E402
 
 TARGET_US = 1000.0
 BROKEN = ["train.tp=16", "train.pp=5", "train.ep=64", "rollout.dp=3", "batch.global_batch_size=130",

@@ -2,8 +2,8 @@
 
 Run in the oracle venv:  .venv-deep/bin/python bench/bench_deep.py [N]
 
-- baseline: backend.constraints.check(spec) per layout (what `plan` costs);
-- deep: backend.deep.run_deep_checks(spec) per layout, after one warm-up (library imports excluded),
+- baseline: backend.plan.checks.check(spec) per layout (what `plan` costs);
+- deep: backend.plan.deep.run_deep_checks(spec) per layout, after one warm-up (library imports excluded),
   broken down per real-library check;
 - shim: expected_provider_fields on the Ultra config, and one CPU provider build with the shim
   (shim-check's work) against the same build without it.
@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "deep")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support"), str(ROOT / "tests" / "deep")]
 
-from backend import constraints, deep  # noqa: E402
-from backend.recipe import build_spec  # noqa: E402
+from backend.plan import checks as constraints  # noqa: E402
+from backend.plan import deep  # noqa: E402
+from backend.plan.spec import build_spec  # noqa: E402
 
 
 def per_call(fn, items) -> float:

@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
 
-from backend.ray_api import RayClient  # noqa: E402
-from backend.simtrainer import SIM_TRAIN_SCRIPT  # noqa: E402
+from backend.cluster.dashboard import RayClient  # noqa: E402
+from backend.demo.simtrainer import SIM_TRAIN_SCRIPT  # noqa: E402
 
 
 async def naive_poll(address: str, sid: str, seconds: float) -> tuple[int, int]:

@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
 
-from backend.ray_api import RayClient  # noqa: E402
+from backend.cluster.dashboard import RayClient  # noqa: E402
 
 WRITER = ("import sys\nw = sys.stdout.write\nfor i in range({n}):\n"
           "    w(f'epoch 3 step {{i:07d}} loss=0.123456 lr=3.0e-04 tok/s=123456\\n')\n")

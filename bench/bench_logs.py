@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from miles_sample_log import SampleRun, generate  # noqa: E402
 
-from backend.logs import LogStore  # noqa: E402
-from backend.monitor import RunMonitor  # noqa: E402
+from backend.signals.logs import LogStore  # noqa: E402
+from backend.signals.monitor import RunMonitor  # noqa: E402
 
 CHUNK = 1 << 20
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 LINE = ("[2026-11-30 06:00:00.000 actor_cell0_rank0] model.py:854 - step {i}: "
         "{{'train/loss': -0.000123, 'train/kl': 0.00042}}")
@@ -41,7 +41,7 @@ def reexec_in_netns() -> None:
 async def history(rc, lines: int) -> dict[str, float]:
     import httpx
 
-    from backend.ray_api import RayClient
+    from backend.cluster.dashboard import RayClient
 
     code = f"print(*({LINE!r}.format(i=i) for i in range({lines})), sep=chr(10))"
     entry = shlex.join(["python3", "-c", code])
@@ -79,9 +79,9 @@ async def history(rc, lines: int) -> dict[str, float]:
 async def follow_rate(rc, seconds: float) -> dict[str, float]:
     from runhelp import sim_spec
 
-    from backend.ray_api import RayClient
-    from backend.run import RunController
-    from backend.telemetry import TelemetryPoller
+    from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import RayClient
+    from backend.cluster.telemetry import TelemetryPoller
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
     async with RayClient(rc.address, timeout=30) as client:

@@ -21,7 +21,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from textual.widgets import Input
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 
 from app_helpers import make_app
 

@@ -131,7 +131,7 @@ class UltraConsoleApp(App[int]):
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
                  controller: Any = None, model_dir: str | None = None,
                  preview: Any = None, overrides: dict[str, Any] | None = None) -> None:
-        """preview: a backend.plan_preview.Preview whose basics() answered; with it and no `settings`,
+        """preview: a backend.plan.preview_process.Preview whose basics() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
         view starts from the preview's plan."""
         super().__init__()
@@ -154,7 +154,7 @@ class UltraConsoleApp(App[int]):
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
-            from backend.command import new_run_id
+            from backend.plan.submission import new_run_id
 
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
@@ -177,7 +177,7 @@ class UltraConsoleApp(App[int]):
         data = preview.plan() if preview is not None else None
         if data is None:
             return None
-        from backend.plan_start import PlanStart
+        from backend.plan.view_start import PlanStart
 
         try:
             return PlanStart.from_json(data)
@@ -418,7 +418,7 @@ class UltraConsoleApp(App[int]):
 
 def run_app(args: argparse.Namespace, preview: Any = None) -> int:
     """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit.
-    preview: a started backend.plan_preview.Preview; without its answer the app computes the plan."""
+    preview: a started backend.plan.preview_process.Preview; without its answer the app computes the plan."""
     from backend.errors import SpecError
 
     overrides = {"address": getattr(args, "address", None), "token": getattr(args, "token", None),

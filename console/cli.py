@@ -45,7 +45,7 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    from backend import plan_preview
+    from backend.plan import preview_process as plan_preview
 
     # The plan is computed on another core while this process imports Textual (see plan_preview).
     preview = plan_preview.start(address=args.address, readonly=args.readonly)

@@ -37,7 +37,7 @@ class LogAppended(ConsoleMessage):
 
 
 class MetricsArrived(ConsoleMessage):
-    """New metric points (throughput, KL, ...) as backend.metrics produced them."""
+    """New metric points (throughput, KL, ...) as backend.signals.metrics produced them."""
 
     def __init__(self, payload: Any) -> None:
         super().__init__()
@@ -53,7 +53,7 @@ class RunStateChanged(ConsoleMessage):
 
 
 class AlertsChanged(ConsoleMessage):
-    """The current alert list (items with id, severity, message, step) from backend.alerts."""
+    """The current alert list (items with id, severity, message, step) from backend.signals.alerts."""
 
     def __init__(self, alerts: list[Any]) -> None:
         super().__init__()

@@ -8,7 +8,7 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              through the same controller, so its new job is picked up here too.
 - logs:      for the attached job, rebuild the history from Ray (progress posted as it goes), then
              follow the live log into the LogStore. Appends are batched (<= 10 posts/s).
-- metrics:   the store feeds backend.monitor.RunMonitor (metrics, facts, alerts) through its listener;
+- metrics:   the store feeds backend.signals.monitor.RunMonitor (metrics, facts, alerts) through its listener;
              MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
 - telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
 """
@@ -38,11 +38,11 @@ from console.messages import (
 )
 
 if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
-    from backend.logs import LogStore
-    from backend.monitor import RunMonitor
-    from backend.ray_api import JobInfo
-    from backend.run import RunController, RunEvent
-    from backend.series import SeriesSet
+    from backend.cluster.controller import RunController, RunEvent
+    from backend.cluster.dashboard import JobInfo
+    from backend.signals.logs import LogStore
+    from backend.signals.monitor import RunMonitor
+    from backend.signals.series import SeriesSet
 
 TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
@@ -90,8 +90,8 @@ class Runtime:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
     def __init__(self, app: App[Any]) -> None:
-        from backend.ray_api import RayClient
-        from backend.run import RunController
+        from backend.cluster.controller import RunController
+        from backend.cluster.dashboard import RayClient
 
         settings = app.settings  # type: ignore[attr-defined]
         self.app = app
@@ -116,8 +116,8 @@ class Runtime:
 
     def new_store(self, job_id: str) -> LogStore:
         """A fresh store + collector for `job_id`, handed to the logs view."""
-        from backend.logs import LogStore
-        from backend.monitor import RunMonitor
+        from backend.signals.logs import LogStore
+        from backend.signals.monitor import RunMonitor
 
         if self.store is not None:
             self.store.close()
@@ -148,7 +148,7 @@ class Runtime:
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
-            from backend.signals import derive
+            from backend.signals.derived import derive
 
             derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
             self.post(MetricsArrived(MetricsView(collector.series, derived)))
@@ -213,8 +213,8 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
 
 async def _run(rt: Runtime, job: str | None) -> None:
     """Attach, then watch forever (also across a later launch); reconnects on its own."""
-    from backend.job_identity import active_runs
-    from backend.run import NoRunFound
+    from backend.cluster.controller import NoRunFound
+    from backend.cluster.job_identity import active_runs
 
     controller = rt.controller
     while controller.job is None:
@@ -298,7 +298,7 @@ async def _ticks(rt: Runtime) -> None:
 
 async def _telemetry(rt: Runtime) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
-    from backend.telemetry import TelemetryPoller
+    from backend.cluster.telemetry import TelemetryPoller
 
     poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
     lost = False

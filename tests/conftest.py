@@ -24,11 +24,11 @@ import httpx
 import pytest
 import pytest_asyncio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from raycluster import LocalRayCluster
 
-from backend.ray_api import RayClient
+from backend.cluster.dashboard import RayClient
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from backend.errors import RefusedError
 from backend.sanitize import sanitize_text
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` and the other commands never pay for httpx
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
     from backend.settings import Settings
 
 T = TypeVar("T")
@@ -46,8 +46,8 @@ def refuse_if_readonly(settings: Settings, action: str) -> None:
 
 def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings], Awaitable[T]]) -> T:
     """Run `body(controller, settings)` in a fresh event loop with one client to the dashboard."""
-    from backend.ray_api import RayClient
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import RayClient
 
     settings = settings_of(args)
 

@@ -24,7 +24,7 @@ from console.commands._cluster import (
 )
 
 if TYPE_CHECKING:
-    from backend.run import RunController, RunEvent
+    from backend.cluster.controller import RunController, RunEvent
     from backend.settings import Settings
 
 EXTRA_WAIT_S = 30.0
@@ -50,7 +50,7 @@ def _printer(event: RunEvent) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.run import stop_settings
+    from backend.cluster.controller import stop_settings
 
     refuse_if_readonly(settings_of(args), "abort")
 

@@ -22,7 +22,7 @@ from console.commands._cluster import (
 )
 
 if TYPE_CHECKING:
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
     from backend.settings import Settings
 
 
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.telemetry import snapshot
+    from backend.cluster.telemetry import snapshot
 
     refuse_if_readonly(settings_of(args), "cleanup")
 

@@ -1,7 +1,7 @@
 """`ultra-console demo`: the whole product on this machine, no GPU needed.
 
 Starts a local Ray cluster (loopback only, token auth on, several nodes x 8 simulated GPUs),
-launches the SIMULATED trainer (backend/simtrainer) through the normal launch path
+launches the SIMULATED trainer (backend/demo/simtrainer) through the normal launch path
 (RunController.launch with the 4-layer preset and `paths.train_script` pointing at the simulator),
 then opens the console attached, labelled DEMO. Quitting tears down only the cluster it started.
 `--no-tui` does the same without the app: it prints progress and follows until the run ends or
@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 
 
 def demo_overrides(args: argparse.Namespace, root: Path) -> list[str]:
-    from backend.simtrainer import SIM_TRAIN_SCRIPT
+    from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 
     return [
         f"cluster.nodes={args.nodes}",
@@ -54,8 +54,8 @@ def demo_overrides(args: argparse.Namespace, root: Path) -> list[str]:
 def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, Any]:
     """The demo's preset (4-layer recipe on the local nodes, simulated trainer) as a TOML file, so the
     plan view starts from it and an edit + launch there goes through the same path."""
-    from backend.deep import hf_config
-    from backend.recipe import build_spec, dump_toml
+    from backend.plan.deep import hf_config
+    from backend.plan.spec import build_spec, dump_toml
 
     spec = build_spec(DEMO_PRESET, demo_overrides(args, directory))
     # What preflight checks on the head: a checkpoint directory (a synthetic config.json; the
@@ -73,7 +73,7 @@ def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.localcluster import LocalRayCluster
+    from backend.demo.local_cluster import LocalRayCluster
     from backend.settings import load_settings
 
     if args.nodes not in NODE_CHOICES:
@@ -119,8 +119,8 @@ def _say(text: str) -> None:
 
 
 async def _launch(settings: Any, spec: Any) -> str:
-    from backend.ray_api import RayClient
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import RayClient
 
     async with RayClient(settings.address, settings.token.get_secret_value()) as client:
         controller = RunController(client, state_dir=settings.state_dir)
@@ -130,10 +130,10 @@ async def _launch(settings: Any, spec: Any) -> str:
 
 async def _follow(settings: Any, job_id: str | None) -> int:
     """Headless: print state changes and one line per rollout until the run ends (or Ctrl-C)."""
-    from backend.logs import LogStore
-    from backend.metrics import MetricsCollector
-    from backend.ray_api import RayClient
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import RayClient
+    from backend.signals.logs import LogStore
+    from backend.signals.metrics import MetricsCollector
 
     if job_id is None:
         _say("DEMO: --no-launch with --no-tui: nothing to follow")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from console.commands._cluster import confirm, finding_lines, refuse_if_readonly, run_with, say, settings_of
 
 if TYPE_CHECKING:
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
     from backend.settings import Settings
 
 
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.command import build_submission, new_run_id, secrets_from_env
-    from backend.recipe import build_spec
-    from backend.run import LaunchRefused
+    from backend.cluster.controller import LaunchRefused
+    from backend.plan.spec import build_spec
+    from backend.plan.submission import build_submission, new_run_id, secrets_from_env
 
     refuse_if_readonly(settings_of(args), "launch")
     spec = build_spec(args.preset, args.overrides)

@@ -16,7 +16,7 @@ from backend.sanitize import sanitize_text
 from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 if TYPE_CHECKING:
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
     from backend.settings import Settings
 
 

@@ -1,8 +1,8 @@
 """`ultra-console metrics`: a run's metric series, derived signals and alerts, from a live job, a saved
 Ray job log, or a miles `--dump-details` directory.
 
-Everything is computed by backend.monitor (which reads through backend.logs, backend.metrics,
-backend.signals, backend.alerts); this module only picks the input and prints. `--json` prints one object
+Everything is computed by backend.signals.monitor (which reads through backend.signals.logs, backend.signals.metrics,
+backend.signals.derived, backend.signals.alerts); this module only picks the input and prints. `--json` prints one object
 `{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
 is reported on one line (stderr), never as a traceback.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.logs import LogStore
-from backend.monitor import RunMonitor
 from backend.sanitize import sanitize_text
+from backend.signals.logs import LogStore
+from backend.signals.monitor import RunMonitor
 
 CHUNK = 1 << 20
 SUMMARY_KEYS = (

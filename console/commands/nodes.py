@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from console.commands._cluster import run_with, say
 
 if TYPE_CHECKING:
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
+    from backend.cluster.telemetry import NodeSnapshot
     from backend.settings import Settings
-    from backend.telemetry import NodeSnapshot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def _gpu_summary(node: NodeSnapshot) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.telemetry import TelemetryPoller
+    from backend.cluster.telemetry import TelemetryPoller
 
     async def body(ctl: RunController, settings: Settings) -> int:
         snap = await TelemetryPoller(ctl.client).poll_once()

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backend.recipe import RunSpec
+    from backend.plan.spec import RunSpec
 
 EXIT_FINDINGS = 2
 
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def plan_payload(spec: RunSpec, deep: bool = False) -> dict[str, Any]:
     """The JSON contract of `plan --json`."""
-    from backend import constraints
-    from backend.command import build_submission, secrets_from_env
+    from backend.plan import checks as constraints
+    from backend.plan.submission import build_submission, secrets_from_env
 
     findings = constraints.check(spec)
     submission = build_submission(spec, secrets=secrets_from_env(os.environ))
@@ -57,7 +57,7 @@ def plan_payload(spec: RunSpec, deep: bool = False) -> dict[str, Any]:
 
 def _deep(spec: RunSpec) -> dict[str, Any]:
     try:
-        from backend import deep
+        from backend.plan import deep
     except ImportError:
         return {"available": False, "message": "deep validation is not installed in this build", "findings": []}
     return deep.run_deep_checks(spec).to_json()
@@ -110,7 +110,7 @@ def render_text(spec: RunSpec, payload: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.recipe import build_spec
+    from backend.plan.spec import build_spec
 
     spec = build_spec(args.preset, args.overrides)
     payload = plan_payload(spec, deep=args.deep)

@@ -18,13 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 if TYPE_CHECKING:
-    from backend.run import RunController
+    from backend.cluster.controller import RunController
     from backend.settings import Settings
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.run import describe
-    from backend.telemetry import snapshot
+    from backend.cluster.controller import describe
+    from backend.cluster.telemetry import snapshot
 
     async def body(ctl: RunController, settings: Settings) -> int:
         job = await ctl.attach(job_of(args))

@@ -1,6 +1,6 @@
-"""The events view: current alerts (from backend.alerts via AlertsChanged) and the operator audit log.
+"""The events view: current alerts (from backend.signals.alerts via AlertsChanged) and the operator audit log.
 
-The audit log is read with backend.audit.AuditLog (JSON lines under settings.state_dir), in a thread
+The audit log is read with backend.cluster.audit.AuditLog (JSON lines under settings.state_dir), in a thread
 worker, when the view is shown, on `r`, and after an action records to it (AuditChanged). Only the
 last AUDIT_LIMIT entries are shown; the file keeps everything.
 """
@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from backend.audit import AuditLog
+from backend.cluster.audit import AuditLog
 from backend.errors import ConsoleError
 from console import keymap
 from console.messages import AlertsChanged, AuditChanged

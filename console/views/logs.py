@@ -2,7 +2,7 @@
 
 Like toolong, nothing here holds the lines: `LogLines` asks the store for the few lines on screen
 (plus a small LRU of rendered Strips), so a 10M-line run costs the view a few integers. The store
-(backend.logs) sanitises, parses fields, spools to disk and searches; this module only draws,
+(backend.signals.logs) sanitises, parses fields, spools to disk and searches; this module only draws,
 moves a cursor and routes keys.
 
 Follow mode sticks to the end while lines arrive; moving up pauses it (the status bar counts the
@@ -11,7 +11,7 @@ lines that arrived since) and End/G resumes it. `/` searches in the store's back
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52.
 
-Store calls used (backend.logs.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
+Store calls used (backend.signals.logs.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
 cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally).
 """
 
@@ -36,7 +36,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from backend.logs import CancelToken, FilteredLines, LineFilter
+from backend.signals.logs import CancelToken, FilteredLines, LineFilter
 from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView

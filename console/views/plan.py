@@ -20,9 +20,9 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
-from backend.finding import SEVERITY_RANK
-from backend.plan_eval import PlanEvaluation
-from backend.plan_start import PlanStart
+from backend.plan.evaluation import PlanEvaluation
+from backend.plan.finding import SEVERITY_RANK
+from backend.plan.view_start import PlanStart
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
@@ -76,7 +76,7 @@ class PlanView(ConsoleView):
         None, that is computed here."""
         super().__init__(**kwargs)
         self._start = start
-        self.variants: list[Any] | None = None  # backend.variants.Variant objects, listed when first needed
+        self.variants: list[Any] | None = None  # backend.plan.variants.Variant objects, listed when first needed
         self.choices: list[tuple[str, str]] = []  # (label, key) as the form shows them
         self.variant_key: str | None = None
         self.base: dict[str, Any] = {}
@@ -118,7 +118,7 @@ class PlanView(ConsoleView):
                     yield DerivedPanel(id="derived")
 
     def _compute_start(self) -> PlanStart:
-        from backend.plan_start import plan_start
+        from backend.plan.view_start import plan_start
 
         app = self.app
         settings = app.settings  # type: ignore[attr-defined]
@@ -138,7 +138,7 @@ class PlanView(ConsoleView):
 
     def _variant_list(self) -> list[Any]:
         if self.variants is None:
-            from backend.plan_start import list_choices
+            from backend.plan.view_start import list_choices
 
             settings = self.app.settings  # type: ignore[attr-defined]
             self.variants, _preset, _notices = list_choices(settings.preset, getattr(self.app, "model_dir", None))
@@ -150,7 +150,7 @@ class PlanView(ConsoleView):
 
     def choose_variant(self, key: str) -> None:
         """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
-        from backend.plan_start import variant_base
+        from backend.plan.view_start import variant_base
 
         variant = next((v for v in self._variant_list() if v.key == key), None)
         if variant is None:
@@ -168,7 +168,7 @@ class PlanView(ConsoleView):
 
     def rebuild(self) -> None:
         """Ask backend for the spec, findings, derived numbers and command; redraw the panels."""
-        from backend.plan_eval import evaluate
+        from backend.plan.evaluation import evaluate
 
         if self._pending is not None:
             self._pending.stop()
@@ -280,7 +280,7 @@ class PlanView(ConsoleView):
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         self.preflight_findings = list(message.findings)
-        from backend.finding import has_errors  # preflight findings are rule-engine Findings
+        from backend.plan.finding import has_errors  # preflight findings are rule-engine Findings
 
         failed = has_errors(self.preflight_findings)
         self.preflight_state = "failed" if failed else "passed"
@@ -346,8 +346,8 @@ class PlanView(ConsoleView):
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: Any) -> None:
-        from backend import preflight as pre
-        from backend.ray_api import RayClient
+        from backend.cluster import preflight as pre
+        from backend.cluster.dashboard import RayClient
 
         settings = self.app.settings  # type: ignore[attr-defined]
         token = settings.token.get_secret_value() if settings.token else None
@@ -398,10 +398,10 @@ class PlanView(ConsoleView):
 
     @work(exclusive=True, group="launch", exit_on_error=False)
     async def _launch_worker(self, spec: Any) -> None:
-        """Submit through backend.run.RunController (set on the app by console.workers)."""
+        """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
         import os
 
-        from backend.command import new_run_id, secrets_from_env
+        from backend.plan.submission import new_run_id, secrets_from_env
 
         app = self.app
         controller = getattr(app, "controller", None)

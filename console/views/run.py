@@ -28,7 +28,7 @@ keymap.register("run", (
     keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
 ))
 
-# Which series each chart draws (metric keys as miles / backend.signals name them).
+# Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
               ("perf/tokens_per_gpu_per_sec", "per GPU", "orange", True))
 TIMING = (("perf/rollout_time", "rollout s", "cyan", False),
@@ -260,8 +260,8 @@ class RunView(ConsoleView):
 
 
 def abort_actions(controller: Any, *, grace_extra_s: float = 20.0) -> AbortActions:
-    """Bind the modal's steps to backend.run.RunController."""
-    from backend.run import stop_settings
+    """Bind the modal's steps to backend.cluster.controller.RunController."""
+    from backend.cluster.controller import stop_settings
 
     async def stop() -> bool:
         outcome = await controller.abort()

@@ -6,7 +6,7 @@ confirmation offer the force kill. Cancel has focus at every step. After the job
 modal lists GPU processes the run left behind and offers to clean them up.
 
 The modal does no Ray I/O of its own: it is handed an `AbortActions` (the run view binds it to
-backend.run.RunController) and runs those coroutines in workers, showing each outcome.
+backend.cluster.controller.RunController) and runs those coroutines in workers, showing each outcome.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from backend.sanitize import one_line
 
 @dataclass(frozen=True)
 class FormField:
-    path: str  # dotted RunSpec path (what backend.recipe.apply_overrides takes)
+    path: str  # dotted RunSpec path (what backend.plan.spec.apply_overrides takes)
     label: str
     choices: tuple[str, ...] = ()  # non-empty: cycled, not typed
 

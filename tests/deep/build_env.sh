@@ -53,7 +53,7 @@ import megatron.core.parallel_state  # noqa: F401
 import megatron.training.arguments  # noqa: F401
 import sglang.srt.server_args  # noqa: F401
 import shim.bridge  # noqa: F401
-import backend.deep  # noqa: F401
+import backend.plan.deep  # noqa: F401
 EOF
 
 echo "$stamp" > "$MARKER"

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from backend import constraints, deep
 from backend.errors import SpecError
-from backend.recipe import build_spec
+from backend.plan import checks as constraints
+from backend.plan import deep
+from backend.plan.spec import build_spec
 
 FULL = "nemotron-3-ultra-550b-a55b"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"

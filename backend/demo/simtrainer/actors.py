@@ -1,0 +1,157 @@
+"""The simulated actors. Their class names are what Ray prints in the log prefix
+(`(MegatronTrainRayActor pid=..., ip=...)`), so they carry miles' names exactly.
+
+One `MegatronTrainRayActor` per node stands for that node's `gpus_per_node` ranks (cheap on a
+test machine); it "holds" its GPUs by writing fake-GPU holding files when `FAKE_GPU_DIR` is set
+(see fakegpu/sitecustomize.py), which the fake NVML in Ray's reporter turns into per-process GPU
+memory, like a real trainer's CUDA allocations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from backend.demo.simtrainer import SIM_LABEL, metrics
+from backend.demo.simtrainer.args import SimArgs
+from backend.demo.simtrainer.milog import EventLog, MilesLog
+
+
+def _hold_gpus(gpu_ids: list[int], pid: int, mib: int, util: int) -> list[Path]:
+    """Register `pid` as holding `mib` MiB on each GPU with the node's fake NVML, if any."""
+    base = os.environ.get("FAKE_GPU_DIR")
+    if not base:
+        return []
+    import ray
+
+    node_dir = Path(base) / ray.get_runtime_context().get_node_id()
+    node_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for gpu in gpu_ids:
+        path = node_dir / f"gpu{gpu}-{pid}.json"
+        path.write_text(json.dumps({"mem": mib, "util": util}))
+        paths.append(path)
+    return paths
+
+
+class RolloutManager:
+    """Generates rollouts (sleeps) and logs the rollout-side `perf N` / `eval N` lines."""
+
+    def __init__(self, args: SimArgs) -> None:
+        self.args = args
+        self.log = MilesLog("rollout_manager")
+        self.events = EventLog(args.dump_details, "rollout_manager", {"component": "rollout_manager"})
+        self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: RolloutManager started (no sglang engines)")
+
+    def generate(self, rollout_id: int) -> int:
+        a = self.args
+        t0 = time.monotonic()
+        time.sleep(a.step_seconds)
+        self.log.at("inference_rollout_train.py:156",
+                    f"Finish rollout: rollout_id={rollout_id} samples={a.rollout_batch_size * a.n_samples_per_prompt}")
+        perf = metrics.rollout_perf(rollout_id, a.world_size, a.rollout_batch_size, a.n_samples_per_prompt,
+                                    a.max_response_len, round(time.monotonic() - t0, 3), a.log_passrate)
+        self.log.at("metrics.py:89", f"perf {rollout_id}: {perf}")
+        self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
+        return a.rollout_batch_size * a.n_samples_per_prompt
+
+    def run_eval(self, rollout_id: int) -> None:
+        a = self.args
+        values = metrics.eval_metrics(rollout_id, a.eval_name or "aime", a.log_passrate)
+        self.log.at("metrics.py:53", f"eval {rollout_id}: {values}")
+        self.events.metric({**values, "eval/step": rollout_id}, rollout_id)
+
+    def dispose(self) -> None:
+        self.log.at("rollout_manager.py:131", "dispose: closing data source")
+
+
+class MegatronTrainRayActor:
+    """Stands for ranks [node*G, node*G+G) of the training world; the one hosting the metric
+    rank prints `rollout N`, the doubled `step N` and train-side `perf N`; rank 0 prints Timers."""
+
+    def __init__(self, args: SimArgs, node_index: int) -> None:
+        import ray
+
+        self.args = args
+        g = args.actor_num_gpus_per_node
+        self.ranks = range(node_index * g, node_index * g + g)
+        self.prints_metrics = args.metric_rank in self.ranks
+        rank = args.metric_rank if self.prints_metrics else self.ranks[0]
+        self.log = MilesLog(f"actor_cell0_rank{rank}")
+        self.events = EventLog(args.dump_details if self.prints_metrics else None, f"actor_cell0_rank{rank}",
+                               {"component": "actor", "cell_index": 0, "rank_within_cell": rank})
+        gpu_ids = [int(x) for x in ray.get_gpu_ids()]
+        self.holdings = _hold_gpus(gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
+        self.log.at("train_actor.py:53",
+                    f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {gpu_ids}")
+
+    def _set_util(self, util: int) -> None:
+        for path in self.holdings:
+            with contextlib.suppress(OSError):
+                path.write_text(json.dumps({"mem": self.args.hold_gpu_mib, "util": util}))
+
+    def train(self, rollout_id: int) -> None:
+        a = self.args
+        self.log.at("structured_log.py:41", "ft cls=MegatronTrainRayActor fn=train phase=start")
+        if a.fail_at_rollout is not None and rollout_id == a.fail_at_rollout:
+            raise RuntimeError(f"simulated failure at rollout {rollout_id} (--sim-fail-at-rollout)")
+        self._set_util(97)
+        if self.ranks.start == 0:
+            self.log.at("timer.py:30", "Timer train start")
+        if self.prints_metrics:
+            batch = metrics.rollout_batch(rollout_id)
+            self.log.at("log_utils.py:123", f"rollout {rollout_id}: {batch}")
+            self.events.metric({**batch, "rollout/step": rollout_id}, rollout_id)
+        spr = a.steps_per_rollout
+        for s in range(spr):
+            time.sleep(a.step_seconds / spr)
+            if self.prints_metrics:
+                n = rollout_id * spr + s
+                step = metrics.train_step(n, s == 0, a.lr, a.nan_at_step is not None and n >= a.nan_at_step)
+                self.log.at("log_utils.py:542", f"step {n}: {step}")
+                self.log.at("model.py:854", f"step {n}: {step}")
+                self.events.metric(step, rollout_id)
+        if self.ranks.start == 0:
+            self.log.at("timer.py:41", f"Timer train end (elapsed: {a.step_seconds:.1f}s)")
+        if self.prints_metrics:
+            perf = metrics.train_perf(rollout_id, a.step_seconds, spr)
+            self.log.at("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
+            self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
+        self._set_util(0)
+        self.log.at("structured_log.py:41", "ft cls=MegatronTrainRayActor fn=train phase=end")
+
+    def save_model(self, rollout_id: int) -> None:
+        """Megatron's checkpoint lines and layout (`iter_XXXXXXX/`, tracker file) plus a marker."""
+        if self.ranks.start != 0 or not self.args.save:
+            return
+        it = rollout_id + 1
+        save = self.args.save
+        print(f"saving checkpoint at iteration {it:7d} to {save} in torch_dist format", flush=True)
+        ckpt = Path(save) / f"iter_{it:07d}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        (ckpt / "SIMULATED").write_text(f"{SIM_LABEL}: no weights; rollout_id={rollout_id}\n")
+        (Path(save) / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
+        print(f"  successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]", flush=True)
+
+    def leak_gpu_process(self, mib: int) -> int:
+        """Start a process in its own session that outlives this actor and keeps "holding" GPU 0
+        of this node: what a stray SGLang scheduler does to a real run (miles-run-output.md §8)."""
+        import ray
+
+        # Double fork: the holder is re-parented at once, so Ray's kill of the worker's
+        # children (on worker exit) does not reach it, as with a daemonised SGLang process.
+        holder = [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", "simtrainer-leaked-gpu-holder"]
+        spawn = ("import subprocess, sys\n"
+                 f"p = subprocess.Popen({holder!r}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+                 "stderr=subprocess.DEVNULL, start_new_session=True)\nprint(p.pid)")
+        out = subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True, timeout=60)
+        pid = int(out.stdout.strip())
+        gpu_ids = [int(x) for x in ray.get_gpu_ids()][:1]
+        _hold_gpus(gpu_ids, pid, mib, 0)
+        self.log.at("sglang_engine.py:76", f"{SIM_LABEL}: leaked GPU holder pid={pid} on GPUs {gpu_ids}")
+        return pid

@@ -1,0 +1,94 @@
+"""Parse the part of miles' train.py argv the simulator needs; everything else is ignored.
+
+The simulator receives exactly what `backend.plan.submission` builds for miles, so unknown flags
+(model architecture, sglang, optimizer...) must pass through silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SimArgs:
+    num_rollout: int
+    rollout_batch_size: int
+    n_samples_per_prompt: int
+    global_batch_size: int
+    num_steps_per_rollout: int | None
+    actor_num_nodes: int
+    actor_num_gpus_per_node: int
+    tp: int
+    pp: int
+    lr: float
+    save: str | None
+    save_interval: int | None
+    eval_interval: int | None
+    eval_name: str | None
+    log_passrate: bool
+    dump_details: str | None
+    max_response_len: int
+    # simulation controls
+    step_seconds: float
+    fail_at_rollout: int | None
+    ignore_sigterm: bool
+    ignore_sigint: bool
+    forever: bool
+    nan_at_step: int | None
+    hold_gpu_mib: int
+    leak_gpu_process: bool
+
+    @property
+    def world_size(self) -> int:
+        return self.actor_num_nodes * self.actor_num_gpus_per_node
+
+    @property
+    def steps_per_rollout(self) -> int:
+        """miles: local samples // (global_batch_size / dp) == rbs * n / gbs on one replica."""
+        if self.num_steps_per_rollout:
+            return self.num_steps_per_rollout
+        return max(1, self.rollout_batch_size * self.n_samples_per_prompt // max(1, self.global_batch_size))
+
+    @property
+    def metric_rank(self) -> int:
+        """Rank printing metric lines: first rank of the last PP stage (tp-cp-ep-dp-pp order)."""
+        return self.world_size - self.world_size // max(1, self.pp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simtrainer", allow_abbrev=False, add_help=False)
+    p.add_argument("--num-rollout", type=int, default=3)
+    p.add_argument("--rollout-batch-size", type=int, default=8)
+    p.add_argument("--n-samples-per-prompt", type=int, default=2)
+    p.add_argument("--global-batch-size", type=int, default=16)
+    p.add_argument("--num-steps-per-rollout", type=int, default=None)
+    p.add_argument("--actor-num-nodes", type=int, default=1)
+    p.add_argument("--actor-num-gpus-per-node", type=int, default=8)
+    p.add_argument("--tensor-model-parallel-size", dest="tp", type=int, default=1)
+    p.add_argument("--pipeline-model-parallel-size", dest="pp", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-6)
+    p.add_argument("--save", default=None)
+    p.add_argument("--save-interval", type=int, default=None)
+    p.add_argument("--eval-interval", type=int, default=None)
+    p.add_argument("--eval-prompt-data", nargs="+", default=None)
+    p.add_argument("--log-passrate", action="store_true")
+    p.add_argument("--dump-details", default=None)
+    p.add_argument("--rollout-max-response-len", dest="max_response_len", type=int, default=256)
+    p.add_argument("--sim-step-seconds", dest="step_seconds", type=float, default=1.0)
+    p.add_argument("--sim-fail-at-rollout", dest="fail_at_rollout", type=int, default=None)
+    p.add_argument("--sim-ignore-sigterm", dest="ignore_sigterm", action="store_true")
+    p.add_argument("--sim-ignore-sigint", dest="ignore_sigint", action="store_true")
+    p.add_argument("--sim-forever", dest="forever", action="store_true")
+    p.add_argument("--sim-nan-at-step", dest="nan_at_step", type=int, default=None)
+    p.add_argument("--sim-hold-gpu-mib", dest="hold_gpu_mib", type=int, default=60000)
+    p.add_argument("--sim-leak-gpu-process", dest="leak_gpu_process", action="store_true")
+    return p
+
+
+def parse(argv: Sequence[str]) -> SimArgs:
+    ns, _unknown = _parser().parse_known_args(list(argv))
+    eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
+    values = {k: v for k, v in vars(ns).items() if k != "eval_prompt_data"}
+    return SimArgs(eval_name=eval_name, **values)

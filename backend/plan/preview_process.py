@@ -1,0 +1,158 @@
+"""The plan's first frame, computed by a helper process while the console imports Textual.
+
+Opening the app costs two imports one after the other on one core: Textual (~0.14 s) and pydantic
+with the recipe (~0.1 s). Started here first, on another core, the helper has the plan ready by the
+time the app composes it. It prints two JSON lines: first the validated basics of the settings (never
+the token) and the run id of the command preview, or {"error": one line} for bad settings (read before
+the app starts, so a bad config is one line on a plain terminal); then the `PlanStart` (read when the
+plan view is composed). Anything else (it failed, was slow, printed garbage) reads as None and the
+console computes what is missing itself, as it does on every edit.
+
+The helper runs this file's `main` in isolated mode (no cwd, no PYTHON* variables) with the console's
+own package root first on sys.path, so it is the same code the console runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+WAIT_S = 5.0  # after this the console stops waiting and computes the plan itself
+ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = f"import sys; sys.path.insert(0, {ROOT!r}); from backend.plan.preview_process import main; sys.exit(main())"
+
+
+class Preview:
+    """A running helper: `basics()` is its first answer, `plan()` its second (each None on failure)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self._buffer = b""
+        self._lines: list[dict[str, Any] | None] = []
+        self._failed = False
+
+    def basics(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
+        """{"settings": {address, readonly, keys}, "run_id": ...} or {"error": one line} or None."""
+        answer = self._line(0, timeout)
+        if answer is None or _well_formed(answer):
+            return answer
+        self._lines[0] = self._fail()
+        return None
+
+    def plan(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
+        """The `PlanStart` as JSON, or None."""
+        answer = self._line(1, timeout)
+        if answer is None:
+            return None
+        # It exits by itself now; reap it off the console's thread rather than wait for its shutdown.
+        threading.Thread(target=self._proc.wait, name="plan-preview-reaper", daemon=True).start()
+        return answer.get("start")
+
+    def _line(self, index: int, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while len(self._lines) <= index and not self._failed:
+            self._lines.append(self._read_line(deadline))
+        return self._lines[index] if index < len(self._lines) else None
+
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        fd = stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return self._fail()
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return self._fail()
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return self._fail()
+        return data if isinstance(data, dict) else self._fail()
+
+    def _fail(self) -> None:
+        self._failed = True
+        self._finish()
+
+    def _finish(self) -> None:
+        """Reap the helper (killed first if it is still running: nothing more is read from it)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def _well_formed(answer: dict[str, Any]) -> bool:
+    if set(answer) == {"error"}:
+        return isinstance(answer["error"], str)
+    settings = answer.get("settings")
+    return (isinstance(settings, dict) and isinstance(answer.get("run_id"), str)
+            and isinstance(settings.get("address"), str) and isinstance(settings.get("readonly"), bool)
+            and isinstance(settings.get("keys"), dict))
+
+
+def _cores() -> int:
+    """CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def start(*, address: str | None = None, readonly: bool | None = None,
+          python: str | None = None) -> Preview | None:
+    """Start the helper (None if it cannot be started, or on a single CPU, where it would only add its
+    own interpreter start to the console's). `python`: the interpreter (tests)."""
+    if _cores() < 2:
+        return None
+    argv = [python or sys.executable, "-I", "-c", _BOOT]
+    if address:
+        argv += ["--address", address]
+    if readonly:
+        argv.append("--readonly")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, close_fds=True)
+    except OSError:
+        return None
+    return Preview(proc)
+
+
+def answers(address: str | None = None, readonly: bool | None = None) -> Iterator[dict[str, Any]]:
+    """What the helper prints, in order: the basics (or the error), then the plan. A generator, so
+    the first line is out before the plan is computed."""
+    from backend.errors import ConsoleError
+    from backend.plan.submission import new_run_id
+    from backend.plan.view_start import plan_start
+    from backend.settings import load_settings
+
+    try:
+        settings = load_settings(address=address, readonly=readonly)
+    except ConsoleError as err:
+        yield {"error": str(err)}
+        return
+    run_id = new_run_id()
+    yield {"settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
+           "run_id": run_id}
+    yield {"start": plan_start(settings.preset, None, run_id=run_id, address=settings.address).to_json()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="plan_preview")
+    parser.add_argument("--address", default=None)
+    parser.add_argument("--readonly", action="store_true", default=None)
+    args = parser.parse_args(argv)
+    for answer in answers(args.address, args.readonly):
+        print(json.dumps(answer), flush=True)
+    return 0

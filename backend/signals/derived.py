@@ -1,0 +1,304 @@
+"""Derived signals an operator asks for and miles does not print: cluster throughput, progress and ETA,
+rollout vs train time, time since the last checkpoint, zero-std group fraction, GPU/phase/engine summaries.
+
+The run's shape (num_rollout, rollout GPUs, batch) comes from the spec when the console launched the run,
+else from what the log itself says (Megatron prints every argument as `  name ....... value`; the submit
+line carries `--flag value`), else from the dashboard's meta.json.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.signals.dump_reader import DumpBatch, num
+from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
+
+FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
+             "global_batch_size", "save_interval", "actor_num_nodes", "actor_num_gpus_per_node")
+# `--num-rollout 30` (the submit line, the job's entrypoint); literal-prefixed, so the regex engine skips ahead.
+_FLAG = re.compile(r"--(" + "|".join(k.replace("_", "-") for k in FACT_KEYS) + r")[ =](\d+)(?=\s|$)")
+# Megatron's argument dump: `  num_rollout ..................... 30`
+_ARG_DUMP = re.compile(r"\s(" + "|".join(FACT_KEYS) + r") \.{3,} (\d+)\s*$")
+_CHECKPOINT = re.compile(
+    r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully saved checkpoint from iteration\s+(?P<iteration>\d+)"
+)
+_BRACKET_TS = re.compile(r"^(?:\([^()\n]*\) )?\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
+CHECKPOINT_MERGE_S = 120.0
+_TS = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
+
+
+@dataclass
+class RunFacts:
+    """The few numbers of the run's shape the derived signals need, and log-borne events."""
+
+    num_rollout: int | None = None
+    rollout_num_gpus: int | None = None
+    rollout_batch_size: int | None = None
+    n_samples_per_prompt: int | None = None
+    global_batch_size: int | None = None
+    save_interval: int | None = None
+    actor_num_nodes: int | None = None
+    actor_num_gpus_per_node: int | None = None
+    checkpoints: list[tuple[float, int | None]] = field(default_factory=list)  # (miles ts, iteration)
+    last_log_ts: float = math.nan  # newest miles timestamp seen in the log
+    pinned: set[str] = field(default_factory=set)  # facts given by the caller; the log does not override
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> RunFacts:
+        """Facts from a `backend.plan.spec.RunSpec` (duck-typed: only attributes that exist are read)."""
+        facts = cls()
+        for section, name, target in (
+            ("rollout", "num_rollout", "num_rollout"), ("batch", "rollout_batch_size", "rollout_batch_size"),
+            ("batch", "n_samples_per_prompt", "n_samples_per_prompt"),
+            ("batch", "global_batch_size", "global_batch_size"), ("checkpoint", "save_interval", "save_interval"),
+        ):
+            value = getattr(getattr(spec, section, None), name, None)
+            if isinstance(value, int):
+                facts.pin(target, value)
+        total = getattr(getattr(spec, "cluster", None), "total_gpus", None)
+        if isinstance(total, int):
+            facts.pin("rollout_num_gpus", total)  # colocate: rollout GPUs = actor GPUs
+        return facts
+
+    def pin(self, name: str, value: int) -> None:
+        setattr(self, name, value)
+        self.pinned.add(name)
+
+    def learn(self, name: str, value: int) -> None:
+        if name not in self.pinned and getattr(self, name, None) is None:
+            setattr(self, name, value)
+
+    def scan_text(self, text: str) -> None:
+        """Pick facts, checkpoints and the newest timestamp out of a chunk of sanitised lines.
+
+        Only str.find runs over the whole chunk; regexes look at the few lines it points to.
+        """
+        if "--" in text:
+            for m in _FLAG.finditer(text):
+                self.learn(m.group(1).replace("-", "_"), int(m.group(2)))
+        for line in lines_containing(text, " ...."):
+            m = _ARG_DUMP.search(line)
+            if m is not None:
+                self.learn(m.group(1), int(m.group(2)))
+        saves = []  # (position, miles ts or nan, iteration): one save prints several lines, merged below
+        for needle in ("save_model end", "saved checkpoint from"):
+            pos = text.find(needle)
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                line = text[start : len(text) if end < 0 else end]
+                m = _CHECKPOINT.search(line)
+                if m is not None:
+                    stamp = _BRACKET_TS.match(line)
+                    saves.append((start, parse_ts(stamp.group(1)) if stamp else math.nan,
+                                  int(m["iteration"]) if m["iteration"] else None))
+                pos = -1 if end < 0 else text.find(needle, end)
+        saves.sort()
+        for i, (_pos, ts, iteration) in enumerate(saves):
+            if math.isnan(ts):  # Megatron's print has no bracket: take the stamp of the save's Timer line
+                later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
+                ts = later[0] if later else self.last_log_ts
+            self._add_checkpoint(ts, iteration)
+        tail = _TS.findall(text[-4096:])
+        if tail:
+            newest = max(map(parse_ts, tail))
+            if not newest <= self.last_log_ts:
+                self.last_log_ts = newest
+
+    def _add_checkpoint(self, ts: float, iteration: int | None) -> None:
+        """One save prints several lines (Megatron's "successfully saved", the Timer's end): merge them."""
+        if self.checkpoints:
+            last_ts, last_it = self.checkpoints[-1]
+            if (math.isnan(ts) or math.isnan(last_ts) or abs(ts - last_ts) < CHECKPOINT_MERGE_S) and (
+                    iteration is None or last_it is None or iteration == last_it):
+                self.checkpoints[-1] = (last_ts if math.isfinite(last_ts) else ts, iteration if last_it is None else last_it)
+                return
+        self.checkpoints.append((ts, iteration))
+
+    def learn_meta(self, meta: dict[str, Any]) -> None:
+        args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+        for name in FACT_KEYS:
+            value = args.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.learn(name, value)
+
+    def note_checkpoint_metric(self, rec: MetricRecord) -> None:
+        """`perf/save_model_time` in a train-side perf dict also means a save finished."""
+        if "perf/save_model_time" in rec.values and math.isfinite(rec.ts):
+            if not any(abs(ts - rec.ts) < CHECKPOINT_MERGE_S for ts, _ in self.checkpoints):
+                self.checkpoints.append((rec.ts, None))
+
+
+def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float | None:
+    """Fraction of GRPO groups whose rewards are all equal, from a rollout-side perf dict.
+
+    miles logs counts per reward value (`rollout/zero_std/count_<r>`) and the all-0/all-1 percentages over
+    all groups; the group count is the rollout batch size, or inferred from a count and its percentage.
+    """
+    counts = {k: v for k, v in values.items() if k.startswith("rollout/zero_std/count_") and math.isfinite(v)}
+    zero_pct = values.get("rollout/zero_std/all_zero_percentage")
+    one_pct = values.get("rollout/zero_std/all_one_percentage")
+    if not counts and zero_pct is None and one_pct is None:
+        return None
+    if n_groups is None:
+        for count_key, pct in (("rollout/zero_std/count_0.0", zero_pct), ("rollout/zero_std/count_1.0", one_pct)):
+            if count_key in counts and pct and pct > 0:
+                n_groups = round(counts[count_key] / pct)
+                break
+    if n_groups:
+        return min(1.0, sum(counts.values()) / n_groups)
+    if not counts:
+        return 0.0
+    return (zero_pct or 0.0) + (one_pct or 0.0)
+
+
+class Telemetry:
+    """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges."""
+
+    def __init__(self, history: int = 256) -> None:
+        self.gpus: dict[tuple[str, int], dict[str, float]] = {}
+        self.phase_durations: dict[str, deque[float]] = {}
+        self.open_phases: dict[tuple[str, int, str, str], float] = {}
+        self.engines: dict[tuple[str, str, str], float] = {}
+        self.last_ts = math.nan
+        self._history = history
+
+    def add(self, batch: DumpBatch) -> None:
+        for g in batch.gpu_util:
+            key = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
+            self.gpus[key] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
+                              "power_w": num(g.get("power_w")), "ts": num(g.get("ts"))}
+            self._seen(num(g.get("ts")))
+        for p in batch.phases:
+            name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
+            key = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
+                   str(p.get("role")), name)
+            if t1 == -1.0:
+                self.open_phases[key] = t0
+                self._seen(t0)
+            elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
+                self.open_phases.pop(key, None)
+                self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
+                self._seen(t1)
+        for e in batch.engine_series:
+            labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
+            key = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+            self.engines[key] = num(e.get("value"))
+            self._seen(num(e.get("ts")))
+
+    def _seen(self, ts: float) -> None:
+        if math.isfinite(ts) and not ts <= self.last_ts:
+            self.last_ts = ts
+
+    def median_phase(self, name: str) -> float | None:
+        durations = self.phase_durations.get(name)
+        return statistics.median(durations) if durations else None
+
+    def summary(self, now: float) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.gpus:
+            utils = [g["util"] for g in self.gpus.values() if math.isfinite(g["util"])]
+            per_node: dict[str, list[float]] = {}
+            for (node, _gpu), g in self.gpus.items():
+                if math.isfinite(g["util"]):
+                    per_node.setdefault(node, []).append(g["util"])
+            out["gpu"] = {"count": len(self.gpus), "util_mean": statistics.fmean(utils) if utils else None,
+                          "util_min": min(utils) if utils else None,
+                          "nodes": {n: statistics.fmean(v) for n, v in sorted(per_node.items())}}
+        if self.phase_durations or self.open_phases:
+            out["phases"] = {n: {"count": len(d), "median_s": statistics.median(d)}
+                             for n, d in sorted(self.phase_durations.items())}
+            out["open_phases"] = [{"node": k[0], "rank": k[1], "role": k[2], "name": k[3],
+                                   "open_s": now - t0 if math.isfinite(now) else None}
+                                  for k, t0 in sorted(self.open_phases.items())]
+        if self.engines:
+            sums: dict[str, float] = {}
+            for (_addr, metric, _labels), value in self.engines.items():
+                if math.isfinite(value):
+                    sums[metric] = sums.get(metric, 0.0) + value
+            out["engines"] = {"count": len({k[0] for k in self.engines}), "totals": dict(sorted(sums.items()))}
+        return out
+
+
+def enrich(rec: MetricRecord, facts: RunFacts) -> None:
+    """Add per-record derived metrics (as `derived/*` keys on the record's own axis) before it is stored."""
+    if rec.kind != "perf-rollout":
+        return
+    n_groups = facts.rollout_batch_size
+    frac = zero_std_fraction(rec.values, n_groups)
+    if frac is not None:
+        rec.values["derived/zero_std_frac"] = frac
+    tpgs = rec.values.get("perf/tokens_per_gpu_per_sec")
+    if tpgs is not None and facts.rollout_num_gpus:
+        rec.values["derived/cluster_tokens_per_sec"] = tpgs * facts.rollout_num_gpus
+
+
+def _median(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else None
+
+
+def median_step_seconds(collector: MetricsCollector) -> float | None:
+    """Typical wall time of one rollout step: `perf/step_time`, else the spacing of step timestamps."""
+    series = collector.series.get("perf/step_time")
+    if series is not None and len(series) > 0:
+        return _median(series.tail(32))
+    series = collector.series.get("train/loss")
+    if series is not None and len(series) > 2:
+        ts = [t for t in series.ts[-33:] if math.isfinite(t)]
+        gaps = [b - a for a, b in itertools.pairwise(ts) if b > a]
+        return _median(gaps)
+    return None
+
+
+def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> dict[str, Any]:
+    """The derived-signals block of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
+    series, out = collector.series, {}
+    tpgs = series.latest("perf/tokens_per_gpu_per_sec")
+    if tpgs is not None:
+        gpus = facts.rollout_num_gpus
+        out["throughput"] = {
+            "tokens_per_gpu_per_sec": tpgs, "rollout_gpus": gpus,
+            "cluster_tokens_per_sec": tpgs * gpus if gpus else None,
+            "effective_tokens_per_gpu_per_sec": series.latest("perf/effective_tokens_per_gpu_per_sec"),
+        }
+    rollout_s, train_s = series.latest("perf/rollout_time"), series.latest("perf/train_time")
+    if rollout_s is not None or train_s is not None:
+        out["time_per_rollout"] = {
+            "rollout_s": rollout_s, "train_s": train_s, "step_s": series.latest("perf/step_time"),
+            "wait_time_ratio": series.latest("perf/wait_time_ratio"),
+            "rollout_over_train": rollout_s / train_s if rollout_s is not None and train_s else None,
+        }
+    done = max((collector.last_step.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1) + 1
+    step_s = median_step_seconds(collector)
+    if done > 0 or facts.num_rollout:
+        total = facts.num_rollout
+        remaining = max(0, total - done) if total else None
+        out["progress"] = {
+            "rollouts_done": done, "num_rollout": total,
+            "fraction": done / total if total else None,
+            "train_steps_done": collector.last_step.get("step", -1) + 1,
+            "median_rollout_s": step_s,
+            "eta_s": remaining * step_s if remaining is not None and step_s else None,
+        }
+    if facts.checkpoints:
+        last_ts, iteration = max(facts.checkpoints, key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf)
+        out["checkpoint"] = {"count": len(facts.checkpoints), "last_iteration": iteration,
+                             "since_s": now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None}
+    else:
+        out["checkpoint"] = {"count": 0, "last_iteration": None, "since_s": None,
+                             "save_interval": facts.save_interval}
+    zstd = series.latest("derived/zero_std_frac")
+    if zstd is not None:
+        out["zero_std_frac"] = zstd
+    if math.isfinite(collector.last_ts):
+        out["since_last_metric_s"] = now - collector.last_ts if math.isfinite(now) else None
+    if telemetry is not None:
+        out.update(telemetry.summary(now))
+    return out

@@ -1,0 +1,142 @@
+"""Everything the console reads about one run, in one object: metrics, the run's facts, dashboard
+telemetry and alerts, fed by sanitised log text (`LogStore.subscribe(monitor.on_log_lines)`) and by polls
+of the dump directory, and summarised by `snapshot()` as the JSON the `metrics` command prints.
+
+Clocks: miles stamps lines with the node's local time and no zone. To compare "now" with those stamps
+the monitor remembers, when a newer stamp arrives, what the local wall clock said; `miles_now()` is then
+the wall clock shifted by that offset, whatever the nodes' time zone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from backend.signals.alerts import Alert, AlertEngine, Rule
+from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
+from backend.signals.dump_reader import DumpReader
+from backend.signals.metrics import MetricsCollector, Point
+
+
+def jsonable(value: Any) -> Any:
+    """Non-finite floats become None, recursively (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+class RunMonitor:
+    """Metrics + facts + telemetry + alerts of one run."""
+
+    def __init__(self, *, facts: RunFacts | None = None, rules: list[Rule] | None = None,
+                 expected_scaling: float = 5.0, max_points: int = 4096,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.collector = MetricsCollector(max_points)
+        self.facts = facts or RunFacts()
+        self.telemetry = Telemetry()
+        self.alerts = AlertEngine(rules, expected_scaling=expected_scaling)
+        self.dump: DumpReader | None = None
+        self._clock = clock
+        self._offset: float | None = None  # wall clock minus miles clock
+        self._seen_ts = math.nan
+        self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
+        self.collector.enrichers.append(self.facts.note_checkpoint_metric)
+        self.collector.subscribe(self._on_point)
+
+    @classmethod
+    def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
+        """A monitor that knows the run's shape and the shim's expected scaling from the launched spec."""
+        scaling = getattr(getattr(spec, "model", None), "routed_scaling_factor", None)
+        if isinstance(scaling, int | float):
+            kwargs.setdefault("expected_scaling", float(scaling))
+        return cls(facts=RunFacts.from_spec(spec), **kwargs)
+
+    def _on_point(self, point: Point) -> None:
+        self.alerts.on_point(point, self.collector.series.get(point.key))
+
+    # ------------------------------------------------------------------ inputs
+
+    def feed_text(self, text: str) -> None:
+        """A chunk of sanitised, complete log lines."""
+        self.facts.scan_text(text)
+        self.collector.feed_text(text)
+        self.alerts.on_log_text(text)
+        newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
+            self.collector.last_ts) else self.facts.last_log_ts
+        if math.isfinite(newest) and not newest <= self._seen_ts:
+            self._seen_ts = newest
+            self._offset = self._clock() - newest
+
+    def on_log_lines(self, first: int, count: int, text: str) -> None:
+        """`LogStore.subscribe` signature."""
+        self.feed_text(text)
+
+    def attach_dump(self, dump_dir: str | os.PathLike[str]) -> None:
+        self.dump = DumpReader(dump_dir)
+
+    def poll_dump(self) -> int:
+        """Read what the dump directory gained; returns how many metric records it held."""
+        if self.dump is None:
+            return 0
+        batch = self.dump.poll()
+        if batch.meta is not None:
+            self.facts.learn_meta(batch.meta)
+        self.collector.add_records(batch.records)
+        self.telemetry.add(batch)
+        return len(batch.records)
+
+    def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
+        return self.alerts.on_job_status(status, message)
+
+    def on_node_dead(self, node_id: str, reason: str | None = None) -> Alert | None:
+        return self.alerts.on_node_dead(node_id, reason)
+
+    def on_shim_missing(self, actors: list[str]) -> Alert | None:
+        return self.alerts.on_shim_missing(actors)
+
+    # ------------------------------------------------------------------ time
+
+    def miles_now(self) -> float:
+        """The current time on miles' clock (nan before any stamped line)."""
+        return self._clock() - self._offset if self._offset is not None else math.nan
+
+    def end_of_log(self) -> float:
+        """The newest miles timestamp seen: "now" for a finished or saved log."""
+        return self._seen_ts
+
+    def tick(self, now: float | None = None, dashboard_now: float | None = None) -> list[Alert]:
+        """Time-based checks: the stall alarm (miles' clock) and open dashboard phases (epoch clock)."""
+        now = self.miles_now() if now is None else now
+        fired = []
+        alert = self.alerts.check_stall(now, self.collector.last_ts, median_step_seconds(self.collector))
+        if alert is not None:
+            fired.append(alert)
+        dash_now = self._clock() if dashboard_now is None else dashboard_now
+        fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
+        return fired
+
+    # ------------------------------------------------------------------ output
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        """`{"series", "latest", "derived", "alerts", "problems"}`, JSON-ready (non-finite -> null)."""
+        now = self.miles_now() if now is None else now
+        series = self.collector.series
+        problems = list(self.collector.problems)
+        if self.collector.problem_count > len(problems):
+            problems.append(f"... and {self.collector.problem_count - len(problems)} more")
+        if self.dump is not None and self.dump.bad_lines:
+            problems.append(f"{self.dump.bad_lines} malformed lines skipped in {self.dump.root}")
+        return {
+            "series": {key: series.by_key[key].points() for key in series.keys()},
+            "latest": jsonable(self.collector.latest()),
+            "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now)),
+            "alerts": [a.to_json() for a in self.alerts.alerts],
+            "problems": problems,
+        }

@@ -1,0 +1,52 @@
+"""Pilot tests of the events view: alerts from AlertsChanged, the audit log from backend.cluster.audit."""
+
+from __future__ import annotations
+
+from app_helpers import AUDIT_ROWS, make_app, write_audit
+from textual.widgets import DataTable
+
+from backend.cluster.audit import AuditLog
+from backend.signals.alerts import Alert
+from console.app import StateLine
+from console.messages import AlertsChanged, AuditChanged
+
+
+async def test_alerts_and_audit_are_shown(tmp_path):
+    write_audit(tmp_path)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        audit = app.query_one("#audit", DataTable)
+        assert audit.row_count == len(AUDIT_ROWS)
+        assert str(audit.get_row_at(0)[2]) == "abort"  # newest first
+        alerts = app.query_one("#alerts", DataTable)
+        assert not alerts.display
+        app.post_message(AlertsChanged([
+            Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
+            {"id": "stall", "severity": "error", "message": "rollout stalled 6x its median", "step": None},
+        ]))
+        await pilot.pause()
+        assert alerts.display and alerts.row_count == 2
+        assert str(alerts.get_row_at(0)[2]) == "train/ppo_kl jumped 8x  (×3)"
+        assert alerts.get_row_at(0)[1] == "12"
+        assert "alerts: 2" in str(app.query_one(StateLine).content)
+
+
+async def test_audit_refreshes_after_an_action_and_copies(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await app.workers.wait_for_complete()
+        audit = app.query_one("#audit", DataTable)
+        assert audit.row_count == 0
+        AuditLog(tmp_path).record("cleanup", job="j1", command="kill 4242 on node-3", result="killed 1 process")
+        app.post_message(AuditChanged())
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert audit.row_count == 1
+        audit.focus()
+        await pilot.press("c")
+        assert app.clipboard == "kill 4242 on node-3"

@@ -1,0 +1,61 @@
+"""SVG snapshots of the plan view, events view and help at 120x40 and 80x24.
+
+Deterministic: fixed run id, fixed audit times, no workers, no clock on screen, the shim package
+address pinned (it is a content hash of shim/, which other work changes). Update only after looking
+at the report: `pytest tests/test_app_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from app_helpers import make_app, write_audit
+
+from console.messages import AlertsChanged
+from console.widgets.layout_form import LayoutForm
+
+SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
+ALERTS = [
+    {"id": "kl-spike", "severity": "warning", "message": "train/ppo_kl rose 8x over 3 steps", "step": 12},
+    {"id": "rollout-stall", "severity": "error", "message": "rollout phase is 6x its median", "step": 13},
+]
+
+
+@pytest.fixture(autouse=True)
+def _pinned_shim(monkeypatch):
+    monkeypatch.setattr("backend.plan.submission._shim_runtime_env", lambda *args, **kwargs: {
+        "py_modules": ["gcs://_ray_pkg_0000000000000000000000000000000000000000.zip"],
+        "worker_process_setup_hook": "shim.ray_hook.setup"})
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_plan_view(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size)
+
+
+def test_plan_view_with_error_finding(snap_compare, tmp_path):
+    async def edit(pilot):
+        form = pilot.app.query_one(LayoutForm)
+        form.focus()
+        form.move_to("train.tp")
+        await pilot.press("backspace", "3", "escape")
+        await pilot.pause(0.3)  # past the edit debounce
+
+    assert snap_compare(make_app(tmp_path), terminal_size=(120, 40), run_before=edit)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_events_view(snap_compare, tmp_path, size):
+    write_audit(tmp_path)
+
+    async def show(pilot):
+        await pilot.press("4")
+        pilot.app.post_message(AlertsChanged(ALERTS))
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=show)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen(snap_compare, tmp_path, size):
+    assert snap_compare(make_app(tmp_path), terminal_size=size, press=["question_mark"])

@@ -1,0 +1,47 @@
+"""Shared construction of the app for Pilot and snapshot tests: deterministic, no Ray workers."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from backend.settings import Settings
+from console.app import UltraConsoleApp
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODELS = DATA / "app_models"
+RUN_ID = "260101-120000-000"
+AUDIT_ROWS = (
+    {"time": "2026-01-01T12:00:00.000+00:00", "user": "ops", "action": "launch", "job": "ultra-console-260101-120000-000",
+     "command": "ray job submit --submission-id ultra-console-260101-120000-000 -- python3 train.py",
+     "result": "submitted", "details": {}},
+    {"time": "2026-01-01T13:30:00.000+00:00", "user": "ops", "action": "abort", "job": "ultra-console-260101-120000-000",
+     "command": "POST /api/jobs/ultra-console-260101-120000-000/stop", "result": "stop requested while RUNNING",
+     "details": {}},
+)
+
+
+def write_audit(state_dir: Path) -> None:
+    """An audit file as backend.cluster.audit writes it (JSON lines), with fixed times for snapshots."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8")
+
+
+def make_app(state_dir: Path, **kwargs: Any) -> UltraConsoleApp:
+    settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
+    settings = Settings(state_dir=state_dir, **settings_kw)
+    kwargs.setdefault("model_dir", str(MODELS))
+    return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
+
+
+async def until(pilot: Any, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll the app (letting it run) until `predicate()` holds; a timeout names what never happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,126 @@
+"""The sanitiser: nothing a training process prints may drive the operator's terminal."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.sanitize import DEFAULT_LINE_CAP, cap_line, clean_chunk, sanitize_line, sanitize_text
+from backend.signals.logs import LogStore
+
+UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+UNSAFE_LINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+# Every kind of escape sequence a process can print, with what must survive of it.
+HOSTILE = [
+    ("\x1b[2m\x1b[36m(Actor pid=1)\x1b[0m hi", "(Actor pid=1) hi"),  # SGR (Ray's prefix colours)
+    ("a\x1b[2Jb\x1b[1;31Hc\x1b[?25ld", "abcd"),  # CSI: clear screen, cursor move, private mode
+    ("x\x1b]52;c;c2VjcmV0\x07y", "xy"),  # OSC 52 clipboard write, BEL-terminated
+    ("x\x1b]52;c;c2VjcmV0\x1b\\y", "xy"),  # OSC 52, ST-terminated
+    ("see \x1b]8;;http://evil.example/\x1b\\docs\x1b]8;;\x1b\\ now", "see docs now"),  # OSC 8 link: text stays
+    ("t\x1b]0;pwned title\x07t", "tt"),  # OSC 0 window title
+    ("d\x1bPq#0;2;0;0;0\x1b\\d", "dd"),  # DCS (sixel)
+    ("a\x1b_apc payload\x1b\\b\x1b^pm\x1b\\c\x1bXsos\x1b\\d", "abcd"),  # APC, PM, SOS
+    ("r\x1bcr", "rr"),  # RIS (full reset)
+    ("g\x1b(0q\x1b(Bg", "gqg"),  # charset switch (DEC graphics)
+    ("k\x1b=\x1b>k", "kk"),  # keypad modes
+    ("c1\x9b31mred\x9d0;title\x9c end", "c1red end"),  # 8-bit CSI and OSC
+    ("unterminated \x1b]52;c;AAAA", "unterminated "),  # OSC with no terminator: payload dropped
+    ("nul\x00bel\x07bs\x08del\x7f", "nulbelbsdel"),  # C0 controls and DEL
+    ("tab\tkept", "tab\tkept"),
+    ("bidi \u202eevil\u202c ok", "bidi evil ok"),  # Trojan-Source override
+    ("10%\r50%\r100%", "100%"),  # tqdm-style progress bar: last state
+    ("line\r", "line"),  # CR-LF remnant
+]
+
+
+def test_every_escape_kind_is_removed_and_its_payload_with_it() -> None:
+    for raw, want in HOSTILE:
+        assert sanitize_text(raw) == want, raw
+        assert clean_chunk((raw + "\n").encode()) == (want + "\n").encode(), raw
+    assert "c2VjcmV0" not in sanitize_text("x\x1b]52;c;c2VjcmV0\x07y")
+
+
+def test_line_breaks_are_kept_and_counted() -> None:
+    text = "a\x1b[31m\nb\r\nc\x1b]0;x\nd\n"
+    assert sanitize_text(text).count("\n") == 4
+    assert sanitize_line("two\nlines") == "two lines"
+
+
+def test_long_lines_are_cut_with_a_marker() -> None:
+    line = "x" * (DEFAULT_LINE_CAP + 500)
+    out = cap_line(line)
+    assert out.startswith("x" * DEFAULT_LINE_CAP) and out.endswith("[truncated 500 chars]")
+    assert cap_line("short") == "short"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None, min_codepoint=0, max_codepoint=0x2070), max_size=300))
+def test_sanitize_text_never_leaves_a_control(text: str) -> None:
+    out = sanitize_text(text)
+    assert "\x1b" not in out
+    assert UNSAFE.search(out) is None
+    assert out.count("\n") == text.count("\n")
+    assert UNSAFE_LINE.search(sanitize_line(text)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["\x1b", "[", "]", "\x07", "\\", "P", "31", ";", "m", "\r", "\n", "\x9b", "\x9d",
+                                 "\x9c", "\x00", "a", "é", "\u202e", "8", "52", "c"]), max_size=80))
+def test_escape_fragments_in_any_order_never_survive(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert UNSAFE.search(sanitize_text(text)) is None
+    assert UNSAFE.search(clean_chunk((text + "\n").encode()).decode()) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(0, 2000), max_size=6))
+def test_store_lines_are_safe_for_any_bytes_split_anywhere(tmp_path_factory, data: bytes, cuts: list[int]) -> None:
+    store = LogStore(tmp_path_factory.mktemp("spool"), run_id="prop")
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    for a, b in itertools.pairwise(points):
+        store.append(data[a:b])
+    store.flush()
+    expected_lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    assert len(store) == expected_lines
+    for line in store.lines(0, len(store)):
+        assert UNSAFE_LINE.search(line.text) is None, line.text
+    store.close()
+
+
+def test_invalid_utf8_is_replaced_not_fatal(tmp_path) -> None:
+    store = LogStore(tmp_path, run_id="u")
+    store.append(b"bad \xff\xfe bytes\nsplit \xe2\x82")
+    store.append(b"\xac euro\n")  # a multi-byte character split across two appends
+    assert store.line(0).text == "bad \ufffd\ufffd bytes"
+    assert store.line(1).text == "split \u20ac euro"
+    store.close()
+
+
+def test_one_megabyte_line_is_truncated_and_bounded_while_pending(tmp_path) -> None:
+    store = LogStore(tmp_path, run_id="big")
+    blob = b"y" * (1 << 20)
+    for i in range(0, len(blob), 4096):  # no newline yet: the pending buffer must stay bounded
+        store.append(blob[i : i + 4096])
+        assert len(store._pending) <= 4 * store.line_cap
+    store.append(b"\nnext\n")
+    first = store.line(0).text
+    assert first.startswith("y" * 100) and "truncated" in first
+    assert len(first) < store.line_cap + 100
+    assert store.line(1).text == "next"
+    # a 1 MB line arriving in one piece is capped too
+    store.append(b"\x1b[31m" + b"z" * (1 << 20) + b"\x1b[0m\n")
+    assert len(store.line(2).text) < store.line_cap + 100 and "\x1b" not in store.line(2).text
+    store.close()
+
+
+def test_progress_bar_longer_than_the_cap_keeps_its_last_state(tmp_path) -> None:
+    store = LogStore(tmp_path, run_id="bar", line_cap=200)
+    for pct in range(0, 101):
+        store.append(f"\rRollout generation: {pct:3d}%|{'#' * (pct // 10)}")
+    store.append("\n")
+    assert store.line(0).text == "Rollout generation: 100%|##########"
+    store.close()
