@@ -1,8 +1,8 @@
-"""Parameter counts and memory per GPU/node of a Nemotron-H layout (constraints.md §5).
+"""Parameter counts and memory per GPU/node of a Nemotron-H layout.
 
 Why a module of its own: the rule engine (M1–M3) and the plan view both need the same numbers, and they
-must reproduce §5.2/§5.3 exactly (5.550 B params per GPU on stages 0 and 3 of TP8 PP4 EP32; 5.803 B for
-the 4-layer slice). Formulas, all from the model facts of the spec:
+must reproduce the documented layouts exactly (5.550 B params per GPU on stages 0 and 3 of the full model at
+TP8 PP4 EP32; 5.803 B for the 4-layer slice at TP1 PP1 EP8). Formulas, all from the model facts of the spec:
 
 * Mamba2 layer: in_proj h·(2·d_in + 2·G·N + H), conv1d (d_in + 2·G·N)·(k + 1), A_log/D/dt_bias 3·H,
   gated norm d_in, out_proj d_in·h, pre-norm h. TP splits everything but the pre-norm.
@@ -15,7 +15,7 @@ the 4-layer slice). Formulas, all from the model facts of the spec:
 * pipeline split: what miles' Megatron fork does (`mamba_block.py:121-131`): stage r gets
   pattern[r·⌊L/PP⌋ : (r+1)·⌊L/PP⌋] — first/last-stage sizes are ignored.
 
-Rollout (§5.4, an estimate): routed experts over the whole engine, Mamba/attention/embeddings and the
+Rollout (an estimate, not checked against SGLang's sharding code): routed experts over the whole engine, Mamba/attention/embeddings and the
 shared expert over attn_tp, router + latent projections replicated.
 """
 
@@ -132,7 +132,7 @@ class StageParams:
 
 
 def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool) -> tuple[StageParams, ...]:
-    """Per-GPU parameters of each pipeline stage (§5.2 sharding)."""
+    """Per-GPU parameters of each pipeline stage, sharded as above."""
     lp = layer_params(model)
     h = model.hidden_size
     mamba = (lp.mamba - lp.mamba_norm) / tp + lp.mamba_norm
@@ -163,7 +163,7 @@ def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp
 
 
 def rollout_params_per_gpu(model: Any, gpus_per_engine: int, attn_tp: int) -> float:
-    """§5.4 estimate of the weights one SGLang GPU holds (routed experts over the engine, rest over attn_tp)."""
+    """Estimated weights one SGLang GPU holds (routed experts over the engine, the rest over attn_tp)."""
     lp = layer_params(model)
     p = model.hybrid_pattern
     n_moe = p.count("E")

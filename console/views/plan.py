@@ -1,28 +1,31 @@
 """The plan view: pick a variant, edit the layout, see every rule's verdict, the command, preflight.
 
-Every edit goes to backend: `plan_eval.evaluate` (the spec with bad values reported per field, the
-findings, the derived numbers, the command). Where to start comes from `plan_start`, on the first frame
-through the app's plan preview helper. The view only routes keys and draws. Launch (`L`) is refused while a bad value, an error finding or a
-failed preflight stands, and goes through a confirmation modal with Cancel focused.
+Every edit goes to backend: `backend.plan.evaluation.evaluate` (the spec with bad values reported per
+field, the findings, the derived numbers, the command). Where to start comes from `plan_start`, on the
+first frame through the app's plan preview helper. The view only routes keys and draws. Launch (`L`) is
+refused while a bad value, an error finding or a failed preflight stands, and goes through a
+confirmation modal with Cancel focused.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
+from backend.plan.derived import Derived
 from backend.plan.evaluation import PlanEvaluation
-from backend.plan.finding import SEVERITY_RANK
-from backend.plan.view_start import PlanStart
+from backend.plan.finding import SEVERITY_RANK, Finding
+from backend.plan.view_start import PlanStart, field_text
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
@@ -35,6 +38,10 @@ from console.widgets.plan_panels import (
     PreflightPanel,
 )
 
+if TYPE_CHECKING:
+    from backend.plan.spec import RunSpec
+    from backend.plan.variants import Variant
+
 REBUILD_DEBOUNCE_S = 0.06
 
 
@@ -42,24 +49,9 @@ class Column(VerticalScroll, inherit_bindings=False, can_focus=False):
     """A scrolling column without arrow-key bindings: Up/Down move between fields instead."""
 
 
-def _text_of(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _get(data: dict[str, Any], path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 class PlanView(ConsoleView):
     SCOPE = "plan"
-    BINDINGS = keymap.bindings_for("plan")
+    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("plan")]
     DEFAULT_CSS = """
     PlanView #plan-body { height: 1fr; }
     PlanView #plan-left { width: 62; height: 1fr; border-right: vkey $panel; padding-right: 1; }
@@ -76,14 +68,14 @@ class PlanView(ConsoleView):
         None, that is computed here."""
         super().__init__(**kwargs)
         self._start = start
-        self.variants: list[Any] | None = None  # backend.plan.variants.Variant objects, listed when first needed
+        self.variants: list[Variant] | None = None  # listed when first needed
         self.choices: list[tuple[str, str]] = []  # (label, key) as the form shows them
         self.variant_key: str | None = None
         self.base: dict[str, Any] = {}
         self.edits: dict[str, str] = {}
         self.evaluation = PlanEvaluation()
         self.preflight_state = "not checked"
-        self.preflight_findings: list[Any] = []
+        self.preflight_findings: list[Finding] = []
         self.preflight_note = ""
         self._pending: Timer | None = None
 
@@ -136,7 +128,7 @@ class PlanView(ConsoleView):
 
     # ------------------------------------------------------------------ state
 
-    def _variant_list(self) -> list[Any]:
+    def _variant_list(self) -> list[Variant]:
         if self.variants is None:
             from backend.plan.view_start import list_choices
 
@@ -146,7 +138,7 @@ class PlanView(ConsoleView):
 
     @staticmethod
     def _form_values(base: dict[str, Any]) -> dict[str, str]:
-        return {f.path: _text_of(_get(base, f.path)) for f in FIELDS}
+        return {f.path: field_text(base, f.path) for f in FIELDS}
 
     def choose_variant(self, key: str) -> None:
         """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
@@ -181,11 +173,11 @@ class PlanView(ConsoleView):
         self._draw()
 
     @property
-    def findings(self) -> list[Any]:
+    def findings(self) -> list[Finding]:
         return self.evaluation.findings
 
     @property
-    def derived(self) -> dict[str, Any]:
+    def derived(self) -> Derived | None:
         return self.evaluation.derived
 
     @property
@@ -193,7 +185,7 @@ class PlanView(ConsoleView):
         return self.evaluation.command
 
     @property
-    def error_findings(self) -> list[Any]:
+    def error_findings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
 
     def launch_blockers(self) -> list[str]:
@@ -259,7 +251,7 @@ class PlanView(ConsoleView):
 
     @on(LayoutForm.Edited)
     def _edited(self, event: LayoutForm.Edited) -> None:
-        base_text = _text_of(_get(self.base, event.path))
+        base_text = field_text(self.base, event.path)
         before = dict(self.edits)
         if event.text == base_text:
             self.edits.pop(event.path, None)
@@ -345,7 +337,7 @@ class PlanView(ConsoleView):
         self._run_preflight(self.evaluation.spec)
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
-    async def _run_preflight(self, spec: Any) -> None:
+    async def _run_preflight(self, spec: RunSpec) -> None:
         from backend.cluster import preflight as pre
         from backend.cluster.dashboard import RayClient
 
@@ -374,6 +366,8 @@ class PlanView(ConsoleView):
         from console.widgets.confirm import ConfirmModal
 
         spec = self.evaluation.spec
+        if spec is None:  # flush() builds it for every valid spec: with no blocker there is one
+            return
         self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
                              lambda ok: self._launch(spec) if ok else None)
 
@@ -384,7 +378,8 @@ class PlanView(ConsoleView):
                                                                          self.preflight_state)
         body = Text()
         body.append(self.evaluation.summary).append("\n\n")
-        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in list(self.derived.items())[:8]))
+        figures = list(self.derived.to_json().items())[:8] if self.derived is not None else []
+        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
         body.append("\nWarnings: ", "bold").append(str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings))
         body.append("\nPreflight: ", "bold").append(pf)
         for f in self.preflight_findings:
@@ -392,12 +387,12 @@ class PlanView(ConsoleView):
         body.append("\n\nThe run lives in Ray: closing the console never stops it.", "dim")
         return body
 
-    def _launch(self, spec: Any) -> None:
+    def _launch(self, spec: RunSpec) -> None:
         self.notify("launching…")
         self._launch_worker(spec)
 
     @work(exclusive=True, group="launch", exit_on_error=False)
-    async def _launch_worker(self, spec: Any) -> None:
+    async def _launch_worker(self, spec: RunSpec) -> None:
         """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
         import os
 
