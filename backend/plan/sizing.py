@@ -82,25 +82,32 @@ class LayerParams:
 
 
 def layer_params(model: Any) -> LayerParams:
-    h = model.hidden_size
-    heads, groups, kv = model.num_attention_heads, model.num_query_groups, model.kv_channels
-    m_heads, m_groups, m_state = model.mamba_num_heads, model.mamba_num_groups, model.mamba_state_dim
-    d_in = m_heads * model.mamba_head_dim
+    """The model's per-block counts; cached on its dimensions, since every check and derive asks for them."""
+    return _layer_params(model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
+                         model.mamba_num_heads, model.mamba_num_groups, model.mamba_state_dim, model.mamba_head_dim,
+                         model.mamba_conv_kernel, model.ffn_hidden_size, model.num_experts, model.moe_latent_size,
+                         model.moe_ffn_hidden_size, model.shared_expert_intermediate_size, model.vocab_size)
+
+
+@lru_cache(maxsize=64)
+def _layer_params(h: int, heads: int, groups: int, kv: int, m_heads: int, m_groups: int, m_state: int,
+                  m_head_dim: int, conv_kernel: int, ffn: int, experts: int, latent: int, moe_ffn: int,
+                  shared: int, vocab: int) -> LayerParams:
+    d_in = m_heads * m_head_dim
     xbc = d_in + 2 * m_groups * m_state
-    mamba = h * (2 * d_in + 2 * m_groups * m_state + m_heads) + xbc * (model.mamba_conv_kernel + 1) \
+    mamba = h * (2 * d_in + 2 * m_groups * m_state + m_heads) + xbc * (conv_kernel + 1) \
         + 3 * m_heads + d_in + d_in * h + h
     attention = h * (heads + 2 * groups) * kv + heads * kv * h + h
-    latent = model.moe_latent_size
     width = latent if latent else h
     return LayerParams(
         mamba=mamba, mamba_norm=h, attention=attention, attention_norm=h,
-        mlp=2 * h * model.ffn_hidden_size + h,
-        router=model.num_experts * h,
+        mlp=2 * h * ffn + h,
+        router=experts * h,
         latent=2 * h * latent if latent else 0,
-        expert=2 * width * model.moe_ffn_hidden_size,
-        shared=2 * h * model.shared_expert_intermediate_size,
+        expert=2 * width * moe_ffn,
+        shared=2 * h * shared,
         moe_norm=h,
-        embedding=model.vocab_size * h,
+        embedding=vocab * h,
         mtp_extra=2 * h * h + 3 * h,
     )
 
