@@ -4,8 +4,7 @@ arithmetic and the memory per GPU and per node.
 `derive(spec)` computes them from the same context the rules read, so a number on screen and the rule
 that judges it never disagree. The result is a frozen dataclass; `to_json` gives every figure under
 one flat name (what `plan --json` prints, what the plan preview carries and the panels list, in that
-order) and `from_json` reads it back. This module imports no pydantic: reading an evaluation back costs
-nothing.
+order) and `from_json` reads it back.
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-
-from backend.plan import sizing
 
 if TYPE_CHECKING:
     from backend.plan.spec import RunSpec
@@ -187,7 +184,9 @@ class Derived:
 
 def derive(spec: RunSpec) -> Derived:
     """The numbers a layout implies; answers for a layout that breaks rules too (None where not whole)."""
-    from backend.plan.checks.context import LayoutContext  # here: reading a copy back needs no rule engine
+    # Imported here: reading a copy back (the first frame) needs neither the rule engine nor the sizing.
+    from backend.plan import sizing
+    from backend.plan.checks.context import LayoutContext
 
     c = LayoutContext(spec)
     mem = c.memory()
