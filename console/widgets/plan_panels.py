@@ -75,15 +75,14 @@ class FindingsPanel(_Panel):
         self.show(key, text)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
+    """One figure of `Derived.to_json` (a number, a flag, a word, or a list of numbers) for a panel row."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
     return str(value)
 
 
