@@ -41,24 +41,6 @@ from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView
 
-keymap.register("logs", (
-    keymap.BindingSpec("logs.search", "slash", "search", "Search"),
-    keymap.BindingSpec("logs.next_match", "n", "next_match", "Next"),
-    keymap.BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
-    keymap.BindingSpec("logs.filter", "f", "filter", "Filter"),
-    keymap.BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
-    keymap.BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
-    keymap.BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
-    keymap.BindingSpec("logs.follow", "G", "follow", "Follow"),
-    keymap.BindingSpec("logs.end", "end", "follow", "Follow", show=False),
-    keymap.BindingSpec("logs.top", "g", "top", "Top", show=False),
-    keymap.BindingSpec("logs.home", "home", "top", "Top", show=False),
-    keymap.BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
-    keymap.BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
-    keymap.BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
-    keymap.BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
-))
-
 CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")

@@ -24,10 +24,6 @@ from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
 
-keymap.register("run", (
-    keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-))
-
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
               ("perf/tokens_per_gpu_per_sec", "per GPU", "orange", True))

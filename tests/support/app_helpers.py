@@ -30,9 +30,12 @@ def write_audit(state_dir: Path) -> None:
     (state_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8")
 
 
-def make_app(state_dir: Path, **kwargs: Any) -> UltraConsoleApp:
-    settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
-    settings = Settings(state_dir=state_dir, **settings_kw)
+def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -> UltraConsoleApp:
+    """The app over `settings` (as loaded from a config file) or over ones built from `readonly`, `keys`
+    and `address` with `state_dir`."""
+    if settings is None:
+        settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
+        settings = Settings(state_dir=state_dir, **settings_kw)
     kwargs.setdefault("model_dir", str(MODELS))
     return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
 
