@@ -380,9 +380,7 @@ class UltraConsoleApp(App[int]):
         self._draw_state_line()
 
     def on_run_state_changed(self, message: RunStateChanged) -> None:
-        state = message.state
-        label = getattr(state, "label", None) or getattr(state, "value", None) or state
-        self.run_state_text = str(label)
+        self.run_state_text = message.state.label
         self._draw_state_line()
 
     def on_history_progress(self, message: HistoryProgress) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from console.messages import (
     MetricsArrived,
     Notice,
     RunStateChanged,
+    RunStatus,
     SnapshotArrived,
 )
 
@@ -49,22 +50,6 @@ LOG_FLUSH_S = 0.1
 METRICS_EVERY_S = 0.5
 HISTORY_BATCH_LINES = 20_000
 TICK_S = 5.0
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """What the views show about the run (from the controller's state event)."""
-
-    job_id: str
-    state: str
-    started_at: float | None = None
-    ended_at: float | None = None
-    message: str = ""
-    simulated: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id} {self.state}"
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -158,7 +143,7 @@ class Runtime:
         monitor = self.monitor
         if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
             self._alerts_posted = len(monitor.alerts.alerts)
-            self.post(AlertsChanged(monitor.alerts.alerts))
+            self.post(AlertsChanged(replace(alert) for alert in monitor.alerts.alerts))
 
 
 def wants_telemetry(app: App[Any]) -> bool:

@@ -36,7 +36,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from backend.signals.logs import CancelToken, FilteredLines, LineFilter
+from backend.signals.logs import CancelToken, FilteredLines, LineFilter, LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView
@@ -46,18 +46,6 @@ _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
 _FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
-
-
-def _field(rec: Any, name: str) -> Any:
-    if isinstance(rec, dict):
-        return rec.get(name)
-    return getattr(rec, name, None)
-
-
-def _text(rec: Any) -> str:
-    if isinstance(rec, str):
-        return rec
-    return str(_field(rec, "text") or "")
 
 
 def parse_filter(text: str) -> LineFilter:
@@ -121,7 +109,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     follow: reactive[bool] = reactive(True)
     wrap: reactive[bool] = reactive(False)
 
-    def __init__(self, store: Any = None, *, id: str | None = None) -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.index: FilteredLines | None = None  # None: every line; else the lines a filter kept
@@ -142,7 +130,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     def store_index(self, pos: int) -> int:
         return self.index[pos] if self.index is not None else pos
 
-    def record(self, pos: int) -> Any:
+    def record(self, pos: int) -> LogLine:
+        assert self.store is not None  # positions exist only while a store is shown
         return self.store.line(self.store_index(pos))
 
     def sync(self) -> None:
@@ -202,10 +191,9 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     # ------------------------------------------------------------ drawing
     def _render_record(self, pos: int, width: int) -> list[Segment]:
         rec = self.record(pos)
-        text = _text(rec)
+        text = rec.text
         segs: list[Segment] = []
-        actor = _field(rec, "actor")
-        if actor and text.startswith("(") and ")" in text[:80]:
+        if rec.actor and text.startswith("(") and ")" in text[:80]:
             end = text.index(")") + 1
             segs.append(Segment(text[:end], _ACTOR))
             text = text[end:]
@@ -288,7 +276,7 @@ class LogsView(ConsoleView, can_focus=False):
     """
     BINDINGS = keymap.bindings_for("logs")
 
-    def __init__(self, store: Any = None, *, id: str | None = "logs-view") -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
         self.history: str = ""  # "loading history… N lines" while a job's log is being rebuilt
         self._store = store
@@ -314,7 +302,7 @@ class LogsView(ConsoleView, can_focus=False):
         self.lines.sync()
         self._status()
 
-    def set_store(self, store: Any) -> None:
+    def set_store(self, store: LogStore) -> None:
         self._store = store
         self.lines.store = store
         self.lines.index = None
@@ -433,7 +421,7 @@ class LogsView(ConsoleView, can_focus=False):
         ll = self.lines
         if not ll.count:
             return
-        text = _text(ll.record(ll.cursor))
+        text = ll.record(ll.cursor).text
         self.app.copy_to_clipboard(text)
         self.notify(f"copied line {ll.cursor + 1} ({len(text)} chars)", timeout=2)
 
@@ -589,7 +577,7 @@ class LogsView(ConsoleView, can_focus=False):
         ll = self.lines
         span = range(pos, min(ll.count, pos + 200)) if forward else range(pos, max(-1, pos - 50), -1)
         for p in span:
-            ts = _field(ll.record(p), "ts")
+            ts = ll.record(p).ts
             if ts:
-                return str(ts)[:19]
+                return ts[:19]
         return None

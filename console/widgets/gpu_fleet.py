@@ -20,13 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
 
 MEM_GLYPHS = " ▁▂▃▄▅▆▇█"
 
@@ -58,41 +61,18 @@ class NodeRow:
     stale: bool = False
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    """Read the first present attribute/key: backend snapshots are objects, test data may be dicts."""
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def fleet_rows(snapshot: Any, gpus_per_node: int = 8) -> tuple[NodeRow, ...]:
+def fleet_rows(snapshot: ClusterSnapshot | None, gpus_per_node: int = 8) -> tuple[NodeRow, ...]:
     """Adapt a backend ClusterSnapshot (nodes with alive/death_reason/gpus) to drawable rows."""
     if snapshot is None:
         return ()
-    nodes = _get(snapshot, "nodes", default=()) or ()
     rows: list[NodeRow] = []
-    for i, node in enumerate(nodes):
-        label = str(_get(node, "name", "hostname", "ip", "short_id", default="") or f"node-{i}")
-        alive = bool(_get(node, "alive", default=True))
-        raw = _get(node, "gpus", default=None)
-        gpus: tuple[GpuCell, ...] | None
-        if raw is None:
-            gpus = None
-        else:
-            gpus = tuple(
-                GpuCell(
-                    _get(g, "utilization_pct", "util", default=None),
-                    _get(g, "mem_used_mb", default=None),
-                    _get(g, "mem_total_mb", default=None),
-                )
-                for g in raw
-            )
-        expected = int(_get(node, "num_gpus", "gpu_count", default=0) or (len(gpus) if gpus else gpus_per_node))
-        note = "" if alive else str(_get(node, "death_reason", default="") or "dead")
-        rows.append(NodeRow(label, alive, gpus, note, expected, bool(_get(node, "stale", default=False))))
+    for i, node in enumerate(snapshot.nodes):
+        gpus = None if node.gpus is None else tuple(
+            GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
+        expected = len(gpus) if gpus else gpus_per_node
+        note = "" if node.alive else (node.death_reason or "dead")
+        label = node.name or node.hostname or node.ip or f"node-{i}"
+        rows.append(NodeRow(label, node.alive, gpus, note, expected, node.stale))
     return tuple(rows)
 
 
@@ -331,7 +311,7 @@ class GpuFleet(ScrollView, can_focus=False):
     def rows(self) -> tuple[NodeRow, ...]:
         return self._rows
 
-    def update_snapshot(self, snapshot: Any) -> bool:
+    def update_snapshot(self, snapshot: ClusterSnapshot | None) -> bool:
         """Take a new snapshot; returns True if anything on screen changed."""
         rows = fleet_rows(snapshot)
         if rows == self._rows and self._strips:

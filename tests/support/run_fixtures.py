@@ -11,7 +11,7 @@ from pathlib import Path
 from backend.cluster.telemetry import ClusterSnapshot, GpuSnapshot, NodeSnapshot
 from backend.signals.logs import LogStore
 from backend.signals.metrics import MetricsCollector
-from console.workers import RunStatus
+from console.messages import RunStatus
 
 T0 = 1_767_268_800.0  # 2026-01-01 12:00:00 UTC
 JOB = "ultra-console-260101-120000-000"
