@@ -123,7 +123,7 @@ class UltraConsoleApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "ultra-console"
-    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)  # type: ignore[assignment]
+    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)
     COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {_keymap_commands}
     ENABLE_COMMAND_PALETTE = True
 
@@ -317,7 +317,7 @@ class UltraConsoleApp(App[int]):
         names = list(VIEW_TITLES)
         self.action_show_view(names[(names.index(self.current_view) + step) % len(names)])
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc: leave a field (focus goes back to the view), else return to the previous view."""
         view = self.view(self.current_view)
         focused = self.focused

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 APP = "app"
 
@@ -116,7 +116,7 @@ def scope_of(binding_id: str) -> str | None:
     return None
 
 
-def bindings_for(scope: str) -> list[Binding]:
+def bindings_for(scope: str) -> list[BindingType]:
     """Textual `Binding`s for a class's BINDINGS."""
     return [s.binding() for s in TABLE.get(scope, ())]
 

@@ -451,17 +451,20 @@ class LogsView(ConsoleView, can_focus=False):
             self.notify(f"bad regex: {err}", severity="warning")
             return
         ll.invalidate()
+        if self._store is None:
+            self._status()
+            return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
         self._cancel = CancelToken()
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
-    def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
+    def _search_worker(self, store: LogStore, text: str, pattern: str, regex: bool, flt: LineFilter | None,
                        cancel: CancelToken) -> None:
         try:
-            hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
+            hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, str(err))
             return
@@ -526,6 +529,9 @@ class LogsView(ConsoleView, can_focus=False):
             flt = parse_filter(text)
         except ValueError as err:
             self.notify(str(err), severity="warning")
+            return
+        if self._store is None:
+            self.notify("no log to filter yet: no run attached", severity="warning")
             return
         self.filter_text = text
         self.filtering = True

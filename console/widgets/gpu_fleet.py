@@ -27,6 +27,7 @@ from rich.style import Style
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 
 if TYPE_CHECKING:
     from backend.cluster.telemetry import ClusterSnapshot
@@ -270,7 +271,7 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode,
         return mode, lines
     for start in range(0, len(rows), npr):
         chunk = rows[start: start + npr]
-        segs: list[Segment] = []
+        segs = []
         if mode is GLYPH:
             segs.append(Segment(f"{start:>{iw}} ", _DIM))
         for j, row in enumerate(chunk):
@@ -325,7 +326,7 @@ class GpuFleet(ScrollView, can_focus=False):
         (nodes joined or left, a mode change), not on every new reading: the wanted height depends
         on the fleet's shape, never on its values."""
         parent = self.parent
-        if parent is None or not self.styles.height or not self.styles.height.is_auto:
+        if not isinstance(parent, Widget) or not self.styles.height or not self.styles.height.is_auto:
             return
         room = max(3, int(parent.size.height * self.max_share))
         rows = self._rows
