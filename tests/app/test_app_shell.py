@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from app_helpers import make_app, until
-from textual.command import CommandPalette
+from app_helpers import make_app
+from textual.command import CommandList, CommandPalette
 from textual.widgets import ContentSwitcher, Static
+from waiting import until
 
 from backend.settings import load_settings
 from console.app import StateLine
@@ -68,7 +69,9 @@ async def test_palette_offers_every_action_and_runs_it(tmp_path):
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Events")
-        await pilot.pause(0.3)
+        commands = app.screen.query_one(CommandList)
+        await until(pilot, lambda: commands.highlighted is not None and "Events" in str(
+            commands.get_option_at_index(commands.highlighted).prompt), "the palette to offer Events")
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, CommandPalette)
@@ -218,5 +221,4 @@ async def test_workers_start_even_if_the_key_bar_never_draws(tmp_path, monkeypat
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         assert not app._after_first_frame_done
-        await pilot.pause(0.6)
-        assert app._after_first_frame_done
+        await until(pilot, lambda: app._after_first_frame_done, "the fallback timer to start the workers", 5)

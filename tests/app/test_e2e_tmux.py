@@ -6,6 +6,8 @@ Plan edit -> launch (through the confirm modal) -> metrics appear -> log search 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 pytestmark = [pytest.mark.tmux, pytest.mark.ray]
 
@@ -32,15 +35,13 @@ def _screen() -> str:
 
 def _wait(pattern: str, timeout: float = 90.0) -> re.Match[str]:
     rx = re.compile(pattern)
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        last = _screen()
-        m = rx.search(last)
-        if m:
-            return m
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {pattern!r}; screen was:\n{last}")
+    last = [""]
+
+    def shown() -> re.Match[str] | None:
+        last[0] = _screen()
+        return rx.search(last[0])
+
+    return asyncio.run(until(None, shown, lambda: f"{pattern!r}; screen was:\n{last[0]}", timeout, interval=0.2))
 
 
 def _keys(*keys: str) -> None:
@@ -78,9 +79,8 @@ def demo_session(tmp_path):
         yield
     finally:
         subprocess.run(["tmux", "send-keys", "-t", SESSION, "q"], check=False)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "DEMO-EXITED" not in _screen():
-            time.sleep(0.5)
+        with contextlib.suppress(AssertionError):  # cleanup: the session goes in any case
+            _wait("DEMO-EXITED", 60)
         subprocess.run(["tmux", "kill-session", "-t", SESSION], check=False)
 
 

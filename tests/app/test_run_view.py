@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from app_helpers import make_app, until
+from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
+from waiting import until
 
 from backend.cluster.controller import Leftover
 from backend.signals.alerts import Alert
