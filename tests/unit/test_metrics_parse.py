@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.dump_reader import DumpReader, JsonlTail
 from backend.signals.metrics import MetricsCollector, parse_metric_text, record_from_event

@@ -1,7 +1,7 @@
-"""A faithful fake of a miles GRPO Ray job log, for tests and benchmarks.
+"""A faithful fake of a miles GRPO Ray job log, for the grammar's tests and the log benchmarks.
 
 Lines are written exactly as miles' logging (miles/utils/logging_utils.py) and Ray's driver
-(`print_worker_logs`) print them (miles-run-output.md §2-3): ANSI-coloured `(Actor pid=N[, ip=X])` prefixes,
+(`print_worker_logs`) print them: ANSI-coloured `(Actor pid=N[, ip=X])` prefixes,
 miles' `[YYYY-mm-dd HH:MM:SS.mmm name] file.py:NN - ` bracket, `step N` twice per step (log_utils.py:542
 and model.py:854), both `perf N` kinds, `np.float64(...)` pass@k, `np.int64(...)` multi-turn maxima, bare
 `nan`, a `\\r` tqdm bar, Ray's `[repeated Nx across cluster]` dedup suffix, SGLang noise, Timer lines,
