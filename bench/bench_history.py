@@ -1,7 +1,7 @@
 """Time to rebuild the history of a 1M-line job log through `RayClient.read_log` (target <= 5 s).
 
 A real loopback Ray head (backend/demo/local_cluster.py, inside `unshare -n`) runs a job that prints N lines
-of 59 bytes (the line shape of ray.md §2.6). Then, in the same run:
+of 59 bytes (`epoch 3 step N loss=... lr=... tok/s=...`). Then, in the same run:
 * baseline: `cat` of the same job-driver log file to /dev/null, and a plain Python line loop over it;
 * `read_log`: the whole log streamed from `/api/v0/logs/file` and split into lines (median of 3);
 * reference: one `GET /api/jobs/{id}/logs` (the endpoint the console never polls).

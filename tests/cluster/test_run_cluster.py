@@ -369,7 +369,7 @@ async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_clien
 async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_client: RayClient,
                                                               tmp_path: Path) -> None:
     # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does not cancel a
-    # PENDING job (ray.md §2.4): the controller must say so, stay PENDING, and see what happens next.
+    # PENDING job (one still waiting for resources): the controller must say so, stay PENDING, and see what happens next.
     sid = await ray_client.submit({"entrypoint": "sleep 600", "entrypoint_num_gpus": 16,
                                    "metadata": {"ultra_console": "1", "run_id": "pending-test"}})
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)

@@ -24,7 +24,7 @@ from backend.plan.spec import build_spec
 from backend.plan.submission import build_submission
 from backend.signals.metrics import record_from_event
 
-# miles-run-output.md §2.3, verbatim.
+# miles' metric line, exactly as its logging prints it (optional Ray actor prefix, then its bracket).
 MILES_LINE = re.compile(
     r"^(?:\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]+))?\) )?\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) "
     r"(?P<proc>[^\]]+)\] (?P<file>[^:\s]+):(?P<lineno>\d+) - (?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) "
@@ -45,7 +45,7 @@ def test_parse_takes_what_it_needs_and_ignores_the_rest():
                "--eval-prompt-data", "aime", "/d/aime.jsonl", "--sim-step-seconds", "0.1", "--sim-forever"])
     assert (a.num_rollout, a.save_interval, a.eval_name, a.step_seconds, a.forever) == (7, 50, "aime", 0.1, True)
     assert a.steps_per_rollout == 2  # 32*8/128, like the Nemotron recipe
-    assert a.metric_rank == 96  # first rank of the last PP stage of 128 GPUs, pp=4 (§2.3)
+    assert a.metric_rank == 96  # first rank of the last PP stage of 128 GPUs, pp=4 (the rank miles logs train metrics from)
     assert parse([]).metric_rank == 0
 
 
@@ -97,7 +97,7 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert trainer and SIM_LABEL in trainer[0]  # its first line says it is a simulation
     parsed = [m for m in map(MILES_LINE.match, clean) if m]
     kinds = Counter((m["kind"], m["actor"], m["file"]) for m in parsed)
-    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (§3.1)
+    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (log_utils and model.py)
     steps = Counter(int(m["n"]) for m in parsed if m["kind"] == "step")
     assert steps == {n: 2 for n in range(6)}
     assert kinds[("step", "MegatronTrainRayActor", "log_utils.py")] == 6
