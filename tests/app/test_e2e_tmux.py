@@ -23,10 +23,11 @@ pytestmark = [pytest.mark.tmux, pytest.mark.ray]
 
 BIN = Path(sys.executable).with_name("ultra-console")
 SESSION = f"uc-e2e-{os.getpid()}"
+TMUX = ["tmux", "-L", SESSION]  # a tmux server of this test's own: no other session sees its keys or options
 
 
 def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+    return subprocess.run([*TMUX, *args], check=True, capture_output=True, text=True).stdout
 
 
 def _screen() -> str:
@@ -78,10 +79,10 @@ def demo_session(tmp_path):
     try:
         yield
     finally:
-        subprocess.run(["tmux", "send-keys", "-t", SESSION, "q"], check=False)
+        subprocess.run([*TMUX, "send-keys", "-t", SESSION, "q"], check=False)
         with contextlib.suppress(AssertionError):  # cleanup: the session goes in any case
             _wait("DEMO-EXITED", 60)
-        subprocess.run(["tmux", "kill-session", "-t", SESSION], check=False)
+        subprocess.run([*TMUX, "kill-session", "-t", SESSION], check=False)
 
 
 def test_demo_plan_launch_metrics_search_abort(demo_session):

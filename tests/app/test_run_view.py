@@ -3,8 +3,6 @@ modal's escalation (Cancel focused, graceful, then force as a separate step, the
 
 from __future__ import annotations
 
-import asyncio
-
 from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
@@ -162,7 +160,6 @@ async def test_abort_key_refused_when_readonly(tmp_path):
         await pilot.press("2", "A")
         await pilot.pause()
         assert not isinstance(app.screen, AbortModal)
-        await asyncio.sleep(0)
 
 
 async def test_history_rebuild_progress_is_visible(tmp_path):

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from runhelp import job_reaches
+from waiting import until
 
 from backend.cluster.dashboard import (
     AuthFailed,
@@ -83,14 +84,16 @@ async def test_version_nodes_and_fake_gpus(ray_cluster, ray_client):
     nodes = await ray_client.nodes()
     alive = {n["node_id"] for n in nodes if n["state"] == "ALIVE"}
     assert set(ray_cluster.node_ids[:3]) <= alive
-    deadline = time.monotonic() + 30
-    while True:  # the agent's first report with GPUs can take a few seconds
+    gpus: dict[str, list] = {}
+
+    async def eight_each() -> bool:  # the agent's first report with GPUs can take a few seconds
         summary = await ray_client.nodes_summary()
-        gpus = {s["raylet"]["nodeId"]: s["gpus"] for s in summary["summary"]}
-        if all(len(gpus.get(n, [])) == 8 for n in ray_cluster.node_ids[:3]):
-            break
-        assert time.monotonic() < deadline, f"fake GPUs not reported: { {k: len(v) for k, v in gpus.items()} }"
-        await asyncio.sleep(1)
+        gpus.clear()
+        gpus.update({s["raylet"]["nodeId"]: s["gpus"] for s in summary["summary"]})
+        return all(len(gpus.get(n, [])) == 8 for n in ray_cluster.node_ids[:3])
+
+    await until(None, eight_each, lambda: f"8 fake GPUs per node (have { {k: len(v) for k, v in gpus.items()} })",
+                30, interval=1.0)
     first = gpus[ray_cluster.node_ids[0]][0]
     assert first["name"] == "NVIDIA H200 (fake)" and first["memoryTotal"] == 143771
     detail = await ray_client.node_detail(ray_cluster.node_ids[1])
@@ -337,7 +340,11 @@ async def test_follow_from_offset_resumes_after_history(ray_client):
         "import time\nfor i in range(40):\n    print(f'item {i}', flush=True)\n    time.sleep(0.05)"),
         "submission_id": sid})
     await job_reaches(ray_client, sid, {"RUNNING", "SUCCEEDED"})
-    await asyncio.sleep(1.0)
+
+    async def some_items() -> bool:  # the history to rebuild is part of the run, not nothing
+        return any([line.startswith("item ") async for line in ray_client.read_log(sid)])
+
+    await until(None, some_items, "the job's first lines", 30, interval=0.2)
     history = [line async for line in ray_client.read_log(sid)]
     rest = [line async for line in ray_client.follow_log(sid, start_offset=len(history))]
     whole = [line async for line in ray_client.read_log(sid)]
