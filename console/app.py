@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from backend.plan.preview_process import Preview
     from backend.plan.view_start import PlanStart
     from backend.settings import Settings
+    from console.workers import Runtime
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 # The views other than the first: (module under console.views, class), imported and mounted just after
@@ -156,6 +157,7 @@ class UltraConsoleApp(App[int]):
         self.job = job
         self.demo = demo
         self.controller = controller
+        self.runtime: Runtime | None = None  # the workers' session, once they start after the first frame
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
