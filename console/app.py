@@ -2,7 +2,7 @@
 
 The app owns routing only: view switching (1-4, Tab), Esc, help, the palette, quit, the
 dashboard-lost banner, read-only refusal and the TTY watchdog. Views draw what backend computes;
-workers (console/workers.py, part B) do all Ray I/O and post console.messages to the app, which
+workers (console/workers.py) do all Ray I/O and post console.messages to the app, which
 handles what it needs and fans each message out to every view.
 """
 
