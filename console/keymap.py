@@ -129,9 +129,17 @@ def validate_keymap(keys: Mapping[str, str]) -> tuple[dict[str, str], list[str]]
     """Split the settings' remap into (known ids -> keys, one-line problems for unknown ids)."""
     known = {s.id for s in specs()}
     good = {k: v for k, v in keys.items() if k in known and str(v).strip()}
-    bad = [f"unknown key binding id {k!r} in settings (known: {', '.join(sorted(known))})"
-           for k in keys if k not in known]
-    return good, bad
+    return good, [_unknown(k) for k in keys if k not in known]
+
+
+def _unknown(binding_id: str) -> str:
+    """One line that names the ids the operator may have meant: those of the same scope, else the scopes."""
+    scope = binding_id.split(".", 1)[0]
+    if scope in TABLE:
+        hint = f"{scope} ids: {', '.join(s.id for s in TABLE[scope])}"
+    else:
+        hint = f"ids start with a scope: {', '.join(f'{sc}.' for sc in TABLE)}"
+    return f"unknown key binding id {binding_id!r} in settings ({hint}; `?` lists every key)"
 
 
 def effective_key(spec: BindingSpec, keymap: Mapping[str, str]) -> str:

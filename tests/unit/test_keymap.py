@@ -34,3 +34,13 @@ def test_binding_ids_are_unique_and_scoped() -> None:
     assert len(ids) == len(set(ids))
     for scope, rows in keymap.TABLE.items():
         assert all(s.id.startswith(f"{scope}.") for s in rows), scope
+
+
+def test_an_unknown_id_names_what_was_meant() -> None:
+    from console import keymap
+
+    good, bad = keymap.validate_keymap({"logs.serch": "ctrl+f", "nope": "x", "app.quit": "ctrl+q"})
+    assert good == {"app.quit": "ctrl+q"}
+    typo, stray = bad
+    assert "'logs.serch'" in typo and "logs.search" in typo and "plan.launch" not in typo
+    assert "'nope'" in stray and "logs." in stray and "run." in stray
