@@ -7,9 +7,6 @@ Run in the oracle venv:  .venv-deep/bin/python bench/bench_deep.py [N]
   broken down per real-library check;
 - shim: expected_provider_fields on the Ultra config, and one CPU provider build with the shim
   (shim-check's work) against the same build without it.
-
-The layouts are the two documented presets and variations that each break what one real check decides
-(LAYOUTS, repeated to N); the configs are the ones `plan --deep` and the demo write (`hf_config`).
 """
 
 from __future__ import annotations
@@ -28,20 +25,6 @@ from backend.plan import checks as constraints  # noqa: E402
 from backend.plan import deep  # noqa: E402
 from backend.plan.spec import build_spec  # noqa: E402
 
-FULL = "nemotron-3-ultra-550b-a55b"
-SLICE = "nemotron-3-ultra-550b-a55b-4layer"
-LAYOUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (FULL, ()), (SLICE, ()),
-    (FULL, ("train.pp=5",)),  # initialize_model_parallel, select_pipeline_segment
-    (FULL, ("train.ep=64",)),  # initialize_model_parallel (expert grid)
-    (FULL, ("model.num_query_groups=3",)),  # transformer_config
-    (FULL, ("train.vpp=2", "train.pp=1")),  # initialize_model_parallel (interleaving)
-    (FULL, ("batch.global_batch_size=130",)),  # microbatches, validate_args
-    (FULL, ("rollout.ep=24",)),  # server_args
-    (FULL, ("rollout.dp=3", "rollout.gpus_per_engine=32")),  # server_args (dp-attention)
-    (FULL, ("train.tp=4", "train.pp=2", "cluster.nodes=4", "rollout.gpus_per_engine=16", "rollout.ep=16")),
-)
-
 
 def per_call(fn, items) -> float:
     start = time.perf_counter()
@@ -51,7 +34,9 @@ def per_call(fn, items) -> float:
 
 
 def main(n: int = 40) -> None:
-    specs = [build_spec(preset, list(sets)) for preset, sets in (LAYOUTS * (n // len(LAYOUTS) + 1))[:n]]
+    from deep_layouts import layouts  # the differential test's seeded layouts
+
+    specs = [build_spec(preset, sets) for preset, sets in layouts()[:n]]
     deep.run_deep_checks(specs[0])  # warm-up: library imports
     base = per_call(constraints.check, specs)
     full = per_call(deep.run_deep_checks, specs)
@@ -61,15 +46,17 @@ def main(n: int = 40) -> None:
         t = per_call(lambda s, fn=fn, name=name: deep.run_one(name, fn, s), specs)
         print(f"  {name:26} {t * 1e3:7.1f} ms  (x{t / base:.0f} of the engine)")
 
+    from deep_layouts import FULL, SLICE
+
     from shim.check import run_check
     from shim.mapping import expected_provider_fields
 
-    cfg = deep.hf_config(build_spec(FULL))
+    cfg = deep.hf_config(build_spec(FULL, []))  # Ultra's config.json as the checks synthesize it
     mapping = per_call(lambda _: expected_provider_fields(cfg, keep_mtp=False), range(2000))
     print(f"expected_provider_fields (Ultra) {mapping * 1e6:.1f} us (x{mapping / base:.2f} of the engine)")
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp)
-        (ckpt / "config.json").write_text(json.dumps(deep.hf_config(build_spec(SLICE))), encoding="utf-8")
+        ckpt = Path(tmp)  # a 4-layer slice of Ultra: real widths, no weights
+        (ckpt / "config.json").write_text(json.dumps(deep.hf_config(build_spec(SLICE, []))), encoding="utf-8")
         run_check(ckpt, with_shim=True)  # warm-up
         times = {}
         for with_shim in (False, True):

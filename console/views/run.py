@@ -11,22 +11,30 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
 from console import keymap
-from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import (
+    AlertsChanged,
+    HistoryProgress,
+    MetricsArrived,
+    RunStateChanged,
+    RunStatus,
+    SnapshotArrived,
+)
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
 
-keymap.register("run", (
-    keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-))
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
+    from backend.signals.alerts import Alert
+    from console.workers import MetricsView
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -37,16 +45,6 @@ KL = (("train/ppo_kl", "ppo_kl", "cyan", False),
       ("train/train_rollout_kl", "train/rollout kl", "magenta", False),
       ("train/train_rollout_logprob_abs_diff", "logprob |diff|", "orange", False),
       ("rollout/raw_reward", "raw reward", "green", True))
-
-
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict):
-            if obj.get(name) is not None:
-                return obj[name]
-        elif getattr(obj, name, None) is not None:
-            return getattr(obj, name)
-    return default
 
 
 def series_points(metrics: Any, key: str) -> tuple[tuple[float, float], ...]:
@@ -91,20 +89,13 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, compact: bool = False) -> str:
+def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Alert], now: float, *,
+               compact: bool = False) -> str:
     """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    job = _get(state, "job_id", "submission_id", "id", default="?")
-    status = str(_get(state, "state", "status", default="?"))
-    status = getattr(status, "value", status)
-    started = _get(state, "started_at", "start_time")
-    ended = _get(state, "ended_at", "end_time")
-    if isinstance(started, (int, float)) and started > 1e11:  # Ray reports milliseconds
-        started /= 1000.0
-    if isinstance(ended, (int, float)) and ended > 1e11:
-        ended /= 1000.0
-    elapsed = ((ended or now) - started) if isinstance(started, (int, float)) else None
+    job, status, started = state.job_id, state.state, state.started_at
+    elapsed = ((state.ended_at or now) - started) if started is not None else None
     d = _derived(metrics)
     prog = d.get("progress") or {}
     done, total = prog.get("rollouts_done"), prog.get("num_rollout")
@@ -117,7 +108,7 @@ def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, c
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {str(_get(a, "severity", default="")) for a in alerts}
+        sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
     if compact:
         return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
@@ -142,10 +133,10 @@ class RunView(ConsoleView):
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = "run-view") -> None:
         super().__init__(id=id)
         self.clock = clock
-        self.run_state: Any = None
-        self.metrics: Any = None
-        self.alerts: list[Any] = []
-        self.snapshot: Any = None
+        self.run_state: RunStatus | None = None
+        self.metrics: MetricsView | None = None
+        self.alerts: tuple[Alert, ...] = ()
+        self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
 
@@ -191,7 +182,7 @@ class RunView(ConsoleView):
         self._mark("state")
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._mark("state")
 
     def _mark(self, *parts: str) -> None:

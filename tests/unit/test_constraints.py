@@ -334,7 +334,7 @@ def test_every_finding_names_settable_fields() -> None:
             assert RULES[f.rule].status == "checked"
 
 
-# --------------------------------------------------------------------------- derived numbers
+# --------------------------------------------------------------------------- derived numbers: layout and memory
 
 
 def test_derive_full_model_reproduces_the_documented_layout() -> None:
@@ -351,9 +351,9 @@ def test_derive_full_model_reproduces_the_documented_layout() -> None:
     b = [p / 1e9 for p in m.params_per_gpu]
     assert b[0] == pytest.approx(5.550, abs=5e-4) and b[3] == pytest.approx(5.550, abs=5e-4)
     assert b[1] == pytest.approx(5.416, abs=5e-4) and b[2] == pytest.approx(5.416, abs=5e-4)
-    assert m.params_per_gpu[0] == 5_549_973_632  # the per-stage parameter count, exactly
+    assert m.params_per_gpu[0] == 5_549_973_632  # the first stage's parameters, counted by hand
     assert m.rollout_weights_gb_per_gpu is not None
-    assert 42 <= m.rollout_weights_gb_per_gpu <= 44  # about 21-22 B params per rollout GPU
+    assert 42 <= m.rollout_weights_gb_per_gpu <= 44  # ≈ 21–22 B params of the rollout engine's shard, in bf16
     assert m.rollout_static_gb_per_gpu == pytest.approx(98.7)
 
 
@@ -367,7 +367,7 @@ def test_derive_slice_reproduces_the_documented_layout() -> None:
     assert d.memory.params_per_gpu_max_b == pytest.approx(5.803, abs=5e-4)
 
 
-# The memory figures of the full model (TP8 PP4 EP32) and the slice (TP1 PP1 EP8), per GPU and per node:
+# Memory per GPU and node, worked out by hand for the full model and the 4-layer slice:
 # (memory field, preset, value, tolerance); model_params_b is the whole model's size.
 MEMORY = [
     ("weights_gb_per_gpu", FULL, 11.10, 0.01), ("grads_gb_per_gpu", FULL, 22.20, 0.01),
@@ -391,7 +391,7 @@ def test_derive_memory_matches_the_documented_figures(key: str, preset: str, val
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
     m = derive(make(FULL, {"optimizer.cpu_offload": False})).memory
     assert m.optimizer_location == "gpu" and m.host_adam_gb_per_node == 0.0
-    assert m.train_hbm_gb_per_gpu == pytest.approx(33.3 + 52.9, abs=0.1)  # about 86 GB
+    assert m.train_hbm_gb_per_gpu == pytest.approx(33.3 + 52.9, abs=0.1)  # weights + grads + Adam states: ≈ 86 GB
 
 
 def test_derive_with_kept_mtp_grows_the_last_stage_only() -> None:
