@@ -9,7 +9,6 @@ confirmation modal with Cancel focused.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -112,10 +111,9 @@ class PlanView(ConsoleView):
     def _compute_start(self) -> PlanStart:
         from backend.plan.view_start import plan_start
 
-        app = self.app
-        settings = app.settings  # type: ignore[attr-defined]
-        return plan_start(settings.preset, getattr(app, "model_dir", None),
-                          run_id=getattr(app, "preview_run_id", None), address=settings.address)
+        app = self.console
+        return plan_start(app.settings.preset, app.model_dir, run_id=app.preview_run_id,
+                          address=app.settings.address)
 
     def on_mount(self) -> None:
         self._draw()
@@ -132,8 +130,8 @@ class PlanView(ConsoleView):
         if self.variants is None:
             from backend.plan.view_start import list_choices
 
-            settings = self.app.settings  # type: ignore[attr-defined]
-            self.variants, _preset, _notices = list_choices(settings.preset, getattr(self.app, "model_dir", None))
+            app = self.console
+            self.variants, _preset, _notices = list_choices(app.settings.preset, app.model_dir)
         return self.variants
 
     @staticmethod
@@ -165,9 +163,8 @@ class PlanView(ConsoleView):
         if self._pending is not None:
             self._pending.stop()
             self._pending = None
-        app = self.app
-        self.evaluation = evaluate(self.base, self.edits, run_id=getattr(app, "preview_run_id", None),
-                                   address=app.settings.address)  # type: ignore[attr-defined]
+        app = self.console
+        self.evaluation = evaluate(self.base, self.edits, run_id=app.preview_run_id, address=app.settings.address)
         if self.preflight_state in ("passed", "failed", "unavailable"):
             self.preflight_state = "stale"
         self._draw()
@@ -230,7 +227,7 @@ class PlanView(ConsoleView):
         self.query_one("#plan-summary", Static).update(Text(ev.summary), layout=False)
         status = self.query_one(LaunchStatus)
         blockers = self.launch_blockers()
-        if getattr(self.app, "readonly", False):
+        if self.console.readonly:
             status.set_status("readonly", "READ-ONLY: launch is disabled in this console")
         elif blockers:
             status.set_status("blocked", "Launch blocked: " + "; ".join(blockers))
@@ -240,7 +237,7 @@ class PlanView(ConsoleView):
 
     def _key(self, binding_id: str) -> str:
         spec = next(s for s in keymap.specs("plan") if s.id == binding_id)
-        return keymap.effective_key(spec, getattr(self.app, "keymap_overrides", {}))
+        return keymap.effective_key(spec, self.console.keymap_overrides)
 
     # ------------------------------------------------------------------ events
 
@@ -341,7 +338,7 @@ class PlanView(ConsoleView):
         from backend.cluster import preflight as pre
         from backend.cluster.dashboard import RayClient
 
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = self.console.settings
         token = settings.token.get_secret_value() if settings.token else None
         try:
             async with RayClient(settings.address, token) as client:
@@ -398,24 +395,22 @@ class PlanView(ConsoleView):
 
         from backend.plan.submission import new_run_id, secrets_from_env
 
-        app = self.app
-        controller = getattr(app, "controller", None)
-        if controller is None or not hasattr(controller, "launch"):
+        app = self.console
+        controller = app.controller
+        if controller is None:
             app.post_message(Notice("launch is not available: no run controller is connected "
                                     "(start the console without a subcommand, or `ultra-console demo`)", "error"))
             return
         checked = self.findings + self.preflight_findings if self.preflight_state == "passed" else None
         try:
-            result = controller.launch(spec, run_id=getattr(app, "preview_run_id", None),
-                                       secrets=secrets_from_env(os.environ), findings=checked)
-            if inspect.isawaitable(result):
-                result = await result
+            job = await controller.launch(spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ),
+                                          findings=checked)
         except ConsoleError as err:
             app.post_message(Notice(f"launch failed: {err}", "error"))
             app.post_message(AuditChanged())
             return
-        app.preview_run_id = new_run_id()  # type: ignore[attr-defined]  # the next launch is a new run
+        app.preview_run_id = new_run_id()  # the next launch is a new run
         self.rebuild()
-        app.post_message(Notice(f"launched {getattr(result, 'id', '') or 'the run'}; showing the run view"))
+        app.post_message(Notice(f"launched {job.id or 'the run'}; showing the run view"))
         app.post_message(AuditChanged())
-        app.action_show_view("run")  # type: ignore[attr-defined]
+        app.action_show_view("run")
