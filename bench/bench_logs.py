@@ -23,8 +23,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from miles_sample_log import SampleRun, generate  # noqa: E402
 
-from backend.signals.logs import LogStore  # noqa: E402
 from backend.signals.monitor import RunMonitor  # noqa: E402
+from backend.signals.store import LogStore  # noqa: E402
 
 CHUNK = 1 << 20
 

@@ -40,9 +40,9 @@ from console.messages import (
 if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
     from backend.cluster.controller import RunController, RunEvent
     from backend.cluster.dashboard import JobInfo
-    from backend.signals.logs import LogStore
     from backend.signals.monitor import RunMonitor
     from backend.signals.series import SeriesSet
+    from backend.signals.store import LogStore
 
 TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
@@ -116,8 +116,8 @@ class Runtime:
 
     def new_store(self, job_id: str) -> LogStore:
         """A fresh store + collector for `job_id`, handed to the logs view."""
-        from backend.signals.logs import LogStore
         from backend.signals.monitor import RunMonitor
+        from backend.signals.store import LogStore
 
         if self.store is not None:
             self.store.close()

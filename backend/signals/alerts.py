@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.signals.logs import REPEATED
+from backend.signals.grammar import REPEATED
 from backend.signals.metrics import Point, lines_containing
 from backend.signals.series import Series
 from shim import logline as shim_logline

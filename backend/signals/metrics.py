@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from backend.signals.logs import REPEATED
+from backend.signals.grammar import REPEATED
 from backend.signals.pyliteral import LiteralError, parse_literal
 from backend.signals.series import STEP_KEYS, SeriesSet, axis_for
 

@@ -132,8 +132,8 @@ async def _follow(settings: Any, job_id: str | None) -> int:
     """Headless: print state changes and one line per rollout until the run ends (or Ctrl-C)."""
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
-    from backend.signals.logs import LogStore
     from backend.signals.metrics import MetricsCollector
+    from backend.signals.store import LogStore
 
     if job_id is None:
         _say("DEMO: --no-launch with --no-tui: nothing to follow")

@@ -1,7 +1,7 @@
 """`ultra-console metrics`: a run's metric series, derived signals and alerts, from a live job, a saved
 Ray job log, or a miles `--dump-details` directory.
 
-Everything is computed by backend.signals.monitor (which reads through backend.signals.logs, backend.signals.metrics,
+Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
 backend.signals.derived, backend.signals.alerts); this module only picks the input and prints. `--json` prints one object
 `{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
 is reported on one line (stderr), never as a traceback.
@@ -19,8 +19,8 @@ from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
-from backend.signals.logs import LogStore
 from backend.signals.monitor import RunMonitor
+from backend.signals.store import LogStore
 
 CHUNK = 1 << 20
 SUMMARY_KEYS = (

@@ -1,7 +1,7 @@
 """Fixed, deterministic data for the run and logs views (Pilot, snapshot and bench use).
 
 Telemetry is a real backend.cluster.telemetry.ClusterSnapshot; metrics are miles-format log lines fed to
-the real backend.signals.metrics collector; the log is the real backend.signals.logs.LogStore.
+the real backend.signals.metrics collector; the log is the real backend.signals.store.LogStore.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.cluster.telemetry import ClusterSnapshot, GpuSnapshot, NodeSnapshot
-from backend.signals.logs import LogStore
 from backend.signals.metrics import MetricsCollector
+from backend.signals.store import LogStore
 from console.workers import RunStatus
 
 T0 = 1_767_268_800.0  # 2026-01-01 12:00:00 UTC
