@@ -9,9 +9,12 @@ interpret them beyond display. Names are a contract with console/workers.py — 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from backend.signals.monitor import MetricsSnapshot
 
 Severity = Literal["information", "warning", "error"]
 
@@ -37,9 +40,9 @@ class LogAppended(ConsoleMessage):
 
 
 class MetricsArrived(ConsoleMessage):
-    """New metric points (throughput, KL, ...) as backend.signals.metrics produced them."""
+    """New metric points (throughput, KL, ...): an immutable snapshot of the series and derived signals."""
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, payload: MetricsSnapshot) -> None:
         super().__init__()
         self.payload = payload
 

@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.cluster.controller import RunController, RunEvent
     from backend.cluster.dashboard import JobInfo
     from backend.signals.monitor import RunMonitor
-    from backend.signals.series import SeriesSet
     from backend.signals.store import LogStore
 
 TELEMETRY_INTERVAL_S = 1.0
@@ -73,17 +72,10 @@ def run_status(event: RunEvent) -> RunStatus | None:
     if job is None:
         return RunStatus(event.text.removeprefix("submitting ") or "?", state)
     meta = job.metadata or {}
-    return RunStatus(job.id, state, job.start_time / 1000.0 if job.start_time else None,
-                     job.end_time / 1000.0 if job.end_time else None, job.message or "",
+    from backend.signals.clock import seconds_from_ms
+
+    return RunStatus(job.id, state, seconds_from_ms(job.start_time), seconds_from_ms(job.end_time), job.message or "",
                      bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
-
-
-@dataclass(frozen=True)
-class MetricsView:
-    """The MetricsArrived payload: backend's series and its derived-signals block, as of now."""
-
-    series: SeriesSet
-    derived: dict[str, Any]
 
 
 class Runtime:
@@ -142,23 +134,19 @@ class Runtime:
         monitor = self.monitor
         if monitor is None:
             return
-        collector = monitor.collector
-        seen = sum(collector.records.values())
+        seen = sum(monitor.collector.records.values())
         now = time.monotonic()
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
-            from backend.signals.derived import derive
-
-            derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
-            self.post(MetricsArrived(MetricsView(collector.series, derived)))
+            self.post(MetricsArrived(monitor.metrics_snapshot()))  # frozen: the log thread keeps appending
         self.maybe_post_alerts()
 
     def maybe_post_alerts(self) -> None:
         monitor = self.monitor
         if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
             self._alerts_posted = len(monitor.alerts.alerts)
-            self.post(AlertsChanged(monitor.alerts.alerts))
+            self.post(AlertsChanged(monitor.alerts.snapshot()))
 
 
 def wants_telemetry(app: App[Any]) -> bool:

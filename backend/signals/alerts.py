@@ -10,6 +10,7 @@ failing (`on_job_status`), a node dying (`on_node_dead`), train actors that neve
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -71,13 +72,14 @@ class Alert:
     ts: float = field(default_factory=time.time)
     last_step: float | None = None
     count: int = 1
+    sample: str = ""  # the log line that said it (sanitised, cut), where a line did
 
     def to_json(self) -> dict[str, Any]:
         step = self.step
         if isinstance(step, float) and step.is_integer():
             step = int(step)
         return {"id": self.id, "severity": self.severity, "message": self.message, "step": step,
-                "key": self.key, "count": self.count}
+                "key": self.key, "count": self.count, "sample": self.sample}
 
 
 def default_rules_path() -> Path:
@@ -156,6 +158,10 @@ class AlertEngine:
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
         self._listeners.append(listener)
+
+    def snapshot(self) -> list[Alert]:
+        """Copies of the alerts so far, for another thread (an episode's count keeps growing here)."""
+        return [dataclasses.replace(a) for a in self.alerts]
 
     def _rule(self, when: str) -> Rule | None:
         return next((r for r in self.rules if r.when == when), None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.signals.dump_reader import DumpBatch, num
+from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 
 FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
@@ -28,9 +29,7 @@ _ARG_DUMP = re.compile(r"\s(" + "|".join(FACT_KEYS) + r") \.{3,} (\d+)\s*$")
 _CHECKPOINT = re.compile(
     r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully saved checkpoint from iteration\s+(?P<iteration>\d+)"
 )
-_BRACKET_TS = re.compile(r"^(?:\([^()\n]*\) )?\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 CHECKPOINT_MERGE_S = 120.0
-_TS = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 
 
 @dataclass
@@ -95,8 +94,8 @@ class RunFacts:
                 line = text[start : len(text) if end < 0 else end]
                 m = _CHECKPOINT.search(line)
                 if m is not None:
-                    stamp = _BRACKET_TS.match(line)
-                    saves.append((start, parse_ts(stamp.group(1)) if stamp else math.nan,
+                    stamp = parse_line(line).ts
+                    saves.append((start, parse_ts(stamp) if stamp else math.nan,
                                   int(m["iteration"]) if m["iteration"] else None))
                 pos = -1 if end < 0 else text.find(needle, end)
         saves.sort()
@@ -105,7 +104,7 @@ class RunFacts:
                 later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
                 ts = later[0] if later else self.last_log_ts
             self._add_checkpoint(ts, iteration)
-        tail = _TS.findall(text[-4096:])
+        tail = STAMP.findall(text[-4096:])
         if tail:
             newest = max(map(parse_ts, tail))
             if not newest <= self.last_log_ts:

@@ -42,6 +42,8 @@ _PREFIX = re.compile(r"\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(PREFIX_INNER)
 
 _TS = r"(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{3,6})?)"
+# A bracket's timestamp anywhere in a chunk (the newest stamp of a chunk is found with findall on its tail).
+STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{3,6})?)[\] ]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,23 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from backend.signals.alerts import Alert, AlertEngine, Rule
 from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
 from backend.signals.dump_reader import DumpReader
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.series import SeriesSetSnapshot
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What the UI draws, as of one moment: frozen series and the derived-signals block (built fresh for
+    each snapshot, shared with nobody)."""
+
+    series: SeriesSetSnapshot
+    derived: dict[str, Any]
 
 
 def jsonable(value: Any) -> Any:
@@ -124,17 +135,23 @@ class RunMonitor:
 
     # ------------------------------------------------------------------ output
 
+    def metrics_snapshot(self, now: float | None = None) -> MetricsSnapshot:
+        """The series and derived signals for the UI: immutable, safe to hand to another thread."""
+        now = self.miles_now() if now is None else now
+        return MetricsSnapshot(self.collector.series.snapshot(),
+                               derive(self.collector, self.facts, self.telemetry, now))
+
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """`{"series", "latest", "derived", "alerts", "problems"}`, JSON-ready (non-finite -> null)."""
         now = self.miles_now() if now is None else now
-        series = self.collector.series
-        problems = list(self.collector.problems)
+        frozen = self.collector.series.snapshot()
+        problems = [str(p) for p in self.collector.problems]
         if self.collector.problem_count > len(problems):
             problems.append(f"... and {self.collector.problem_count - len(problems)} more")
         if self.dump is not None and self.dump.bad_lines:
             problems.append(f"{self.dump.bad_lines} malformed lines skipped in {self.dump.root}")
         return {
-            "series": {key: series.by_key[key].points() for key in series.keys()},
+            "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
             "latest": jsonable(self.collector.latest()),
             "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now)),
             "alerts": [a.to_json() for a in self.alerts.alerts],

@@ -25,7 +25,7 @@ async def test_alerts_and_audit_are_shown(tmp_path):
         assert not alerts.display
         app.post_message(AlertsChanged([
             Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
-            {"id": "stall", "severity": "error", "message": "rollout stalled 6x its median", "step": None},
+            Alert("stall", "error", "rollout stalled 6x its median", step=None),
         ]))
         await pilot.pause()
         assert alerts.display and alerts.row_count == 2

@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 from app_helpers import make_app, write_audit
 
+from backend.signals.alerts import Alert
 from console.messages import AlertsChanged
 from console.widgets.layout_form import LayoutForm
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 ALERTS = [
-    {"id": "kl-spike", "severity": "warning", "message": "train/ppo_kl rose 8x over 3 steps", "step": 12},
-    {"id": "rollout-stall", "severity": "error", "message": "rollout phase is 6x its median", "step": 13},
+    Alert("kl-spike", "warning", "train/ppo_kl rose 8x over 3 steps", step=12),
+    Alert("rollout-stall", "error", "rollout phase is 6x its median", step=13),
 ]
 
 

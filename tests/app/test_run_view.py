@@ -9,6 +9,7 @@ from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
 
+from backend.signals.alerts import Alert
 from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
@@ -18,7 +19,7 @@ from console.workers import wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
-    line = state_line(status(), metrics_view(), [object()], T0 + 3723)
+    line = state_line(status(), metrics_view(), [Alert("truncated", "warning", "many truncated")], T0 + 3723)
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
     assert "no run attached" in state_line(None, None, [], T0)
 

@@ -91,11 +91,11 @@ def store(tmp: Path, n: int = 300) -> LogStore:
 def metrics_view(rollouts: int = 12, num_rollout: int = 40):
     """The MetricsArrived payload the workers post: real series plus backend.signals.derived.derive()."""
     from backend.signals.derived import RunFacts, derive
-    from console.workers import MetricsView
+    from backend.signals.monitor import MetricsSnapshot
 
     c = collector(rollouts)
     facts = RunFacts()
     facts.pin("num_rollout", num_rollout)
     facts.pin("rollout_num_gpus", 128)
     facts.checkpoints.append((T0 + 5 * 60, 4))
-    return MetricsView(c.series, derive(c, facts, None, T0 + 12 * 60 + 30))
+    return MetricsSnapshot(c.series.snapshot(), derive(c, facts, None, T0 + 12 * 60 + 30))
