@@ -13,16 +13,14 @@ import argparse
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
+from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
-from backend.signals.store import LogStore
 
-CHUNK = 1 << 20
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
     "train/pg_clipfrac", "rollout/raw_reward", "rollout/truncated_ratio", "derived/zero_std_frac",
@@ -63,22 +61,9 @@ def _monitor(args: argparse.Namespace) -> RunMonitor:
 
 
 def read_log_file(monitor: RunMonitor, path: Path) -> int:
-    """Stream a saved log through a throw-away LogStore (the same sanitising path as a live run)."""
-    if not path.is_file():
-        raise ConsoleError(f"no such log file: {path}")
-    with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
-        store = LogStore(spool, run_id="from-log")
-        store.subscribe(monitor.on_log_lines)
-        try:
-            with open(path, "rb") as fh:
-                while chunk := fh.read(CHUNK):
-                    store.append(chunk)
-            store.flush()
-        except OSError as err:
-            raise ConsoleError(f"cannot read {path}: {err.strerror}") from None
-        finally:
-            store.close()
-        return len(store)
+    """Stream a saved log through a throw-away run log (the same sanitising path as a live run)."""
+    with RunLog.scratch(monitor, "from-log") as run_log:
+        return run_log.add_file(path)
 
 
 def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
@@ -90,18 +75,9 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
         dump = _DUMP_FLAG.search(job.entrypoint)
         if dump and Path(dump.group(1)).is_dir():
             monitor.attach_dump(dump.group(1))
-        with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
-            store = LogStore(spool, run_id=job.id)
-            store.subscribe(monitor.on_log_lines)
-            batch: list[str] = []
-            async for line in ctl.client.read_log(job.id):
-                batch.append(line)
-                if len(batch) >= 4096:
-                    store.append("\n".join(batch) + "\n")
-                    batch = []
-            if batch:
-                store.append("\n".join(batch) + "\n")
-            store.close()
+        with RunLog.scratch(monitor, job.id) as run_log:
+            async for chunk in text_chunks(ctl.client.read_log(job.id)):
+                run_log.add(chunk)
         monitor.poll_dump()
         monitor.on_job_status(job.status, job.message)
         now = None if not job.is_terminal else monitor.end_of_log()
