@@ -264,6 +264,7 @@ class MetricsCollector:
         self.problems: list[Unreadable] = []
         self.problem_count = 0  # metric-looking lines that could not be read
         self.duplicates = 0  # step dicts printed a second time, dropped
+        self.records_by_prefix: dict[str, int] = {}  # "train/" -> records holding a key with that prefix
         self.last_ts = math.nan  # newest miles timestamp of any metric record
         self.last_step: dict[str, int] = {}  # kind -> highest n
         self._recent_steps: OrderedDict[tuple[str, int], dict[str, float]] = OrderedDict()
@@ -334,6 +335,8 @@ class MetricsCollector:
             self.duplicates += 1
             return []
         self._note_axes(rec)
+        for prefix in {key.split("/", 1)[0] + "/" for key in rec.values}:
+            self.records_by_prefix[prefix] = self.records_by_prefix.get(prefix, 0) + 1
         for enricher in self.enrichers:
             enricher(rec)
         priority = SOURCE_PRIORITY.get(rec.source, 0)

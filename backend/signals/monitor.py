@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from backend.signals.activity import LogActivity
 from backend.signals.alerts import Alert, AlertEngine, Rule
 from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
 from backend.signals.dump_reader import DumpReader
@@ -60,6 +61,7 @@ class RunMonitor:
         self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
         self.collector.subscribe(self._on_point)
+        self.activity = LogActivity(self.alerts.noise_needles(), clock)
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -79,6 +81,8 @@ class RunMonitor:
         self.facts.scan_text(text)
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
+        self.activity.note(text)
+        self._check_blind_spots()
         newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
             self.collector.last_ts) else self.facts.last_log_ts
         if math.isfinite(newest) and not newest <= self._seen_ts:
@@ -102,6 +106,14 @@ class RunMonitor:
         self.collector.add_records(batch.records)
         self.telemetry.add(batch)
         return len(batch.records)
+
+    def _check_blind_spots(self) -> None:
+        """Charts that would stay empty without a word: unreadable metric lines, keys that never arrive."""
+        c = self.collector
+        if c.problem_count:
+            self.alerts.check_unreadable(c.problem_count, c.problems[0].line if c.problems else "")
+        self.alerts.check_missing_keys(c.records_by_prefix, lambda key: c.series.get(key) is not None,
+                                       lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)])
 
     def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
         return self.alerts.on_job_status(status, message)
@@ -131,7 +143,20 @@ class RunMonitor:
             fired.append(alert)
         dash_now = self._clock() if dashboard_now is None else dashboard_now
         fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
+        running = self.alerts.job_status == "RUNNING"
+        act = self.activity
+        for alert in (
+            self.alerts.check_no_metrics(running, act.logged_s(now), act.lines, sum(self.collector.records.values()),
+                                         act.last_line),
+            self.alerts.check_quiet(running, act.quiet_s(), act.noise_lines, act.noise_sample),
+        ):
+            if alert is not None:
+                fired.append(alert)
         return fired
+
+    def blind_spots(self) -> list[Alert]:
+        """The alerts that say a chart is blind (what `metrics` exits non-zero for)."""
+        return self.alerts.blind_spots()
 
     # ------------------------------------------------------------------ output
 

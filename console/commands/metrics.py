@@ -4,7 +4,9 @@ Ray job log, or a miles `--dump-details` directory.
 Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
 backend.signals.derived, backend.signals.alerts); this module only picks the input and prints. `--json` prints one object
 `{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
-is reported on one line (stderr), never as a traceback.
+is reported on one line (stderr), never as a traceback. When a blind-spot alert fired (metric lines that
+cannot be read, a chart key that never arrives) the output is still printed, stderr carries the alert's words
+and a sample line, and the exit status is 3.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.sanitize import sanitize_text
+from backend.sanitize import one_line, sanitize_text
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
 
@@ -27,6 +29,7 @@ SUMMARY_KEYS = (
     "perf/tokens_per_gpu_per_sec", "derived/cluster_tokens_per_sec", "perf/rollout_time", "perf/train_time",
     "perf/step_time", "perf/actor_train_mfu",
 )
+BLIND_EXIT = 3  # read, but some chart is blind: the output is printed, and the alert says why on stderr
 _DUMP_FLAG = re.compile(r"--dump-details[ =](\S+)")
 
 
@@ -113,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_summary(what, snap)
+    blind = monitor.blind_spots()
+    if blind:  # the same words as the alert the app shows, and its sample line
+        first = blind[0]
+        more = f" (+{len(blind) - 1} more blind spot(s))" if len(blind) > 1 else ""
+        sample = f"; e.g. {first.sample}" if first.sample else ""
+        sys.stderr.write(one_line(f"ultra-console: error: {first.message}{more}{sample}")[:600] + "\n")
+        return BLIND_EXIT
     if snap["problems"]:
         shown = "; ".join(snap["problems"][:3])
         sys.stderr.write(sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400] + "\n")
