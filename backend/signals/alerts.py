@@ -21,7 +21,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -88,6 +88,8 @@ class Alert:
     last_step: float | None = None
     count: int = 1
     sample: str = ""  # the log line that said it (sanitised, cut), where a line did
+    cause: int | None = None  # rank as a failed run's cause (1 = root cause), from the rule
+    blind: bool = False  # says a chart is blind (unreadable lines, no metric, a missing key, a hang)
 
     def to_json(self) -> dict[str, Any]:
         step = self.step
@@ -195,7 +197,8 @@ class AlertEngine:
                 return None
             self._fired.add(once)
         text = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
-        alert = Alert(rule.id, rule.severity, text, step, key, last_step=step, sample=_sample(sample))
+        alert = Alert(rule.id, rule.severity, text, step, key, last_step=step, sample=_sample(sample),
+                      cause=rule.cause_rank, blind=rule.when in BLIND_CHECKS)
         if len(self.alerts) >= MAX_ALERTS:
             del self.alerts[: MAX_ALERTS // 10]
         self.alerts.append(alert)
@@ -357,30 +360,16 @@ class AlertEngine:
                           sample=cause.sample if cause is not None else "")
 
     def failure_cause(self) -> Alert | None:
-        """The alert that best says why the run failed: the lowest cause rank (OOM before the actor death it
-        brings), the earliest of equals; None if the log said nothing."""
-        ranks = {r.id: r.cause_rank for r in self.rules if r.cause_rank is not None}
-        causes = [a for a in self.alerts if a.id in ranks]
-        return min(causes, key=lambda a: ranks[a.id]) if causes else None
+        return failure_cause(self.alerts)
 
     def headline(self) -> str:
-        """The one phrase the run header adds: a failed run's cause, else the newest blind spot, else ""."""
-        if self.job_status == "FAILED":
-            cause = self.failure_cause()
-            failed = next((a for a in reversed(self.alerts) if a.id in self._ids_of("job_failed")), None)
-            if cause is not None:
-                return f"FAILED: {cause.message}"
-            return f"FAILED: {failed.message}" if failed is not None else "FAILED"
-        blind = self._ids_of(*BLIND_CHECKS)
-        newest = next((a for a in reversed(self.alerts) if a.id in blind), None)
-        return newest.message if newest is not None else ""
+        return headline(self.alerts, self.job_status)
 
     def _ids_of(self, *checks: str) -> set[str]:
         return {r.id for r in self.rules if r.when in checks}
 
     def blind_spots(self) -> list[Alert]:
-        blind = self._ids_of(*BLIND_CHECKS)
-        return [a for a in self.alerts if a.id in blind]
+        return [a for a in self.alerts if a.blind]
 
     def noise_needles(self) -> tuple[str, ...]:
         """What health-check noise looks like (the hang rule's `noise`, as data)."""
@@ -497,6 +486,32 @@ class AlertEngine:
             if alert:
                 fired.append(alert)
         return fired
+
+
+def failure_cause(alerts: Sequence[Alert]) -> Alert | None:
+    """The alert that best says why a run failed: the lowest cause rank (OOM before the actor death it
+    brings), the earliest of equals; None if the log said nothing."""
+    causes = [a for a in alerts if a.cause is not None]
+    return min(causes, key=lambda a: a.cause or 0) if causes else None
+
+
+def cause_in_log(text: str, rules: list[Rule] | None = None) -> Alert | None:
+    """Why a run failed, as its log says it (for `status`, which reads only the log's tail)."""
+    engine = AlertEngine(rules)
+    engine.on_log_text(text)
+    return engine.failure_cause()
+
+
+def headline(alerts: Sequence[Alert], job_state: str) -> str:
+    """The one phrase a run's header adds: a failed run's cause, else the newest blind spot, else ""."""
+    if job_state.upper() == "FAILED":
+        cause = failure_cause(alerts)
+        if cause is not None:
+            return f"FAILED: {cause.message}"
+        failed = next((a for a in reversed(alerts) if a.id == "job-failed"), None)
+        return f"FAILED: {failed.message}" if failed is not None else ""
+    newest = next((a for a in reversed(alerts) if a.blind), None)
+    return newest.message if newest is not None else ""
 
 
 def _sample(line: str) -> str:

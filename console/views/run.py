@@ -89,11 +89,15 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
     if n_alerts:
         sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
+    from backend.signals.alerts import headline
+
+    said = headline(alerts, status)  # a failed run's cause, or a blind chart: never silent
+    said = f"  · {said}" if said else ""
     if compact:
         return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
-                f"alerts {n_alerts}{worst}")
+                f"alerts {n_alerts}{worst}{said}")
     return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
-            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}")
+            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}")
 
 
 class RunView(ConsoleView):
