@@ -471,7 +471,7 @@ class AlertEngine:
     def check_phases(self, open_phases: dict[tuple[str, int, str, str], float],
                      median_of: Callable[[str], float | None], now: float) -> list[Alert]:
         """Dashboard phases open longer than max(factor x their median, min_s)."""
-        rule, fired = self._rule("phase_stall"), []
+        rule, fired = self._rule("phase_stall"), list[Alert]()
         if rule is None or not math.isfinite(now):
             return fired
         for (node, rank, _role, name), t0 in open_phases.items():

@@ -82,9 +82,9 @@ class RunFacts:
             for m in _FLAG.finditer(text):
                 self.learn(m.group(1).replace("-", "_"), int(m.group(2)))
         for line in lines_containing(text, " ...."):
-            m = _ARG_DUMP.search(line)
-            if m is not None:
-                self.learn(m.group(1), int(m.group(2)))
+            dump = _ARG_DUMP.search(line)
+            if dump is not None:
+                self.learn(dump.group(1), int(dump.group(2)))
         saves = []  # (position, miles ts or nan, iteration): one save prints several lines, merged below
         for needle in ("save_model end", "saved checkpoint from"):
             pos = text.find(needle)
@@ -92,11 +92,11 @@ class RunFacts:
                 start = text.rfind("\n", 0, pos) + 1
                 end = text.find("\n", pos)
                 line = text[start : len(text) if end < 0 else end]
-                m = _CHECKPOINT.search(line)
-                if m is not None:
+                save = _CHECKPOINT.search(line)
+                if save is not None:
                     stamp = parse_line(line).ts
                     saves.append((start, parse_ts(stamp) if stamp else math.nan,
-                                  int(m["iteration"]) if m["iteration"] else None))
+                                  int(save["iteration"]) if save["iteration"] else None))
                 pos = -1 if end < 0 else text.find(needle, end)
         saves.sort()
         for i, (_pos, ts, iteration) in enumerate(saves):
@@ -121,7 +121,8 @@ class RunFacts:
         self.checkpoints.append((ts, iteration))
 
     def learn_meta(self, meta: dict[str, Any]) -> None:
-        args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+        raw = meta.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         for name in FACT_KEYS:
             value = args.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -170,25 +171,26 @@ class Telemetry:
 
     def add(self, batch: DumpBatch) -> None:
         for g in batch.gpu_util:
-            key = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
-            self.gpus[key] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
+            gpu = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
+            self.gpus[gpu] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
                               "power_w": num(g.get("power_w")), "ts": num(g.get("ts"))}
             self._seen(num(g.get("ts")))
         for p in batch.phases:
             name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
-            key = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
-                   str(p.get("role")), name)
+            phase = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
+                     str(p.get("role")), name)
             if t1 == -1.0:
-                self.open_phases[key] = t0
+                self.open_phases[phase] = t0
                 self._seen(t0)
             elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-                self.open_phases.pop(key, None)
+                self.open_phases.pop(phase, None)
                 self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
                 self._seen(t1)
         for e in batch.engine_series:
-            labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
-            key = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
-            self.engines[key] = num(e.get("value"))
+            raw_labels = e.get("labels")
+            labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
+            engine = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+            self.engines[engine] = num(e.get("value"))
             self._seen(num(e.get("ts")))
 
     def _seen(self, ts: float) -> None:
@@ -258,7 +260,7 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
 
 def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> dict[str, Any]:
     """The derived-signals block of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
-    series, out = collector.series, {}
+    series, out = collector.series, dict[str, Any]()
     tpgs = series.latest("perf/tokens_per_gpu_per_sec")
     if tpgs is not None:
         gpus = facts.rollout_num_gpus

@@ -220,7 +220,8 @@ def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRe
     step_key = next((k for k in (*STEP_KEYS,) if k in values), None)
     if step_key is None:
         return None
-    src = event.get("source") if isinstance(event.get("source"), dict) else {}
+    raw_src = event.get("source")
+    src: dict[str, Any] = raw_src if isinstance(raw_src, dict) else {}
     comp = str(src.get("component", "?"))
     proc = f"actor_cell{src.get('cell_index', 0)}_rank{src['rank_within_cell']}" if "rank_within_cell" in src else comp
     n = values[step_key]

@@ -8,11 +8,12 @@ last AUDIT_LIMIT entries are shown; the file keeps everything.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
@@ -31,7 +32,7 @@ SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yello
 
 class EventsView(ConsoleView):
     SCOPE = "events"
-    BINDINGS = keymap.bindings_for("events")
+    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("events")]
     DEFAULT_CSS = """
     EventsView > Vertical { height: 1fr; }
     EventsView .section { text-style: bold; color: $accent; height: 1; }

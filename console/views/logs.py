@@ -22,12 +22,13 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -258,7 +259,7 @@ class LogsView(ConsoleView, can_focus=False):
     LogsView #logs-prompt { display: none; dock: bottom; }
     LogsView #logs-prompt.visible { display: block; }
     """
-    BINDINGS = keymap.bindings_for("logs")
+    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("logs")]
 
     def __init__(self, store: LogStore | None = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
@@ -445,6 +446,7 @@ class LogsView(ConsoleView, can_focus=False):
     def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
                        cancel: CancelToken) -> None:
         try:
+            assert self._store is not None
             hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, str(err))
@@ -514,6 +516,8 @@ class LogsView(ConsoleView, can_focus=False):
         self.filter_text = text
         self.filtering = True
         self._status()
+        if self._store is None:
+            return
         self._filter_worker(self._store.filtered(flt))
 
     @work(thread=True, exclusive=True, group="logs-filter", exit_on_error=False)

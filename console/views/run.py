@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.widgets import Static
 
@@ -104,7 +105,7 @@ class RunView(ConsoleView):
     """State line + fleet + charts; redraws only what changed, and only while shown."""
 
     SCOPE = "run"
-    BINDINGS = keymap.bindings_for("run")
+    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("run")]
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
