@@ -8,7 +8,7 @@
 4. search over 1M lines vs `grep -c` on the same spool (target <= 3x).
 
 Usage: .venv/bin/python bench/bench_logs.py [--lines 1000000] [--memory-lines 10000000] [--skip-memory]
-                                            [--old-rev REV] [--only-grammar]
+                                            [--old-rev REV] [--only-grammar] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ def old_signals(work: Path, rev: str | None) -> tuple[type, type, list]:
     return logs.LogStore, monitor.RunMonitor, alerts.load_rules(work / "old_alerts.toml")
 
 
-def grammar_ratio(log: Path, work: Path, n: int, rev: str | None) -> None:
-    """New grammar vs old on the same file, runs interleaved (ABAB...) so both see the same machine load."""
+def grammar_ratio(log: Path, work: Path, n: int, rev: str | None, rounds: int) -> None:
+    """New grammar vs old on the same file, runs interleaved (ABAB...) so both see the same machine load;
+    the best of `rounds` each."""
     old_store, old_monitor, old_rules = old_signals(work, rev)
 
     def run(store_cls: type, monitor: object | None, spool: Path) -> None:
@@ -116,7 +117,7 @@ def grammar_ratio(log: Path, work: Path, n: int, rev: str | None) -> None:
         store.close()
 
     best = {k: float("inf") for k in ("old", "new", "old+monitor", "new+monitor")}
-    for _ in range(3):
+    for _ in range(rounds):
         for key, fn in (
             ("old", lambda: run(old_store, None, work / "o1")),
             ("new", lambda: run(LogStore, None, work / "n1")),
@@ -162,6 +163,7 @@ def main() -> int:
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--old-rev", default=None, help="the signals package to compare the grammar with (git rev)")
     ap.add_argument("--only-grammar", action="store_true", help="only the new-vs-old grammar figures")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the new-vs-old figures")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--spool", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -174,7 +176,7 @@ def main() -> int:
         n = make_log(log, args.lines)
         size = log.stat().st_size
         print(f"sample log: {n} lines, {size / 1e6:.0f} MB ({size / n:.0f} B/line)")
-        grammar_ratio(log, work, n, args.old_rev)
+        grammar_ratio(log, work, n, args.old_rev, args.rounds)
         if args.only_grammar:
             return 0
 

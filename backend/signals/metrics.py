@@ -168,7 +168,19 @@ def _sample(line: str) -> str:
     return line if len(line) <= SAMPLE_CHARS else line[:SAMPLE_CHARS] + "…"
 
 
-def parse_metric_line(line: str) -> MetricRecord | Unreadable | None:
+class PayloadCache(OrderedDict[str, dict[str, float]]):
+    """The last few payloads read, by their text: miles prints each step dict twice in a row, and reading a
+    repr costs far more than looking it up."""
+
+    SIZE = 16
+
+    def remember(self, payload: str, values: dict[str, float]) -> None:
+        self[payload] = values
+        if len(self) > self.SIZE:
+            self.popitem(last=False)
+
+
+def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
     parsed = parse_line(line)
@@ -185,26 +197,33 @@ def parse_metric_line(line: str) -> MetricRecord | Unreadable | None:
     if m["reason"] is not None:
         reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
         return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
-    try:
-        raw = parse_payload(m["payload"])
-    except LiteralError as err:
-        return Unreadable(f"unreadable {kind} {n} payload ({err})", _sample(line))
-    if not isinstance(raw, dict):
-        return Unreadable(f"{kind} {n} payload is not a dict", _sample(line))
-    values = _scalars(raw)
+    payload = m["payload"]
+    known = cache.get(payload) if cache is not None else None
+    if known is not None:
+        values = dict(known)  # a copy: enrichers add derived keys to a record's values
+    else:
+        try:
+            raw = parse_payload(payload)
+        except LiteralError as err:
+            return Unreadable(f"unreadable {kind} {n} payload ({err})", _sample(line))
+        if not isinstance(raw, dict):
+            return Unreadable(f"{kind} {n} payload is not a dict", _sample(line))
+        values = _scalars(raw)
+        if cache is not None:
+            cache.remember(payload, dict(values))
     if kind == "perf":
         kind = perf_kind(values)
     return MetricRecord(kind, n, ts, proc, values)
 
 
-def parse_metric_text(text: str) -> tuple[list[MetricRecord], list[Unreadable]]:
+def parse_metric_text(text: str, cache: PayloadCache | None = None) -> tuple[list[MetricRecord], list[Unreadable]]:
     """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed."""
     records: list[MetricRecord] = []
     problems: list[Unreadable] = []
     for line in _candidate_lines(text):
         if len(line) < 8:
             continue
-        found = parse_metric_line(line)
+        found = parse_metric_line(line, cache)
         if isinstance(found, MetricRecord):
             records.append(found)
         elif found is not None:
@@ -269,6 +288,7 @@ class MetricsCollector:
         self.last_ts = math.nan  # newest miles timestamp of any metric record
         self.last_step: dict[str, int] = {}  # kind -> highest n
         self._recent_steps: OrderedDict[tuple[str, int], dict[str, float]] = OrderedDict()
+        self._payloads = PayloadCache()
         self._rollout = -1  # the newest rollout a rollout-side record named
         self._steps_of_rollout: OrderedDict[int, set[int]] = OrderedDict()
         self._listeners: list[Callable[[Point], None]] = []
@@ -280,7 +300,7 @@ class MetricsCollector:
 
     def feed_text(self, text: str) -> int:
         """Parse a chunk of sanitised complete lines; returns how many metric records it held."""
-        records, problems = parse_metric_text(text)
+        records, problems = parse_metric_text(text, self._payloads)
         for problem in problems:
             self.note_problem(problem)
         self.add_records(records)

@@ -136,6 +136,7 @@ class LogStore:
         self.line_cap = line_cap
         self._pending = b""
         self._pending_dropped = 0
+        self._caret_codes = False  # the log spells colour codes as text (`^[[36m`)
         # Line i starts at byte _cum[i] + i of the spool (_cum counts line bytes without their newlines, so
         # one C-level accumulate over the line lengths builds it); one extra entry marks the end.
         self._cum = array("Q", [0])
@@ -220,7 +221,10 @@ class LogStore:
             except UnicodeDecodeError:
                 data = data.decode("utf-8", errors="replace").encode("utf-8")
         clean = clean_chunk(data)
-        if grammar.LITERAL_COLOUR_HINT in clean:  # pasted logs spell Ray's colour codes out as `^[[36m`
+        # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
+        # and once a log has shown them every chunk is checked whole.
+        if grammar.LITERAL_COLOUR_HINT in (clean if self._caret_codes else clean[:65536]):
+            self._caret_codes = True
             clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
         lines = clean.split(b"\n")
         lines.pop()  # the empty remainder after the final newline
