@@ -143,8 +143,8 @@ class Runtime:
 
     def maybe_post_alerts(self) -> None:
         monitor = self.monitor
-        if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
-            self._alerts_posted = len(monitor.alerts.alerts)
+        if monitor is not None and monitor.alerts.version != self._alerts_posted:
+            self._alerts_posted = monitor.alerts.version  # a new alert, or a blind spot's count moved
             self.post(AlertsChanged(monitor.alerts.snapshot()))
 
 

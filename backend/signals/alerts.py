@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
+from backend.sanitize import one_line
 from backend.signals.actors import TRAIN, role_of
 from backend.signals.grammar import REPEATED, ParsedLine, parse_line
 from backend.signals.metrics import Point, lines_containing
@@ -179,6 +180,8 @@ class AlertEngine:
         self._fired: set[tuple[Any, ...]] = set()
         self._listeners: list[Callable[[Alert], None]] = []
         self.job_status = ""  # the Ray job's status, as the controller last reported it
+        self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
+        self._ray_reason = ""
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
         self._listeners.append(listener)
@@ -202,6 +205,9 @@ class AlertEngine:
         if len(self.alerts) >= MAX_ALERTS:
             del self.alerts[: MAX_ALERTS // 10]
         self.alerts.append(alert)
+        self.version += 1
+        if alert.cause is not None and self.job_status == "FAILED":
+            self._restate_failure()
         for listener in self._listeners:
             listener(alert)
         return alert
@@ -353,11 +359,28 @@ class AlertEngine:
         rule = self._rule("job_failed")
         if rule is None or self.job_status != "FAILED":
             return None
-        ray_reason = " ".join((message or "Ray gave no reason").split())[:300]
+        # Ray's message quotes the log's tail, escape sequences and all
+        self._ray_reason = one_line(message or "Ray gave no reason")[:300]
+        return self._fire(rule, self._failed_fields(), once=(rule.id, status), sample=self._failed_sample())
+
+    def _failed_fields(self) -> dict[str, Any]:
         cause = self.failure_cause()
-        reason = f"{cause.message} (Ray: {ray_reason})" if cause is not None else ray_reason
-        return self._fire(rule, {"status": "failed", "reason": reason}, once=(rule.id, status),
-                          sample=cause.sample if cause is not None else "")
+        reason = f"{cause.message} (Ray: {self._ray_reason})" if cause is not None else self._ray_reason
+        return {"status": "failed", "reason": reason}
+
+    def _failed_sample(self) -> str:
+        cause = self.failure_cause()
+        return cause.sample if cause is not None else ""
+
+    def _restate_failure(self) -> None:
+        """The job's FAILED state can arrive before the log lines that say why: restate it when they do."""
+        rule = self._rule("job_failed")
+        failed = next((a for a in reversed(self.alerts) if rule is not None and a.id == rule.id), None)
+        if rule is None or failed is None:
+            return
+        failed.message = rule.message.format_map(_Fields({k: _fmt(v) for k, v in self._failed_fields().items()}))
+        failed.sample = self._failed_sample()
+        self.version += 1
 
     def failure_cause(self) -> Alert | None:
         return failure_cause(self.alerts)
@@ -383,6 +406,8 @@ class AlertEngine:
         """Fire a blind-spot alert once per episode; while it lasts, keep its count and message current."""
         current = self._episodes.get((rule.id, episode))
         if current is not None:
+            if current.count != count:
+                self.version += 1
             current.count = count
             current.message = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
             return None

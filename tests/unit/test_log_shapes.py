@@ -241,3 +241,15 @@ def test_a_chart_key_that_never_arrives() -> None:
     assert alert.key == "train/ppo_kl" and alert.count == 4
     assert alert.message == ("train/ppo_kl never arrived in 4 metric dicts with its prefix (they hold train/grad_norm, "
                              "train/loss, train/lr-pg_0): its chart stays empty")
+
+
+def test_a_failed_state_before_its_log_lines_is_restated_and_rays_message_is_sanitised() -> None:
+    monitor = RunMonitor()
+    failed = monitor.on_job_status("FAILED", "Job entrypoint command failed, last logs: \x1b[2m\x1b[36m(Megatron\x1b]52;c;QQ\x07")
+    assert failed is not None and "\x1b" not in failed.message and "\x07" not in failed.message
+    assert failed.message == "the Ray job failed: Job entrypoint command failed, last logs: (Megatron"
+    monitor.feed_text("\n".join(OOM_TRACEBACK) + "\n")  # the log's tail arrives after the state
+    (restated,) = [a for a in monitor.alerts.alerts if a.id == "job-failed"]
+    assert restated.message.startswith("the Ray job failed: CUDA out of memory on GPU 3 in MegatronTrainRayActor")
+    assert restated.message.endswith("(Ray: Job entrypoint command failed, last logs: (Megatron)")
+    assert restated.sample.startswith("torch.OutOfMemoryError: CUDA out of memory.")
