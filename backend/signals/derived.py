@@ -246,15 +246,24 @@ def _median(values: list[float]) -> float | None:
 
 
 def median_step_seconds(collector: MetricsCollector) -> float | None:
-    """Typical wall time of one rollout step: `perf/step_time`, else the spacing of step timestamps."""
+    """Typical wall time of one rollout: `perf/step_time`, else the spacing of rollout-level records, else
+    that of train steps times the steps per rollout the log shows (never an assumed count)."""
     series = collector.series.get("perf/step_time")
     if series is not None and len(series) > 0:
         return _median(series.tail(32))
-    series = collector.series.get("train/loss")
+    per_rollout = 1
+    series = next((s for s in (collector.series.get(k) for k in ("rollout/raw_reward", "perf/rollout_time"))
+                   if s is not None and len(s) > 2), None)
+    if series is None:
+        series = collector.series.get("train/loss")
+        per_rollout = collector.steps_per_rollout() or 0
+        if not per_rollout:
+            return None
     if series is not None and len(series) > 2:
         ts = [t for t in series.ts[-33:] if math.isfinite(t)]
         gaps = [b - a for a, b in itertools.pairwise(ts) if b > a]
-        return _median(gaps)
+        median = _median(gaps)
+        return median * per_rollout if median is not None else None
     return None
 
 
@@ -285,6 +294,7 @@ def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | 
             "rollouts_done": done, "num_rollout": total,
             "fraction": done / total if total else None,
             "train_steps_done": collector.last_step.get("step", -1) + 1,
+            "steps_per_rollout": collector.steps_per_rollout(),
             "median_rollout_s": step_s,
             "eta_s": remaining * step_s if remaining is not None and step_s else None,
         }

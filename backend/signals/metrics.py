@@ -338,7 +338,8 @@ class MetricsCollector:
     def steps_per_rollout(self) -> int | None:
         """Train steps per rollout as the log shows them (the most common count over finished rollouts);
         None until one rollout is complete. A launch parameter, so never assumed."""
-        done = [len(steps) for r, steps in self._steps_of_rollout.items() if r < self._rollout]
+        # list() copies in one C call (the UI thread asks while the log thread adds)
+        done = [len(steps) for r, steps in list(self._steps_of_rollout.items()) if r < self._rollout]
         if not done:
             return None
         return max(set(done), key=lambda c: (done.count(c), c))
