@@ -85,8 +85,9 @@ METRIC_MESSAGE = re.compile(
     r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+)"
     r"(?:: (?P<payload>\{.*\})| skipped: (?P<reason>.*))"
 )
-# What a metric line looks like anywhere in a line, even when its dict or its prefix cannot be read.
-METRIC_LOOKING = re.compile(r"(?<![\w/])(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)")
+# What a metric line looks like, even when its dict or its prefix cannot be read: the kind at the start of
+# the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as "Finish rollout 3: {" is not one.
+METRIC_LOOKING = re.compile(r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)")
 # Literal pieces every metric line holds: found with str.find before any regex runs.
 METRIC_NEEDLES = (": {", " skipped: ")
 

@@ -219,7 +219,8 @@ def test_unreadable_metric_lines_are_an_alert_with_a_count_and_a_sample(tmp_path
     log = (text(Shape("2026-04", rollouts=1))
            + "(MegatronTrainRayActor pid=5201) [2026-03-02 10:09:00] log_utils.py:443 - step 2: {'train/loss': 0.4, 'tr\n"
            + "(MegatronTrainRayActor pid=5201) <<2026-03-02 10:09:01>> step 3: {'train/loss': 0.3}\x1b]52;c;AAAA\x07\n")
-    monitor = read(log)
+    prose = "(RolloutManager pid=5100) [2026-03-02 10:09:02] rollout.py:156 - Finish rollout 0: {'n': 1}\n"
+    monitor = read(log + prose)  # prose that mentions a rollout is not a metric line, read or unread
     (alert,) = [a for a in monitor.alerts.alerts if a.id == "metrics-unreadable"]
     assert alert.count == 2 and alert.message.startswith("2 metric line(s) in the log could not be read")
     assert alert.sample == ("(MegatronTrainRayActor pid=5201) [2026-03-02 10:09:00] log_utils.py:443 - step 2: "
