@@ -145,7 +145,9 @@ class LogStore:
         self._src = array("H")
         self._src_lock = threading.Lock()
         self._n = 0  # lines published to readers (their bytes are in the spool)
-        self._sources: list[Source] = [Source(0, "", None, None, None, None, None)]
+        # Source 0: every line without a Ray prefix, i.e. the driver (miles names it `main`); a line's own
+        # fields still come from its own bracket only.
+        self._sources: list[Source] = [Source(0, "", None, None, None, "main", None)]
         self._source_ids = _SourceIds(self)
         self._unnamed: dict[int, int] = {}  # source -> chunks left to learn its bracket name from
         self._write_lock = threading.Lock()

@@ -52,6 +52,8 @@ def test_actor_filter_by_role_knows_every_version(tmp_path) -> None:
         assert shown(parse_filter("actor:concurrency")) == ["b"]
         assert shown(parse_filter("rank:1")) == ["b"]  # only the newest bracket names a rank
         assert shown(parse_filter("rank:0")) == []  # SGLang's TP0 is not a training rank; 2026-04 names none
+        assert shown(parse_filter("proc:main")) == shown(parse_filter("actor:driver")) == ["driver line"]
+        assert store.line(5).proc is None  # the 2026-04 bracket names no process: none is made up
         assert store.line(4).tags == "DP0 TP0 EP3" and store.line(4).rank is None
 
 
