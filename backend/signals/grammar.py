@@ -38,6 +38,7 @@ PREFIX_INNER = (
 # The store cuts a line at its first ") " and asks whether the head is a Ray prefix (bytes, for speed).
 PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|(?:raylet|autoscaler|gcs_server|monitor|dashboard)"
                         rb"(?:, ip=[^()\s]+)?(?: [^()\n]*)?)")
+_PREFIX_KEY_TEXT = re.compile(PREFIX_KEY.pattern.decode())  # the same, for text
 _PREFIX = re.compile(r"\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(PREFIX_INNER)
 
@@ -173,7 +174,7 @@ def parse_line(text: str) -> ParsedLine:
     pos, actor, pid, ip = 0, None, None, None
     if text.startswith("("):
         m = _PREFIX.match(text)
-        if m is not None and PREFIX_KEY.fullmatch(("(" + m["inner"]).encode("utf-8")):
+        if m is not None and _PREFIX_KEY_TEXT.fullmatch("(" + m["inner"]):
             actor, pid, ip = parse_prefix_inner(m["inner"])
             pos = m.end()
     ts = proc = tags = file = level = None
