@@ -8,12 +8,11 @@ last AUDIT_LIMIT entries are shown; the file keeps everything.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
@@ -32,7 +31,7 @@ SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yello
 
 class EventsView(ConsoleView):
     SCOPE = "events"
-    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("events")]
+    BINDINGS = keymap.bindings_for("events")
     DEFAULT_CSS = """
     EventsView > Vertical { height: 1fr; }
     EventsView .section { text-style: bold; color: $accent; height: 1; }
@@ -43,7 +42,7 @@ class EventsView(ConsoleView):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.alerts: list[Alert] = []
+        self.alerts: tuple[Alert, ...] = ()
         self.audit: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
@@ -68,20 +67,20 @@ class EventsView(ConsoleView):
     # ------------------------------------------------------------------ alerts
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._draw_alerts()
 
     def _draw_alerts(self) -> None:
         table = self.query_one("#alerts", DataTable)
         table.clear()
-        for item in self.alerts:
-            step = item.step
+        for alert in self.alerts:
+            step = alert.step
             shown_step = "" if step is None else str(int(step) if float(step).is_integer() else step)
-            message = item.message + (f"  (×{item.count})" if item.count > 1 else "")
-            if item.sample:
-                message += f"  ⟨{item.sample}⟩"
-            table.add_row(Text(item.severity, SEVERITY_STYLE.get(item.severity, "")), shown_step,
-                          Text(message), item.id)
+            message = alert.message + (f"  (×{alert.count})" if alert.count > 1 else "")
+            if alert.sample:  # the log line that said it (sanitised, cut)
+                message += f"  ⟨{alert.sample}⟩"
+            table.add_row(Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")), shown_step,
+                          Text(message), alert.id)
         table.display = bool(self.alerts)
         self.query_one("#no-alerts").display = not self.alerts
         self.query_one("#alerts-title", Static).update(f"Alerts ({len(self.alerts)})")

@@ -22,13 +22,12 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -51,24 +50,6 @@ from backend.signals.store import LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView
-
-keymap.register("logs", (
-    keymap.BindingSpec("logs.search", "slash", "search", "Search"),
-    keymap.BindingSpec("logs.next_match", "n", "next_match", "Next"),
-    keymap.BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
-    keymap.BindingSpec("logs.filter", "f", "filter", "Filter"),
-    keymap.BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
-    keymap.BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
-    keymap.BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
-    keymap.BindingSpec("logs.follow", "G", "follow", "Follow"),
-    keymap.BindingSpec("logs.end", "end", "follow", "Follow", show=False),
-    keymap.BindingSpec("logs.top", "g", "top", "Top", show=False),
-    keymap.BindingSpec("logs.home", "home", "top", "Top", show=False),
-    keymap.BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
-    keymap.BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
-    keymap.BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
-    keymap.BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
-))
 
 CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
@@ -116,7 +97,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         return self.index[pos] if self.index is not None else pos
 
     def record(self, pos: int) -> LogLine:
-        assert self.store is not None
+        assert self.store is not None  # positions exist only while a store is shown
         return self.store.line(self.store_index(pos))
 
     def sync(self) -> None:
@@ -259,7 +240,7 @@ class LogsView(ConsoleView, can_focus=False):
     LogsView #logs-prompt { display: none; dock: bottom; }
     LogsView #logs-prompt.visible { display: block; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("logs")]
+    BINDINGS = keymap.bindings_for("logs")
 
     def __init__(self, store: LogStore | None = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
@@ -436,18 +417,20 @@ class LogsView(ConsoleView, can_focus=False):
             self.notify(f"bad regex: {err}", severity="warning")
             return
         ll.invalidate()
+        if self._store is None:
+            self._status()
+            return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
         self._cancel = CancelToken()
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
-    def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
+    def _search_worker(self, store: LogStore, text: str, pattern: str, regex: bool, flt: LineFilter | None,
                        cancel: CancelToken) -> None:
         try:
-            assert self._store is not None
-            hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
+            hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, str(err))
             return
@@ -513,11 +496,12 @@ class LogsView(ConsoleView, can_focus=False):
         except FilterSyntaxError as err:
             self.notify(str(err), severity="warning")
             return
+        if self._store is None:
+            self.notify("no log to filter yet: no run attached", severity="warning")
+            return
         self.filter_text = text
         self.filtering = True
         self._status()
-        if self._store is None:
-            return
         self._filter_worker(self._store.filtered(flt))
 
     @work(thread=True, exclusive=True, group="logs-filter", exit_on_error=False)

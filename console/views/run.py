@@ -11,28 +11,30 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
-from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.widgets import Static
 
 from console import keymap
-from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import (
+    AlertsChanged,
+    HistoryProgress,
+    MetricsArrived,
+    RunStateChanged,
+    RunStatus,
+    SnapshotArrived,
+)
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
 
-if TYPE_CHECKING:  # backend's signals are imported after the first frame, by the workers
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
-    from console.workers import RunStatus
-
-keymap.register("run", (
-    keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-))
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -73,9 +75,8 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
     """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    job, status = state.job_id, state.state
-    started, ended = state.started_at, state.ended_at  # epoch seconds (converted where Ray's ms arrive)
-    elapsed = ((ended or now) - started) if started is not None else None
+    job, status, started = state.job_id, state.state, state.started_at
+    elapsed = ((state.ended_at or now) - started) if started is not None else None
     d = _derived(metrics)
     prog = d.get("progress") or {}
     done, total = prog.get("rollouts_done"), prog.get("num_rollout")
@@ -105,7 +106,7 @@ class RunView(ConsoleView):
     """State line + fleet + charts; redraws only what changed, and only while shown."""
 
     SCOPE = "run"
-    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("run")]
+    BINDINGS = keymap.bindings_for("run")
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
@@ -119,8 +120,8 @@ class RunView(ConsoleView):
         self.clock = clock
         self.run_state: RunStatus | None = None
         self.metrics: MetricsSnapshot | None = None
-        self.alerts: list[Alert] = []
-        self.snapshot: Any = None
+        self.alerts: tuple[Alert, ...] = ()
+        self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
 
@@ -166,7 +167,7 @@ class RunView(ConsoleView):
         self._mark("state")
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._mark("state")
 
     def _mark(self, *parts: str) -> None:

@@ -8,8 +8,9 @@ import sys
 import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID, until
+from app_helpers import MODELS, RUN_ID
 from miles_log_shapes import OOM_TRACEBACK, Shape, text
+from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.settings import Settings

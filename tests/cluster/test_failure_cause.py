@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from miles_log_shapes import OOM_TRACEBACK
-from runhelp import cli, wait_for
+from runhelp import cli
+from waiting import until
 
 from backend.cluster.dashboard import RayClient
 
@@ -25,7 +26,7 @@ async def test_status_of_a_job_that_died_of_cuda_oom(ray_cluster, ray_client: Ra
     async def failed() -> bool:
         return (await ray_client.get_job(sid)).status == "FAILED"
 
-    await wait_for(failed, 90, what="the job to fail")
+    await until(None, failed, "the job to fail", timeout=90)
     state = tmp_path / "state"
     info = json.loads(cli(ray_cluster.address, state, "--job", sid, "status", "--json").stdout)
     assert info["status"] == "FAILED" and info["cause"]["id"] == "cuda-oom"

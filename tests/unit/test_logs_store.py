@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.signals.filters import LineFilter
 from backend.signals.search import CancelToken, SearchPatternError
 from backend.signals.store import LogStore
