@@ -42,12 +42,11 @@ def console(mode: str, nodes: int, hz: float):
         def on_mount(self) -> None:
             from backend.demo.sample_run import JOB, T0, metrics
             from console.messages import RunStatus
-            from console.workers import MetricsView
 
             self.action_show_view("run")
             if mode == "fleet":
                 self.post_message(RunStateChanged(RunStatus(JOB, "RUNNING", started_at=T0, simulated=True)))
-                self.post_message(MetricsArrived(MetricsView(*metrics())))
+                self.post_message(MetricsArrived(metrics()))
                 self._tick()
                 self.set_interval(1.0 / hz, self._tick)
 

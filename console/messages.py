@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.plan.finding import Finding
     from backend.signals.alerts import Alert
-    from console.workers import MetricsView
+    from backend.signals.monitor import MetricsSnapshot
 
 Severity = Literal["information", "warning", "error"]
 
@@ -65,9 +65,9 @@ class LogAppended(ConsoleMessage):
 
 
 class MetricsArrived(ConsoleMessage):
-    """New metric points (throughput, KL, ...) as backend.signals.metrics produced them."""
+    """New metric points (throughput, KL, ...): an immutable snapshot of the series and derived signals."""
 
-    def __init__(self, payload: MetricsView) -> None:
+    def __init__(self, payload: MetricsSnapshot) -> None:
         super().__init__()
         self.payload = payload
 

@@ -2,19 +2,18 @@
 
 Telemetry is a real backend.cluster.telemetry.ClusterSnapshot; metrics are miles-format log lines fed to
 the real backend.signals.metrics collector and derived by backend.signals.derived; the log is the real
-backend.signals.logs.LogStore. Nothing here talks to Ray.
+backend.signals.store.LogStore. Nothing here talks to Ray.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from backend.cluster.telemetry import ClusterSnapshot, GpuSnapshot, NodeSnapshot
 from backend.signals.derived import RunFacts, derive
-from backend.signals.logs import LogStore
 from backend.signals.metrics import MetricsCollector
-from backend.signals.series import SeriesSet
+from backend.signals.monitor import MetricsSnapshot
+from backend.signals.store import LogStore
 
 T0 = 1_767_268_800.0  # 2026-01-01 12:00:00 UTC
 JOB = "ultra-console-260101-120000-000"
@@ -88,11 +87,11 @@ def store(tmp: Path, n: int = 300) -> LogStore:
     return s
 
 
-def metrics(rollouts: int = 12, num_rollout: int = 40) -> tuple[SeriesSet, dict[str, Any]]:
+def metrics(rollouts: int = 12, num_rollout: int = 40) -> MetricsSnapshot:
     """The series and derived signals 12.5 minutes into the run: what a MetricsArrived carries."""
     c = collector(rollouts)
     facts = RunFacts()
     facts.pin("num_rollout", num_rollout)
     facts.pin("rollout_num_gpus", 128)
     facts.checkpoints.append((T0 + 5 * 60, 4))
-    return c.series, derive(c, facts, None, T0 + 12 * 60 + 30)
+    return MetricsSnapshot(c.series.snapshot(), derive(c, facts, None, T0 + 12 * 60 + 30))

@@ -2,7 +2,7 @@
 
 Like toolong, nothing here holds the lines: `LogLines` asks the store for the few lines on screen
 (plus a small LRU of rendered Strips), so a 10M-line run costs the view a few integers. The store
-(backend.signals.logs) sanitises, parses fields, spools to disk and searches; this module only draws,
+(backend.signals.store) sanitises, parses fields, spools to disk and searches; this module only draws,
 moves a cursor and routes keys.
 
 Follow mode sticks to the end while lines arrive; moving up pauses it (the status bar counts the
@@ -11,8 +11,9 @@ lines that arrived since) and End/G resumes it. `/` searches in the store's back
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52.
 
-Store calls used (backend.signals.logs.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
-cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally).
+Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
+cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally). The filter
+language and the time index are backend.signals.filters' (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from rich.segment import Segment
@@ -36,7 +36,17 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from backend.signals.logs import CancelToken, FilteredLines, LineFilter, LogLine, LogStore
+from backend.signals.filters import (
+    FILTER_HELP,
+    FilteredLines,
+    FilterSyntaxError,
+    LineFilter,
+    TimeSyntaxError,
+    line_at_time,
+    parse_filter,
+)
+from backend.signals.search import CancelToken
+from backend.signals.store import LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView
@@ -45,50 +55,6 @@ CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
-_FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
-
-
-def parse_filter(text: str) -> LineFilter:
-    """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a backend LineFilter.
-
-    A bare word means actor. Only the operator's typing is parsed here; matching is the store's.
-    """
-    out: dict[str, Any] = {}
-    for token in text.split():
-        key, sep, value = token.partition(":")
-        if not sep:
-            key, value = "actor", token
-        key = {"ip": "node", "level": "min_level"}.get(key.lower(), key.lower())
-        if key not in _FIELD_KEYS or not value:
-            raise ValueError(f"unknown filter {token!r}: use actor:NAME rank:N node:IP pid:N proc:NAME level:warning")
-        if key in ("rank", "pid"):
-            if not value.isdigit():
-                raise ValueError(f"{key} must be a number, not {value!r}")
-            out[key] = int(value)
-        else:
-            out[key] = value
-    return LineFilter(**out)
-
-
-def parse_time(text: str, first_ts: str | None) -> str:
-    """`HH:MM[:SS]` (on the day of the log's first timestamp) or `YYYY-MM-DD HH:MM[:SS]` -> the
-    store's sortable timestamp form `YYYY-MM-DD HH:MM:SS`."""
-    text = " ".join(text.split())
-    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
-        try:
-            return datetime.strptime(text, fmt).strftime("%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            pass
-    for fmt in ("%H:%M:%S", "%H:%M"):
-        try:
-            t = datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        day = (first_ts or datetime.now().strftime("%Y-%m-%d"))[:10]
-        return f"{day} {t.strftime('%H:%M:%S')}"
-    raise ValueError(f"not a time: {text!r} (use HH:MM, HH:MM:SS or YYYY-MM-DD HH:MM)")
-
-
 def search_options(text: str) -> tuple[str, bool]:
     """`re:PATTERN` searches a regex; anything else is a case-insensitive substring."""
     if text.startswith("re:"):
@@ -394,7 +360,7 @@ class LogsView(ConsoleView, can_focus=False):
                           self.search_text)
 
     def action_filter(self) -> None:
-        self._open_prompt("filter", "filter: actor:NAME rank:N node:IP pid:N proc:NAME level:warning (empty clears)",
+        self._open_prompt("filter", f"filter: {FILTER_HELP} (empty clears)",
                           self.filter_text)
 
     def action_goto_time(self) -> None:
@@ -527,7 +493,7 @@ class LogsView(ConsoleView, can_focus=False):
             return
         try:
             flt = parse_filter(text)
-        except ValueError as err:
+        except FilterSyntaxError as err:
             self.notify(str(err), severity="warning")
             return
         if self._store is None:
@@ -564,26 +530,9 @@ class LogsView(ConsoleView, can_focus=False):
         if not ll.count:
             return
         try:
-            target = parse_time(text, self._ts_near(0, forward=True))
-        except ValueError as err:
+            pos = line_at_time(ll.record, ll.count, text)
+        except TimeSyntaxError as err:
             self.notify(str(err), severity="warning")
             return
-        lo, hi = 0, ll.count
-        while lo < hi:  # lines are in arrival order; lines without a timestamp lean on their neighbours
-            mid = (lo + hi) // 2
-            ts = self._ts_near(mid)
-            if ts is None or ts < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        ll.move_to(min(lo, ll.count - 1), center=True)
+        ll.move_to(pos, center=True)
         self._status()
-
-    def _ts_near(self, pos: int, *, forward: bool = False) -> str | None:
-        ll = self.lines
-        span = range(pos, min(ll.count, pos + 200)) if forward else range(pos, max(-1, pos - 50), -1)
-        for p in span:
-            ts = ll.record(p).ts
-            if ts:
-                return ts[:19]
-        return None

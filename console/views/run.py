@@ -34,7 +34,7 @@ from console.widgets.gpu_fleet import GpuFleet
 if TYPE_CHECKING:
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
-    from console.workers import MetricsView
+    from backend.signals.monitor import MetricsSnapshot
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -47,33 +47,14 @@ KL = (("train/ppo_kl", "ppo_kl", "cyan", False),
       ("rollout/raw_reward", "raw reward", "green", True))
 
 
-def series_points(metrics: Any, key: str) -> tuple[tuple[float, float], ...]:
-    """Finite (step, value) points of `key` from a SeriesSet-like object or the `--json` dict shape."""
-    if metrics is None:
-        return ()
-    raw: Any = None
-    if isinstance(metrics, dict):
-        raw = (metrics.get("series") or {}).get(key)
-    else:
-        holder = getattr(metrics, "series", metrics)
-        found = holder.get(key) if hasattr(holder, "get") else None
-        raw = found.points() if found is not None and hasattr(found, "points") else found
-    out = []
-    for p in raw or ():
-        x, y = p[0], p[1]
-        if x is not None and y is not None and math.isfinite(y):
-            out.append((float(x), float(y)))
-    return tuple(out)
+def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[float, float], ...]:
+    """The finite (step, value) points of `key` in the snapshot the workers posted."""
+    series = metrics.series.get(key) if metrics is not None else None
+    return series.finite_points() if series is not None else ()
 
 
-def _derived(metrics: Any) -> dict[str, Any]:
-    if metrics is None:
-        return {}
-    if isinstance(metrics, dict):
-        return dict(metrics.get("derived") or {})
-    d = getattr(metrics, "derived", None)
-    d = d() if callable(d) else d
-    return dict(d or {})
+def _derived(metrics: MetricsSnapshot | None) -> dict[str, Any]:
+    return metrics.derived if metrics is not None else {}
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -89,7 +70,7 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Alert], now: float, *,
+def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts: Sequence[Alert], now: float, *,
                compact: bool = False) -> str:
     """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
     if state is None:
@@ -110,11 +91,15 @@ def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Alert], n
     if n_alerts:
         sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
+    from backend.signals.alerts import headline
+
+    said = headline(alerts, status)  # a failed run's cause, or a blind chart: never silent
+    said = f"  · {said}" if said else ""
     if compact:
         return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
-                f"alerts {n_alerts}{worst}")
+                f"alerts {n_alerts}{worst}{said}")
     return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
-            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}")
+            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}")
 
 
 class RunView(ConsoleView):
@@ -134,7 +119,7 @@ class RunView(ConsoleView):
         super().__init__(id=id)
         self.clock = clock
         self.run_state: RunStatus | None = None
-        self.metrics: MetricsView | None = None
+        self.metrics: MetricsSnapshot | None = None
         self.alerts: tuple[Alert, ...] = ()
         self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt

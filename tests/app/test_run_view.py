@@ -25,6 +25,23 @@ def test_state_line_from_backend_numbers():
     assert "no run attached" in state_line(None, None, [], T0)
 
 
+def test_state_line_says_a_failed_runs_cause_and_a_blind_chart():
+    from miles_log_shapes import OOM_TRACEBACK
+
+    from backend.signals.monitor import RunMonitor
+
+    monitor = RunMonitor()
+    monitor.feed_text("\n".join(OOM_TRACEBACK) + "\n")
+    monitor.on_job_status("FAILED", "exit code 1")
+    line = state_line(status("FAILED"), None, monitor.alerts.snapshot(), T0 + 60)
+    assert line.endswith("  · FAILED: CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: "
+                         "asked for 2.10 GiB, 1.02 GiB free of 139.80 GiB")
+    blind = RunMonitor()
+    blind.feed_text("step 2: {'train/loss': 0.4, 'tr\n")
+    assert state_line(status(), None, blind.alerts.snapshot(), T0).endswith(
+        "  · 1 metric line(s) in the log could not be read: the charts miss them (the sample shows one)")
+
+
 async def _feed(app) -> None:
     app.post_message(SnapshotArrived(snapshot()))
     app.post_message(MetricsArrived(metrics_view()))

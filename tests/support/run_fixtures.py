@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from backend.demo.sample_run import JOB, T0, collector, log_text, metric_lines, metrics, snapshot, store
+from backend.signals.monitor import MetricsSnapshot
 from console.messages import RunStatus
-from console.workers import MetricsView
 
 __all__ = ["JOB", "T0", "collector", "log_text", "metric_lines", "metrics_view", "snapshot", "status", "store"]
 
@@ -13,6 +13,6 @@ def status(state: str = "RUNNING") -> RunStatus:
     return RunStatus(JOB, state, started_at=T0, simulated=True)
 
 
-def metrics_view(rollouts: int = 12, num_rollout: int = 40) -> MetricsView:
-    """The MetricsArrived payload the workers post: real series plus backend.signals.derived.derive()."""
-    return MetricsView(*metrics(rollouts, num_rollout))
+def metrics_view(rollouts: int = 12, num_rollout: int = 40) -> MetricsSnapshot:
+    """The MetricsArrived payload the workers post: a frozen snapshot of real series plus derive()."""
+    return metrics(rollouts, num_rollout)

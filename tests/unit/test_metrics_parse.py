@@ -56,7 +56,8 @@ def test_sample_log_parses_to_one_point_per_step() -> None:
     # `step N` twice per step -> one point per step, on train/step
     loss = series.get("train/loss")
     assert loss is not None and loss.axis == "train/step" and loss.steps == list(range(8))
-    assert collector.records["step"] == 16 and collector.last_step["step"] == 7
+    # the second printing of each step dict is dropped, and counted
+    assert collector.records["step"] == 8 and collector.duplicates == 8 and collector.last_step["step"] == 7
     # both perf kinds are told apart and land on rollout/step
     assert collector.records["perf-rollout"] == 4 and collector.records["perf-train"] == 4
     assert series.get("perf/tokens_per_gpu_per_sec").values == [13.5, 14.5, 15.5, 16.5]
@@ -80,7 +81,7 @@ def test_nan_and_inf_are_points_not_errors() -> None:
     collector = MetricsCollector()
     collector.feed_text(clean(list(generate(run))))
     loss = collector.series.get("train/loss")
-    assert math.isnan(loss.values[1]) and loss.points()[1] == [1, None]
+    assert math.isnan(loss.values[1]) and loss.freeze().points()[1] == (1, None)
     assert collector.problems == []
 
 
@@ -110,7 +111,7 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
     kinds = [(r.kind, r.n) for r in records]
     assert kinds == [("perf-rollout", 3), ("perf-train", 3), ("eval-skipped", 20), ("critic-step", 2)]
     assert records[2].values == {"eval/skipped_no_eval_data_snapshot": 1.0}
-    assert len(problems) == 2 and "cut off" in problems[0] and "unknown name" in problems[1]
+    assert len(problems) == 2 and "cut off" in problems[0].reason and "unknown name" in problems[1].reason
 
 
 # ---------------------------------------------------------------- structured sources (events files, dashboard records) and dedup
