@@ -9,7 +9,11 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
 - logs:      for the attached job, rebuild the history from Ray (progress posted as it goes), then
              follow the live log into the LogStore. Appends are batched (<= 10 posts/s).
 - metrics:   the store feeds backend.signals.monitor.RunMonitor (metrics, facts, alerts) through its listener;
-             MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
+             MetricsArrived (series + derived signals + each series' source) at most 2/s, AlertsChanged when
+             alerts fire.
+- structured: the run's `--dump-details` files (miles' events and dashboard streams; the driver runs on the
+             head, so they are local) polled every second into the same monitor, off the UI thread; a lock
+             keeps that and the log feed from changing the monitor at once.
 - telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
 """
 
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +48,14 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.signals.logs import LogStore
     from backend.signals.monitor import RunMonitor
     from backend.signals.series import SeriesSet
+    from backend.signals.structured import StructuredFeed
 
 TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
 METRICS_EVERY_S = 0.5
 HISTORY_BATCH_LINES = 20_000
 TICK_S = 5.0
+STRUCTURED_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class MetricsView:
 
     series: SeriesSet
     derived: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
 
 
 class Runtime:
@@ -105,6 +113,8 @@ class Runtime:
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
         self.monitor: RunMonitor | None = None
+        self.monitor_lock = threading.Lock()  # the log feed and the structured feed run on different threads
+        self.structured: StructuredFeed | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -128,7 +138,8 @@ class Runtime:
             self.post(Notice(f"metrics and alerts are off: {err}", "warning"))
             self.monitor = None
         if self.monitor is not None:
-            self.store.subscribe(self.monitor.on_log_lines)
+            self.store.subscribe(self._feed_log)
+        self.structured = None
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0
@@ -137,6 +148,17 @@ class Runtime:
         for view in self.app.query(LogsView):
             view.set_store(self.store)
         return self.store
+
+    def _feed_log(self, first: int, count: int, text: str) -> None:
+        monitor = self.monitor
+        if monitor is not None:
+            with self.monitor_lock:
+                monitor.on_log_lines(first, count, text)
+
+    def poll_structured(self, feed: StructuredFeed) -> int:
+        """One read of the run's dump directory into the monitor (blocking I/O: run it in a thread)."""
+        with self.monitor_lock:
+            return feed.poll()
 
     def maybe_post_metrics(self, force: bool = False) -> None:
         monitor = self.monitor
@@ -149,9 +171,17 @@ class Runtime:
             self._metrics_seen = seen
             self._metrics_posted_at = now
             from backend.signals.derived import derive
+            from backend.signals.structured import sources_by_key
 
-            derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
-            self.post(MetricsArrived(MetricsView(collector.series, derived)))
+            if not self.monitor_lock.acquire(blocking=force):
+                self._metrics_seen = -1  # a feed is busy in a thread: the next call posts
+                return
+            try:
+                derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
+                sources = sources_by_key(collector.series)
+            finally:
+                self.monitor_lock.release()
+            self.post(MetricsArrived(MetricsView(collector.series, derived, sources)))
         self.maybe_post_alerts()
 
     def maybe_post_alerts(self) -> None:
@@ -241,6 +271,7 @@ async def _run(rt: Runtime, job: str | None) -> None:
 async def _logs(rt: Runtime, job: JobInfo) -> None:
     """Rebuild `job`'s history into a fresh LogStore (with progress), then follow it live."""
     store = rt.new_store(job.id)
+    _start_structured(rt, job)
     rt.post(HistoryProgress(job.id, 0, done=False))
     delivered = 0
     try:
@@ -271,6 +302,39 @@ async def _logs(rt: Runtime, job: JobInfo) -> None:
         await _append(rt, store, batch, threaded=False)
         rt.post(Notice(f"log follow of {job.id} stopped: {err}", "warning"))
     rt.maybe_post_metrics(force=True)
+
+
+def _start_structured(rt: Runtime, job: JobInfo) -> None:
+    """Read the job's `--dump-details` files (named in its entrypoint) alongside its log."""
+    from backend.signals.structured import StructuredFeed, dump_dir_of
+
+    path = dump_dir_of(job.entrypoint)
+    if rt.monitor is None or path is None:
+        return
+    feed = rt.structured = StructuredFeed(rt.monitor, path)
+    rt.app.run_worker(_structured(rt, feed, job.id), group="structured", exclusive=True, exit_on_error=False,
+                      description=f"structured outputs of {job.id}")
+
+
+async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
+    """Every second while `job_id` is the attached run: what its files gained; once more after it ended."""
+    announced = False
+    while rt.structured is feed:
+        ended = rt.controller.state is not None and rt.controller.state.terminal
+        try:
+            got = await asyncio.to_thread(rt.poll_structured, feed)
+        except ConsoleError as err:
+            rt.post(Notice(f"structured outputs of {job_id} unreadable: {err}", "warning"))
+            return
+        if got:
+            if not announced:
+                announced = True
+                rt.post(Notice(f"charts read miles' structured outputs in {feed.path} first, the log second"))
+            rt.maybe_post_metrics()
+        if ended:
+            rt.maybe_post_metrics(force=True)
+            return
+        await asyncio.sleep(STRUCTURED_POLL_S)
 
 
 async def _append(rt: Runtime, store: LogStore, lines: list[str], *, threaded: bool) -> int:

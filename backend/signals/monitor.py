@@ -78,8 +78,9 @@ class RunMonitor:
         """`LogStore.subscribe` signature."""
         self.feed_text(text)
 
-    def attach_dump(self, dump_dir: str | os.PathLike[str]) -> None:
-        self.dump = DumpReader(dump_dir)
+    def attach_dump(self, dump_dir: str | os.PathLike[str], *, wait: bool = False) -> None:
+        """Read the run's `--dump-details` files too; `wait`: a live run's directory may appear later."""
+        self.dump = DumpReader(dump_dir, wait=wait)
 
     def poll_dump(self) -> int:
         """Read what the dump directory gained; returns how many metric records it held."""

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
+from backend.signals.structured import chart_source
 from console import keymap
 from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.base import ConsoleView
@@ -218,9 +219,12 @@ class RunView(ConsoleView):
             self.query_one(GpuFleet).update_snapshot(self.snapshot)
         if "charts" in self._dirty:
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
-                self.query_one(chart_id, LineChart).set_series(
-                    [Series(label, series_points(self.metrics, key), color, right)
-                     for key, label, color, right in spec])
+                chart = self.query_one(chart_id, LineChart)
+                chart.set_series([Series(label, series_points(self.metrics, key), color, right)
+                                  for key, label, color, right in spec])
+                source = chart_source(getattr(self.metrics, "sources", None) or {}, (key for key, *_ in spec))
+                base = chart.title.split(" · from ")[0]
+                chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
 
     # ------------------------------------------------------------ abort
