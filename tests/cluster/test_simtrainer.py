@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from runhelp import wait_terminal
 
 from backend.demo.simtrainer import SIM_LABEL, SIM_TRAIN_SCRIPT, is_simulated, metrics
 from backend.demo.simtrainer.args import parse
@@ -85,14 +86,6 @@ def _spec_overrides(tmp_path: Path, *extra: str) -> list[str]:
             "checkpoint.save_interval=2", "eval.enabled=true", "eval.interval=2", *extra]
 
 
-async def _wait_terminal(client, sid: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while not (job := await client.get_job(sid)).is_terminal:
-        assert time.monotonic() < deadline, job.status
-        await asyncio.sleep(0.5)
-    return job
-
-
 @pytest.mark.ray
 async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", _spec_overrides(
@@ -152,7 +145,7 @@ async def test_sim_failure_reaches_ray_as_failed(ray_client, tmp_path):
         tmp_path, "run.extra_args=--sim-step-seconds 0.2 --sim-fail-at-rollout 1"))
     sub = build_submission(spec, nvlink=False, with_shim=False)
     sid = await ray_client.submit(sub.to_ray_payload())
-    job = await _wait_terminal(ray_client, sid)
+    job = await wait_terminal(ray_client, sid)
     assert job.status == "FAILED" and job.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
     assert "simulated failure at rollout 1" in (job.message or "")
     assert job.driver_exit_code == 1
@@ -188,7 +181,7 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     assert {pid for (_n, _i, pid), mib in seen.items() if mib == 10000} == {leaked}
     assert len({node for (node, _i, _p) in seen}) == 1  # the leak sits on the actor's node
     await ray_client.stop_job(sid)
-    await _wait_terminal(ray_client, sid)
+    await wait_terminal(ray_client, sid)
     deadline = time.monotonic() + 30
     while True:  # the actor died with the job; the leaked holder stays
         seen = await holders()

@@ -7,12 +7,12 @@ import asyncio
 import json
 import re
 import shlex
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from runhelp import wait_terminal
 
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.signals.monitor import RunMonitor
@@ -41,20 +41,12 @@ async def _log(client, sid: str) -> list[str]:
     return [ANSI.sub("", line) async for line in client.follow_log(sid)]
 
 
-async def _terminal(client, sid: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while not (job := await client.get_job(sid)).is_terminal:
-        assert time.monotonic() < deadline, job.status
-        await asyncio.sleep(0.5)
-    return job
-
-
 async def test_old_and_bare_shapes(ray_client, tmp_path):
     (old_sid, _), (bare_sid, bare_dump) = [await _run(ray_client, tmp_path, "--sim-log-format", f) for f in
                                            ("2026-04", "bare")]
     old, bare = await asyncio.gather(_log(ray_client, old_sid), _log(ray_client, bare_sid))
-    assert (await _terminal(ray_client, old_sid)).status == "SUCCEEDED"
-    assert (await _terminal(ray_client, bare_sid)).status == "SUCCEEDED"
+    assert (await wait_terminal(ray_client, old_sid)).status == "SUCCEEDED"
+    assert (await wait_terminal(ray_client, bare_sid)).status == "SUCCEEDED"
 
     parsed = [m for m in map(OLD.match, old) if m]
     kinds = Counter((m["kind"], m["actor"], m["file"]) for m in parsed)
@@ -80,7 +72,7 @@ async def test_cuda_oom_ends_failed_with_the_traceback(ray_client, tmp_path):
     sid, _ = await _run(ray_client, tmp_path, "--sim-oom-at-rollout", "1", "--sim-log-format", "2026-04",
                         rollouts=4)
     lines = await _log(ray_client, sid)
-    job = await _terminal(ray_client, sid)
+    job = await wait_terminal(ray_client, sid)
     assert job.status == "FAILED" and "CUDA out of memory" in (job.message or "")
     text = "\n".join(lines)
     malloc = [x for x in lines if "[torch_memory_saver.cpp] TorchMemorySaver::malloc return OOM" in x]
@@ -140,7 +132,7 @@ async def test_resumed_run_swaps_events_and_the_reader_counts_each_point_once(ra
     sid, dump = await _run(ray_client, tmp_path, "--save", str(save), "--save-interval", "1", nodes=1, rollouts=2)
     monitor = RunMonitor()
     feed = StructuredFeed(monitor, str(dump))
-    assert (await _terminal(ray_client, sid)).status == "SUCCEEDED"
+    assert (await wait_terminal(ray_client, sid)).status == "SUCCEEDED"
     assert feed.poll() == 2 * 2 + 2 * 3  # 4 steps, 2 x (rollout, 2 perf)
     first = sum(len(p.read_text().splitlines()) for p in (dump / "events").glob("*.jsonl"))
     sub = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--num-rollout", "4", "--rollout-batch-size", "32",
@@ -149,7 +141,7 @@ async def test_resumed_run_swaps_events_and_the_reader_counts_each_point_once(ra
     resumed = f"resume-{uuid.uuid4().hex[:8]}"
     await ray_client.submit({"entrypoint": shlex.join(sub), "submission_id": resumed})
     lines = await _log(ray_client, resumed)
-    assert (await _terminal(ray_client, resumed)).status == "SUCCEEDED"
+    assert (await wait_terminal(ray_client, resumed)).status == "SUCCEEDED"
     assert any("Moved pre-restore event dir" in x for x in lines) and any("Restored event dir" in x for x in lines)
     assert len(list(dump.glob(".trash_*"))) == 1
     got = feed.poll()

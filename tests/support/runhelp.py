@@ -83,6 +83,16 @@ async def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: 
         await asyncio.sleep(interval)
 
 
+async def wait_terminal(client: Any, sid: str, timeout: float = 120.0) -> Any:
+    """The job once Ray reports it terminal (its JobInfo)."""
+
+    async def ended() -> Any:
+        job = await client.get_job(sid)
+        return job if job.is_terminal else None
+
+    return await wait_for(ended, timeout, what=f"job {sid} to end")
+
+
 class PausableProxy:
     """A loopback TCP proxy in front of the dashboard whose pause() drops every connection and
     stops listening (the dashboard "goes away"), and resume() listens again on the same port."""
