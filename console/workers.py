@@ -311,6 +311,8 @@ def _start_structured(rt: Runtime, job: JobInfo) -> None:
     path = dump_dir_of(job.entrypoint)
     if rt.monitor is None or path is None:
         return
+    # The run's shape (rollout GPUs, batch) from its argv before the first record, whichever source comes first.
+    rt.monitor.facts.scan_text(" " + job.entrypoint)
     feed = rt.structured = StructuredFeed(rt.monitor, path)
     rt.app.run_worker(_structured(rt, feed, job.id), group="structured", exclusive=True, exit_on_error=False,
                       description=f"structured outputs of {job.id}")

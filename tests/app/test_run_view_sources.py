@@ -31,7 +31,8 @@ COMPARED = ("perf/tokens_per_gpu_per_sec", "perf/rollout_time", "perf/train_time
 async def _finished_sim(address: str, tmp: Path, *extra: str) -> tuple[str, str]:
     """A finished 3-rollout simulated run (2 steps per rollout) and its whole job log, saved to a file."""
     sid = f"ultra-console-src-{uuid.uuid4().hex[:8]}"
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--num-rollout", "3", "--rollout-batch-size", "32",
+    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--rollout-num-gpus", "8", "--num-rollout", "3",
+            "--rollout-batch-size", "32",
             "--n-samples-per-prompt", "8", "--global-batch-size", "128", "--sim-step-seconds", "0.3", *extra]
     async with RayClient(address, timeout=30.0) as client:
         await client.submit({"entrypoint": shlex.join(argv), "submission_id": sid, "metadata": {"ultra_console": "1"}})
@@ -86,6 +87,20 @@ async def test_without_a_dump_dir_the_charts_say_log(ray_cluster, tmp_path):
         assert set(view.metrics.sources.values()) == {"log"}
         assert series_points(view.metrics, "train/ppo_kl") == series_points(_log_only(log).collector.series,
                                                                            "train/ppo_kl")
+
+
+async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cluster, tmp_path):
+    """Whatever the log's shape (here miles of April 2026), the events fill KL and throughput."""
+    sid, _ = await _finished_sim(ray_cluster.address, tmp_path, "--sim-log-format", "2026-04",
+                                 "--dump-details", str(tmp_path / "dump_details"))
+    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
+                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    async with app.run_test(size=(160, 48)) as pilot:
+        charts = await _charts(app, pilot, "events")
+        tput = {s.label: s.points for s in charts["#chart-throughput"].series}
+        assert len(tput["per GPU"]) == 3 and len(tput["cluster tok/s"]) == 3
+        kl = {s.label: s.points for s in charts["#chart-kl"].series}
+        assert [x for x, _ in kl["ppo_kl"]] == [0, 1, 2, 3, 4, 5] and len(kl["raw reward"]) == 3
 
 
 @pytest.mark.xfail(strict=False, reason="the 2026-04 log shape parses once the tolerant grammar (wt-signals) is merged")

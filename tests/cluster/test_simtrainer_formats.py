@@ -148,3 +148,22 @@ async def test_resumed_run_swaps_events_and_the_reader_counts_each_point_once(ra
     assert got == 2 * 2 + 2 * 3  # only rollouts 2 and 3: the restored copy of 0 and 1 is not counted again
     assert feed.state().repeated_lines == first and feed.state().swaps == 1
     assert monitor.collector.series.get("train/ppo_kl").steps == list(range(8))
+
+
+def _series(lines: list[str]) -> dict[str, list[list[float | None]]]:
+    """Every series the console's monitor reads from a log, except the wall-clock-dependent throughput."""
+    monitor = RunMonitor()
+    monitor.feed_text("\n".join(lines) + "\n")
+    series = monitor.snapshot(now=0.0)["series"]
+    return {k: v for k, v in series.items()
+            if not (k.startswith("derived/") or "per_sec" in k or k == "perf/rollout_time")}
+
+
+@pytest.mark.xfail(strict=False, reason="the 2026-04 and bare shapes parse once the tolerant grammar (wt-signals) is merged")
+async def test_every_shape_gives_the_same_series(ray_client, tmp_path):
+    runs = [await _run(ray_client, tmp_path, "--sim-log-format", f) for f in ("newest", "2026-04", "bare")]
+    logs = [await _log(ray_client, sid) for sid, _ in runs]
+    newest, old, bare = (_series(x) for x in logs)
+    assert len(newest["train/ppo_kl"]) == 4 and len(newest["rollout/raw_reward"]) == 2
+    assert old == newest
+    assert bare == newest

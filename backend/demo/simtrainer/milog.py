@@ -15,6 +15,7 @@ import math
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TextIO
 
 from backend.demo.simtrainer.dashboard import DashboardClient
 
@@ -27,26 +28,22 @@ FORMATS = {
 
 
 class MilesLog:
-    """One process's miles-style logger (miles configures it once per process)."""
+    """One process's miles-style logger (miles configures it once per process): a logging.Formatter of
+    miles' format, writing to stderr (or `stream`) unbuffered, so lines reach Ray as they are made."""
 
-    def __init__(self, name: str, log_format: str = "newest") -> None:
+    def __init__(self, name: str, log_format: str = "newest", stream: TextIO | None = None) -> None:
         self.name = name
-        self._logger = logging.getLogger(f"simtrainer.{log_format}.{name}")
-        self._logger.setLevel(logging.INFO)
-        self._logger.propagate = False
-        if not self._logger.handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter(FORMATS[log_format].format(name=name), datefmt="%Y-%m-%d %H:%M:%S"))
-            self._logger.addHandler(handler)
+        self._formatter = logging.Formatter(FORMATS[log_format].format(name=name), datefmt="%Y-%m-%d %H:%M:%S")
+        self._stream = stream
 
     def at(self, where: str, message: str) -> None:
         """Log `message` as if printed at miles' `where` ("file.py:123")."""
         filename, _, lineno = where.partition(":")
-        record = logging.LogRecord(self._logger.name, logging.INFO, f"/sim/miles/{filename}",
+        record = logging.LogRecord(f"miles.{self.name}", logging.INFO, f"/sim/miles/{filename}",
                                    int(lineno or 0), message, None, None)
-        self._logger.handle(record)
-        for handler in self._logger.handlers:
-            handler.flush()
+        out = self._stream or sys.stderr
+        out.write(self._formatter.format(record) + "\n")
+        out.flush()
 
 
 class EventLog:
