@@ -320,7 +320,7 @@ def _start_structured(rt: Runtime, job: JobInfo) -> None:
 
 async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
     """Every second while `job_id` is the attached run: what its files gained; once more after it ended."""
-    announced = False
+    announced, bad_said = False, 0
     while rt.structured is feed:
         ended = rt.controller.state is not None and rt.controller.state.terminal
         try:
@@ -333,6 +333,10 @@ async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
                 announced = True
                 rt.post(Notice(f"charts read miles' structured outputs in {feed.path} first, the log second"))
             rt.maybe_post_metrics()
+        bad = feed.state().bad_lines
+        if bad > bad_said:  # never blind in silence: say what could not be read, with the count
+            bad_said = bad
+            rt.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", "warning"))
         if ended:
             rt.maybe_post_metrics(force=True)
             return

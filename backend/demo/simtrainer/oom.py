@@ -9,6 +9,8 @@ every train process (Ray folds the copies into `[repeated Nx across cluster]`), 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from backend.demo.simtrainer.fakegpu.fakenvml import IDLE_MIB, total_mib
 
 GIB = 1024 ** 3
@@ -20,8 +22,13 @@ class OutOfMemoryError(RuntimeError):
 
     __module__ = "torch"
 
-    def __reduce__(self) -> tuple[type[OutOfMemoryError], tuple[str, ...]]:
-        return (OutOfMemoryError, tuple(str(a) for a in self.args))
+    def __reduce__(self) -> tuple[Callable[[str], OutOfMemoryError], tuple[str]]:
+        # by this module's function, not by the class's name (there is no `torch` to import it from)
+        return (_rebuild, (str(self.args[0]) if self.args else "",))
+
+
+def _rebuild(message: str) -> OutOfMemoryError:
+    return OutOfMemoryError(message)
 
 
 def capacity_bytes() -> int:
