@@ -361,8 +361,11 @@ async def _ticks(rt: Runtime) -> None:
     """Every few seconds: the monitor's time-based checks (a stalled run) and fresh derived numbers."""
     while True:
         await asyncio.sleep(TICK_S)
-        if rt.monitor is not None:
-            rt.monitor.tick()
+        if rt.monitor is not None and rt.monitor_lock.acquire(blocking=False):  # busy feeding: next tick
+            try:
+                rt.monitor.tick()
+            finally:
+                rt.monitor_lock.release()
             rt.maybe_post_alerts()
 
 
