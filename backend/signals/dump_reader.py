@@ -54,7 +54,7 @@ class JsonlTail:
             with open(path or self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
                 ident = (st.st_dev, st.st_ino)
-                if path is not None and ident != self.ident:
+                if path is not None and self.ident is not None and ident != self.ident:
                     return []  # not the file we were reading
                 if ident != self.ident or st.st_size < self.offset:  # replaced or truncated: start over
                     self.offset = 0
@@ -167,10 +167,9 @@ class DumpReader:
         if self._events_ident is not None and ident != self._events_ident:
             self.swaps += 1
             trash = self._moved_aside(self._events_ident)
-            if trash is not None:  # finish what the old files gained before the swap
-                for path, tail in self._tails.items():
-                    if path.parent == events:
-                        out.extend(tail.read_new(trash / path.name))
+            if trash is not None:  # finish what the old files gained before the swap (new files included)
+                for moved in sorted(trash.glob("*.jsonl")):
+                    out.extend(self._tail(events / moved.name, dedup=True).read_new(moved))
         self._events_ident = ident
         for path in sorted(events.glob("*.jsonl")):
             out.extend(self._tail(path, dedup=True).read_new())

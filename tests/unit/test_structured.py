@@ -40,14 +40,17 @@ def test_resumed_run_swaps_events_no_point_twice_none_lost(tmp_path):
     _steps(events, range(4, 6), 0.0)
     assert feed.poll() == 6
     _steps(events, range(6, 7), 0.0)  # written by the first attempt after the last poll, before it died
+    EventLog(str(dump), "rollout_manager", {"component": "rollout_manager"}).metric(
+        {"perf/rollout_time": 3.0, "rollout/step": 3}, 3)  # ... and a file it began after the last poll
     assert restore(str(dump), str(save), log) == 4  # the resumed run: events/ -> .trash_*, snapshot copied in
     trash = [p.name for p in dump.iterdir() if p.name.startswith(".trash_")]
     assert len(trash) == 1 and sorted(p.name for p in (dump / "events").iterdir()) == ["actor_cell0_rank0.jsonl"]
     resumed = EventLog(str(dump), "actor_cell0_rank0", SOURCE)
     _steps(resumed, range(4, 6), 100.0)  # redone after the checkpoint, with new values
-    assert feed.poll() == 3  # step 6 from the trash, then the resumed 4 and 5; the copied 0..3 are skipped
+    assert feed.poll() == 4  # step 6 and the new file from the trash, the resumed 4 and 5; the copied 0..3 skipped
     state = feed.state()
-    assert (state.records, state.repeated_lines, state.swaps, state.bad_lines) == (9, 4, 1, 0)
+    assert (state.records, state.repeated_lines, state.swaps, state.bad_lines) == (10, 4, 1, 0)
+    assert monitor.collector.series.get("perf/rollout_time").steps == [3]
     loss = monitor.collector.series.get("train/loss")
     assert loss is not None
     assert loss.steps == [0, 1, 2, 3, 4, 5, 6]
