@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -211,12 +212,12 @@ class GpuSampler:
             self._stop.wait(self.interval)
 
     def push(self) -> None:
-        import ray
-
         with self._lock:
             batch, self._buf = self._buf, {"gpu_util": [], "gpu_processes": []}
         if self._collector is None:
-            self._collector = ray.get_actor(COLLECTOR_NAME)
+            self._collector = find_collector()
+            if self._collector is None:
+                return
         for stream, records in batch.items():
             if records:
                 self._collector.push.remote(stream, records)  # fire and forget, as in miles
@@ -225,6 +226,23 @@ class GpuSampler:
         self._stop.set()
         self._thread.join(timeout=self.interval + 1)
         self.push()
+
+
+def find_collector(timeout_s: float = 60.0) -> Any:
+    """The named collector actor, waited for up to `timeout_s` like miles' backend; None (said once on
+    stderr) if it never appears."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get_actor(COLLECTOR_NAME)
+        except ValueError:
+            if time.monotonic() > deadline:
+                print(f"miles dashboard: collector {COLLECTOR_NAME} not found in {timeout_s:.0f}s; "
+                      "this process stops pushing", file=sys.stderr, flush=True)
+                return None
+            time.sleep(1.0)
 
 
 class DashboardClient:
@@ -238,10 +256,11 @@ class DashboardClient:
     def _push(self, stream: str, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        import ray
-
         if self._collector is None:
-            self._collector = ray.get_actor(COLLECTOR_NAME)
+            self._collector = find_collector()
+            if self._collector is None:  # as in miles: stop trying, never fail the run for the dashboard
+                self.enabled = False
+                return
         self._collector.push.remote(stream, [record])
 
     def metrics(self, metrics: dict[str, Any]) -> None:
