@@ -13,10 +13,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from backend.signals.metrics import SOURCE_PRIORITY
-from backend.signals.monitor import RunMonitor
 from backend.signals.series import SeriesSet
+
+if TYPE_CHECKING:
+    from backend.signals.monitor import RunMonitor
 
 SOURCE_NAMES = {rank: name for name, rank in SOURCE_PRIORITY.items()}
 DUMP_FLAG = "--dump-details"

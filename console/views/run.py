@@ -17,7 +17,6 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from backend.signals.structured import chart_source
 from console import keymap
 from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.base import ConsoleView
@@ -77,6 +76,12 @@ def _derived(metrics: Any) -> dict[str, Any]:
     d = getattr(metrics, "derived", None)
     d = d() if callable(d) else d
     return dict(d or {})
+
+
+def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
+    from backend.signals.structured import chart_source  # imported once metrics exist, after the first frame
+
+    return chart_source(sources, keys)
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -218,11 +223,12 @@ class RunView(ConsoleView):
         if "fleet" in self._dirty:
             self.query_one(GpuFleet).update_snapshot(self.snapshot)
         if "charts" in self._dirty:
+            sources = getattr(self.metrics, "sources", None) or {}
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
                 chart = self.query_one(chart_id, LineChart)
                 chart.set_series([Series(label, series_points(self.metrics, key), color, right)
                                   for key, label, color, right in spec])
-                source = chart_source(getattr(self.metrics, "sources", None) or {}, (key for key, *_ in spec))
+                source = _chart_source(sources, [key for key, *_ in spec]) if sources else ""
                 base = chart.title.split(" · from ")[0]
                 chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
