@@ -10,7 +10,11 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              follow the live log, through backend.signals.ingest (batched, <= 10 posts/s) into the
              run's LogStore and RunMonitor.
 - metrics:   the store feeds backend.signals.monitor.RunMonitor (metrics, facts, alerts) through its listener;
-             MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
+             MetricsArrived (series + derived signals + each series' source) at most 2/s, AlertsChanged when
+             alerts fire.
+- structured: the run's `--dump-details` files (miles' events and dashboard streams; the driver runs on the
+             head, so they are local) polled every second into the same monitor, off the UI thread; a lock
+             keeps that and the log feed from changing the monitor at once.
 - telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
 """
 
@@ -43,11 +47,13 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.signals.ingest import LogChunk, RunLog
     from backend.signals.monitor import RunMonitor
     from backend.signals.store import LogStore
+    from backend.signals.structured import StructuredFeed
     from console.app import UltraConsoleApp
 
 TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
 TICK_S = 5.0
+STRUCTURED_POLL_S = 1.0
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -81,6 +87,7 @@ class Runtime:
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
         self.monitor: RunMonitor | None = None
+        self.structured: StructuredFeed | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -104,6 +111,7 @@ class Runtime:
             self.monitor = None
         run_log = RunLog.open(self.spool_dir, job_id, self.monitor)
         self.store = run_log.store
+        self.structured = None
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0
@@ -113,6 +121,7 @@ class Runtime:
             view.set_store(run_log.store)
         return run_log
 
+
     def maybe_post_metrics(self, force: bool = False) -> None:
         monitor = self.monitor
         if monitor is None:
@@ -120,9 +129,12 @@ class Runtime:
         seen = sum(monitor.collector.records.values())
         now = time.monotonic()
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
-            self._metrics_seen = seen
-            self._metrics_posted_at = now
-            self.post(MetricsArrived(monitor.metrics_snapshot()))  # frozen: the log thread keeps appending
+            # frozen: the feeds keep appending; while one holds the monitor, the next call posts
+            snap = monitor.metrics_snapshot() if force else monitor.metrics_snapshot_if_free()
+            if snap is not None:
+                self._metrics_seen = seen
+                self._metrics_posted_at = now
+                self.post(MetricsArrived(snap))
         self.maybe_post_alerts()
 
     def maybe_post_alerts(self) -> None:
@@ -214,6 +226,7 @@ async def _logs(rt: Runtime, job: JobInfo) -> None:
     from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
 
     run_log = rt.new_run_log(job.id)
+    _start_structured(rt, job)
     rt.post(HistoryProgress(job.id, 0, done=False))
     try:
         async for chunk in text_chunks(rt.client.read_log(job.id)):
@@ -234,6 +247,45 @@ async def _logs(rt: Runtime, job: JobInfo) -> None:
     rt.maybe_post_metrics(force=True)
 
 
+def _start_structured(rt: Runtime, job: JobInfo) -> None:
+    """Read the job's `--dump-details` files (named in its entrypoint) alongside its log."""
+    from backend.signals.structured import StructuredFeed, dump_dir_of
+
+    path = dump_dir_of(job.entrypoint)
+    if rt.monitor is None or path is None:
+        return
+    # The run's shape (rollout GPUs, batch) from its argv before the first record, whichever source comes first.
+    rt.monitor.facts.scan_text(" " + job.entrypoint)
+    feed = rt.structured = StructuredFeed(rt.monitor, path)
+    rt.app.run_worker(_structured(rt, feed, job.id), group="structured", exclusive=True, exit_on_error=False,
+                      description=f"structured outputs of {job.id}")
+
+
+async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
+    """Every second while `job_id` is the attached run: what its files gained; once more after it ended."""
+    announced, bad_said = False, 0
+    while rt.structured is feed:
+        ended = rt.controller.state is not None and rt.controller.state.terminal
+        try:
+            got = await asyncio.to_thread(feed.poll)
+        except ConsoleError as err:
+            rt.post(Notice(f"structured outputs of {job_id} unreadable: {err}", "warning"))
+            return
+        if got:
+            if not announced:
+                announced = True
+                rt.post(Notice(f"charts read miles' structured outputs in {feed.path} first, the log second"))
+            rt.maybe_post_metrics()
+        bad = feed.state().bad_lines
+        if bad > bad_said:  # never blind in silence: say what could not be read, with the count
+            bad_said = bad
+            rt.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", "warning"))
+        if ended:
+            rt.maybe_post_metrics(force=True)
+            return
+        await asyncio.sleep(STRUCTURED_POLL_S)
+
+
 async def _append(rt: Runtime, run_log: RunLog, chunk: LogChunk) -> None:
     """Give complete lines to the run log (big chunks off the UI thread); tell the views."""
     await run_log.add_async(chunk)
@@ -246,7 +298,7 @@ async def _ticks(rt: Runtime) -> None:
     while True:
         await asyncio.sleep(TICK_S)
         if rt.monitor is not None:
-            rt.monitor.tick()
+            await asyncio.to_thread(rt.monitor.tick)  # waits for a feed that holds the monitor, off the UI
             rt.maybe_post_alerts()
 
 

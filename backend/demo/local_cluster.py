@@ -232,7 +232,7 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
     cluster = Cluster(initialize_head=True, head_node_args=dict(
         node_args(0), include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dash_port,
         gcs_server_port=free_port(), temp_dir=str(tmp / "ray")))
-    nodes = [cluster.head_node]
+    nodes: list[Any] = [cluster.head_node]
     for i in range(1, workers + 1):
         nodes.append(cluster.add_node(**node_args(i)))
     cluster.wait_for_nodes()

@@ -5,11 +5,18 @@ says (per-GPU utilisation, open phases, SGLang engine gauges). Files are read by
 complete (newline-terminated) lines are consumed, because miles appends while we read; the dashboard's
 hour-partitioned streams (`{stream}/YYYYMMDD_HH.jsonl`) and their legacy flat `{stream}.jsonl` are both read.
 A malformed line is counted and skipped, never fatal. Python's json accepts the `NaN` token the dashboard
-writes.
+writes. The directory may not exist yet when a live run is attached: polls find nothing until it appears.
+
+A resumed run swaps `events/` for a checkpoint's copy (miles moves the live one aside as `.trash_*` and
+copies the snapshot in): the new files begin with lines already read. Event files are therefore read with
+a memory of every line seen (a 16-byte digest each, and events carry microsecond timestamps, so no two are
+alike): a copied line is skipped, so nothing is counted twice; and when the directory itself was swapped,
+what the old files gained since the last poll is first read from the `.trash_*` directory, so nothing is lost.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -20,7 +27,9 @@ from typing import Any
 from backend.errors import ConsoleError
 from backend.signals.metrics import MetricRecord, record_from_dashboard, record_from_event
 
-STREAMS = ("gpu_util", "phases", "engine_series")
+STREAMS = ("gpu_util", "gpu_processes", "phases", "engine_series")
+EVENTS = "events"
+TRASH_PREFIX = ".trash_"
 MAX_READ = 64 << 20  # bytes per file per poll, so one poll of a huge backlog stays bounded
 
 
@@ -29,21 +38,29 @@ class DumpError(ConsoleError):
 
 
 class JsonlTail:
-    """New complete lines of one growing JSONL file."""
+    """New complete lines of one growing JSONL file; with `dedup`, a line already read is never returned again."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, dedup: bool = False) -> None:
         self.path = path
         self.offset = 0
         self.bad = 0
+        self.skipped = 0  # lines seen before (a restored copy), not returned
+        self.ident: tuple[int, int] | None = None  # (device, inode) of the file last read
+        self._seen: set[bytes] | None = set() if dedup else None
 
-    def read_new(self) -> list[dict[str, Any]]:
+    def read_new(self, path: Path | None = None) -> list[dict[str, Any]]:
+        """What the file gained since the last read; `path` reads the same file where it was moved to."""
         try:
-            with open(self.path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < self.offset:  # truncated or replaced: start over
+            with open(path or self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                ident = (st.st_dev, st.st_ino)
+                if path is not None and self.ident is not None and ident != self.ident:
+                    return []  # not the file we were reading
+                if ident != self.ident or st.st_size < self.offset:  # replaced or truncated: start over
                     self.offset = 0
+                self.ident = ident
                 fh.seek(self.offset)
-                data = fh.read(min(MAX_READ, size - self.offset))
+                data = fh.read(min(MAX_READ, st.st_size - self.offset))
         except OSError:
             return []
         cut = data.rfind(b"\n")
@@ -54,6 +71,12 @@ class JsonlTail:
         for raw in data[:cut].split(b"\n"):
             if not raw.strip():
                 continue
+            if self._seen is not None:
+                digest = hashlib.blake2b(raw.strip(), digest_size=16).digest()
+                if digest in self._seen:
+                    self.skipped += 1
+                    continue
+                self._seen.add(digest)
             try:
                 obj = json.loads(raw)
             except ValueError:
@@ -72,6 +95,7 @@ class DumpBatch:
 
     records: list[MetricRecord] = field(default_factory=list)
     gpu_util: list[dict[str, Any]] = field(default_factory=list)
+    gpu_processes: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
     engine_series: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] | None = None
@@ -80,24 +104,39 @@ class DumpBatch:
 class DumpReader:
     """Poll a `--dump-details` directory for new records; call `poll()` as often as you like."""
 
-    def __init__(self, dump_dir: str | os.PathLike[str]) -> None:
-        self.root = Path(dump_dir)
-        if not self.root.is_dir():
-            raise DumpError(f"dump directory {self.root} does not exist or is not a directory")
-        nested = self.root / "dump_details"  # the run's output dir was given instead of its dump_details
-        if not (self.root / "events").is_dir() and not (self.root / "dashboard").is_dir() and nested.is_dir():
-            self.root = nested
+    def __init__(self, dump_dir: str | os.PathLike[str], *, wait: bool = False) -> None:
+        """`wait`: the directory of a live run may not exist yet; without it, a missing one is an error."""
+        self.given = Path(dump_dir)
+        self.root = self.given
+        if not wait and not self.given.is_dir():
+            raise DumpError(f"dump directory {self.given} does not exist or is not a directory")
         self._tails: dict[Path, JsonlTail] = {}
         self._meta_mtime = 0.0
+        self._events_ident: tuple[int, int] | None = None
+        self.swaps = 0  # event-dir restores seen
+
+    def _resolve(self) -> None:
+        nested = self.given / "dump_details"  # the run's output dir was given instead of its dump_details
+        if not (self.given / EVENTS).is_dir() and not (self.given / "dashboard").is_dir() and nested.is_dir():
+            self.root = nested
+
+    @property
+    def present(self) -> bool:
+        return self.root.is_dir()
 
     @property
     def bad_lines(self) -> int:
         return sum(t.bad for t in self._tails.values())
 
-    def _tail(self, path: Path) -> JsonlTail:
+    @property
+    def repeated_lines(self) -> int:
+        """Event lines skipped because they had been read before (a restored checkpoint copy)."""
+        return sum(t.skipped for t in self._tails.values())
+
+    def _tail(self, path: Path, dedup: bool = False) -> JsonlTail:
         tail = self._tails.get(path)
         if tail is None:
-            tail = self._tails[path] = JsonlTail(path)
+            tail = self._tails[path] = JsonlTail(path, dedup)
         return tail
 
     def _files(self, stream: str) -> list[Path]:
@@ -106,15 +145,46 @@ class DumpReader:
         flat = base / f"{stream}.jsonl"
         return ([flat] if flat.is_file() else []) + files
 
+    def _moved_aside(self, ident: tuple[int, int]) -> Path | None:
+        """The `.trash_*` directory that is the event dir we were reading, if it was moved aside."""
+        for trash in sorted(self.root.glob(f"{TRASH_PREFIX}*"), reverse=True):
+            try:
+                st = trash.stat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == ident:
+                return trash
+        return None
+
+    def _event_objects(self) -> list[dict[str, Any]]:
+        events = self.root / EVENTS
+        try:
+            st = events.stat()
+        except OSError:
+            return []
+        ident = (st.st_dev, st.st_ino)
+        out: list[dict[str, Any]] = []
+        if self._events_ident is not None and ident != self._events_ident:
+            self.swaps += 1
+            trash = self._moved_aside(self._events_ident)
+            if trash is not None:  # finish what the old files gained before the swap (new files included)
+                for moved in sorted(trash.glob("*.jsonl")):
+                    out.extend(self._tail(events / moved.name, dedup=True).read_new(moved))
+        self._events_ident = ident
+        for path in sorted(events.glob("*.jsonl")):
+            out.extend(self._tail(path, dedup=True).read_new())
+        return out
+
     def poll(self) -> DumpBatch:
         batch = DumpBatch()
-        events = self.root / "events"
-        if events.is_dir():
-            for path in sorted(events.glob("*.jsonl")):
-                for obj in self._tail(path).read_new():
-                    rec = record_from_event(obj)
-                    if rec is not None:
-                        batch.records.append(rec)
+        if self.root == self.given:
+            self._resolve()
+        if not self.present:
+            return batch
+        for obj in self._event_objects():
+            rec = record_from_event(obj)
+            if rec is not None:
+                batch.records.append(rec)
         for path in self._files("metrics"):
             for item in self._tail(path).read_new():
                 rec = record_from_dashboard(item)

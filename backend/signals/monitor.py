@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from backend.signals.activity import LogActivity
@@ -22,6 +23,7 @@ from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_
 from backend.signals.dump_reader import DumpReader
 from backend.signals.metrics import MetricsCollector, Point
 from backend.signals.series import SeriesSetSnapshot
+from backend.signals.structured import sources_by_key
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class MetricsSnapshot:
 
     series: SeriesSetSnapshot
     derived: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
 
 
 def jsonable(value: Any) -> Any:
@@ -55,6 +58,8 @@ class RunMonitor:
         self.telemetry = Telemetry()
         self.alerts = AlertEngine(rules, expected_scaling=expected_scaling)
         self.dump: DumpReader | None = None
+        # The log feed, the dump poll and the periodic checks run on different threads: one at a time.
+        self.lock = threading.RLock()
         self._clock = clock
         self._offset: float | None = None  # wall clock minus miles clock
         self._seen_ts = math.nan
@@ -91,20 +96,23 @@ class RunMonitor:
 
     def on_log_lines(self, first: int, count: int, text: str) -> None:
         """`LogStore.subscribe` signature."""
-        self.feed_text(text)
+        with self.lock:
+            self.feed_text(text)
 
-    def attach_dump(self, dump_dir: str | os.PathLike[str]) -> None:
-        self.dump = DumpReader(dump_dir)
+    def attach_dump(self, dump_dir: str | os.PathLike[str], *, wait: bool = False) -> None:
+        """Read the run's `--dump-details` files too; `wait`: a live run's directory may appear later."""
+        self.dump = DumpReader(dump_dir, wait=wait)
 
     def poll_dump(self) -> int:
         """Read what the dump directory gained; returns how many metric records it held."""
         if self.dump is None:
             return 0
-        batch = self.dump.poll()
-        if batch.meta is not None:
-            self.facts.learn_meta(batch.meta)
-        self.collector.add_records(batch.records)
-        self.telemetry.add(batch)
+        with self.lock:
+            batch = self.dump.poll()
+            if batch.meta is not None:
+                self.facts.learn_meta(batch.meta)
+            self.collector.add_records(batch.records)
+            self.telemetry.add(batch)
         return len(batch.records)
 
     def _check_blind_spots(self) -> None:
@@ -116,10 +124,12 @@ class RunMonitor:
                                        lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)])
 
     def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
-        return self.alerts.on_job_status(status, message)
+        with self.lock:
+            return self.alerts.on_job_status(status, message)
 
     def on_node_dead(self, node_id: str, reason: str | None = None) -> Alert | None:
-        return self.alerts.on_node_dead(node_id, reason)
+        with self.lock:
+            return self.alerts.on_node_dead(node_id, reason)
 
     def on_shim_missing(self, actors: list[str]) -> Alert | None:
         return self.alerts.on_shim_missing(actors)
@@ -136,6 +146,10 @@ class RunMonitor:
 
     def tick(self, now: float | None = None, dashboard_now: float | None = None) -> list[Alert]:
         """Time-based checks: the stall alarm (miles' clock) and open dashboard phases (epoch clock)."""
+        with self.lock:
+            return self._tick(now, dashboard_now)
+
+    def _tick(self, now: float | None, dashboard_now: float | None) -> list[Alert]:
         now = self.miles_now() if now is None else now
         fired = []
         alert = self.alerts.check_stall(now, self.collector.last_ts, median_step_seconds(self.collector))
@@ -163,8 +177,19 @@ class RunMonitor:
     def metrics_snapshot(self, now: float | None = None) -> MetricsSnapshot:
         """The series and derived signals for the UI: immutable, safe to hand to another thread."""
         now = self.miles_now() if now is None else now
-        return MetricsSnapshot(self.collector.series.snapshot(),
-                               derive(self.collector, self.facts, self.telemetry, now))
+        with self.lock:
+            return MetricsSnapshot(self.collector.series.snapshot(),
+                                   derive(self.collector, self.facts, self.telemetry, now),
+                                   sources_by_key(self.collector.series))
+
+    def metrics_snapshot_if_free(self) -> MetricsSnapshot | None:
+        """`metrics_snapshot`, or None at once while a feed holds the monitor (the UI thread never waits)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self.metrics_snapshot()
+        finally:
+            self.lock.release()
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """`{"series", "latest", "derived", "alerts", "problems"}`, JSON-ready (non-finite -> null)."""

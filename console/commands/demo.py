@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backend.demo.simtrainer.args import LOG_FORMATS
 from backend.errors import ConsoleError
 
 DEMO_PRESET = "nemotron-3-ultra-550b-a55b-4layer"
@@ -31,6 +32,10 @@ def register(sub: Any) -> None:
                    help="Ray nodes to start, 8 simulated GPUs each (default 4; the recipe's batch needs a power of 2)")
     p.add_argument("--rollouts", type=int, default=40, help="rollouts the simulated run does (default 40)")
     p.add_argument("--step-seconds", type=float, default=1.0, help="simulated seconds per train step (default 1)")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="newest",
+                   help="which miles version's log shape the simulated trainer prints (default newest)")
+    p.add_argument("--oom-at-rollout", type=int, default=None, metavar="N",
+                   help="the simulated run dies of CUDA out of memory at rollout N")
     p.add_argument("--no-launch", action="store_true", help="start the cluster only; launch from the plan view")
     p.add_argument("--no-tui", action="store_true", help="no app: print progress and follow until done or Ctrl-C")
     p.set_defaults(func=run)
@@ -47,8 +52,18 @@ def demo_overrides(args: argparse.Namespace, root: Path) -> list[str]:
         f"paths.data_dir={root / 'datasets'}",
         f"batch.num_rollout={args.rollouts}",
         "checkpoint.save_interval=5",
-        f"run.extra_args=--sim-step-seconds {args.step_seconds:g}",
+        f"run.extra_args={' '.join(sim_flags(args))}",
     ]
+
+
+def sim_flags(args: argparse.Namespace) -> list[str]:
+    """The simulated trainer's `--sim-*` controls for the demo's options (they travel in `run.extra_args`)."""
+    flags = ["--sim-step-seconds", f"{args.step_seconds:g}"]
+    if getattr(args, "log_format", "newest") != "newest":
+        flags += ["--sim-log-format", args.log_format]
+    if getattr(args, "oom_at_rollout", None) is not None:
+        flags += ["--sim-oom-at-rollout", str(args.oom_at_rollout)]
+    return flags
 
 
 def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, Any]:

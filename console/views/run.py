@@ -57,6 +57,12 @@ def _derived(metrics: MetricsSnapshot | None) -> dict[str, Any]:
     return metrics.derived if metrics is not None else {}
 
 
+def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
+    from backend.signals.structured import chart_source  # imported once metrics exist, after the first frame
+
+    return chart_source(sources, keys)
+
+
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return "—"
@@ -193,10 +199,14 @@ class RunView(ConsoleView):
         if "fleet" in self._dirty:
             self.query_one(GpuFleet).update_snapshot(self.snapshot)
         if "charts" in self._dirty:
+            sources = self.metrics.sources if self.metrics is not None else {}
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
-                self.query_one(chart_id, LineChart).set_series(
-                    [Series(label, series_points(self.metrics, key), color, right)
-                     for key, label, color, right in spec])
+                chart = self.query_one(chart_id, LineChart)
+                chart.set_series([Series(label, series_points(self.metrics, key), color, right)
+                                  for key, label, color, right in spec])
+                source = _chart_source(sources, [key for key, *_ in spec]) if sources else ""
+                base = chart.title.split(" · from ")[0]
+                chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
 
     # ------------------------------------------------------------ abort

@@ -103,6 +103,13 @@ class LineChart(Widget, can_focus=False):
     def series(self) -> tuple[Series, ...]:
         return self._series
 
+    def set_title(self, title: str) -> None:
+        """Change the title (e.g. to name the data's source); redraws only if it changed."""
+        if title != self.title:
+            self.title = title
+            self._key = None
+            self.refresh()
+
     def set_series(self, series: Sequence[Series]) -> bool:
         """Replace the data; returns False (and repaints nothing) if it is unchanged."""
         new = tuple(series)

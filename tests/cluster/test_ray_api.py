@@ -168,7 +168,7 @@ async def test_sim_launch_follow_metrics_then_sigint_stop(ray_client):
     assert job.status == "STOPPED", job.message
     text = "\n".join(seen)
     assert any(SIM_LABEL in s for s in seen[:4])  # the trainer's first line says it is simulated
-    assert "(MegatronTrainRayActor pid=" in text and "(RolloutManager pid=" in text
+    assert "(MegatronTrainRayActorWithConcurrencyGroups pid=" in text and "(RolloutExecutor pid=" in text
     assert "log_utils.py:542 - step 0: {" in text and "metrics.py:89 - perf 0: {" in text
     assert "KeyboardInterrupt (SIGINT), shutting down cleanly" in text
     assert "finish_tracking: done" in text

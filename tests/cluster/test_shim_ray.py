@@ -48,7 +48,7 @@ async def train_actors(client: RayClient, job_id: str, want: int, timeout: float
         if job.job_id:
             data = await client.get_json("/api/v0/actors", {"detail": 1, "limit": 1000})
             rows = data.get("data", {}).get("result", {}).get("result", [])
-            alive.extend(a for a in rows if a.get("class_name") == "MegatronTrainRayActor"
+            alive.extend(a for a in rows if str(a.get("class_name")).startswith("MegatronTrainRayActor")
                          and a.get("job_id") == job.job_id and a.get("state") == "ALIVE" and a.get("pid"))
         return list(alive) if len(alive) >= want else []
 

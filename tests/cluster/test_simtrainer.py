@@ -33,6 +33,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
 
 
+# the newest miles' actor names (the simulator's default `--sim-log-format newest`)
+TRAIN, ROLLOUT = "MegatronTrainRayActorWithConcurrencyGroups", "RolloutExecutor"
+
+
 def _clean(line: str) -> str:
     return REPEATED.sub("", ANSI.sub("", line))
 
@@ -100,16 +104,16 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (log_utils and model.py)
     steps = Counter(int(m["n"]) for m in parsed if m["kind"] == "step")
     assert steps == {n: 2 for n in range(6)}
-    assert kinds[("step", "MegatronTrainRayActor", "log_utils.py")] == 6
-    assert kinds[("step", "MegatronTrainRayActor", "model.py")] == 6
-    assert kinds[("rollout", "MegatronTrainRayActor", "log_utils.py")] == 3
-    assert kinds[("perf", "RolloutManager", "metrics.py")] == 3  # rollout-side perf
-    assert kinds[("perf", "MegatronTrainRayActor", "train_metric_utils.py")] == 3  # train-side perf
+    assert kinds[("step", TRAIN, "log_utils.py")] == 6
+    assert kinds[("step", TRAIN, "model.py")] == 6
+    assert kinds[("rollout", TRAIN, "log_utils.py")] == 3
+    assert kinds[("perf", ROLLOUT, "metrics.py")] == 3  # rollout-side perf
+    assert kinds[("perf", TRAIN, "train_metric_utils.py")] == 3  # train-side perf
     assert {int(m["n"]) for m in parsed if m["kind"] == "eval"} == {0, 1, 2}
-    assert all(m["proc"] == "actor_cell0_rank0" for m in parsed if m["actor"] == "MegatronTrainRayActor")
+    assert all(m["proc"] == "actor_cell0_rank0" for m in parsed if m["actor"] == TRAIN)
     assert any("np.float64(" in m["payload"] for m in parsed if m["file"] == "metrics.py")
-    assert len({m["pid"] for m in parsed if m["actor"] == "MegatronTrainRayActor"}) == 1
-    train_pids = {re.search(r"pid=(\d+)", x)[1] for x in clean if x.startswith("(MegatronTrainRayActor")}
+    assert len({m["pid"] for m in parsed if m["actor"] == TRAIN}) == 1
+    train_pids = {re.search(r"pid=(\d+)", x)[1] for x in clean if x.startswith(f"({TRAIN} ")}
     assert len(train_pids) == 2  # one train actor per node
 
     last_step = [m["payload"] for m in parsed if m["kind"] == "step" and m["n"] == "5"]
@@ -117,15 +121,15 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
 
     # --dump-details: miles' structured MetricEvents, read with the console's own parser
     events_dir = Path(sub.argv[sub.argv.index("--dump-details") + 1]) / "events"
-    assert sorted(p.name for p in events_dir.iterdir()) == ["actor_cell0_rank0.jsonl", "rollout_manager.jsonl"]
+    assert sorted(p.name for p in events_dir.iterdir()) == ["actor_cell0_rank0.jsonl", "rollout_executor.jsonl"]
     actor = [json.loads(x) for x in (events_dir / "actor_cell0_rank0.jsonl").read_text().splitlines()]
     assert [e["metrics"]["train/step"] for e in actor if "train/step" in e["metrics"]] == list(range(6))
     assert actor[-2]["metrics"]["train/loss"] is None  # NaN is written as null
     records = [record_from_event(e) for e in actor]
     assert Counter(r.kind for r in records if r) == {"step": 6, "rollout": 3, "perf-train": 3}
-    manager = [json.loads(x) for x in (events_dir / "rollout_manager.jsonl").read_text().splitlines()]
+    manager = [json.loads(x) for x in (events_dir / "rollout_executor.jsonl").read_text().splitlines()]
     assert sum("eval/step" in e["metrics"] for e in manager) == 3
-    assert all(e["source"] == {"component": "rollout_manager"} for e in manager)
+    assert all(e["source"] == {"component": "rollout_executor"} for e in manager)
 
     ckpt = Path(sub.argv[sub.argv.index("--save") + 1])
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "iter_0000003", "latest_checkpointed_iteration.txt"]
@@ -156,7 +160,7 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     await ray_client.submit({"entrypoint": shlex.join(argv), "submission_id": sid})
     leaked = actor = None
     async for line in ray_client.follow_log(sid):
-        if m := re.search(r"MegatronTrainRayActor pid=(\d+).*leaked GPU holder pid=(\d+)", line):
+        if m := re.search(r"MegatronTrainRayActor\w* pid=(\d+).*leaked GPU holder pid=(\d+)", line):
             actor, leaked = int(m[1]), int(m[2])
             break
     assert leaked and actor

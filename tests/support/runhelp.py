@@ -98,6 +98,7 @@ async def stop_quietly(client: Any, job_id: str) -> None:
         await job_reaches(client, job_id, timeout=30)
 
 
+
 class PausableProxy:
     """A loopback TCP proxy in front of the dashboard whose pause() drops every connection and
     stops listening (the dashboard "goes away"), and resume() listens again on the same port."""

@@ -29,9 +29,20 @@ def test_demo_preset_is_the_4layer_recipe_on_the_simulator(tmp_path):
     assert str(spec.paths.output_dir).startswith(str(tmp_path))
 
 
+def test_demo_speaks_an_old_miles_and_can_die_of_oom(tmp_path):
+    args = argparse.Namespace(nodes=2, rollouts=7, step_seconds=0.5, log_format="2026-04", oom_at_rollout=3)
+    _path, spec = write_demo_preset(args, tmp_path)
+    assert spec.run.extra_args == "--sim-step-seconds 0.5 --sim-log-format 2026-04 --sim-oom-at-rollout 3"
+    from backend.demo.simtrainer.args import parse
+
+    sim = parse(spec.run.extra_args.split())
+    assert (sim.log_format, sim.oom_at_rollout, sim.step_seconds) == ("2026-04", 3, 0.5)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["demo", "--nodes", "3"], "invalid choice: 3"),
     (["demo", "--rollouts", "0"], "--rollouts must be >= 1"),
+    (["demo", "--log-format", "2025"], "invalid choice: '2025'"),
 ])
 def test_demo_bad_arguments_are_one_line(capsys, argv, message):
     try:

@@ -2,12 +2,15 @@
 
 Why: the console must be exercised against a real Ray cluster without GPUs or miles. This
 package is run exactly like miles (`python3 <SIM_TRAIN_SCRIPT> <miles argv>`, or
-`python -m backend.demo.simtrainer ...`), starts real Ray actors named `RolloutManager` and
-`MegatronTrainRayActor` (one train actor per node, holding that node's GPUs), and prints miles'
-log lines and metric lines (shared/reference/miles-run-output.md §2-3) so they reach the job log
-with Ray's real prefixes. Its first log line, its actor log lines and its checkpoint markers say
-it is a simulation. Extra `--sim-*` flags (see `args.py`) make it fail, ignore signals, run
-forever or leak a GPU-holding process.
+`python -m backend.demo.simtrainer ...`), starts real Ray actors with miles' class names (one train
+actor per node, holding that node's GPUs), and prints miles' log lines and metric lines so they
+reach the job log with Ray's real prefixes (and Ray's own `[repeated Nx across cluster]` folding).
+With `--dump-details` it writes miles' event log, with `--use-miles-dashboard` miles' dashboard
+streams. Its first log line, its actor log lines and its checkpoint markers say it is a simulation.
+Extra `--sim-*` flags (see `args.py`; `run.extra_args` of a spec, or `ultra-console demo` options,
+carry them) pick the miles version's log shape (`--sim-log-format newest|2026-04|bare`), make it
+fail, die of CUDA OOM, print unreadable metric lines, ignore signals, run forever or leak a
+GPU-holding process.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The simulated actors. Their class names are what Ray prints in the log prefix
-(`(MegatronTrainRayActor pid=..., ip=...)`), so they carry miles' names exactly.
+(`(MegatronTrainRayActor pid=..., ip=...)`), so they carry miles' names exactly, per version:
+`RolloutManager` / `MegatronTrainRayActor` until mid 2026, `RolloutExecutor` /
+`MegatronTrainRayActorWithConcurrencyGroups` in the newest miles (`ACTOR_CLASSES`).
 
 One `MegatronTrainRayActor` per node stands for that node's `gpus_per_node` ranks (cheap on a
 test machine); it "holds" its GPUs by writing fake-GPU holding files when `FAKE_GPU_DIR` is set
@@ -17,9 +19,21 @@ import sys
 import time
 from pathlib import Path
 
-from backend.demo.simtrainer import SIM_LABEL, metrics
+from backend.demo.simtrainer import SIM_LABEL, event_checkpoint, metrics, oom
 from backend.demo.simtrainer.args import SimArgs
+from backend.demo.simtrainer.dashboard import DashboardClient, PhaseEvent
 from backend.demo.simtrainer.milog import EventLog, MilesLog
+
+
+def _node_ip() -> str:
+    import ray
+
+    return str(ray.util.get_node_ip_address())
+
+
+def truncated(line: str) -> str:
+    """A metric line cut inside its dict, as a full pipe or a killed writer leaves it (`--sim-unreadable-metrics`)."""
+    return line[: line.index("{") + max(8, (len(line) - line.index("{")) // 2)]
 
 
 def _hold_gpus(gpu_ids: list[int], pid: int, mib: int, util: int) -> list[Path]:
@@ -42,16 +56,23 @@ def _hold_gpus(gpu_ids: list[int], pid: int, mib: int, util: int) -> list[Path]:
 class RolloutManager:
     """Generates rollouts (sleeps) and logs the rollout-side `perf N` / `eval N` lines."""
 
-    def __init__(self, args: SimArgs) -> None:
+    PROC = "rollout_manager"  # bracket name and event source
+
+    def __init__(self, args: SimArgs, in_ray: bool = True) -> None:
         self.args = args
-        self.log = MilesLog("rollout_manager")
-        self.events = EventLog(args.dump_details, "rollout_manager", {"component": "rollout_manager"})
-        self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: RolloutManager started (no sglang engines)")
+        self.dashboard = DashboardClient(args.use_miles_dashboard and in_ray)
+        self.log = MilesLog(self.PROC, args.log_format)
+        self.events = EventLog(args.dump_details, self.PROC, {"component": self.PROC}, self.dashboard)
+        self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: {type(self).__name__} started (no sglang engines)")
 
     def generate(self, rollout_id: int) -> int:
         a = self.args
         t0 = time.monotonic()
+        wall0 = time.time()
+        node = _node_ip() if self.dashboard.enabled else ""
+        self.dashboard.phase(PhaseEvent("rollout", wall0, -1.0, node, [], -1, "rollout_manager"))
         time.sleep(a.step_seconds)
+        self.dashboard.phase(PhaseEvent("rollout", wall0, time.time(), node, [], -1, "rollout_manager"))
         self.log.at("inference_rollout_train.py:156",
                     f"Finish rollout: rollout_id={rollout_id} samples={a.rollout_batch_size * a.n_samples_per_prompt}")
         perf = metrics.rollout_perf(rollout_id, a.world_size, a.rollout_batch_size, a.n_samples_per_prompt,
@@ -72,40 +93,69 @@ class RolloutManager:
 
 class MegatronTrainRayActor:
     """Stands for ranks [node*G, node*G+G) of the training world; the one hosting the metric
-    rank prints `rollout N`, the doubled `step N` and train-side `perf N`; rank 0 prints Timers."""
+    rank prints `rollout N`, the doubled `step N` and train-side `perf N`; rank 0 prints Timers.
+    Outside Ray (`--sim-log-format bare`) it is a plain object in the driver that holds no GPU."""
 
-    def __init__(self, args: SimArgs, node_index: int) -> None:
-        import ray
-
+    def __init__(self, args: SimArgs, node_index: int, in_ray: bool = True) -> None:
         self.args = args
         g = args.actor_num_gpus_per_node
         self.ranks = range(node_index * g, node_index * g + g)
         self.prints_metrics = args.metric_rank in self.ranks
         rank = args.metric_rank if self.prints_metrics else self.ranks[0]
-        self.log = MilesLog(f"actor_cell0_rank{rank}")
+        self.dashboard = DashboardClient(args.use_miles_dashboard and in_ray and self.prints_metrics)
+        self.phases = DashboardClient(args.use_miles_dashboard and in_ray)
+        self.log = MilesLog(f"actor_cell0_rank{rank}", args.log_format)
         self.events = EventLog(args.dump_details if self.prints_metrics else None, f"actor_cell0_rank{rank}",
-                               {"component": "actor", "cell_index": 0, "rank_within_cell": rank})
-        gpu_ids = [int(x) for x in ray.get_gpu_ids()]
-        self.holdings = _hold_gpus(gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
-        self.log.at("train_actor.py:53",
-                    f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {gpu_ids}")
+                               {"component": "actor", "cell_index": 0, "rank_within_cell": rank}, self.dashboard)
+        self.gpu_ids: list[int] = []
+        self.holdings: list[Path] = []
+        self.node = ""
+        if in_ray:
+            import ray
 
-    def _set_util(self, util: int) -> None:
+            self.gpu_ids = [int(x) for x in ray.get_gpu_ids()]
+            self.holdings = _hold_gpus(self.gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
+            self.node = _node_ip()
+        self.log.at("train_actor.py:53",
+                    f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {self.gpu_ids}")
+
+    def _set_util(self, util: int, mem: int | None = None) -> None:
         for path in self.holdings:
             with contextlib.suppress(OSError):
-                path.write_text(json.dumps({"mem": self.args.hold_gpu_mib, "util": util}))
+                path.write_text(json.dumps({"mem": self.args.hold_gpu_mib if mem is None else mem, "util": util}))
+
+    def _metric_line(self, where: str, line: str) -> None:
+        self.log.at(where, truncated(line) if self.args.unreadable_metrics else line)
+
+    def _out_of_memory(self, rollout_id: int) -> None:
+        """Every train process hits torch_memory_saver's OOM; the one on GPU `--sim-oom-gpu` of the first
+        node raises PyTorch's error (its fake GPU shows full), which kills the run."""
+        a = self.args
+        print(oom.malloc_oom_line(oom.ASKED, a.oom_gpu), file=sys.stderr, flush=True)
+        if self.ranks.start != 0:
+            return
+        for path in self.holdings:
+            if path.name.startswith(f"gpu{a.oom_gpu}-"):
+                with contextlib.suppress(OSError):
+                    path.write_text(json.dumps({"mem": (oom.capacity_bytes() - oom.FREE) // oom.MIB, "util": 100}))
+        _allocate(oom.ASKED, a.oom_gpu, rollout_id)
 
     def train(self, rollout_id: int) -> None:
         a = self.args
-        self.log.at("structured_log.py:41", "ft cls=MegatronTrainRayActor fn=train phase=start")
+        cls = type(self).__name__
+        self.log.at("structured_log.py:41", f"ft cls={cls} fn=train phase=start")
         if a.fail_at_rollout is not None and rollout_id == a.fail_at_rollout:
             raise RuntimeError(f"simulated failure at rollout {rollout_id} (--sim-fail-at-rollout)")
         self._set_util(97)
+        wall0 = time.time()
+        self.phases.phase(PhaseEvent("train", wall0, -1.0, self.node, self.gpu_ids, self.ranks.start, "train"))
         if self.ranks.start == 0:
             self.log.at("timer.py:30", "Timer train start")
+        if a.oom_at_rollout is not None and rollout_id == a.oom_at_rollout:
+            self._out_of_memory(rollout_id)
         if self.prints_metrics:
             batch = metrics.rollout_batch(rollout_id)
-            self.log.at("log_utils.py:123", f"rollout {rollout_id}: {batch}")
+            self._metric_line("log_utils.py:123", f"rollout {rollout_id}: {batch}")
             self.events.metric({**batch, "rollout/step": rollout_id}, rollout_id)
         spr = a.steps_per_rollout
         for s in range(spr):
@@ -113,20 +163,22 @@ class MegatronTrainRayActor:
             if self.prints_metrics:
                 n = rollout_id * spr + s
                 step = metrics.train_step(n, s == 0, a.lr, a.nan_at_step is not None and n >= a.nan_at_step)
-                self.log.at("log_utils.py:542", f"step {n}: {step}")
-                self.log.at("model.py:854", f"step {n}: {step}")
+                self._metric_line("log_utils.py:542", f"step {n}: {step}")
+                self._metric_line("model.py:854", f"step {n}: {step}")
                 self.events.metric(step, rollout_id)
         if self.ranks.start == 0:
             self.log.at("timer.py:41", f"Timer train end (elapsed: {a.step_seconds:.1f}s)")
+        self.phases.phase(PhaseEvent("train", wall0, time.time(), self.node, self.gpu_ids, self.ranks.start, "train"))
         if self.prints_metrics:
             perf = metrics.train_perf(rollout_id, a.step_seconds, spr)
-            self.log.at("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
+            self._metric_line("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
             self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         self._set_util(0)
-        self.log.at("structured_log.py:41", "ft cls=MegatronTrainRayActor fn=train phase=end")
+        self.log.at("structured_log.py:41", f"ft cls={cls} fn=train phase=end")
 
     def save_model(self, rollout_id: int) -> None:
-        """Megatron's checkpoint lines and layout (`iter_XXXXXXX/`, tracker file) plus a marker."""
+        """Megatron's checkpoint lines and layout (`iter_XXXXXXX/`, tracker file) plus a marker, and
+        miles' snapshot of the event dir into it."""
         if self.ranks.start != 0 or not self.args.save:
             return
         it = rollout_id + 1
@@ -135,7 +187,8 @@ class MegatronTrainRayActor:
         ckpt = Path(save) / f"iter_{it:07d}"
         ckpt.mkdir(parents=True, exist_ok=True)
         (ckpt / "SIMULATED").write_text(f"{SIM_LABEL}: no weights; rollout_id={rollout_id}\n")
-        (Path(save) / "latest_checkpointed_iteration.txt").write_text(f"{it}\n")
+        (Path(save) / event_checkpoint.TRACKER).write_text(f"{it}\n")
+        event_checkpoint.snapshot(self.args.dump_details, save, it, self.log)
         print(f"  successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]", flush=True)
 
     def leak_gpu_process(self, mib: int) -> int:
@@ -155,3 +208,25 @@ class MegatronTrainRayActor:
         _hold_gpus(gpu_ids, pid, mib, 0)
         self.log.at("sglang_engine.py:76", f"{SIM_LABEL}: leaked GPU holder pid={pid} on GPUs {gpu_ids}")
         return pid
+
+
+def _allocate(size: int, gpu: int, rollout_id: int) -> None:
+    """Where PyTorch's caching allocator gives up (the frame a real OOM traceback ends in)."""
+    raise oom.OutOfMemoryError(oom.oom_message(gpu, os.getpid(), size, oom.FREE))
+
+
+class RolloutExecutor(RolloutManager):
+    """The newest miles' name for the rollout manager actor."""
+
+    PROC = "rollout_executor"
+
+
+class MegatronTrainRayActorWithConcurrencyGroups(MegatronTrainRayActor):
+    """The newest miles' name for the train actor."""
+
+
+ACTOR_CLASSES: dict[str, tuple[type[RolloutManager], type[MegatronTrainRayActor]]] = {
+    "newest": (RolloutExecutor, MegatronTrainRayActorWithConcurrencyGroups),
+    "2026-04": (RolloutManager, MegatronTrainRayActor),
+    "bare": (RolloutManager, MegatronTrainRayActor),
+}

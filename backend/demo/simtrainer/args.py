@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+LOG_FORMATS = ("newest", "2026-04", "bare")  # see milog.py for what each prints
 
 @dataclass(frozen=True)
 class SimArgs:
@@ -30,6 +31,11 @@ class SimArgs:
     log_passrate: bool
     dump_details: str | None
     max_response_len: int
+    load: str | None
+    wandb_group: str | None
+    use_miles_dashboard: bool
+    dashboard_flush_interval: float
+    dashboard_gpu_sample_interval: float
     # simulation controls
     step_seconds: float
     fail_at_rollout: int | None
@@ -39,6 +45,10 @@ class SimArgs:
     nan_at_step: int | None
     hold_gpu_mib: int
     leak_gpu_process: bool
+    log_format: str
+    oom_at_rollout: int | None
+    oom_gpu: int
+    unreadable_metrics: bool
 
     @property
     def world_size(self) -> int:
@@ -76,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-passrate", action="store_true")
     p.add_argument("--dump-details", default=None)
     p.add_argument("--rollout-max-response-len", dest="max_response_len", type=int, default=256)
+    p.add_argument("--load", default=None)
+    p.add_argument("--wandb-group", default=None)
+    # miles/dashboard/args.py: the live dashboard streams under {dump_details}/dashboard/
+    p.add_argument("--use-miles-dashboard", action="store_true")
+    p.add_argument("--dashboard-flush-interval", type=float, default=5.0)
+    p.add_argument("--dashboard-gpu-sample-interval", type=float, default=1.0)
     p.add_argument("--sim-step-seconds", dest="step_seconds", type=float, default=1.0)
     p.add_argument("--sim-fail-at-rollout", dest="fail_at_rollout", type=int, default=None)
     p.add_argument("--sim-ignore-sigterm", dest="ignore_sigterm", action="store_true")
@@ -84,10 +100,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-nan-at-step", dest="nan_at_step", type=int, default=None)
     p.add_argument("--sim-hold-gpu-mib", dest="hold_gpu_mib", type=int, default=60000)
     p.add_argument("--sim-leak-gpu-process", dest="leak_gpu_process", action="store_true")
+    p.add_argument("--sim-log-format", dest="log_format", choices=LOG_FORMATS, default="newest")
+    p.add_argument("--sim-oom-at-rollout", dest="oom_at_rollout", type=int, default=None)
+    p.add_argument("--sim-oom-gpu", dest="oom_gpu", type=int, default=3)
+    p.add_argument("--sim-unreadable-metrics", dest="unreadable_metrics", action="store_true")
     return p
 
 
 def parse(argv: Sequence[str]) -> SimArgs:
+    """miles' argv plus the `--sim-*` controls. A bad value of a `--sim-*` flag exits 2 with argparse's
+    one-line message, like miles' own argument errors."""
     ns, _unknown = _parser().parse_known_args(list(argv))
     eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
     values = {k: v for k, v in vars(ns).items() if k != "eval_prompt_data"}

@@ -1,5 +1,9 @@
 """The simulated driver: miles' train loop shape (generate -> train -> save -> eval) on Ray.
 
+`--sim-log-format bare` runs the same loop without Ray (the actors are plain objects in the driver), so
+every line reaches the job log with neither Ray's prefix nor miles' bracket. A run with `--load` of a
+checkpoint resumes after it and restores the event log from the checkpoint's snapshot (`.trash_*` swap).
+
 Signals: like miles, no handler of its own: SIGTERM hits the handler `ray.init` installs in
 drivers (SystemExit), SIGINT raises KeyboardInterrupt; both run the `finally` (miles'
 finish_tracking); SIGINT exits 130. The
@@ -13,7 +17,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
 
 from backend.demo.simtrainer import SIM_LABEL
 from backend.demo.simtrainer.args import SimArgs, parse
@@ -38,50 +44,139 @@ def _ignore(log: MilesLog, signum: int) -> None:
     signal.signal(signum, handler)
 
 
-def run(args: SimArgs, log: MilesLog) -> int:
+class _Local:
+    """A plain object's method called like an actor's (`obj.method.remote(...)` then `get`): the shape
+    of train.py's loop without Ray (`--sim-log-format bare`)."""
+
+    def __init__(self, obj: object) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._obj, name)
+        return SimpleNamespace(remote=lambda *a: method(*a))
+
+
+def _start_dashboard(args: SimArgs, log: MilesLog) -> Any:
+    """miles' dashboard processes: the named collector on the driver's node, a GPU sampler per GPU node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from backend.demo.simtrainer.dashboard import COLLECTOR_NAME, DashboardCollector, GpuSampler, run_args
+
+    assert args.dump_details, "--use-miles-dashboard requires --dump-details"
+    here = ray.get_runtime_context().get_node_id()
+    collector = _remote(num_cpus=0, max_concurrency=8)(DashboardCollector).options(
+        name=COLLECTOR_NAME, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
+        args.dump_details, args.wandb_group or "miles-run", run_args(args), args.dashboard_flush_interval)
+    ray.get(collector.__ray_ready__.remote())
+    sampler_cls = _remote(num_cpus=0, max_concurrency=4)(GpuSampler)
+    samplers = []
+    for node in ray.nodes():
+        if node.get("Alive") and node.get("Resources", {}).get("GPU"):
+            samplers.append(sampler_cls.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+                node["NodeManagerAddress"], node["NodeID"], args.dashboard_gpu_sample_interval,
+                args.dashboard_flush_interval))
+    ray.get([s.__ray_ready__.remote() for s in samplers])
+    log.at("backend.py:61", f"miles dashboard: collector {COLLECTOR_NAME} and {len(samplers)} GPU sampler(s) started, "
+                            f"flush every {args.dashboard_flush_interval:g}s")
+    return collector, samplers
+
+
+def _stop_dashboard(handles: Any) -> None:
     import ray
 
-    from backend.demo.simtrainer.actors import MegatronTrainRayActor, RolloutManager
+    collector, samplers = handles
+    ray.get([s.stop.remote() for s in samplers], timeout=30)
+    ray.get(collector.close.remote(), timeout=30)
 
-    ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
-    # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
+
+def run(args: SimArgs, log: MilesLog) -> int:
+    from backend.demo.simtrainer.actors import ACTOR_CLASSES
+    from backend.demo.simtrainer.event_checkpoint import restore
+
+    manager_cls, train_cls = ACTOR_CLASSES[args.log_format]
+    in_ray = args.log_format != "bare"
+    resumed = restore(args.dump_details, args.load, log)
+    start = resumed or 0
+    if resumed is not None:
+        log.at("train.py:61", f"resuming from checkpoint iteration {resumed} in {args.load}")
+    dashboard = None
+    manager: Any
+    actors: list[Any]
+    if in_ray:
+        import ray
+
+        get: Callable[[Any], Any] = ray.get
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
+        _signals(args, log)
+        if args.use_miles_dashboard:
+            dashboard = _start_dashboard(args, log)
+        log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
+        manager = _remote(num_cpus=0)(manager_cls).remote(args)
+        remote_train = _remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
+        actors = [remote_train.options(scheduling_strategy="SPREAD").remote(args, i)
+                  for i in range(args.actor_num_nodes)]
+        ray.get([a.__ray_ready__.remote() for a in [manager, *actors]])
+    else:
+        get = _identity
+        _signals(args, log)
+        if args.use_miles_dashboard:
+            log.at("backend.py:88", "miles dashboard: no Ray in this process; dashboard streams are off")
+        manager = _Local(manager_cls(args, in_ray=False))
+        actors = [_Local(train_cls(args, i, in_ray=False)) for i in range(args.actor_num_nodes)]
+    log.at("placement_group.py:160", f"Placement group ready: {args.actor_num_nodes} train actors, 1 rollout manager")
+    try:
+        if args.leak_gpu_process and in_ray:
+            get(actors[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
+        if args.eval_interval and start == 0:
+            get(manager.run_eval.remote(0))
+        last = None if args.forever else args.num_rollout
+        rollout_id = start
+        while last is None or rollout_id < last:
+            get(manager.generate.remote(rollout_id))
+            get([a.train.remote(rollout_id) for a in actors])
+            if args.save and should_run_periodic_action(rollout_id, args.save_interval, last):
+                get([a.save_model.remote(rollout_id) for a in actors])
+            if rollout_id > 0 and should_run_periodic_action(rollout_id, args.eval_interval, last):
+                get(manager.run_eval.remote(rollout_id))
+            rollout_id += 1
+        get(manager.dispose.remote())
+    finally:
+        if dashboard is not None:
+            _stop_dashboard(dashboard)
+    log.at("train.py:150", f"{SIM_LABEL}: training finished after {rollout_id - start} rollouts")
+    return 0
+
+
+def _remote(*args: Any, **kwargs: Any) -> Any:
+    """`ray.remote` untyped: Ray's overloads do not cover actor options such as max_concurrency."""
+    import ray
+
+    decorate: Any = ray.remote
+    return decorate(*args, **kwargs)
+
+
+def _identity(value: Any) -> Any:
+    """`ray.get` of a local call: its result is already there (a list of results stays a list)."""
+    return value
+
+
+def _signals(args: SimArgs, log: MilesLog) -> None:
     if args.ignore_sigterm:
         _ignore(log, signal.SIGTERM)
     if args.ignore_sigint:
         _ignore(log, signal.SIGINT)
-    log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
-    manager_cls = ray.remote(num_cpus=0)(RolloutManager)
-    train_cls = ray.remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(MegatronTrainRayActor)
-    manager = manager_cls.remote(args)
-    actors = [train_cls.options(scheduling_strategy="SPREAD").remote(args, i) for i in range(args.actor_num_nodes)]
-    ray.get([a.__ray_ready__.remote() for a in [manager, *actors]])
-    log.at("placement_group.py:160", f"Placement group ready: {args.actor_num_nodes} train actors, 1 rollout manager")
-    if args.leak_gpu_process:
-        ray.get(actors[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
-    if args.eval_interval:
-        ray.get(manager.run_eval.remote(0))
-    last = None if args.forever else args.num_rollout
-    rollout_id = 0
-    while last is None or rollout_id < last:
-        ray.get(manager.generate.remote(rollout_id))
-        ray.get([a.train.remote(rollout_id) for a in actors])
-        if args.save and should_run_periodic_action(rollout_id, args.save_interval, last):
-            ray.get([a.save_model.remote(rollout_id) for a in actors])
-        if rollout_id > 0 and should_run_periodic_action(rollout_id, args.eval_interval, last):
-            ray.get(manager.run_eval.remote(rollout_id))
-        rollout_id += 1
-    ray.get(manager.dispose.remote())
-    log.at("train.py:150", f"{SIM_LABEL}: training finished after {rollout_id} rollouts")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    log = MilesLog("main")
+    log = MilesLog("main", args.log_format)
     log.at("train.py:24", f"{SIM_LABEL}: no model is loaded and no GPU is used; "
                           f"{len(argv)} miles arguments received")
-    if not os.environ.get("RAY_ADDRESS"):
+    if args.log_format != "bare" and not os.environ.get("RAY_ADDRESS"):
         log.at("train.py:26", f"{SIM_LABEL}: RAY_ADDRESS is not set; submit it as a Ray job")
         return 2
     status = 1
@@ -94,9 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         time.sleep(DRAIN_S)
         log.at("tracking.py:61", "finish_tracking: done")
         try:
-            import ray
+            if args.log_format != "bare":
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
         except Exception as err:  # the run's own status matters more than a shutdown hiccup
             log.at("train.py:158", f"ray.shutdown failed: {err!r}")
     return status

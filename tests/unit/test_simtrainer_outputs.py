@@ -1,0 +1,107 @@
+"""The simulated trainer's miles outputs that need no cluster: the bare (no Ray) run end to end in a
+subprocess, its OOM death, miles' dashboard file layout and record shapes from the fake NVML."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from backend.demo.simtrainer.actors import truncated
+from backend.demo.simtrainer.dashboard import DashboardStore, GpuSampler, hour_key
+from backend.demo.simtrainer.oom import OutOfMemoryError, oom_message
+from backend.signals.metrics import parse_metric_text
+
+
+def _bare(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-m", "backend.demo.simtrainer", "--sim-log-format", "bare", "--num-rollout",
+                           "2", "--sim-step-seconds", "0.05", "--dump-details", str(tmp / "dump"), *extra],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_bare_run_needs_no_ray_and_prints_bare_lines(tmp_path):
+    out = _bare(tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stderr.splitlines()
+    metric = [x for x in lines if re.match(r"^(step|perf|rollout) \d+: \{", x)]
+    assert len(metric) == 2 * 2 + 2 + 2 * 2  # 8*2/16 = 1 step per rollout, printed twice; rollout; both perfs
+    assert not any(x.startswith(("(", "[")) for x in lines)
+    assert sorted(p.name for p in (tmp_path / "dump" / "events").iterdir()) == ["actor_cell0_rank0.jsonl",
+                                                                               "rollout_manager.jsonl"]
+
+
+def test_bare_oom_prints_torchs_error_and_fails(tmp_path):
+    out = _bare(tmp_path, "--sim-oom-at-rollout", "1", "--sim-oom-gpu", "5")
+    assert out.returncode == 1
+    tail = out.stderr.splitlines()
+    assert "[torch_memory_saver.cpp] TorchMemorySaver::malloc return OOM size=2254857830 device=5" in tail
+    assert tail[-1].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.10 GiB. GPU 5 has a "
+                               "total capacity of 139.80 GiB of which 1.02 GiB is free. Process ")
+    assert "Traceback (most recent call last):" in tail
+
+
+def test_oom_error_pickles_and_reads_like_torchs():
+    import pickle
+
+    err = OutOfMemoryError(oom_message(3, 4101, int(2.1 * 2**30), int(1.02 * 2**30)))
+    assert f"{type(err).__module__}.{type(err).__qualname__}" == "torch.OutOfMemoryError"
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is OutOfMemoryError and str(again) == str(err)
+    assert "Process 4101 has 138.78 GiB memory in use." in str(err)
+
+
+def test_truncated_metric_lines_are_cut_inside_the_dict_and_unreadable():
+    line = "[2026-03-02 10:00:05.000 actor_cell0_rank0] log_utils.py:542 - step 6: {'train/loss': 0.012, 'train/ppo_kl': -3.1e-05}"
+    cut = truncated(line)
+    assert line.startswith(cut) and "{" in cut and not cut.endswith("}")
+    records, problems = parse_metric_text(cut + "\n")
+    assert records == [] and len(problems) == 1
+
+
+def test_dashboard_store_writes_miles_layout(tmp_path):
+    store = DashboardStore(tmp_path / "dashboard")
+    store.write_meta("run-a", 1755771500.0, {"rollout_num_gpus": 8})
+    t = 1755771599.0  # 10:19:59 UTC; the phases below began an hour earlier
+    store.append("gpu_util", {"ts": t, "node": "10.0.0.1", "gpu": 0, "util": 95, "mem_mb": 61440, "power_w": 612})
+    store.append("phases", {"name": "train", "t0": 1755770399.0, "t1": t, "node": "10.0.0.1", "gpus": [0], "rank": 0,
+                            "role": "train"})
+    store.append("phases", {"name": "rollout", "t0": 1755770399.0, "t1": -1.0, "node": "10.0.0.1", "gpus": [],
+                            "rank": -1, "role": "rollout_manager"})
+    store.append("metrics", {"ts": t, "step_key": "train/step", "step": 0, "metrics": {"train/loss": float("nan"),
+                                                                                      "train/step": 0}})
+    assert store.flush() == 4 and store.flush() == 0
+    root = tmp_path / "dashboard"
+    assert json.loads((root / "meta.json").read_text()) == {"run_name": "run-a", "start_ts": 1755771500.0,
+                                                            "args": {"rollout_num_gpus": 8}, "schema_version": 1}
+    assert (root / "meta.json").read_text().startswith('{\n "run_name"')  # indent=1, as miles writes it
+    end, start = hour_key(t), hour_key(1755770399.0)
+    assert end != start  # a closed phase is filed by its end hour, an open one by its start hour
+    assert [json.loads(x)["name"] for x in (root / "phases" / f"{end}.jsonl").read_text().splitlines()] == ["train"]
+    assert [json.loads(x)["t1"] for x in (root / "phases" / f"{start}.jsonl").read_text().splitlines()] == [-1.0]
+    assert (root / "metrics.jsonl").read_text() == (
+        '{"ts":1755771599.0,"step_key":"train/step","step":0,"metrics":{"train/loss":NaN,"train/step":0}}\n')
+    assert json.loads((root / "lane_catalog.json").read_text()) == {
+        "version": 1, "lanes": {"10.0.0.1:0": {"ranks": [0], "engine_addrs": [], "roles": ["train"]}}}
+
+
+def test_gpu_sampler_reads_the_same_fake_nvml_as_rays_reporter(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_GPU_DIR", str(tmp_path))
+    monkeypatch.setenv("FAKE_GPU_COUNT", "2")
+    (tmp_path / "node-a").mkdir()
+    (tmp_path / "node-a" / f"gpu1-{os.getpid()}.json").write_text(json.dumps({"mem": 40000, "util": 97}))
+    sampler = GpuSampler.__new__(GpuSampler)  # no thread: one sample by hand
+    sampler.node, sampler.node_id, sampler.interval = "10.0.0.1", "node-a", 1.0
+    sampler._buf = {"gpu_util": [], "gpu_processes": []}
+    import threading
+
+    sampler._lock = threading.Lock()
+    sampler.sample_once(1000.0, processes=True)
+    assert sampler._buf["gpu_util"] == [
+        {"ts": 1000.0, "node": "10.0.0.1", "gpu": 0, "util": 0, "mem_mb": 615, "power_w": 90},
+        {"ts": 1000.0, "node": "10.0.0.1", "gpu": 1, "util": 97, "mem_mb": 40615, "power_w": 672}]
+    [proc] = sampler._buf["gpu_processes"]
+    assert (proc["gpu"], proc["pid"], proc["mem_mb"]) == (1, os.getpid(), 40000) and proc["name"]
