@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from backend.cluster.dashboard import JobInfo
 from backend.cluster.job_identity import active_runs, job_kind, run_id_of
@@ -127,7 +128,7 @@ def _version(version: str | None) -> list[Finding]:
         major, minor = -1, -1
     if (major, minor) == EXPECTED_RAY:
         return []
-    severity = "warning" if major == EXPECTED_RAY[0] else "error"
+    severity: Literal["warning", "error"] = "warning" if major == EXPECTED_RAY[0] else "error"
     return [Finding(rule="P6", severity=severity, fields=(),
                     message=f"the cluster runs Ray {version}; the console speaks the Ray 2.60 dashboard API",
                     fix="use Ray 2.60.x on the cluster (job, log and node endpoints differ between versions)")]

@@ -270,7 +270,7 @@ class TelemetryPoller:
                 self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
         summary = await self.client.nodes_summary()
         alive_ids = frozenset(
-            (item.get("raylet") or {}).get("nodeId") for item in summary.get("summary") or []
+            str((item.get("raylet") or {}).get("nodeId")) for item in summary.get("summary") or []
             if isinstance(item, dict))
         now = time.monotonic()
         if (self._state_nodes is None or alive_ids != self._alive_ids

@@ -7,7 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from console.commands._cluster import add_job_arg, fmt_duration, job_of, run_with, say
+from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.cluster.controller import describe
+    from backend.cluster.durations import fmt_duration
+    from backend.cluster.run_status import describe
     from backend.cluster.telemetry import snapshot
 
     async def body(ctl: RunController, settings: Settings) -> int:

@@ -11,18 +11,29 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal
+from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from backend.cluster.durations import RunTiming, fmt_duration
+from backend.cluster.leftovers import Leftover
+from backend.cluster.lost_work import LostWork
 from console import keymap
 from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
+
+if TYPE_CHECKING:
+    from backend.cluster.controller import RunController
+    from console.workers import RunStatus
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 keymap.register("run", (
     keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
@@ -37,16 +48,6 @@ KL = (("train/ppo_kl", "ppo_kl", "cyan", False),
       ("train/train_rollout_kl", "train/rollout kl", "magenta", False),
       ("train/train_rollout_logprob_abs_diff", "logprob |diff|", "orange", False),
       ("rollout/raw_reward", "raw reward", "green", True))
-
-
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict):
-            if obj.get(name) is not None:
-                return obj[name]
-        elif getattr(obj, name, None) is not None:
-            return getattr(obj, name)
-    return default
 
 
 def series_points(metrics: Any, key: str) -> tuple[tuple[float, float], ...]:
@@ -78,33 +79,14 @@ def _derived(metrics: Any) -> dict[str, Any]:
     return dict(d or {})
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
-
-
-def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, compact: bool = False) -> str:
-    """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
+def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Any], now: float, *,
+               compact: bool = False) -> str:
+    """The one-line summary: job, state, elapsed (or, once ended, how long it ran), rollout i/N, ETA while it
+    runs, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    job = _get(state, "job_id", "submission_id", "id", default="?")
-    status = str(_get(state, "state", "status", default="?"))
-    status = getattr(status, "value", status)
-    started = _get(state, "started_at", "start_time")
-    ended = _get(state, "ended_at", "end_time")
-    if isinstance(started, (int, float)) and started > 1e11:  # Ray reports milliseconds
-        started /= 1000.0
-    if isinstance(ended, (int, float)) and ended > 1e11:
-        ended /= 1000.0
-    elapsed = ((ended or now) - started) if isinstance(started, (int, float)) else None
+    terminal = state.state in TERMINAL_STATES
+    timing = RunTiming(state.started_at, state.ended_at, now)
     d = _derived(metrics)
     prog = d.get("progress") or {}
     done, total = prog.get("rollouts_done"), prog.get("num_rollout")
@@ -112,17 +94,18 @@ def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, c
         progress = f"rollout {int(done)}/{int(total)}"
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
-    eta = fmt_duration(prog.get("eta_s"))
+    eta = "" if terminal else fmt_duration(prog.get("eta_s"))
     ckpt = fmt_duration((d.get("checkpoint") or {}).get("since_s"))
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {str(_get(a, "severity", default="")) for a in alerts}
+        sev = {str(getattr(a, "severity", "")) for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
     if compact:
-        return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
+        clock = fmt_duration(timing.elapsed_s)
+        return (f"{state.job_id} {state.state} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
                 f"alerts {n_alerts}{worst}")
-    return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
+    return (f"job {state.job_id}  {state.state}  {timing.text(terminal)}  {progress}{f'  ETA {eta}' if eta else ''}  "
             f"ckpt {ckpt} ago  alerts {n_alerts}{worst}")
 
 
@@ -130,7 +113,7 @@ class RunView(ConsoleView):
     """State line + fleet + charts; redraws only what changed, and only while shown."""
 
     SCOPE = "run"
-    BINDINGS = keymap.bindings_for("run")
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings_for("run"))
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
@@ -142,7 +125,7 @@ class RunView(ConsoleView):
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = "run-view") -> None:
         super().__init__(id=id)
         self.clock = clock
-        self.run_state: Any = None
+        self.run_state: RunStatus | None = None
         self.metrics: Any = None
         self.alerts: list[Any] = []
         self.snapshot: Any = None
@@ -164,8 +147,15 @@ class RunView(ConsoleView):
 
     @property
     def shown(self) -> bool:
-        """Visible now: mounted, displayed (not a hidden pane of the switcher), on the active screen."""
-        return self.is_mounted and self.display and self.screen is self.app.screen and self.is_on_screen
+        """Visible now: mounted, displayed (not a hidden pane of the switcher), on the active screen or under
+        the modals stacked on it (a modal draws the screen below it, so what shows there must stay true)."""
+        if not (self.is_mounted and self.display and self.is_on_screen):
+            return False
+        stack = self.app.screen_stack
+        if self.screen not in stack:
+            return False
+        above = stack[stack.index(self.screen) + 1:]
+        return all(isinstance(s, ModalScreen) for s in above)
 
     def wants_telemetry(self) -> bool:
         return self.shown
@@ -237,55 +227,48 @@ class RunView(ConsoleView):
         self.app.push_screen(AbortModal(controller.job.id, self.loss_text(), abort_actions(controller)))
 
     def loss_text(self) -> str:
-        """What an abort loses, from backend's derived signals (time and steps since the checkpoint)."""
+        """What an abort loses (backend.cluster.lost_work), from the run monitor's derived numbers."""
         d = _derived(self.metrics)
         ckpt, prog = d.get("checkpoint") or {}, d.get("progress") or {}
-        since = ckpt.get("since_s")
         gpus = (d.get("throughput") or {}).get("rollout_gpus")
-        steps = None
-        if ckpt.get("last_iteration") is not None and prog.get("rollouts_done") is not None:
-            steps = max(0, int(prog["rollouts_done"]) - int(ckpt["last_iteration"]) - 1)
-        parts = []
-        if since is not None:
-            parts.append(f"{fmt_duration(since)} of training since the last checkpoint")
-        if steps is not None:
-            parts.append(f"{steps} rollout(s)")
-        if since is not None and gpus:
-            parts.append(f"≈{since * gpus / 3600:.1f} GPU-hours")
-        if not parts:
-            if ckpt.get("count") == 0:
-                return "No checkpoint has been saved yet: everything this run trained will be lost."
-            return "Progress since the last checkpoint will be lost (its time is not known yet)."
-        return "Will be lost: " + ", ".join(parts) + "."
+        return LostWork(since_checkpoint_s=ckpt.get("since_s"), rollouts_done=_int(prog.get("rollouts_done")),
+                        last_checkpoint_rollout=_int(ckpt.get("last_iteration")),
+                        checkpoints_saved=_int(ckpt.get("count")), gpus=_int(gpus)).text()
 
 
-def abort_actions(controller: Any, *, grace_extra_s: float = 20.0) -> AbortActions:
-    """Bind the modal's steps to backend.cluster.controller.RunController."""
-    from backend.cluster.controller import stop_settings
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def abort_actions(controller: RunController) -> AbortActions:
+    """Bind the modal's steps to the run controller, timed by backend.cluster.abort_policy (as the CLI is)."""
+    from backend.cluster.abort_policy import abort_policy
 
     async def stop() -> bool:
         outcome = await controller.abort()
-        _, wait = stop_settings(outcome.job)
         try:
-            job = await controller.wait_terminal(timeout_s=wait + grace_extra_s)
+            job = await controller.wait_terminal(timeout_s=abort_policy(outcome.job).wait_s(forced=False))
         except TimeoutError:
             return False
-        return bool(job.is_terminal)
+        return job.is_terminal
 
     async def force() -> bool:
         await controller.force_stop()
+        assert controller.job is not None
         try:
-            job = await controller.wait_terminal(timeout_s=60.0)
+            job = await controller.wait_terminal(timeout_s=abort_policy(controller.job).wait_s(forced=True))
         except TimeoutError:
             return False
-        return bool(job.is_terminal)
+        return job.is_terminal
 
-    async def leftovers() -> list[Any]:
-        return list(await controller.leftovers())
+    async def check_nodes() -> list[str]:
+        return [label for _, label in await controller.leftover_nodes()]
 
-    async def cleanup(items: Sequence[Any]) -> str:
+    async def cleanup(items: Sequence[Leftover]) -> str:
         results = await controller.cleanup(list(items))
-        killed = sum(1 for r in results if r.get("action") == "killed")
-        return f"killed {killed} of {len(items)} leftover process(es)"
+        killed = sum(1 for r in results if r.action == "killed")
+        skipped = [f"pid {r.pid}: {r.reason}" for r in results if r.action != "killed"]
+        return f"killed {killed} of {len(items)} leftover process(es)" + (
+            "; " + "; ".join(skipped[:4]) if skipped else "")
 
-    return AbortActions(stop, force, leftovers, cleanup)
+    return AbortActions(stop, force, check_nodes, controller.leftovers, cleanup)

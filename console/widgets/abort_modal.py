@@ -3,7 +3,9 @@
 Escalation as nvitop and turm do it: the first confirmation sends only a graceful stop (Ray's
 stop, which miles sees as SIGINT); only if the job is still alive does a *second, separate*
 confirmation offer the force kill. Cancel has focus at every step. After the job is stopped the
-modal lists GPU processes the run left behind and offers to clean them up.
+modal asks each node the job ran on what holds its GPUs now ("checking N nodes…", each answer bounded,
+a silent node named), lists the job's leftovers and offers to clean them up; a holder the node cannot
+identify as the job's is shown and never offered for a signal. Nothing here comes from dashboard data.
 
 The modal does no Ray I/O of its own: it is handed an `AbortActions` (the run view binds it to
 backend.cluster.controller.RunController) and runs those coroutines in workers, showing each outcome.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,6 +24,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from backend.cluster.leftovers import Leftover, LeftoverReport
+
 
 @dataclass
 class AbortActions:
@@ -29,25 +33,16 @@ class AbortActions:
 
     stop: graceful stop; returns True once the job is terminal (STOPPED), False if it still runs.
     force: force stop; returns True once terminal.
-    leftovers: the GPU processes still held after the stop (objects with node/gpu/pid/mem_mb, or text).
-    cleanup: kill those leftovers; returns a one-line summary.
+    check_nodes: the labels of the nodes a leftover check will ask (said while they are asked).
+    leftovers: the on-node reading of GPU processes after the stop.
+    cleanup: kill the job's leftovers; returns a one-line summary.
     """
 
     stop: Callable[[], Awaitable[bool]]
     force: Callable[[], Awaitable[bool]]
-    leftovers: Callable[[], Awaitable[Sequence[Any]]]
-    cleanup: Callable[[Sequence[Any]], Awaitable[str]]
-
-
-def describe_leftover(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    get = (lambda k: item.get(k)) if isinstance(item, dict) else (lambda k: getattr(item, k, None))
-    node = get("node_label") or get("node") or get("node_id") or "?"
-    gpu = get("gpu_index") if get("gpu_index") is not None else get("gpu")
-    pid, mem = get("pid"), get("mem_mb")
-    where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
-    return f"pid {pid} on {where}" + (f", {mem} MiB" if mem is not None else "")
+    check_nodes: Callable[[], Awaitable[Sequence[str]]]
+    leftovers: Callable[[], Awaitable[LeftoverReport]]
+    cleanup: Callable[[Sequence[Leftover]], Awaitable[str]]
 
 
 class AbortModal(ModalScreen[str]):
@@ -74,7 +69,7 @@ class AbortModal(ModalScreen[str]):
         self.loss_text = loss_text
         self.actions = actions
         self.stage = "confirm"  # confirm -> stopping -> (force?) -> forcing -> leftovers -> cleaning -> done
-        self.leftover_items: list[Any] = []
+        self.leftover_items: list[Leftover] = []
         self.result = "cancelled"
 
     def compose(self) -> ComposeResult:
@@ -128,7 +123,7 @@ class AbortModal(ModalScreen[str]):
             self._run_stop(force=True)
         elif self.stage == "leftovers":
             self.stage = "cleaning"
-            self._busy("Cleaning up…", f"Killing {len(self.leftover_items)} leftover GPU processes by PID.")
+            self._busy("Cleaning up…", f"Killing {len(self.leftover_items)} leftover GPU process(es) of the job by PID.")
             self._run_cleanup()
 
     @work(exclusive=True, group="abort", exit_on_error=False)
@@ -157,23 +152,31 @@ class AbortModal(ModalScreen[str]):
 
     async def _after_stop(self) -> None:
         try:
-            items = list(await self.actions.leftovers())
+            nodes = list(await self.actions.check_nodes())
+            self._busy("Stopped — checking for leftovers",
+                       f"{self.job} is STOPPED. Checking {len(nodes)} node(s) for GPU processes left behind… "
+                       f"(read on each node now: {', '.join(nodes[:6])}{' …' if len(nodes) > 6 else ''})")
+            report = await self.actions.leftovers()
         except Exception as err:
             self.stage = "done"
-            self._show("Stopped", f"{self.job} is STOPPED. Could not list leftover GPU processes: {err}",
+            self._show("Stopped", f"{self.job} is STOPPED. Could not check for leftover GPU processes: {err}",
                        None, "Close")
             return
-        self.leftover_items = items
-        if not items:
+        self.leftover_items = list(report.killable)
+        lines = report.lines()
+        shown = "\n".join(lines[:24]) + (f"\n  … and {len(lines) - 24} more line(s)" if len(lines) > 24 else "")
+        summary = report.summary()
+        if not self.leftover_items:
             self.stage = "done"
-            self._show("Stopped", f"{self.job} is STOPPED. No leftover GPU processes.", None, "Close")
+            title = "Stopped" if report.clean else "Stopped — see what the nodes said"
+            self._show(title, f"{self.job} is STOPPED. {summary[0].upper()}{summary[1:]}."
+                       + (f"\n\n{shown}" if shown else ""), None, "Close")
             return
         self.stage = "leftovers"
-        lines = "\n".join(f"  • {describe_leftover(i)}" for i in items[:20])
-        more = f"\n  … and {len(items) - 20} more" if len(items) > 20 else ""
         self._show("Stopped — GPU processes left behind",
-                   f"{self.job} is STOPPED, but these processes still hold GPU memory:\n{lines}{more}\n\n"
-                   "Clean up kills exactly these PIDs (SIGTERM, then SIGKILL).", "Clean up", "Leave them")
+                   f"{self.job} is STOPPED, but {shown}\n\n"
+                   "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks again "
+                   "that each still holds GPU memory and is the job's.", "Clean up", "Leave them")
 
     @work(exclusive=True, group="abort", exit_on_error=False)
     async def _run_cleanup(self) -> None:

@@ -9,6 +9,7 @@ from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
 
+from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
 from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
@@ -73,15 +74,20 @@ class _Actions:
             self.calls.append("force")
             return True
 
-        async def leftovers():
+        async def check_nodes() -> list[str]:
+            self.calls.append("check")
+            return ["node-03"]
+
+        async def leftovers() -> LeftoverReport:
             self.calls.append("leftovers")
-            return [{"node_label": "node-03", "gpu_index": 2, "pid": 4242, "mem_mb": 60000}]
+            node = NodeCheck("03" * 20, "node-03", True)
+            return LeftoverReport(JOB, (node,), (Leftover(node.node_id, "node-03", 2, 4242, 60000),))
 
         async def cleanup(items):
             self.calls.append(f"cleanup {len(items)}")
             return "killed 1 of 1 leftover process(es)"
 
-        return AbortActions(stop, force, leftovers, cleanup)
+        return AbortActions(stop, force, check_nodes, leftovers, cleanup)
 
 
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
@@ -126,7 +132,7 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
         assert "Force stop" in str(modal.query_one("#abort-go", Button).label)
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "leftovers", pilot)
-        assert rec.calls == ["stop", "force", "leftovers"]
+        assert rec.calls == ["stop", "force", "check", "leftovers"]
         assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body").content)
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "done", pilot)
