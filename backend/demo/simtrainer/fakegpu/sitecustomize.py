@@ -8,7 +8,8 @@ Prometheus gauges all carry GPUs that do not exist. Labelled "(fake)" in the dev
 Data, re-read at every report (every 5 s):
 * holdings: `$FAKE_GPU_DIR/<node_id>/gpu<i>-<pid>.json` = `{"mem": MiB, "util": %}` written by a
   process that "holds" GPU i (the simulated trainer does); entries of dead pids are ignored,
-  like NVML forgets a process that exited;
+  like NVML forgets a process that exited; `"host": true` marks a PID of the host's PID namespace,
+  which NVML reports inside a container whatever the container's /proc shows (or does not show);
 * overrides: `$FAKE_GPU_DIR/<node_id>/override.json` = `{"3": {"util": 99, "mem_used": 140000}}`.
 Environment: FAKE_GPU_COUNT (default 8), FAKE_GPU_MEM_TOTAL (MiB, default 143771, an H200).
 """
@@ -61,9 +62,9 @@ def _fake_gpus(node_id):
         if not (idx_text.isdigit() and pid_text.isdigit()):
             continue
         idx, pid = int(idx_text), int(pid_text)
-        if idx not in holders or not _alive(pid):
-            continue
         data = _read_json(os.path.join(base, name)) or {}
+        if idx not in holders or not (data.get("host") or _alive(pid)):
+            continue
         holders[idx][pid] = {"pid": pid, "gpu_memory_usage": int(data.get("mem", 0)),
                              "gpu_utilization": int(data.get("util", 0))}
     overrides = _read_json(os.path.join(base, "override.json")) or {}
