@@ -399,12 +399,18 @@ class RunController:
         return JobFootprint.of(self.job)
 
     async def leftover_nodes(self) -> list[tuple[str, str]]:
-        """(node id, label) of the alive nodes a leftover check of the attached job asks."""
+        """(node id, label) of the alive nodes a leftover check of the attached job asks: the nodes it ran on
+        when its footprint is complete, else every alive node."""
+        return (await self._leftover_scope())[0]
+
+    async def _leftover_scope(self) -> tuple[list[tuple[str, str]], list[str]]:
         snap = await snapshot(self.client)
         alive = [(n.node_id, n.label) for n in snap.alive_nodes]
         fp = self.job_footprint()
-        wanted = set(fp.node_ids) if fp and fp.node_ids and fp.workers else None
-        return [n for n in alive if wanted is None or n[0] in wanted]
+        if fp is None or not fp.complete or not fp.node_ids:
+            return alive, []
+        alive_ids = {n for n, _ in alive}
+        return [n for n in alive if n[0] in fp.node_ids], [n for n in fp.node_ids if n not in alive_ids]
 
     async def leftovers(self) -> LeftoverReport:
         """GPU processes still held, read on each node the job ran on after it ended (refused while it runs:
@@ -413,13 +419,9 @@ class RunController:
             job = await self.refresh()
             if not job.is_terminal:
                 raise RefusedError(f"leftovers are read after the job ended: {job.id} is still {job.status}")
-        fp = self.job_footprint()
-        nodes = await self.leftover_nodes()
-        scoped = fp if fp is not None and fp.workers else (
-            JobFootprint(fp.submission_id, fp.job_id) if fp is not None else None)
-        policy = abort_policy(self.job) if self.job is not None else None
-        return await read_leftovers(self.client, scoped, nodes,
-                                    timeout_s=policy.leftover_check_s if policy else LEFTOVER_CHECK_S)
+        nodes, gone = await self._leftover_scope()
+        timeout = abort_policy(self.job).leftover_check_s if self.job is not None else LEFTOVER_CHECK_S
+        return await read_leftovers(self.client, self.job_footprint(), nodes, timeout_s=timeout, gone=gone)
 
     async def cleanup(self, leftovers: list[Leftover] | None = None) -> list[ReapResult]:
         """Kill exactly the job's leftover PIDs, one kill job pinned per node, each re-checking on the node that

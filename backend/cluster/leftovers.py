@@ -44,6 +44,12 @@ class JobFootprint:
     workers: tuple[tuple[str, int], ...] = ()  # (node id, pid) of each worker Ray listed for the job
 
     @property
+    def complete(self) -> bool:
+        """Whether `node_ids` are all the nodes the job ran on: its workers were recorded, or it had none (a
+        driver that never connected to Ray starts no worker)."""
+        return bool(self.workers) or not self.job_id
+
+    @property
     def node_ids(self) -> tuple[str, ...]:
         found = [self.driver_node_id] if self.driver_node_id else []
         found += [node for node, _ in self.workers]
@@ -231,24 +237,17 @@ async def run_reaper(client: RayClient, node_id: str, args: list[str], *, timeou
     return ReaperAnswer(tuple(r for r in lines if r.get("pid") != -1), summary)
 
 
-def _labels(nodes: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {node_id: label for node_id, label in nodes}
-
-
-async def read_leftovers(client: RayClient, footprint: JobFootprint | None, alive: Iterable[tuple[str, str]], *,
-                         timeout_s: float) -> LeftoverReport:
-    """Read every node the job ran on (all `alive` (id, label) nodes when its footprint is unknown) now."""
-    labels = _labels(alive)
-    wanted = list(footprint.node_ids) if footprint and footprint.node_ids else list(labels)
+async def read_leftovers(client: RayClient, footprint: JobFootprint | None, nodes: Iterable[tuple[str, str]], *,
+                         timeout_s: float, gone: Iterable[str] = ()) -> LeftoverReport:
+    """Read each of `nodes` ((id, label), alive) now, each answer bounded by `timeout_s`; `gone` are nodes the
+    job ran on that are no longer alive (named in the report, nothing to ask there)."""
+    asked = list(nodes)
     fp = footprint or JobFootprint("")
-    checks: list[NodeCheck] = []
-    asked = [n for n in wanted if n in labels]
-    checks += [NodeCheck(n, n[:8], False, "the node is not alive") for n in wanted if n not in labels]
+    checks = [NodeCheck(n, n[:8], False, "the node is no longer alive") for n in gone]
     answers = await asyncio.gather(*(run_reaper(client, n, ["--list", *fp.identity_args(n)], timeout_s=timeout_s,
-                                                purpose="list") for n in asked), return_exceptions=True)
+                                                purpose="list") for n, _ in asked), return_exceptions=True)
     items: list[Leftover] = []
-    for node_id, answer in zip(asked, answers, strict=True):
-        label = labels[node_id]
+    for (node_id, label), answer in zip(asked, answers, strict=True):
         if isinstance(answer, BaseException):
             if not isinstance(answer, Exception):
                 raise answer
