@@ -31,6 +31,7 @@ from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
+    from backend.cluster.telemetry import ClusterSnapshot
     from console.workers import RunStatus
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -128,7 +129,7 @@ class RunView(ConsoleView):
         self.run_state: RunStatus | None = None
         self.metrics: Any = None
         self.alerts: list[Any] = []
-        self.snapshot: Any = None
+        self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
 
@@ -190,9 +191,15 @@ class RunView(ConsoleView):
             self._redraw()
 
     def _tick(self) -> None:
-        """Elapsed time moves on its own; only a live, visible run needs the 1 Hz state refresh."""
-        if self.run_state is not None and self.shown:
+        """Time moves on its own: a run's elapsed time and the age of the GPU readings (a node goes stale
+        without any new message), so a visible view redraws both once a second."""
+        if not self.shown:
+            return
+        if self.run_state is not None:
             self._dirty.add("state")
+        if self.snapshot is not None:
+            self._dirty.add("fleet")
+        if self._dirty:
             self._redraw()
 
     def _redraw(self) -> None:
@@ -205,7 +212,7 @@ class RunView(ConsoleView):
             if str(widget.content) != text:
                 widget.update(text, layout=False)
         if "fleet" in self._dirty:
-            self.query_one(GpuFleet).update_snapshot(self.snapshot)
+            self.query_one(GpuFleet).update_snapshot(self.snapshot, self.clock())
         if "charts" in self._dirty:
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
                 self.query_one(chart_id, LineChart).set_series(
