@@ -188,30 +188,39 @@ def _nodes_per_row(mode: Mode, g: int, count: int, width: int) -> int:
 
 
 def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeader) -> list[Segment]:
+    """The header: counts, then what the readings are worth (source and oldest age), then averages and the
+    key. What does not fit `width` is left out from the least telling end; the age never is."""
     alive = sum(r.alive for r in rows)
-    gpus = [c for r in rows if r.alive and r.gpus for c in r.gpus]
+    gpus = [c for r in rows if r.alive and r.gpus and not r.stale for c in r.gpus]  # a stale value is no value
     utils = [c.util for c in gpus if c.util is not None]
     mems = [f for c in gpus if (f := c.mem_frac) is not None]
     no_tel = sum(1 for r in rows if r.alive and r.gpus is None)
     total = sum(len(r.gpus) if r.gpus is not None else r.expected_gpus for r in rows)
-    text = f"{total} GPUs {alive}/{len(rows)} nodes up"
-    segs = [Segment(text, _LABEL)]
-    if utils:
-        segs.append(Segment(f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%"))
-    if no_tel:
-        segs.append(Segment(f"  {no_tel} no telemetry", _UNKNOWN))
-    if len(rows) - alive:
-        segs.append(Segment(f"  {len(rows) - alive} dead", _LABEL_DEAD))
-    if stale := sum(1 for r in rows if r.alive and r.stale):
-        segs.append(Segment(f"  {stale} stale", _UNKNOWN))
-    if header.sources:
-        age = f", oldest {header.oldest_age_s}s" if header.oldest_age_s is not None else ", age unknown"
-        segs.append(Segment(f"  {'+'.join(header.sources)}{age}", _UNKNOWN if stale else _DIM))
+    stale = sum(1 for r in rows if r.alive and r.stale)
+    age = f"oldest {header.oldest_age_s}s" if header.oldest_age_s is not None else "age unknown"
+    source = f"  {'+'.join(header.sources)}, {age}" if header.sources else ""
     key = {FULL: "  [util% memGiB]", NODE: "  [a node per char: shade=util glyph=mem]"}.get(
         mode, "  [shade=util glyph=mem]")
-    if sum(len(s.text) for s in segs) + len(key) <= width:
-        segs.append(Segment(key, _DIM))
-    return segs
+    # (text, style, rank): rank 0 always stays; higher ranks are dropped first when the line is too long
+    parts: list[tuple[str, Style, int]] = [
+        (f"{total} GPUs {alive}/{len(rows)} nodes up", _LABEL, 0),
+        (f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%" if utils else "",
+         _PLAIN, 3),
+        (f"  {no_tel} no telemetry" if no_tel else "", _UNKNOWN, 2),
+        (f"  {len(rows) - alive} dead" if len(rows) - alive else "", _LABEL_DEAD, 0),
+        (f"  {stale} stale" if stale else "", _UNKNOWN, 0),
+        (source, _UNKNOWN if stale else _DIM, 1),
+        (key, _DIM, 4),
+    ]
+    parts = [p for p in parts if p[0]]
+    for rank in (4, 3, 2, 1):
+        if sum(len(t) for t, _, _ in parts) <= width:
+            break
+        if rank == 1 and source:  # keep the age, drop the source's name
+            parts = [(f"  {age}", st, 0) if t == source else (t, st, r) for t, st, r in parts]
+        else:
+            parts = [p for p in parts if p[2] != rank]
+    return [Segment(t, st) for t, st, _ in parts]
 
 
 def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
