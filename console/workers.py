@@ -10,7 +10,8 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              follow the live log into the LogStore. Appends are batched (<= 10 posts/s).
 - metrics:   the store feeds backend.signals.monitor.RunMonitor (metrics, facts, alerts) through its listener;
              MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
-- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
+- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible (miles' GPU streams of
+             the attached run first, where it writes them; Ray's reporter second).
 """
 
 from __future__ import annotations
@@ -307,6 +308,7 @@ async def _telemetry(rt: Runtime) -> None:
             await asyncio.sleep(0.5)
             continue
         started = time.monotonic()
+        poller.watch_job(rt.controller.job)  # miles' own GPU streams first, where the run writes them
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app_helpers import make_app
+from app_helpers import make_app, until
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
 
@@ -15,7 +15,7 @@ from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart
 from console.widgets.gpu_fleet import GpuFleet
-from console.workers import wants_telemetry
+from console.workers import RunStatus, wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
@@ -35,11 +35,14 @@ async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         view = app.query_one(RunView)
         view.clock = lambda: T0 + 3723
-        await _feed(app)
+        await pilot.press("2", "1")  # the operator chose the plan view: an active run does not take it over
         await pilot.pause()
         charts = list(app.query(LineChart))
+        drawn = [c.builds for c in charts]
+        await _feed(app)
+        await pilot.pause()
         assert not wants_telemetry(app)  # the plan view is showing: no polling for the fleet
-        assert all(c.builds == 0 for c in charts)  # and no chart was drawn off screen
+        assert [c.builds for c in charts] == drawn  # and no chart was drawn off screen
         assert app.query_one(GpuFleet).rows == ()
         await pilot.press("2")
         await pilot.pause()
@@ -188,3 +191,62 @@ async def test_history_rebuild_progress_is_visible(tmp_path):
         await pilot.press("2")
         await pilot.pause()
         assert "loading" not in str(app.query_one("#run-state").content)
+
+
+def test_a_terminal_run_shows_how_long_it_ran_and_no_eta():
+    ended = RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 185)
+    line = state_line(ended, metrics_view(), [], T0 + 9999)
+    assert "STOPPED  ran 3m05s" in line and "ETA" not in line
+    assert "ETA" not in state_line(ended, metrics_view(), [], T0 + 9999, compact=True)
+
+
+async def test_the_state_line_under_the_abort_modal_follows_the_run(tmp_path):
+    app = make_app(tmp_path)
+    release = asyncio.Event()
+
+    async def stop() -> bool:
+        await release.wait()
+        return True
+
+    async def nothing() -> bool:
+        return True
+
+    async def no_nodes() -> list[str]:
+        return []
+
+    async def report() -> LeftoverReport:
+        return LeftoverReport(JOB, ())
+
+    async def cleanup(items) -> str:
+        return ""
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(RunView)
+        view.clock = lambda: T0 + 30
+        await pilot.press("2")
+        app.post_message(RunStateChanged(status()))
+        await until(pilot, lambda: "RUNNING" in str(view.query_one("#run-state").content), "RUNNING")
+        modal = AbortModal(JOB, "x", AbortActions(stop, nothing, no_nodes, report, cleanup))
+        app.push_screen(modal)
+        await until(pilot, lambda: app.screen is modal and bool(modal.query("#abort-go")), "the modal drawn")
+        await _choose_go(modal, pilot)
+        await until(pilot, lambda: modal.stage == "stopping", "stopping")
+        app.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 14)))
+        await until(pilot, lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state").content),
+                    "the state line under the modal to say STOPPED")
+        assert app.screen is modal and "ETA" not in str(view.query_one("#run-state").content)
+        release.set()
+        await until(pilot, lambda: modal.stage == "done", "the modal to finish")
+
+
+async def test_opening_on_an_active_run_lands_on_the_run_view(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.current_view == "plan"
+        app.post_message(RunStateChanged(status("RUNNING")))  # the run worker attached to an active run
+        await until(pilot, lambda: app.current_view == "run", "the run view")
+    ended = make_app(tmp_path)
+    async with ended.run_test(size=(120, 40)) as pilot:
+        ended.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 5)))
+        await until(pilot, lambda: ended.run_state_text.endswith("STOPPED"), "the state seen")
+        assert ended.current_view == "plan"  # nothing running: the plan view stays
