@@ -263,8 +263,9 @@ def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] |
 
 def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
                        ) -> ClusterSnapshot:
-    """`snap` with each alive node's GPUs from miles' samples (matched by IP) where those are fresh and
-    fresher than Ray's reading; Ray's memory totals and process lists are kept. Pure."""
+    """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh (one
+    source per node, so the pane never flips between them); Ray's memory totals and process lists are kept.
+    Pure."""
     nodes = []
     for node in snap.nodes:
         mine = samples.get(node.ip) if node.alive and node.ip else None
@@ -272,8 +273,7 @@ def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSa
             nodes.append(node)
             continue
         age = max(0.0, now - min(s.ts for s in mine.values()))
-        ray_age = snap.age_at(node, now)
-        if age > STALE_AFTER_S or (ray_age is not None and ray_age < age and node.gpus is not None):
+        if age > STALE_AFTER_S:  # miles' samples stopped: Ray's reporter, with its own age
             nodes.append(node)
             continue
         known = {g.index: g for g in node.gpus or []}
