@@ -41,13 +41,14 @@ class JobFootprint:
     submission_id: str
     job_id: str = ""  # Ray's hex job id ("" until the driver connected)
     driver_node_id: str | None = None
-    workers: tuple[tuple[str, int], ...] = ()  # (node id, pid) of each worker Ray listed for the job
+    workers: tuple[tuple[str, int], ...] = ()  # (node id, pid) of the driver and each actor Ray listed for the job
+    listed: bool = False  # Ray answered the list of the job's actors (so `workers` is all of them)
 
     @property
     def complete(self) -> bool:
-        """Whether `node_ids` are all the nodes the job ran on: its workers were recorded, or it had none (a
-        driver that never connected to Ray starts no worker)."""
-        return bool(self.workers) or not self.job_id
+        """Whether `node_ids` are all the nodes the job ran on: Ray listed its actors, or it had none (a driver
+        that never connected to Ray starts no actor)."""
+        return self.listed or not self.job_id
 
     @property
     def node_ids(self) -> tuple[str, ...]:
@@ -67,31 +68,37 @@ class JobFootprint:
 
     def to_json(self) -> dict[str, Any]:
         return {"submission_id": self.submission_id, "job_id": self.job_id, "driver_node_id": self.driver_node_id,
-                "workers": [list(w) for w in self.workers]}
+                "workers": [list(w) for w in self.workers], "listed": self.listed}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobFootprint:
         return cls(str(data.get("submission_id") or ""), str(data.get("job_id") or ""),
                    data.get("driver_node_id") or None,
-                   tuple((str(n), int(p)) for n, p in data.get("workers") or ()))
+                   tuple((str(n), int(p)) for n, p in data.get("workers") or ()), bool(data.get("listed")))
 
     @classmethod
-    def of(cls, job: JobInfo, workers: Iterable[tuple[str, int]] = ()) -> JobFootprint:
-        return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers))
+    def of(cls, job: JobInfo, workers: Iterable[tuple[str, int]] = (), *, listed: bool = False) -> JobFootprint:
+        return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers), listed)
 
 
 async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
-    """The job's footprint now (its workers per Ray's state API); only the driver's node if Ray cannot say."""
+    """The job's footprint now: its driver and every actor Ray lists for it (state API), with their nodes and
+    PIDs; only the driver's node when Ray cannot say."""
     workers: list[tuple[str, int]] = []
+    driver = (job.model_extra or {}).get("driver_info")
+    if job.driver_node_id and isinstance(driver, dict) and str(driver.get("pid") or "").isdigit():
+        workers.append((job.driver_node_id, int(driver["pid"])))
+    listed = False
     if job.job_id:
         with contextlib.suppress(ConsoleError):
-            data = await client.get_json("/api/v0/workers", {
+            data = await client.get_json("/api/v0/actors", {
                 "detail": 1, "limit": 10000, "filter_keys": "job_id", "filter_predicates": "=",
-                "filter_values": job.job_id}, what=f"the workers of job {job.id}")
+                "filter_values": job.job_id}, what=f"the actors of job {job.id}")
             rows = ((data or {}).get("data") or {}).get("result", {}).get("result") or []
-            workers = [(str(w["node_id"]), int(w["pid"])) for w in rows
-                       if isinstance(w, dict) and w.get("node_id") and w.get("pid")]
-    return JobFootprint.of(job, workers)
+            workers += [(str(a["node_id"]), int(a["pid"])) for a in rows
+                        if isinstance(a, dict) and a.get("node_id") and a.get("pid")]
+            listed = True
+    return JobFootprint.of(job, workers, listed=listed)
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
         assert ctl.state is RunState.STOPPING
         final = await ctl.wait_terminal(60)
         assert final.status == "STOPPED" and ctl.state is RunState.STOPPED
+        # where it ran was recorded while its actors were alive, and the nodes read after the end say clean
+        assert ctl.footprint is not None and ctl.footprint.job_id and ctl.footprint.complete
+        assert len(ctl.footprint.workers) >= 3  # the driver, RolloutManager and a MegatronTrainRayActor
+        report = await ctl.leftovers()
+        assert report.clean, report.lines()
+        assert {n.node_id for n in report.nodes} == set(ctl.footprint.node_ids)
     finally:
         await stop_quietly(ray_client, job.id)
     consumer.cancel()

@@ -99,8 +99,10 @@ def test_leftover_report_says_what_the_nodes_said() -> None:
 
 
 def test_footprint_round_trips_through_the_audit_log(tmp_path: Path) -> None:
-    fp = JobFootprint("sid-1", "02000000", "nodeA", (("nodeA", 100), ("nodeB", 200), ("nodeB", 201)))
-    assert fp.node_ids == ("nodeA", "nodeB")
+    fp = JobFootprint("sid-1", "02000000", "nodeA", (("nodeA", 100), ("nodeB", 200), ("nodeB", 201)), listed=True)
+    assert fp.node_ids == ("nodeA", "nodeB") and fp.complete
+    assert not JobFootprint("sid-1", "02000000", "nodeA").complete  # Ray never said where its actors ran
+    assert JobFootprint("sid-1", "", "nodeA").complete  # no Ray driver: nothing ran beyond its node
     assert fp.identity_args("nodeB") == ["--submission-id", "sid-1", "--job-id", "02000000", "--worker-pid", "200",
                                          "--worker-pid", "201"]
     audit = AuditLog(tmp_path)
