@@ -188,7 +188,8 @@ class LeftoverReport:
             parts.append(f"{len(self.killable)} process(es) of the job left behind")
         if self.unidentified:
             parts.append(f"{len(self.unidentified)} held by processes not provably the job's")
-        return "; ".join(parts or ["no leftover process found"]) + f" ({checked})"
+        nothing = "none on the node(s) that answered" if self.silent else "no leftover process listed"
+        return "; ".join(parts or [nothing]) + f" ({checked})"
 
 
 @dataclass(frozen=True)

@@ -250,3 +250,36 @@ async def test_opening_on_an_active_run_lands_on_the_run_view(tmp_path):
         ended.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 5)))
         await until(pilot, lambda: ended.run_state_text.endswith("STOPPED"), "the state seen")
         assert ended.current_view == "plan"  # nothing running: the plan view stays
+
+
+async def test_abort_modal_says_checking_n_nodes_until_they_answer_and_names_a_silent_one(tmp_path):
+    app = make_app(tmp_path)
+    answer = asyncio.Event()
+
+    async def stopped() -> bool:
+        return True
+
+    async def nodes() -> list[str]:
+        return ["node-01", "node-02"]
+
+    async def report() -> LeftoverReport:
+        await answer.wait()
+        return LeftoverReport(JOB, (NodeCheck("01" * 20, "node-01", True),
+                                    NodeCheck("02" * 20, "node-02", False, "no answer in 45 s")))
+
+    async def cleanup(items) -> str:
+        return ""
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        modal = AbortModal(JOB, "x", AbortActions(stopped, stopped, nodes, report, cleanup))
+        app.push_screen(modal)
+        await until(pilot, lambda: bool(modal.query("#abort-go")), "the modal drawn")
+        await _choose_go(modal, pilot)
+        body = lambda: str(modal.query_one("#abort-body").content)  # noqa: E731
+        await until(pilot, lambda: "Checking 2 node(s) for GPU processes left behind" in body(), "checking…")
+        assert "node-01, node-02" in body()
+        answer.set()
+        await until(pilot, lambda: modal.stage == "done", "the answers")
+        assert "node node-02 did not answer: no answer in 45 s" in body()
+        assert "None on the node(s) that answered (1 of 2 node(s) answered)" in body()
+        assert "No leftover GPU processes" not in body()

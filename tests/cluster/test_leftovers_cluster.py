@@ -21,7 +21,7 @@ from runhelp import cli, sim_spec, wait_for
 
 from backend.cluster.controller import RunController
 from backend.cluster.dashboard import RayClient
-from backend.cluster.leftovers import JobFootprint, Leftover, kill_leftovers
+from backend.cluster.leftovers import JobFootprint, Leftover, kill_leftovers, read_leftovers
 from backend.cluster.preflight import preflight
 from backend.cluster.telemetry import snapshot
 
@@ -167,3 +167,18 @@ async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(ray_client: Ray
         stray.kill()
         stray.wait(10)
 
+
+
+async def test_a_node_that_does_not_answer_in_time_is_named_not_assumed_clean(ray_client: RayClient,
+                                                                             ray_cluster) -> None:
+    nodes = [(n, f"node-{i}") for i, n in enumerate(ray_cluster.node_ids[:2])]
+    report = await read_leftovers(ray_client, JobFootprint("some-job"), nodes, timeout_s=0.01)
+    assert not report.clean and len(report.silent) == 2
+    assert all(n.problem.startswith("no answer in 0 s") for n in report.silent)
+    assert "node node-1 did not answer: no answer in 0 s" in report.lines()
+
+    async def stopped() -> bool:  # the reaper jobs that did not answer in time were stopped, not left running
+        jobs = [j for j in await ray_client.list_jobs() if (j.metadata or {}).get("ultra_console_cleanup")]
+        return all(j.is_terminal for j in jobs)
+
+    await wait_for(stopped, 30, what="the unanswered reaper jobs to be stopped")
