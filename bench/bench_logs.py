@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
-from miles_sample_log import SampleRun, generate  # noqa: E402
-
+from backend.demo.sample_log import SampleRun, generate  # noqa: E402
 from backend.signals.logs import LogStore  # noqa: E402
 from backend.signals.monitor import RunMonitor  # noqa: E402
 

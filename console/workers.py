@@ -19,15 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from textual.app import App
 
 from backend.errors import ConsoleError
 from console.messages import (
     AlertsChanged,
+    ConsoleMessage,
     DashboardBack,
     DashboardLost,
     HistoryProgress,
@@ -35,6 +34,7 @@ from console.messages import (
     MetricsArrived,
     Notice,
     RunStateChanged,
+    RunStatus,
     SnapshotArrived,
 )
 
@@ -44,28 +44,13 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.signals.logs import LogStore
     from backend.signals.monitor import RunMonitor
     from backend.signals.series import SeriesSet
+    from console.app import UltraConsoleApp
 
 TELEMETRY_INTERVAL_S = 1.0
 LOG_FLUSH_S = 0.1
 METRICS_EVERY_S = 0.5
 HISTORY_BATCH_LINES = 20_000
 TICK_S = 5.0
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """What the views show about the run (from the controller's state event)."""
-
-    job_id: str
-    state: str
-    started_at: float | None = None
-    ended_at: float | None = None
-    message: str = ""
-    simulated: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id} {self.state}"
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -90,18 +75,18 @@ class MetricsView:
 class Runtime:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
-    def __init__(self, app: App[Any]) -> None:
+    def __init__(self, app: UltraConsoleApp) -> None:
         from backend.cluster.controller import RunController
         from backend.cluster.dashboard import RayClient
 
-        settings = app.settings  # type: ignore[attr-defined]
+        settings = app.settings
         self.app = app
         token = settings.token.get_secret_value() if settings.token else None
         self.client = RayClient(settings.address, token)
-        controller = getattr(app, "controller", None)
+        controller = app.controller
         if controller is None:
             controller = RunController(self.client, state_dir=settings.state_dir, readonly=settings.readonly)
-            app.controller = controller  # type: ignore[attr-defined]
+            app.controller = controller
         self.controller: RunController = controller
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
@@ -111,7 +96,7 @@ class Runtime:
         self._metrics_seen = 0
         self._metrics_posted_at = 0.0
 
-    def post(self, message: Any) -> None:
+    def post(self, message: ConsoleMessage) -> None:
         if self.app.is_running:  # nothing is posted into an app that is shutting down
             self.app.post_message(message)
 
@@ -159,10 +144,10 @@ class Runtime:
         monitor = self.monitor
         if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
             self._alerts_posted = len(monitor.alerts.alerts)
-            self.post(AlertsChanged(monitor.alerts.alerts))
+            self.post(AlertsChanged(replace(alert) for alert in monitor.alerts.alerts))
 
 
-def wants_telemetry(app: App[Any]) -> bool:
+def wants_telemetry(app: UltraConsoleApp) -> bool:
     """True while some visible view draws cluster snapshots (the run view's fleet)."""
     from console.views.run import RunView
 
@@ -171,19 +156,19 @@ def wants_telemetry(app: App[Any]) -> bool:
     return any(view.wants_telemetry() for view in app.query(RunView))
 
 
-def start_workers(app: App[Any]) -> None:
+def start_workers(app: UltraConsoleApp) -> None:
     """Called by the app on mount: the backend objects and workers start right after the first frame,
     so importing the I/O stack (httpx, the run controller, the log store) never delays it."""
     app.call_after_refresh(_start, app)
 
 
-def _start(app: App[Any]) -> Runtime:
+def _start(app: UltraConsoleApp) -> Runtime:
     runtime = Runtime(app)
-    app.runtime = runtime  # type: ignore[attr-defined]
+    app.runtime = runtime
     runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
     app.run_worker(_telemetry(runtime), group="telemetry", exclusive=True, exit_on_error=False,
                    description="cluster telemetry")
-    app.run_worker(_run(runtime, getattr(app, "job", None)), group="run", exclusive=True, exit_on_error=False,
+    app.run_worker(_run(runtime, app.job), group="run", exclusive=True, exit_on_error=False,
                    description="attach and watch the run")
     app.run_worker(_ticks(runtime), group="ticks", exclusive=True, exit_on_error=False,
                    description="time-based alerts and derived signals")

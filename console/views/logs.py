@@ -36,46 +36,16 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from backend.signals.logs import CancelToken, FilteredLines, LineFilter
+from backend.signals.logs import CancelToken, FilteredLines, LineFilter, LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended
 from console.views.base import ConsoleView
-
-keymap.register("logs", (
-    keymap.BindingSpec("logs.search", "slash", "search", "Search"),
-    keymap.BindingSpec("logs.next_match", "n", "next_match", "Next"),
-    keymap.BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
-    keymap.BindingSpec("logs.filter", "f", "filter", "Filter"),
-    keymap.BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
-    keymap.BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
-    keymap.BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
-    keymap.BindingSpec("logs.follow", "G", "follow", "Follow"),
-    keymap.BindingSpec("logs.end", "end", "follow", "Follow", show=False),
-    keymap.BindingSpec("logs.top", "g", "top", "Top", show=False),
-    keymap.BindingSpec("logs.home", "home", "top", "Top", show=False),
-    keymap.BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
-    keymap.BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
-    keymap.BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
-    keymap.BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
-))
 
 CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
 _FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
-
-
-def _field(rec: Any, name: str) -> Any:
-    if isinstance(rec, dict):
-        return rec.get(name)
-    return getattr(rec, name, None)
-
-
-def _text(rec: Any) -> str:
-    if isinstance(rec, str):
-        return rec
-    return str(_field(rec, "text") or "")
 
 
 def parse_filter(text: str) -> LineFilter:
@@ -139,7 +109,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     follow: reactive[bool] = reactive(True)
     wrap: reactive[bool] = reactive(False)
 
-    def __init__(self, store: Any = None, *, id: str | None = None) -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.index: FilteredLines | None = None  # None: every line; else the lines a filter kept
@@ -160,7 +130,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     def store_index(self, pos: int) -> int:
         return self.index[pos] if self.index is not None else pos
 
-    def record(self, pos: int) -> Any:
+    def record(self, pos: int) -> LogLine:
+        assert self.store is not None  # positions exist only while a store is shown
         return self.store.line(self.store_index(pos))
 
     def sync(self) -> None:
@@ -220,10 +191,9 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     # ------------------------------------------------------------ drawing
     def _render_record(self, pos: int, width: int) -> list[Segment]:
         rec = self.record(pos)
-        text = _text(rec)
+        text = rec.text
         segs: list[Segment] = []
-        actor = _field(rec, "actor")
-        if actor and text.startswith("(") and ")" in text[:80]:
+        if rec.actor and text.startswith("(") and ")" in text[:80]:
             end = text.index(")") + 1
             segs.append(Segment(text[:end], _ACTOR))
             text = text[end:]
@@ -306,7 +276,7 @@ class LogsView(ConsoleView, can_focus=False):
     """
     BINDINGS = keymap.bindings_for("logs")
 
-    def __init__(self, store: Any = None, *, id: str | None = "logs-view") -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
         self.history: str = ""  # "loading history… N lines" while a job's log is being rebuilt
         self._store = store
@@ -332,7 +302,7 @@ class LogsView(ConsoleView, can_focus=False):
         self.lines.sync()
         self._status()
 
-    def set_store(self, store: Any) -> None:
+    def set_store(self, store: LogStore) -> None:
         self._store = store
         self.lines.store = store
         self.lines.index = None
@@ -451,7 +421,7 @@ class LogsView(ConsoleView, can_focus=False):
         ll = self.lines
         if not ll.count:
             return
-        text = _text(ll.record(ll.cursor))
+        text = ll.record(ll.cursor).text
         self.app.copy_to_clipboard(text)
         self.notify(f"copied line {ll.cursor + 1} ({len(text)} chars)", timeout=2)
 
@@ -481,17 +451,20 @@ class LogsView(ConsoleView, can_focus=False):
             self.notify(f"bad regex: {err}", severity="warning")
             return
         ll.invalidate()
+        if self._store is None:
+            self._status()
+            return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
         self._cancel = CancelToken()
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
-    def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
+    def _search_worker(self, store: LogStore, text: str, pattern: str, regex: bool, flt: LineFilter | None,
                        cancel: CancelToken) -> None:
         try:
-            hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
+            hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, str(err))
             return
@@ -557,6 +530,9 @@ class LogsView(ConsoleView, can_focus=False):
         except ValueError as err:
             self.notify(str(err), severity="warning")
             return
+        if self._store is None:
+            self.notify("no log to filter yet: no run attached", severity="warning")
+            return
         self.filter_text = text
         self.filtering = True
         self._status()
@@ -607,7 +583,7 @@ class LogsView(ConsoleView, can_focus=False):
         ll = self.lines
         span = range(pos, min(ll.count, pos + 200)) if forward else range(pos, max(-1, pos - 50), -1)
         for p in span:
-            ts = _field(ll.record(p), "ts")
+            ts = ll.record(p).ts
             if ts:
-                return str(ts)[:19]
+                return ts[:19]
         return None

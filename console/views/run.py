@@ -11,19 +11,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
-from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from backend.cluster.durations import RunTiming, fmt_duration
-from backend.cluster.leftovers import Leftover
 from backend.cluster.lost_work import LostWork
 from console import keymap
-from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import (
+    AlertsChanged,
+    HistoryProgress,
+    MetricsArrived,
+    RunStateChanged,
+    RunStatus,
+    SnapshotArrived,
+)
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
@@ -31,14 +36,12 @@ from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
+    from backend.cluster.leftovers import Leftover
     from backend.cluster.telemetry import ClusterSnapshot
-    from console.workers import RunStatus
+    from backend.signals.alerts import Alert
+    from console.workers import MetricsView
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
-
-keymap.register("run", (
-    keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-))
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -80,7 +83,7 @@ def _derived(metrics: Any) -> dict[str, Any]:
     return dict(d or {})
 
 
-def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Any], now: float, *,
+def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Alert], now: float, *,
                compact: bool = False) -> str:
     """The one-line summary: job, state, elapsed (or, once ended, how long it ran), rollout i/N, ETA while it
     runs, since checkpoint, alerts."""
@@ -100,7 +103,7 @@ def state_line(state: RunStatus | None, metrics: Any, alerts: Sequence[Any], now
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {str(getattr(a, "severity", "")) for a in alerts}
+        sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
     if compact:
         clock = fmt_duration(timing.elapsed_s)
@@ -114,7 +117,7 @@ class RunView(ConsoleView):
     """State line + fleet + charts; redraws only what changed, and only while shown."""
 
     SCOPE = "run"
-    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings_for("run"))
+    BINDINGS = keymap.bindings_for("run")
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
@@ -127,8 +130,8 @@ class RunView(ConsoleView):
         super().__init__(id=id)
         self.clock = clock
         self.run_state: RunStatus | None = None
-        self.metrics: Any = None
-        self.alerts: list[Any] = []
+        self.metrics: MetricsView | None = None
+        self.alerts: tuple[Alert, ...] = ()
         self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
@@ -182,7 +185,7 @@ class RunView(ConsoleView):
         self._mark("state")
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._mark("state")
 
     def _mark(self, *parts: str) -> None:

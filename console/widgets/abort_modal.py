@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,7 +24,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from backend.cluster.leftovers import Leftover, LeftoverReport
+if TYPE_CHECKING:
+    from backend.cluster.leftovers import Leftover, LeftoverReport
 
 
 @dataclass

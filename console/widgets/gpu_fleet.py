@@ -1,6 +1,6 @@
 """The GPU fleet as ONE line-API widget: a row per node, a cell per GPU.
 
-Why one widget: 128 separate Statics cost ~3x the CPU of one grid at 1 Hz (tui-anchors §5.2).
+Why one widget: 128 separate Statics, one per GPU, cost about 3x the CPU of one grid at 1 Hz.
 Why line API: rows are Strips built once per snapshot and re-sent only when their content
 changed, so an unchanged fleet costs no terminal bytes at all.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
@@ -30,7 +31,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from backend.cluster.telemetry import ClusterSnapshot
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
 
 MEM_GLYPHS = " ▁▂▃▄▅▆▇█"
 

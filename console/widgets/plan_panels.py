@@ -8,11 +8,14 @@ size is fixed, and only when the content changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from backend.plan.finding import Finding
 
 SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
 
@@ -52,7 +55,7 @@ class FindingsPanel(_Panel):
     FindingsPanel { height: auto; padding: 0 1; }
     """
 
-    def set_findings(self, findings: Sequence[Any], field_errors: Mapping[str, str], error: str | None) -> None:
+    def set_findings(self, findings: Sequence[Finding], field_errors: Mapping[str, str], error: str | None) -> None:
         key = (tuple((f.rule, f.severity, tuple(f.fields), f.message, f.fix) for f in findings),
                tuple(sorted(field_errors.items())), error)
         text = Text()
@@ -109,7 +112,7 @@ class PreflightPanel(_Panel):
     PreflightPanel { height: auto; padding: 0 1; }
     """
 
-    def set_preflight(self, state: str, findings: Sequence[Any], note: str = "") -> None:
+    def set_preflight(self, state: str, findings: Sequence[Finding], note: str = "") -> None:
         key = (state, note, tuple((f.rule, f.severity, f.message) for f in findings))
         text = Text()
         label = {"not checked": ("not checked — press p to check the cluster", "dim"),
@@ -123,7 +126,7 @@ class PreflightPanel(_Panel):
         for f in findings:
             mark, style = _mark(f.severity)
             text.append(f"\n{mark} ", style).append(f"{f.rule} ", "bold").append(f.message)
-            if getattr(f, "fix", ""):
+            if f.fix:
                 text.append(f"\n    fix: {f.fix}", "dim")
         self.show(key, text)
 

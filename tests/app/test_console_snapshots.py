@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import make_app, until
+from app_helpers import make_app
 from run_fixtures import T0, metrics_view, snapshot, status, store
+from waiting import until
 
 from backend.cluster.telemetry import ClusterSnapshot
 from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived

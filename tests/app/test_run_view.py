@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import asyncio
 
-from app_helpers import make_app, until
+from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
+from waiting import until
 
 from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
-from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
+from backend.signals.alerts import Alert
+from console.messages import MetricsArrived, RunStateChanged, RunStatus, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart
 from console.widgets.gpu_fleet import GpuFleet
-from console.workers import RunStatus, wants_telemetry
+from console.workers import wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
-    line = state_line(status(), metrics_view(), [object()], T0 + 3723)
+    line = state_line(status(), metrics_view(), [Alert("kl-spike", "warning", "kl rose")], T0 + 3723)
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
+    assert state_line(status(), None, [Alert("stall", "error", "stalled")], T0).endswith("alerts 1!")
     assert "no run attached" in state_line(None, None, [], T0)
 
 
@@ -94,14 +97,13 @@ class _Actions:
 
 
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
-    for _ in range(100):
+    def reached() -> bool:
         go = modal.query_one("#abort-go", Button)
         cancel = modal.query_one("#abort-cancel", Button)
-        if modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel:
-            await pilot.pause()  # the shown button has joined the focus chain
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"modal stuck at {modal.stage}, wanted {stage}")
+        return modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel
+
+    await until(pilot, reached, f"the abort modal at stage {stage}", timeout=10.0)
+    await pilot.pause()  # the shown button has joined the focus chain
 
 
 async def _choose_go(modal: AbortModal, pilot) -> None:
@@ -168,7 +170,6 @@ async def test_abort_key_refused_when_readonly(tmp_path):
         await pilot.press("2", "A")
         await pilot.pause()
         assert not isinstance(app.screen, AbortModal)
-        await asyncio.sleep(0)
 
 
 async def test_history_rebuild_progress_is_visible(tmp_path):

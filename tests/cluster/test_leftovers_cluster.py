@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from runhelp import cli, sim_spec, wait_for
+from runhelp import cli, sim_spec
+from waiting import until
 
 from backend.cluster.controller import RunController
 from backend.cluster.dashboard import RayClient
@@ -66,7 +67,7 @@ async def log_pids(client: RayClient, sid: str, word: str, timeout: float = 60) 
                 return [int(x) for x in line.split()[1:]]
         return None
 
-    return await wait_for(found, timeout, what=f"{word} in the log of {sid}")
+    return await until(None, found, f"{word} in the log of {sid}", timeout, interval=0.5)
 
 
 async def summary_pids(client: RayClient, node_id: str) -> set[int]:
@@ -86,7 +87,7 @@ async def test_ten_graceful_aborts_end_with_no_leftover_while_the_summary_lists_
         async def in_summary(pids: set[int] = pids) -> bool:
             return pids <= await summary_pids(ray_client, node_id)
 
-        await wait_for(in_summary, 30, what="the job's PIDs in the dashboard summary")
+        await until(None, in_summary, "the job's PIDs in the dashboard summary", 30, interval=0.5)
         ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.3)
         await ctl.attach(sid)
         await ctl.abort()
@@ -126,7 +127,7 @@ async def test_double_forked_orphan_is_listed_and_killed(ray_client: RayClient, 
             return any(f.rule == "P2" and f"pid {orphan}" in f.message for f in await preflight(sim_spec(tmp_path),
                                                                                              ray_client))
 
-        await wait_for(p2, 30, what="preflight P2 naming the orphan")
+        await until(None, p2, "preflight P2 naming the orphan", 30, interval=0.5)
 
         # a PID that holds no GPU memory, as a stale list might offer it, is left alone by the kill job
         stale = Leftover(node_id, report.killable[0].node_label, 0, bystander.pid, 100)
@@ -182,4 +183,4 @@ async def test_a_node_that_does_not_answer_in_time_is_named_not_assumed_clean(ra
         jobs = [j for j in await ray_client.list_jobs() if (j.metadata or {}).get("ultra_console_cleanup")]
         return all(j.is_terminal for j in jobs)
 
-    await wait_for(stopped, 30, what="the unanswered reaper jobs to be stopped")
+    await until(None, stopped, "the unanswered reaper jobs to be stopped", 30, interval=0.5)

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from miles_sample_log import SampleRun, write
+from runhelp import job_reaches
 
+from backend.demo.sample_log import SampleRun, write
 from console.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,18 +127,12 @@ def test_from_a_live_ray_job(ray_cluster, capsys) -> None:
     from backend.cluster.dashboard import RayClient
 
     sid = f"ultra-console-test-metrics-{int(time.time() * 1000)}"
-    entry = f"python3 -u {ROOT / 'tests' / 'support' / 'miles_sample_log.py'} --rollouts 3 --nan-at-step 2 --fail"
+    entry = f"python3 -u {ROOT / 'backend' / 'demo' / 'sample_log.py'} --rollouts 3 --nan-at-step 2 --fail"
 
     async def submit_and_wait() -> str:
         async with RayClient(ray_cluster.address, timeout=30.0) as client:
             await client.submit({"entrypoint": entry, "submission_id": sid, "metadata": {"ultra_console": "1"}})
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                job = await client.get_job(sid)
-                if job.is_terminal:
-                    return job.status
-                await asyncio.sleep(0.5)
-        raise AssertionError("the job did not finish")
+            return str((await job_reaches(client, sid, timeout=180)).status)
 
     assert asyncio.run(submit_and_wait()) == "FAILED"
     code, out, err = run_cli(capsys, "--address", ray_cluster.address, "metrics", "--job", sid, "--json")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.alerts import AlertEngine, AlertRuleError, load_rules
 from backend.signals.derived import zero_std_fraction

@@ -333,7 +333,7 @@ def test_every_finding_names_settable_fields() -> None:
             assert RULES[f.rule].status == "checked"
 
 
-# --------------------------------------------------------------------------- derived numbers (§3, §5)
+# --------------------------------------------------------------------------- derived numbers: layout and memory
 
 
 def test_derive_full_model_reproduces_constraints_md() -> None:
@@ -349,8 +349,8 @@ def test_derive_full_model_reproduces_constraints_md() -> None:
     b = [p / 1e9 for p in d["params_per_gpu"]]
     assert b[0] == pytest.approx(5.550, abs=5e-4) and b[3] == pytest.approx(5.550, abs=5e-4)
     assert b[1] == pytest.approx(5.416, abs=5e-4) and b[2] == pytest.approx(5.416, abs=5e-4)
-    assert d["params_per_gpu"][0] == 5_549_973_632  # §5.2 table, exactly
-    assert 42 <= d["rollout_weights_gb_per_gpu"] <= 44  # §5.4: ≈ 21–22 B params
+    assert d["params_per_gpu"][0] == 5_549_973_632  # the first stage's parameters, counted by hand
+    assert 42 <= d["rollout_weights_gb_per_gpu"] <= 44  # ≈ 21–22 B params of the rollout engine's shard, in bf16
     assert d["rollout_static_gb_per_gpu"] == pytest.approx(98.7)
 
 
@@ -363,7 +363,8 @@ def test_derive_slice_reproduces_constraints_md() -> None:
     assert d["params_per_gpu_max_b"] == pytest.approx(5.803, abs=5e-4)
 
 
-# §5.2 (full) and §5.3 (slice): (derived key, preset, value, tolerance)
+# Memory per GPU and node, worked out by hand for the full model and the 4-layer slice:
+# (derived key, preset, value, tolerance)
 MEMORY = [
     ("weights_gb_per_gpu", FULL, 11.10, 0.01), ("grads_gb_per_gpu", FULL, 22.20, 0.01),
     ("weights_grads_gb_per_gpu", FULL, 33.3, 0.05), ("host_adam_gb_per_gpu", FULL, 52.9, 0.05),
@@ -384,7 +385,7 @@ def test_derive_memory_matches_constraints_md(key: str, preset: str, value: floa
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
     d = derive(make(FULL, {"optimizer.cpu_offload": False}))
     assert d["optimizer_location"] == "gpu" and d["host_adam_gb_per_node"] == 0.0
-    assert d["train_hbm_gb_per_gpu"] == pytest.approx(33.3 + 52.9, abs=0.1)  # §5.2: "≈ 86 GB"
+    assert d["train_hbm_gb_per_gpu"] == pytest.approx(33.3 + 52.9, abs=0.1)  # weights + grads + Adam states: ≈ 86 GB
 
 
 def test_derive_with_kept_mtp_grows_the_last_stage_only() -> None:

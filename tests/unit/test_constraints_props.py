@@ -1,5 +1,5 @@
 """Property tests: over random layouts, the engine's verdicts equal the catalog arithmetic written out here
-independently (constraints.md §2 conditions, §5.1 per-layer parameter counts), and every fix it names is
+independently (each rule's condition, and per-layer parameter counts of Ultra's blocks), and every fix it names is
 legal for the rule it fixes."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from backend.plan.spec import RunSpec, load_preset
 FULL = "nemotron-3-ultra-550b-a55b"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
 
-# §5.1, unsharded, Ultra dims
+# parameters per block, unsharded, at Ultra's dimensions
 MAMBA, ATTN, NORM = 421_645_056, 138_420_224, 8192
 ROUTER, LATENT, EXPERT, SHARED = 4_194_304, 33_554_432, 20_971_520, 167_772_160
 HEADS, GROUPS, M_HEADS, M_GROUPS, EXPERTS, MOE_FFN, VOCAB, HIDDEN = 64, 2, 256, 8, 512, 5120, 131072, 8192
@@ -187,7 +187,7 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         have_w = W == 128
     if not have_w or (tp, pp, ep, t.etp, g, rdp, rep, r.mem_fraction) != want:
         add("H12", "info")
-    # memory (§5)
+    # memory
     padded = -(-VOCAB // (128 * tp)) * 128 * tp
     stage_params = []
     for i, part in enumerate(_stages(pattern, L, pp)):

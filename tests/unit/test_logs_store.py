@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.signals.logs import CancelToken, LineFilter, LogStore, LogStoreError
 
 TRAIN = "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=52001, ip=10.0.0.2)\x1b[0m "

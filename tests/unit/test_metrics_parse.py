@@ -1,4 +1,4 @@
-"""miles' metric lines and structured outputs -> deduplicated series (miles-run-output.md §2.3-3.8)."""
+"""miles' metric lines and structured outputs -> deduplicated series (every shape miles prints or writes)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.dump_reader import DumpReader, JsonlTail
 from backend.signals.metrics import MetricsCollector, parse_metric_text, record_from_event
@@ -22,7 +22,7 @@ def clean(lines: list[str]) -> str:
     return sanitize_text("\n".join(lines) + "\n")
 
 
-# ---------------------------------------------------------------- the repr parser (§3.6)
+# ---------------------------------------------------------------- the repr parser (numpy scalars, nan, inf in printed dicts)
 
 def test_reprs_literal_eval_cannot_read() -> None:
     value = parse_literal(
@@ -46,7 +46,7 @@ def test_anything_else_is_refused_in_one_line(text: str) -> None:
     assert "\n" not in str(err.value)
 
 
-# ---------------------------------------------------------------- metric lines (§2.3)
+# ---------------------------------------------------------------- metric lines (`step N: {...}` and kin)
 
 def test_sample_log_parses_to_one_point_per_step() -> None:
     run = SampleRun(rollouts=4, steps_per_rollout=2, eval_every=2, multi_turn=True)
@@ -113,7 +113,7 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
     assert len(problems) == 2 and "cut off" in problems[0] and "unknown name" in problems[1]
 
 
-# ---------------------------------------------------------------- structured sources (§3.7, §4) and dedup
+# ---------------------------------------------------------------- structured sources (events files, dashboard records) and dedup
 
 def _event(metrics: dict, component: str = "actor", ts: str = "2026-08-21T10:20:05.112000Z") -> str:
     source = {"component": component} | ({"cell_index": 0, "rank_within_cell": 0} if component == "actor" else {})
@@ -191,7 +191,7 @@ def test_jsonl_tail_restarts_when_the_file_is_replaced(tmp_path) -> None:
     assert tail.read_new() == []
 
 
-# ---------------------------------------------------------------- series (§3.8)
+# ---------------------------------------------------------------- series
 
 def test_axes() -> None:
     assert axis_for("train/grad_norm") == "train/step"
