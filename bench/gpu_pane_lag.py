@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -36,16 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _cluster import run_on_fresh_cluster  # noqa: E402
+
 APP_POLL_S = 1.0  # console.workers.TELEMETRY_INTERVAL_S
 LOW, HIGH = 3, 97
-
-
-def reexec_in_netns() -> None:
-    """Ray must only ever see loopback: re-run this script in a private network namespace."""
-    if os.environ.get("BENCH_IN_NETNS") == "1":
-        return
-    cmd = 'ip link set lo up && BENCH_IN_NETNS=1 exec "$0" "$@"'
-    os.execvp("unshare", ["unshare", "-n", "--", "bash", "-c", cmd, sys.executable, *sys.argv])
 
 
 class Gpu:
@@ -170,25 +163,13 @@ async def measure(rc, flips: int, gap: float  # type: ignore[no-untyped-def]
     return lags, behind_reality
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--flips", type=int, default=8)
-    parser.add_argument("--gap", type=float, default=12.0,
-                        help="seconds between flips (more than Ray's worst case: 5 s report + 2 s cache + polls)")
-    args = parser.parse_args()
-    reexec_in_netns()
-    from backend.demo.local_cluster import LocalRayCluster
-
-    with LocalRayCluster.start(workers=0) as rc:
-        rc.assert_loopback_only()
-        print(f"cluster: {len(rc.node_ids)} node(s) up in {rc.start_seconds:.1f} s")
-        lags, behind = asyncio.run(measure(rc, args.flips, args.gap))
+def report(lags: dict[str, list[float]], behind: dict[str, list[float]], flips: int, gap: float) -> None:
     for title, table in (("behind the sampler's sample", lags), ("behind the change itself", behind)):
         base = statistics.median(table["Ray reporter"]) if table["Ray reporter"] else float("nan")
         print(f"\nGPU pane lag {title} (the pane polled at 1 Hz, as the app does)")
         for name, values in table.items():
-            missed = args.flips - len(values)
-            note = f"; {missed} flip(s) not shown within {args.gap:.0f} s" if missed else ""
+            missed = flips - len(values)
+            note = f"; {missed} flip(s) not shown within {gap:.0f} s" if missed else ""
             if not values:
                 print(f"  {name:<40} never shown{note}")
                 continue
@@ -199,6 +180,19 @@ def main() -> None:
     if fast:
         print(f"target <= 2 s (miles, samples handed over at once): max {max(fast):.1f} s "
               f"{'met' if max(fast) <= 2.0 else 'NOT met'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flips", type=int, default=8)
+    parser.add_argument("--gap", type=float, default=12.0,
+                        help="seconds between flips (more than Ray's worst case: 5 s report + 2 s cache + polls)")
+    args = parser.parse_args()
+
+    async def bench(rc) -> None:  # type: ignore[no-untyped-def]
+        report(*await measure(rc, args.flips, args.gap), args.flips, args.gap)
+
+    run_on_fresh_cluster(0, bench)
 
 
 if __name__ == "__main__":
