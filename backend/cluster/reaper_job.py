@@ -82,8 +82,9 @@ def _carries_job(env: dict[str, str], job_id: str, submission_id: str) -> str | 
     return None
 
 
-def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]) -> tuple[str, str, str]:
-    """(identity, why, process name) of `pid`: identity is "job", "unidentified" or "exempt"."""
+def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
+    """(identity, why, process name, the psutil process or None) of `pid`: identity is "job", "unidentified"
+    or "exempt". A signal goes to that same process object: psutil refuses it if the PID was reused since."""
     import psutil
 
     unknown = "held by a process this node cannot identify as the job's"
@@ -91,28 +92,28 @@ def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]) -
         proc = psutil.Process(pid)
         name = proc.name()
     except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: pid {pid} is not visible in this node's PID namespace", ""
+        return "unidentified", f"{unknown}: pid {pid} is not visible in this node's PID namespace", "", None
     except psutil.AccessDenied:
         name = ""
     why = _protected(proc)
     if why:
-        return "exempt", f"refused: {why}", name
+        return "exempt", f"refused: {why}", name, proc
     try:
         env = proc.environ()
     except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: it exited while being checked", name
+        return "unidentified", f"{unknown}: it exited while being checked", name, None
     except (psutil.AccessDenied, OSError) as err:
-        return "unidentified", f"{unknown}: its environment cannot be read ({type(err).__name__})", name
+        return "unidentified", f"{unknown}: its environment cannot be read ({type(err).__name__})", name, proc
     carried = _carries_job(env, job_id, submission_id)
     if carried:
-        return "job", carried, name
+        return "job", carried, name, proc
     try:
         ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
     except psutil.NoSuchProcess:
         ancestor = None
     if ancestor is not None:
-        return "job", f"it descends from the job's worker pid {ancestor}", name
-    return "unidentified", f"{unknown}: no job id in its environment", name
+        return "job", f"it descends from the job's worker pid {ancestor}", name, proc
+    return "unidentified", f"{unknown}: no job id in its environment", name, proc
 
 
 def list_holders(job_id: str, submission_id: str, worker_pids: set[int]) -> tuple[list[dict[str, object]],
@@ -127,7 +128,7 @@ def list_holders(job_id: str, submission_id: str, worker_pids: set[int]) -> tupl
                 if gpu not in listed and total and used > UNLISTED_SHARE * total]
     out: list[dict[str, object]] = []
     for gpu, pid, mem in holders:
-        identity, why, name = identify(pid, job_id, submission_id, worker_pids)
+        identity, why, name, _ = identify(pid, job_id, submission_id, worker_pids)
         out.append({"pid": pid, "gpu": gpu, "mem_mb": mem, "identity": identity, "reason": why, "name": name})
     return out, {"nvml": True, "unlisted": unlisted}
 
@@ -147,11 +148,10 @@ def _gone(proc, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def _signal(pid: int, grace_s: float) -> dict[str, object]:
+def _signal(proc, grace_s: float) -> dict[str, object]:  # type: ignore[no-untyped-def]
     import psutil
 
     try:
-        proc = psutil.Process(pid)
         proc.terminate()
         if _gone(proc, grace_s):
             return {"action": "killed", "signal": "SIGTERM"}
@@ -167,24 +167,27 @@ def _signal(pid: int, grace_s: float) -> dict[str, object]:
 
 def reap(pids: list[int], grace_s: float, job_id: str, submission_id: str, worker_pids: set[int]
          ) -> list[dict[str, object]]:
-    """Signal each PID that a fresh reading shows holding GPU memory and that is provably the job's."""
+    """Signal each PID that a fresh reading shows holding GPU memory and that is, checked again now, the job's."""
     try:
-        holders, summary = list_holders(job_id, submission_id, worker_pids)
+        reading = gpu_reading()
     except Exception as err:
         return [{"pid": 0, "action": "error", "reason": f"GPU query failed: {err!r}"}]
-    by_pid = {int(str(h["pid"])): h for h in holders}
+    held: dict[int, int] = {}
+    for _, pid, mem in reading[0] if reading is not None else ():
+        held[pid] = held.get(pid, 0) + mem  # one process on several GPUs: all it holds
     results: list[dict[str, object]] = []
     for pid in pids:
         out: dict[str, object] = {"pid": pid}
-        held = by_pid.get(pid)
-        if not summary.get("nvml"):
+        if reading is None:
             out.update(action="skipped", reason="no GPU provider on this node: cannot verify the PID holds GPU memory")
-        elif held is None:
+        elif pid not in held:
             out.update(action="skipped", reason="no longer holds GPU memory")
-        elif held["identity"] != "job":
-            out.update(action="skipped", reason=str(held["reason"]))
         else:
-            out.update(name=held["name"], mem_mb=held["mem_mb"], **_signal(pid, grace_s))
+            identity, why, name, proc = identify(pid, job_id, submission_id, worker_pids)
+            if identity != "job" or proc is None:
+                out.update(action="skipped", reason=why)
+            else:
+                out.update(name=name, mem_mb=held[pid], **_signal(proc, grace_s))
         results.append(out)
     return results
 
