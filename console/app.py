@@ -53,6 +53,7 @@ VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "ev
 # the first full frame, or at once when one is asked for before that (they start hidden anyway).
 LATER_VIEWS: dict[str, tuple[str, str]] = {"run": ("run", "RunView"), "logs": ("logs", "LogsView"),
                                            "events": ("events", "EventsView")}
+ACTIVE_RUN_STATES = frozenset({"PENDING", "RUNNING", "STOPPING"})  # SUBMITTING: a launch from the plan view
 FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount and the workers start by then in any case
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
 WIDE_FROM = 180  # columns from which views may spread out side by side
@@ -167,6 +168,7 @@ class UltraConsoleApp(App[int]):
         self.preview_run_id = preview_run_id
         self.current_view = "plan"
         self.previous_view: str | None = None
+        self._run_seen = False  # the first run state tells whether the console opened on an active run
         self.run_state_text = ""
         self.history_text = ""  # "reading history: N lines" while a job's log is rebuilt
         self.alert_count = 0
@@ -390,6 +392,10 @@ class UltraConsoleApp(App[int]):
     def on_run_state_changed(self, message: RunStateChanged) -> None:
         self.run_state_text = message.state.label
         self._draw_state_line()
+        first, self._run_seen = not self._run_seen, True
+        if first and message.state.state in ACTIVE_RUN_STATES and self.current_view == "plan" \
+                and self.previous_view is None:
+            self.action_show_view("run")  # opened while a run is active: its view first, not a new plan
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history_text = "" if message.done else f"reading history: {message.lines:,} lines"

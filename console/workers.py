@@ -15,7 +15,8 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
 - structured: the run's `--dump-details` files (miles' events and dashboard streams; the driver runs on the
              head, so they are local) polled every second into the same monitor, off the UI thread; a lock
              keeps that and the log feed from changing the monitor at once.
-- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
+- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible (miles' GPU streams of
+             the attached run first, where it writes them; Ray's reporter second).
 """
 
 from __future__ import annotations
@@ -313,6 +314,7 @@ async def _telemetry(rt: Runtime) -> None:
             await asyncio.sleep(0.5)
             continue
         started = time.monotonic()
+        poller.watch_job(rt.controller.job)  # miles' own GPU streams first, where the run writes them
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:

@@ -10,16 +10,16 @@ single source of a run's state for the app and the CLI:
 SUBMITTING and STOPPING are local: Ray has no such states. A stop asked by an earlier console
 survives in the audit log, so an attaching console shows STOPPING too.
 
-Abort is Ray's stop: the signal and grace period are the job's own (`RAY_JOB_STOP_SIGNAL=SIGINT`,
-`RAY_JOB_STOP_WAIT_TIME_S`, set at launch by backend.plan.submission), then SIGKILL, then STOPPED. Ray's stop
-does not cancel a PENDING job (ray.md §2.4): the controller says so and keeps watching. Force-stop
-is a second, separate step: Ray offers nothing stronger than stop, so force SIGKILLs the driver's
-process tree now (through a kill job pinned to the driver's node, which first checks that the PID
-is that job's driver) instead of waiting out the grace period.
+A launch re-runs the rule engine on the spec itself, whatever findings the caller brings: no spec with an
+error finding is ever submitted. Abort follows backend.cluster.abort_policy (Ray's stop with the job's own
+signal and grace, then SIGKILL, then STOPPED). Ray's stop does not cancel a PENDING job: the controller
+says so and keeps watching. Force-stop is a second, separate step: Ray offers nothing stronger than stop,
+so force SIGKILLs the driver's process tree now (through a kill job pinned to the driver's node, which
+first checks that the PID is that job's driver) instead of waiting out the grace period.
 
-Cleanup kills exactly the PIDs telemetry lists as still holding GPU memory after the run ended,
-one small Ray job pinned per node (backend/cluster/reaper_job.py), never by name and never `ray stop`.
-Every launch, abort, force-stop and cleanup is appended to the audit log.
+Leftovers are read on the nodes after the run ended and killed only when provably the job's
+(backend.cluster.leftovers), never by name and never `ray stop`. Every launch, abort, force-stop and
+cleanup is appended to the audit log.
 
 Consumers: register callbacks with `subscribe(cb)` or iterate `events()` (one queue per
 consumer); `watch()` drives the polling (from a Textual worker or a CLI loop).
@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,20 +36,35 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from backend.cluster.abort_policy import (
+    LEFTOVER_CHECK_S,
+    LEFTOVER_KILL_GRACE_S,
+    LEFTOVER_KILL_S,
+    abort_policy,
+)
 from backend.cluster.audit import AuditLog
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
-from backend.cluster.job_identity import CLEANUP_KEY, active_runs, is_run, job_kind, latest_run, run_id_of
-from backend.cluster.telemetry import ClusterSnapshot, snapshot
+from backend.cluster.job_identity import active_runs, job_kind, latest_run
+from backend.cluster.leftovers import (
+    JobFootprint,
+    Leftover,
+    LeftoverReport,
+    ReapResult,
+    footprint_from_audit,
+    kill_leftovers,
+    read_leftovers,
+    record_footprint,
+    run_reaper,
+)
+from backend.cluster.telemetry import snapshot
 from backend.errors import ConsoleError, RefusedError
+from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
 
 DEFAULT_POLL_S = 3.0  # job status; with telemetry and the log tail the console stays under 1 request/s
-RAY_DEFAULT_STOP_SIGNAL = "SIGTERM"
-RAY_DEFAULT_STOP_WAIT_S = 3
 PENDING_STOP_NOTE = (
     "the job is still PENDING: Ray's stop does not cancel a pending job (it stays queued until "
     "resources free up, then starts and is stopped at once); still watching it")
-REAP_MARK = "ULTRA_CONSOLE_REAP "
 
 
 class RunState(str, Enum):
@@ -87,7 +100,7 @@ class LaunchRefused(RefusedError):
 
     exit_code = 2  # like `plan`: error findings
 
-    def __init__(self, message: str, findings: list[Any] | None = None) -> None:
+    def __init__(self, message: str, findings: list[Finding] | None = None) -> None:
         super().__init__(message)
         self.findings = list(findings or [])
 
@@ -97,55 +110,10 @@ class NoRunFound(ConsoleError):
 
 
 @dataclass(frozen=True)
-class Leftover:
-    """A process still holding GPU memory on an alive node, per the latest telemetry."""
-
-    node_id: str
-    node_label: str
-    gpu_index: int
-    pid: int
-    mem_mb: int
-
-
-@dataclass(frozen=True)
 class AbortOutcome:
     job: JobInfo
     stop_sent: bool
     message: str
-
-
-def stop_settings(job: JobInfo) -> tuple[str, int]:
-    """(signal, grace seconds) Ray's supervisor will use for this job (its runtime env, else Ray's defaults)."""
-    env = ((job.runtime_env or {}).get("env_vars") or {}) if isinstance(job.runtime_env, dict) else {}
-    signal = env.get("RAY_JOB_STOP_SIGNAL") or RAY_DEFAULT_STOP_SIGNAL
-    try:
-        wait = int(env.get("RAY_JOB_STOP_WAIT_TIME_S") or RAY_DEFAULT_STOP_WAIT_S)
-    except ValueError:
-        wait = RAY_DEFAULT_STOP_WAIT_S
-    return signal, wait
-
-
-def failure_reason(job: JobInfo, snap: ClusterSnapshot | None = None) -> str | None:
-    """One readable reason for a FAILED job: Ray's error type and message head, plus the dead
-    node it ran on when telemetry knows it."""
-    if job.status != "FAILED":
-        return None
-    message = (job.message or "").strip()
-    head = message.splitlines()[0] if message else "no message from Ray"
-    if "last available logs" in head:
-        tail = [ln for ln in message.splitlines()[1:] if ln.strip()]
-        errors = [ln for ln in tail if "Error" in ln or "error" in ln]
-        head = head.split(",")[0] + (f"; last error: {errors[-1].strip()[:300]}" if errors else "")
-    reason = f"{job.error_type}: {head}" if job.error_type else head
-    if snap is not None and job.driver_node_id:
-        node = snap.node(job.driver_node_id)
-        if node is not None and not node.alive:
-            reason += f" (driver node {node.label} is {node.state}: {node.death_reason})"
-    return reason
-
-
-def _ms_to_s(ms: int | None) -> float | None:
-    return ms / 1000.0 if ms else None
 
 
 class RunController:
@@ -163,6 +131,7 @@ class RunController:
         self._callbacks: list[Callable[[RunEvent], Awaitable[None] | None]] = []
         self._queues: list[asyncio.Queue[RunEvent]] = []
         self._unreachable = False
+        self.footprint: JobFootprint | None = None
 
     # ---------------------------------------------------------------- events
     def subscribe(self, callback: Callable[[RunEvent], Awaitable[None] | None]) -> Callable[[], None]:
@@ -211,12 +180,10 @@ class RunController:
     # ---------------------------------------------------------------- attach / refresh
     async def attach(self, job_id: str | None = None) -> JobInfo:
         """Attach to `job_id`, or to the latest run (ours or miles') when None."""
-        if job_id:
-            job = await self.client.get_job(job_id)
-        else:
-            job = latest_run(await self.client.list_jobs())
-            if job is None:
-                raise NoRunFound(f"no training run found on the Ray cluster at {self.client.address}")
+        found = await self.client.get_job(job_id) if job_id else latest_run(await self.client.list_jobs())
+        if found is None:
+            raise NoRunFound(f"no training run found on the Ray cluster at {self.client.address}")
+        job = found
         self._stop_requested = self._audited_stop(job)
         await self._set(job)
         return job
@@ -262,51 +229,71 @@ class RunController:
 
     # ---------------------------------------------------------------- launch
     async def check(self, spec: RunSpec, *, force: bool = False, check_cluster: bool = True,
-                    record: bool = False) -> list[Any]:
+                    record: bool = False) -> list[Finding]:
         """Findings for launching `spec` now (rules, then preflight against the cluster). Raises
         LaunchRefused on an error finding; with `force`, another active run (P3) is allowed.
         `record`: this is a launch attempt, so a refusal goes to the audit log too."""
         try:
-            return await self._check(spec, force=force, check_cluster=check_cluster)
+            findings = self._rules(spec)
+            return findings + await self._cluster_check(spec, findings, force=force, check_cluster=check_cluster)
         except LaunchRefused as err:
             if record:
-                self.audit.record("launch", job=None, command=f"launch preset {spec.preset}", result=str(err),
-                                  details={"findings": [f.to_json() for f in err.findings if f.severity == "error"],
-                                           "forced": force})
+                self._record_refusal(spec, err, force)
             raise
 
-    async def _check(self, spec: RunSpec, *, force: bool, check_cluster: bool) -> list[Any]:
-        from backend.cluster.preflight import preflight
-        from backend.plan import checks as constraints
+    def _record_refusal(self, spec: RunSpec, err: LaunchRefused, force: bool) -> None:
+        self.audit.record("launch", job=None, command=f"launch preset {spec.preset}", result=str(err),
+                          details={"findings": [f.to_json() for f in err.findings if f.severity == "error"],
+                                   "forced": force})
 
-        findings = list(constraints.check(spec))
-        if constraints.has_errors(findings):
+    @staticmethod
+    def _rules(spec: RunSpec) -> list[Finding]:
+        """The rule engine on `spec`; raises LaunchRefused on an error finding."""
+        from backend.plan import checks
+
+        findings = list(checks.check(spec))
+        if checks.has_errors(findings):
             raise LaunchRefused(f"launch refused: {_first_error(findings)}", findings)
+        return findings
+
+    async def _cluster_check(self, spec: RunSpec, findings: list[Finding], *, force: bool, check_cluster: bool
+                             ) -> list[Finding]:
+        from backend.cluster.preflight import preflight
+        from backend.plan.finding import has_errors
+
         if check_cluster:
             cluster = await preflight(spec, self.client)
             if force:
                 cluster = [f for f in cluster if f.rule != "P3"]
-            findings += cluster
-            if constraints.has_errors(cluster):
-                raise LaunchRefused(f"launch refused: {_first_error(cluster)}", findings)
-        elif not force:
+            if has_errors(cluster):
+                raise LaunchRefused(f"launch refused: {_first_error(cluster)}", findings + cluster)
+            return cluster
+        if not force:
             active = active_runs(await self.client.list_jobs())
             if active:
                 raise LaunchRefused(f"launch refused: run {active[0].id} is still {active[0].status} "
                                     "(abort it first or use --force)")
-        return findings
+        return []
 
     async def launch(self, spec: RunSpec, *, force: bool = False, secrets: dict[str, str] | None = None,
-                     run_id: str | None = None, check_cluster: bool = True, findings: list[Any] | None = None
+                     run_id: str | None = None, check_cluster: bool = True, findings: list[Finding] | None = None
                      ) -> JobInfo:
         """Submit `spec` as a new run. Refuses error findings (rules and preflight) and a second
-        active run unless `force`; `findings` from an earlier `check()` skip a second check.
+        active run unless `force`. `findings` from an earlier `check()` spare a second preflight against
+        the cluster, never the rules: the rule engine runs on `spec` here whatever the caller found.
         Returns the job as Ray reports it right after submission."""
         from backend.plan.submission import build_submission
 
         self._require_writable("launch")
         if findings is None:
             findings = await self.check(spec, force=force, check_cluster=check_cluster, record=True)
+        else:
+            try:
+                rules = self._rules(spec)
+            except LaunchRefused as err:
+                self._record_refusal(spec, err, force)
+                raise
+            findings = rules + [f for f in findings if f.rule.startswith("P")]
         sub = build_submission(spec, run_id=run_id, secrets=secrets)
         self.job, self.state, self._stop_requested = None, RunState.SUBMITTING, False
         await self._emit(RunEvent("state", RunState.SUBMITTING, None, f"submitting {sub.submission_id}"))
@@ -346,27 +333,26 @@ class RunController:
     # ---------------------------------------------------------------- abort
     async def abort(self) -> AbortOutcome:
         """Ask Ray to stop the run (graceful: the job's stop signal and grace period). Does not
-        wait: follow with `wait_terminal()` / `watch()` to confirm STOPPED."""
+        wait: follow with `wait_terminal()` / `watch()` to confirm STOPPED. Records where the job
+        ran (its footprint) first, while its workers are still listed."""
         self._require_writable("abort")
         job = await self.refresh()
         if job.is_terminal:
             return AbortOutcome(job, False, f"job {job.id} already ended {job.status}; nothing to stop")
-        signal, wait = stop_settings(job)
+        policy = abort_policy(job)
+        self.footprint = await record_footprint(self.client, job)
         sent = await self.client.stop_job(job.id)
         self._stop_requested = True
-        if job.status == "PENDING":
-            message = PENDING_STOP_NOTE
-        else:
-            message = (f"stop requested: Ray sends {signal} to the driver's process tree, waits up to {wait} s "
-                       "for a clean shutdown, then SIGKILLs what is left")
+        message = PENDING_STOP_NOTE if job.status == "PENDING" else policy.stop_message()
         self.audit.record("abort", job=job.id, command=f"POST /api/jobs/{job.id}/stop",
                           result=f"stop requested while {job.status}" if sent else "job was no longer alive",
-                          details={"signal": signal, "grace_s": wait})
+                          details={"signal": policy.signal, "grace_s": policy.grace_s,
+                                   "footprint": self.footprint.to_json()})
         await self._set(job)
         await self._notice(message)
         return AbortOutcome(job, sent, message)
 
-    async def force_stop(self, *, timeout_s: float = 60.0) -> str:
+    async def force_stop(self) -> str:
         """The second step after abort: SIGKILL the driver's process tree now. Returns what was done."""
         self._require_writable("force-stop")
         job = await self.refresh()
@@ -381,8 +367,13 @@ class RunController:
         if pid is None or not job.driver_node_id:
             return ("Ray reports no driver PID for this job (its entrypoint never called ray.init): force can only "
                     "repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends")
-        results = await self._run_reaper(job.driver_node_id, ["--tree", str(pid), "--job", job.id],
-                                         timeout_s=timeout_s, purpose="force")
+        try:
+            answer = await run_reaper(self.client, job.driver_node_id, ["--tree", str(pid), "--job", job.id],
+                                      timeout_s=abort_policy(job).force_wait_s, purpose="force")
+        except ConsoleError as err:
+            results: list[dict[str, Any]] = [{"pid": pid, "action": "failed", "reason": str(err)}]
+        else:
+            results = list(answer.items)
         killed = [r["pid"] for r in results if r.get("action") == "killed"]
         summary = (f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
                    f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
@@ -393,80 +384,67 @@ class RunController:
         await self._notice(summary)
         return summary
 
-    # ---------------------------------------------------------------- cleanup
-    async def leftovers(self, snap: ClusterSnapshot | None = None) -> list[Leftover]:
-        """Processes still holding GPU memory on alive nodes (per telemetry), by node."""
-        snap = snap or await snapshot(self.client)
-        out = []
-        for node_id, held in snap.gpu_holders().items():
-            node = snap.node(node_id)
-            label = node.label if node else node_id[:8]
-            out += [Leftover(node_id, label, idx, p.pid, p.mem_mb) for idx, p in held]
-        return out
+    # ---------------------------------------------------------------- leftovers
+    def job_footprint(self) -> JobFootprint | None:
+        """Where the attached job ran: recorded by this console's abort, else by an earlier one (audit log),
+        else only what Ray still says about the job (its driver's node)."""
+        if self.job is None:
+            return None
+        if self.footprint is not None and self.footprint.submission_id == self.job.id:
+            return self.footprint
+        with contextlib.suppress(ConsoleError):
+            found = footprint_from_audit(self.audit.entries(limit=500), self.job.id)
+            if found is not None:
+                return found
+        return JobFootprint.of(self.job)
 
-    async def cleanup(self, leftovers: list[Leftover] | None = None, *, timeout_s: float = 90.0
-                      ) -> list[dict[str, Any]]:
-        """Kill exactly the leftover PIDs, one kill job pinned per node; refused while a run is active."""
+    async def leftover_nodes(self) -> list[tuple[str, str]]:
+        """(node id, label) of the alive nodes a leftover check of the attached job asks: the nodes it ran on
+        when its footprint is complete, else every alive node."""
+        return (await self._leftover_scope())[0]
+
+    async def _leftover_scope(self) -> tuple[list[tuple[str, str]], list[str]]:
+        snap = await snapshot(self.client)
+        alive = [(n.node_id, n.label) for n in snap.alive_nodes]
+        fp = self.job_footprint()
+        if fp is None or not fp.complete or not fp.node_ids:
+            return alive, []
+        alive_ids = {n for n, _ in alive}
+        return [n for n in alive if n[0] in fp.node_ids], [n for n in fp.node_ids if n not in alive_ids]
+
+    async def leftovers(self) -> LeftoverReport:
+        """GPU processes still held, read on each node the job ran on after it ended (refused while it runs:
+        its processes hold GPU memory legitimately)."""
+        if self.job is not None and not self.job.is_terminal:
+            job = await self.refresh()
+            if not job.is_terminal:
+                raise RefusedError(f"leftovers are read after the job ended: {job.id} is still {job.status}")
+        nodes, gone = await self._leftover_scope()
+        timeout = abort_policy(self.job).leftover_check_s if self.job is not None else LEFTOVER_CHECK_S
+        return await read_leftovers(self.client, self.job_footprint(), nodes, timeout_s=timeout, gone=gone)
+
+    async def cleanup(self, leftovers: list[Leftover] | None = None) -> list[ReapResult]:
+        """Kill exactly the job's leftover PIDs, one kill job pinned per node, each re-checking on the node that
+        the PID still holds GPU memory and is the job's; refused while a run is active."""
         self._require_writable("cleanup")
         jobs = await self.client.list_jobs()
         busy = [j for j in jobs if not j.is_terminal and job_kind(j) != "cleanup" and j.type != "DRIVER"]
         if busy:
             raise RefusedError(f"cleanup refused: job {busy[0].id} is still {busy[0].status}; its processes "
                                "hold GPU memory legitimately (abort it first)")
-        items = leftovers if leftovers is not None else await self.leftovers()
-        by_node: dict[str, list[Leftover]] = {}
-        for item in items:
-            by_node.setdefault(item.node_id, []).append(item)
-        tasks = [self._run_reaper(node, [a for it in group for a in ("--pid", str(it.pid))],
-                                  timeout_s=timeout_s, purpose="cleanup")
-                 for node, group in by_node.items()]
-        results: list[dict[str, Any]] = []
-        for node, outcome in zip(by_node, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
-            if isinstance(outcome, BaseException):
-                results += [{"node_id": node, "pid": it.pid, "action": "failed", "reason": str(outcome)}
-                            for it in by_node[node]]
-            else:
-                results += [dict(r, node_id=node) for r in outcome]
-        killed = sum(1 for r in results if r.get("action") == "killed")
+        items = leftovers if leftovers is not None else list((await self.leftovers()).killable)
+        policy = abort_policy(self.job) if self.job is not None else None
+        results = await kill_leftovers(self.client, self.job_footprint(), items,
+                                       grace_s=policy.leftover_kill_grace_s if policy else LEFTOVER_KILL_GRACE_S,
+                                       timeout_s=policy.leftover_kill_s if policy else LEFTOVER_KILL_S)
+        killed = sum(1 for r in results if r.action == "killed")
+        nodes = sorted({it.node_id for it in items})
         self.audit.record("cleanup", job=self.job.id if self.job else None,
                           command="kill jobs pinned per node: " + ", ".join(
-                              f"{n[:8]}: {' '.join(str(i.pid) for i in g)}" for n, g in by_node.items()),
-                          result=f"killed {killed} of {len(items)} process(es)", details={"results": results})
+                              f"{n[:8]}: {' '.join(str(i.pid) for i in items if i.node_id == n)}" for n in nodes),
+                          result=f"killed {killed} of {len(items)} process(es)",
+                          details={"results": [r.__dict__ for r in results]})
         return results
-
-    async def _run_reaper(self, node_id: str, args: list[str], *, timeout_s: float, purpose: str
-                          ) -> list[dict[str, Any]]:
-        """Submit backend/cluster/reaper_job.py as a job pinned to `node_id`, wait for it, parse its result lines."""
-        source = Path(__file__).with_name("reaper_job.py").read_text(encoding="utf-8")
-        argv = ["python3", "-c", source, "--gpu-reaper", f"--node-id={node_id}", *args]
-        sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
-        payload = {
-            "entrypoint": shlex.join(argv),
-            "submission_id": sid,
-            "metadata": {CLEANUP_KEY: purpose, "node_id": node_id},
-            "entrypoint_label_selector": {"ray.io/node-id": node_id},
-            "entrypoint_num_cpus": 0.01,
-        }
-        await self.client.submit(payload)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = await self.client.get_job(sid)
-            if job.is_terminal:
-                break
-            if time.monotonic() > deadline:
-                with contextlib.suppress(ConsoleError):
-                    await self.client.stop_job(sid)
-                raise ConsoleError(f"kill job {sid} on node {node_id[:8]} did not finish in {timeout_s:.0f} s "
-                                   f"(still {job.status}); it was stopped")
-            await asyncio.sleep(0.5)
-        results = [json.loads(line[len(REAP_MARK):]) async for line in self.client.read_log(sid)
-                   if line.startswith(REAP_MARK)]
-        with contextlib.suppress(ConsoleError):
-            await self.client.delete_job(sid)
-        if job.status != "SUCCEEDED" and not results:
-            raise ConsoleError(f"kill job {sid} on node {node_id[:8]} ended {job.status}: "
-                               f"{(job.message or '').splitlines()[0] if job.message else 'no message'}")
-        return [r for r in results if r.get("pid", 0) > 0 or r.get("action") == "error"]
 
 
 def _driver_pid(job: JobInfo) -> int | None:
@@ -478,26 +456,7 @@ def _driver_pid(job: JobInfo) -> int | None:
         return None
 
 
-def _first_error(findings: list[Any]) -> str:
+def _first_error(findings: list[Finding]) -> str:
     first = next(f for f in findings if f.severity == "error")
     extra = sum(1 for f in findings if f.severity == "error") - 1
     return f"[{first.rule}] {first.message}" + (f" (+{extra} more error finding(s))" if extra else "")
-
-
-def describe(job: JobInfo, snap: ClusterSnapshot | None = None, state: RunState | None = None) -> dict[str, Any]:
-    """The JSON the `status` command prints (and the app's run header reads)."""
-    return {
-        "job": job.id,
-        "kind": job_kind(job),
-        "run_id": run_id_of(job),
-        "status": (state.value if state else job.status),
-        "ray_status": job.status,
-        "message": (job.message or "").splitlines()[0] if job.message else None,
-        "error_type": job.error_type,
-        "failure_reason": failure_reason(job, snap),
-        "start_time": _ms_to_s(job.start_time),
-        "end_time": _ms_to_s(job.end_time),
-        "driver_node_id": job.driver_node_id,
-        "stop": dict(zip(("signal", "grace_s"), stop_settings(job), strict=True)),
-        "is_run": is_run(job),
-    }

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 from httpx_ws import (
+    AsyncWebSocketSession,
     HTTPXWSException,
     WebSocketDisconnect,
     WebSocketUpgradeError,
@@ -283,8 +284,8 @@ class RayClient:
     async def _stream_log(self, job: JobInfo, tail: int | None) -> AsyncIterator[str]:
         if not job.driver_node_id or not job.submission_id:
             return
-        params = {"node_id": job.driver_node_id, "submission_id": job.submission_id,
-                  "lines": -1 if tail is None else tail}
+        params: dict[str, str | int] = {"node_id": job.driver_node_id, "submission_id": job.submission_id,
+                                        "lines": -1 if tail is None else tail}
         splitter = _LineSplitter()
         decoder = _Utf8Decoder()
         self.requests_made += 1
@@ -400,6 +401,7 @@ class RayClient:
         not be suspended across a generator's `yield`) and report how it ended."""
         url = f"{self.address}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
         self.requests_made += 1
+        ws: AsyncWebSocketSession
         try:
             async with aconnect_ws(url, self._http, max_message_size_bytes=_WS_MAX_MESSAGE,
                                    keepalive_ping_interval_seconds=None) as ws:

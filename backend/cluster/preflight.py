@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from backend.cluster.dashboard import JobInfo
 from backend.cluster.job_identity import active_runs, job_kind, run_id_of
@@ -68,10 +69,14 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
     for node_id, held in snap.gpu_holders().items():
         node = snap.node(node_id)
         label = node.label if node else node_id[:8]
+        age = snap.age_at(node, snap.taken_at) if node else None
         listed = ", ".join(f"pid {p.pid} on GPU {idx} ({p.mem_mb} MiB)" for idx, p in held)
+        # Ray's reporter is seconds old: a hint to check, never a list to kill from (cleanup reads the node now)
         out.append(Finding(rule="P2", severity="warning", fields=(),
-                           message=f"leftover processes hold GPU memory on {label}: {listed}",
-                           fix="run `ultra-console cleanup` to kill exactly these PIDs"))
+                           message=(f"Ray's reporter lists GPU memory in use on {label} with no run active"
+                                    f"{f' (a reading {age:.0f} s old)' if age is not None else ''}: {listed}"),
+                           fix="run `ultra-console cleanup`: it reads each node now and kills only a run's own "
+                               "leftover processes"))
     unlisted = snap.unlisted_memory()
     if unlisted:
         nodes = sorted({n.label for n, _ in unlisted})
@@ -127,7 +132,7 @@ def _version(version: str | None) -> list[Finding]:
         major, minor = -1, -1
     if (major, minor) == EXPECTED_RAY:
         return []
-    severity = "warning" if major == EXPECTED_RAY[0] else "error"
+    severity: Literal["warning", "error"] = "warning" if major == EXPECTED_RAY[0] else "error"
     return [Finding(rule="P6", severity=severity, fields=(),
                     message=f"the cluster runs Ray {version}; the console speaks the Ray 2.60 dashboard API",
                     fix="use Ray 2.60.x on the cluster (job, log and node endpoints differ between versions)")]

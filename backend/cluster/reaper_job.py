@@ -1,11 +1,23 @@
-"""The kill job of `ultra-console cleanup`: runs as a tiny Ray job pinned to one node.
+"""The reaper: a tiny Ray job pinned to one node that reads NVML there and then, and kills only the job's PIDs.
 
 Self-contained on purpose (stdlib + psutil + ray, which every Ray node has): the console sends this
-file's source as `python3 -c <source> --gpu-reaper --node-id=ID --pid N ...`, so worker nodes need
-no copy of the console. For each PID it asks NVML, through Ray's own GPU provider (the same source
-as the dashboard's telemetry), whether the PID still holds GPU memory on this node, and only then
-signals it: SIGTERM, a short grace, SIGKILL. Never by name, never Ray's own daemons, never an
-ancestor of this process. One result line per PID: `ULTRA_CONSOLE_REAP {"pid": ..., "action": ...}`.
+file's source as `python3 -c <source> --gpu-reaper --node-id=ID ...`, so worker nodes need no copy of
+the console. Three modes:
+
+* `--list`: which processes hold GPU memory on this node now (NVML through Ray's own GPU provider, the
+  same source as the dashboard's telemetry, but read at this moment rather than up to 5 s ago), each
+  with its identity: `job` (provably the run's), `unidentified` or `exempt`.
+* `--pid N ...`: the same fresh reading and the same identity check again, then SIGTERM, a short grace,
+  SIGKILL, for the PIDs that still hold GPU memory and are still provably the job's. Nothing else.
+* `--tree PID --job SID`: force-stop, SIGKILL a driver's process tree once its environment shows it is
+  that job's driver.
+
+Identity: NVML inside a container reports host PIDs, so a PID number alone proves nothing. A PID is the
+job's only if this node's PID namespace shows it and its environment carries the job's Ray job id
+(`RAY_JOB_ID`, set by the raylet on every worker and inherited by SGLang's children) or its submission id
+(in `RAY_JOB_CONFIG_JSON_ENV_VAR`, set on the driver), or it descends from a worker PID recorded for the
+job while it ran. Ray's daemons and this job's own ancestors are exempt whatever they carry. Never by name.
+One result line per PID: `ULTRA_CONSOLE_REAP {"pid": ..., ...}`; the last line (`pid` -1) sums up.
 """
 
 from __future__ import annotations
@@ -18,22 +30,27 @@ import time
 MARK = "ULTRA_CONSOLE_REAP "
 RAY_DAEMONS = ("raylet", "gcs_server", "dashboard", "DashboardAgent", "runtime_env/agent", "log_monitor",
                "monitor.py", "ray_client_server")
+UNLISTED_SHARE = 0.10  # a GPU this full with no process listed: NVML cannot name its holder here
 
 
-def gpu_holders() -> dict[int, int] | None:
-    """PID -> MiB held on this node's GPUs, or None when no GPU provider answers here."""
+def gpu_reading() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]] | None:
+    """([(gpu, pid, MiB)] of every process holding memory, [(gpu, used MiB, total MiB)]) read now, or None
+    when no GPU provider answers on this node."""
     from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
     provider = GpuMetricProvider()
     if not provider.initialize():
         return None
-    held: dict[int, int] = {}
+    holders: list[tuple[int, int, int]] = []
+    gpus: list[tuple[int, int, int]] = []
     for gpu in provider.get_gpu_usage():
+        index = int(gpu.get("index") or 0)
+        gpus.append((index, int(gpu.get("memory_used") or 0), int(gpu.get("memory_total") or 0)))
         for pid, info in (gpu.get("processes_pids") or {}).items():
             mem = int((info or {}).get("gpu_memory_usage") or 0)
             if mem > 0:
-                held[int(pid)] = held.get(int(pid), 0) + mem
-    return held
+                holders.append((index, int(pid), mem))
+    return holders, gpus
 
 
 def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]
@@ -41,7 +58,7 @@ def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]
 
     me = psutil.Process()
     if proc.pid in {me.pid, *(p.pid for p in me.parents())}:
-        return "it is this cleanup job or one of its parents"
+        return "it is this reaper job or one of its parents"
     try:
         cmd = " ".join(proc.cmdline())
     except (psutil.AccessDenied, psutil.ZombieProcess):
@@ -49,6 +66,71 @@ def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]
     if any(name in cmd for name in RAY_DAEMONS):
         return "it is a Ray daemon"
     return None
+
+
+def _carries_job(env: dict[str, str], job_id: str, submission_id: str) -> str | None:
+    if job_id and env.get("RAY_JOB_ID") == job_id:
+        return f"its environment carries the job's Ray job id {job_id}"
+    if submission_id:
+        try:
+            config = json.loads(env.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+        except ValueError:
+            config = {}
+        meta = config.get("metadata") if isinstance(config, dict) else None
+        if isinstance(meta, dict) and meta.get("job_submission_id") == submission_id:
+            return f"its environment carries the job's submission id {submission_id}"
+    return None
+
+
+def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
+    """(identity, why, process name, the psutil process or None) of `pid`: identity is "job", "unidentified"
+    or "exempt". A signal goes to that same process object: psutil refuses it if the PID was reused since."""
+    import psutil
+
+    unknown = "held by a process this node cannot identify as the job's"
+    try:
+        proc = psutil.Process(pid)
+        name = proc.name()
+    except psutil.NoSuchProcess:
+        return "unidentified", f"{unknown}: pid {pid} is not visible in this node's PID namespace", "", None
+    except psutil.AccessDenied:
+        name = ""
+    why = _protected(proc)
+    if why:
+        return "exempt", f"refused: {why}", name, proc
+    try:
+        env = proc.environ()
+    except psutil.NoSuchProcess:
+        return "unidentified", f"{unknown}: it exited while being checked", name, None
+    except (psutil.AccessDenied, OSError) as err:
+        return "unidentified", f"{unknown}: its environment cannot be read ({type(err).__name__})", name, proc
+    carried = _carries_job(env, job_id, submission_id)
+    if carried:
+        return "job", carried, name, proc
+    try:
+        ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
+    except psutil.NoSuchProcess:
+        ancestor = None
+    if ancestor is not None:
+        return "job", f"it descends from the job's worker pid {ancestor}", name, proc
+    return "unidentified", f"{unknown}: no job id in its environment", name, proc
+
+
+def list_holders(job_id: str, submission_id: str, worker_pids: set[int]) -> tuple[list[dict[str, object]],
+                                                                                   dict[str, object]]:
+    """The fresh reading with an identity per holder, and the summary fields (nvml, unlisted GPUs)."""
+    reading = gpu_reading()
+    if reading is None:
+        return [], {"nvml": False}
+    holders, gpus = reading
+    listed = {gpu for gpu, _, _ in holders}
+    unlisted = [[gpu, used] for gpu, used, total in gpus
+                if gpu not in listed and total and used > UNLISTED_SHARE * total]
+    out: list[dict[str, object]] = []
+    for gpu, pid, mem in holders:
+        identity, why, name, _ = identify(pid, job_id, submission_id, worker_pids)
+        out.append({"pid": pid, "gpu": gpu, "mem_mb": mem, "identity": identity, "reason": why, "name": name})
+    return out, {"nvml": True, "unlisted": unlisted}
 
 
 def _gone(proc, timeout: float) -> bool:  # type: ignore[no-untyped-def]
@@ -66,42 +148,46 @@ def _gone(proc, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def reap(pids: list[int], grace_s: float) -> list[dict[str, object]]:
+def _signal(proc, grace_s: float) -> dict[str, object]:  # type: ignore[no-untyped-def]
     import psutil
 
-    results: list[dict[str, object]] = []
     try:
-        held = gpu_holders()
+        proc.terminate()
+        if _gone(proc, grace_s):
+            return {"action": "killed", "signal": "SIGTERM"}
+        proc.kill()
+        if not _gone(proc, 10.0):
+            return {"action": "failed", "reason": "still alive 10 s after SIGKILL"}
+        return {"action": "killed", "signal": "SIGKILL"}
+    except psutil.NoSuchProcess:
+        return {"action": "skipped", "reason": "already exited"}
+    except psutil.AccessDenied as err:
+        return {"action": "failed", "reason": repr(err)}
+
+
+def reap(pids: list[int], grace_s: float, job_id: str, submission_id: str, worker_pids: set[int]
+         ) -> list[dict[str, object]]:
+    """Signal each PID that a fresh reading shows holding GPU memory and that is, checked again now, the job's."""
+    try:
+        reading = gpu_reading()
     except Exception as err:
-        held = None
-        results.append({"pid": 0, "action": "error", "reason": f"GPU query failed: {err!r}"})
+        return [{"pid": 0, "action": "error", "reason": f"GPU query failed: {err!r}"}]
+    held: dict[int, int] = {}
+    for _, pid, mem in reading[0] if reading is not None else ():
+        held[pid] = held.get(pid, 0) + mem  # one process on several GPUs: all it holds
+    results: list[dict[str, object]] = []
     for pid in pids:
         out: dict[str, object] = {"pid": pid}
-        if held is None:
+        if reading is None:
             out.update(action="skipped", reason="no GPU provider on this node: cannot verify the PID holds GPU memory")
         elif pid not in held:
             out.update(action="skipped", reason="no longer holds GPU memory")
         else:
-            try:
-                proc = psutil.Process(pid)
-                why = _protected(proc)
-                if why:
-                    out.update(action="skipped", reason=f"refused: {why}")
-                else:
-                    out["name"] = proc.name()
-                    out["mem_mb"] = held[pid]
-                    proc.terminate()
-                    if _gone(proc, grace_s):
-                        out.update(action="killed", signal="SIGTERM")
-                    else:
-                        proc.kill()
-                        if not _gone(proc, 10.0):
-                            raise psutil.TimeoutExpired(10.0, pid)
-                        out.update(action="killed", signal="SIGKILL")
-            except psutil.NoSuchProcess:
-                out.update(action="skipped", reason="already exited")
-            except (psutil.AccessDenied, psutil.TimeoutExpired) as err:
-                out.update(action="failed", reason=repr(err))
+            identity, why, name, proc = identify(pid, job_id, submission_id, worker_pids)
+            if identity != "job" or proc is None:
+                out.update(action="skipped", reason=why)
+            else:
+                out.update(name=name, mem_mb=held[pid], **_signal(proc, grace_s))
         results.append(out)
     return results
 
@@ -113,14 +199,13 @@ def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
 
     try:
         proc = psutil.Process(pid)
-        config = json.loads(proc.environ().get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+        env = proc.environ()
     except psutil.NoSuchProcess:
         return [{"pid": pid, "action": "skipped", "reason": "already exited"}]
-    except (psutil.AccessDenied, ValueError) as err:
+    except psutil.AccessDenied as err:
         return [{"pid": pid, "action": "failed", "reason": f"cannot read its environment: {err!r}"}]
-    owner = (config.get("metadata") or {}).get("job_submission_id")
-    if owner != submission_id:
-        return [{"pid": pid, "action": "skipped", "reason": f"belongs to job {owner!r}, not {submission_id!r}"}]
+    if _carries_job(env, "", submission_id) is None:
+        return [{"pid": pid, "action": "skipped", "reason": f"its environment does not name job {submission_id!r}"}]
     tree = [proc, *proc.children(recursive=True)]
     out: list[dict[str, object]] = []
     for p in tree:
@@ -135,24 +220,39 @@ def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
 
 def main(argv: list[str]) -> int:
     pids: list[int] = []
+    workers: set[int] = set()
     grace = 5.0
     tree_of: int | None = None
-    job = ""
+    listing = False
+    job_id = submission_id = ""
     it = iter(argv)
     for arg in it:
         if arg == "--pid":
             pids.append(int(next(it)))
+        elif arg == "--worker-pid":
+            workers.add(int(next(it)))
         elif arg == "--grace":
             grace = float(next(it))
         elif arg == "--tree":
             tree_of = int(next(it))
-        elif arg == "--job":
-            job = next(it)
+        elif arg in ("--job", "--submission-id"):
+            submission_id = next(it)
+        elif arg == "--job-id":
+            job_id = next(it)
+        elif arg == "--list":
+            listing = True
     started = time.time()
-    for item in kill_tree(tree_of, job) if tree_of is not None else reap(pids, grace):
+    summary: dict[str, object] = {}
+    if tree_of is not None:
+        items = kill_tree(tree_of, submission_id)
+    elif listing:
+        items, summary = list_holders(job_id, submission_id, workers)
+    else:
+        items = reap(pids, grace, job_id, submission_id, workers)
+    for item in items:
         print(MARK + json.dumps(item, sort_keys=True), flush=True)
     print(MARK + json.dumps({"pid": -1, "action": "done", "seconds": round(time.time() - started, 2),
-                             "host": os.uname().nodename}), flush=True)
+                             "host": os.uname().nodename, "read_at": started, **summary}), flush=True)
     return 0
 
 

@@ -13,7 +13,12 @@ dashboard request per second.
 
 A node whose agent reports no GPUs gets `gpus=None` ("no GPU telemetry"), never 0 %: on this
 project's test machines the logical GPUs exist without any NVML behind them. Readings carry their
-age (`telemetry_age_s`, `stale`): on a real H200 the summary lags 5-8 s and can freeze (ray.md §8).
+age (`telemetry_age_s`, `stale`, and `age_at(now)` as time passes): on a real H200 the summary lags
+5-8 s behind NVML and can freeze, so a reading older than two reporter periods (10 s) is stale.
+
+Where a run writes miles' own per-GPU samples (`--use-miles-dashboard`, 1 s; backend.cluster.
+miles_gpu_streams), a node's GPUs come from those first and from Ray's reporter second, and the node
+says which (`gpu_source`).
 """
 
 from __future__ import annotations
@@ -23,14 +28,22 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-STALE_AFTER_S = 15.0
+if TYPE_CHECKING:
+    from backend.cluster.dashboard import JobInfo
+    from backend.cluster.miles_gpu_streams import GpuSample, MilesGpuStreams
+
+REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
+STALE_AFTER_S = 2 * REPORTER_PERIOD_S
 # Where the GPU numbers come from, shown with them: NVML's memory info counts reserved memory, so
 # it reads higher than nvidia-smi's per-process figures (ray.md §8: 1625 vs 1011 MiB).
 GPU_SOURCE = "Ray reporter (NVML, every 5 s; memory incl. reserved, MiB)"
+GpuSource = Literal["ray", "miles"]
+SOURCE_LABELS: dict[str, str] = {"ray": "Ray reporter", "miles": "miles dashboard"}
 DEFAULT_INTERVAL_S = 2.5
 # Ray's reporter refreshes every 5 s and the summary is cached 2 s: asking more often than this
 # returns the last snapshot without a request, whatever interval a caller polls at.
@@ -77,8 +90,9 @@ class NodeSnapshot(BaseModel):
     gpus: list[GpuSnapshot] | None = None
     logical_gpus_total: float = 0.0
     logical_gpus_used: float | None = None  # None: Ray has not reported logical usage yet
-    telemetry_age_s: float | None = None  # seconds since the node's agent took the reading
+    telemetry_age_s: float | None = None  # seconds since the reading was taken, as of the snapshot
     stale: bool = False
+    gpu_source: GpuSource = "ray"
 
     @property
     def short_id(self) -> str:
@@ -111,6 +125,26 @@ class ClusterSnapshot(BaseModel):
 
     def node(self, node_id: str) -> NodeSnapshot | None:
         return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    def age_at(self, node: NodeSnapshot, now: float) -> float | None:
+        """How old `node`'s reading is at `now` (it keeps ageing after the snapshot was taken)."""
+        if node.telemetry_age_s is None:
+            return None
+        return node.telemetry_age_s + max(0.0, now - self.taken_at)
+
+    def stale_at(self, node: NodeSnapshot, now: float) -> bool:
+        age = self.age_at(node, now)
+        return node.stale or (age is not None and age > STALE_AFTER_S)
+
+    def oldest_age(self, now: float) -> float | None:
+        """The age of the oldest GPU reading of an alive node at `now` (None: no reading carries an age)."""
+        ages = [a for n in self.alive_nodes if n.gpus is not None and (a := self.age_at(n, now)) is not None]
+        return max(ages) if ages else None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The GPU sources in use, for the pane's header."""
+        return tuple(dict.fromkeys(SOURCE_LABELS[n.gpu_source] for n in self.alive_nodes if n.gpus is not None))
 
     def gpu_holders(self) -> dict[str, list[tuple[int, GpuProcess]]]:
         """Alive node id -> [(gpu index, process)] for every process Ray lists as holding GPU memory."""
@@ -227,6 +261,31 @@ def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] |
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
 
+def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
+                       ) -> ClusterSnapshot:
+    """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh (one
+    source per node, so the pane never flips between them); Ray's memory totals and process lists are kept.
+    Pure."""
+    nodes = []
+    for node in snap.nodes:
+        mine = samples.get(node.ip) if node.alive and node.ip else None
+        if not mine:
+            nodes.append(node)
+            continue
+        age = max(0.0, now - min(s.ts for s in mine.values()))
+        if age > STALE_AFTER_S:  # miles' samples stopped: Ray's reporter, with its own age
+            nodes.append(node)
+            continue
+        known = {g.index: g for g in node.gpus or []}
+        gpus = [known[i].model_copy(update={"utilization_pct": s.util, "mem_used_mb": s.mem_mb})
+                if i in known else GpuSnapshot(index=i, utilization_pct=s.util, mem_used_mb=s.mem_mb)
+                for i, s in sorted(mine.items())]
+        gpus += [g for i, g in sorted(known.items()) if i not in mine]
+        nodes.append(node.model_copy(update={"gpus": gpus, "telemetry_age_s": age, "stale": False,
+                                             "gpu_source": "miles"}))
+    return snap.model_copy(update={"nodes": nodes, "taken_at": now})
+
+
 # --------------------------------------------------------------------------- I/O
 
 async def snapshot(client: Any, *, include_dead: bool = True, ray_version: str | None = None) -> ClusterSnapshot:
@@ -257,20 +316,42 @@ class TelemetryPoller:
         self._alive_ids: frozenset[str] = frozenset()
         self._ray_version: str | None = None
         self._stopped = asyncio.Event()
+        self._ray_snap: ClusterSnapshot | None = None
+        self._streams: MilesGpuStreams | None = None
+        self._dump_dir: Path | None = None
+
+    def watch_job(self, job: JobInfo | None) -> None:
+        """Read miles' GPU streams of `job`'s dump directory, when it writes them, before Ray's reporter."""
+        from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
+
+        found = dump_details_dir(job)
+        if found != self._dump_dir:
+            self._dump_dir = found
+            self._streams = MilesGpuStreams(found) if found is not None else None
+
+    def _merged(self, snap: ClusterSnapshot) -> ClusterSnapshot:
+        streams = self._streams
+        if streams is None or not streams.present:
+            return snap
+        return with_miles_samples(snap, streams.poll(), time.time())
 
     def stop(self) -> None:
         self._stopped.set()
 
     async def poll_once(self) -> ClusterSnapshot:
-        """A fresh snapshot, or the last one when asked again within `min_request_interval_s`."""
-        if self.last is not None and time.monotonic() - self._polled_at < self.min_request_interval_s:
-            return self.last
+        """A fresh snapshot: Ray's part at most every `min_request_interval_s` (else its last one), miles'
+        streams, when the watched run writes them, read on every call."""
+        if self._ray_snap is not None and time.monotonic() - self._polled_at < self.min_request_interval_s:
+            merged = self._merged(self._ray_snap)
+            if merged is not self._ray_snap:
+                self.last = merged
+            return self.last or merged
         if self._ray_version is None:
             with contextlib.suppress(Exception):
                 self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
         summary = await self.client.nodes_summary()
         alive_ids = frozenset(
-            (item.get("raylet") or {}).get("nodeId") for item in summary.get("summary") or []
+            str((item.get("raylet") or {}).get("nodeId")) for item in summary.get("summary") or []
             if isinstance(item, dict))
         now = time.monotonic()
         if (self._state_nodes is None or alive_ids != self._alive_ids
@@ -279,8 +360,9 @@ class TelemetryPoller:
             self._state_at = now
         self._alive_ids = alive_ids
         snap = parse_nodes_summary(summary, self._state_nodes, ray_version=self._ray_version)
-        self.last, self._polled_at = snap, time.monotonic()
-        return snap
+        self._ray_snap, self._polled_at = snap, time.monotonic()
+        self.last = self._merged(snap)
+        return self.last
 
     async def run(self) -> AsyncIterator[ClusterSnapshot | Exception]:
         """Yield a snapshot per interval, or the ConsoleError that stopped one (then keep going)."""

@@ -218,6 +218,8 @@ class RunOptions(_Strict):
     master_addr: str = "127.0.0.1"
     wandb_project: str | None = None
     stop_wait_s: int = Field(default=120, ge=1, le=3600, description="grace period after SIGINT on abort")
+    miles_dashboard: bool = Field(default=False, description="miles writes its own 1 s GPU streams (off: the "
+                                  "launcher's argv)")
     extra_env: dict[str, str] = Field(default_factory=dict)
 
 

@@ -236,7 +236,8 @@ def misc_args(spec: RunSpec, run_id: str) -> list[str]:
             "--attention-backend", spec.train.attention_backend, *_flag(r.colocate, "--colocate"),
             "--actor-num-nodes", str(c.nodes), "--actor-num-gpus-per-node", str(c.gpus_per_node),
             "--rollout-num-gpus", str(r.num_gpus or c.total_gpus),
-            "--dump-details", f"{_run_dir(spec, run_id)}/dump_details"]
+            "--dump-details", f"{_run_dir(spec, run_id)}/dump_details",
+            *_flag(spec.run.miles_dashboard, "--use-miles-dashboard", "--dashboard-flush-interval", "1")]
 
 
 def split_extra_args(text: str) -> list[str]:

@@ -81,14 +81,5 @@ def say(text: str, *, err: bool = False) -> None:
     stream.flush()
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(max(seconds, 0))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def finding_lines(findings: list[Any]) -> list[str]:
     return [f"  {f.severity:<7} [{f.rule}] {f.message}" + (f" — fix: {f.fix}" if f.fix else "") for f in findings]

@@ -27,9 +27,6 @@ if TYPE_CHECKING:
     from backend.cluster.controller import RunController, RunEvent
     from backend.settings import Settings
 
-EXTRA_WAIT_S = 30.0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("abort", help="stop a run gracefully (default: the latest run)")
     add_job_arg(p)
@@ -38,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="second step: SIGKILL the driver's process tree now (skips miles' clean shutdown)")
     p.add_argument("--no-wait", action="store_true", help="return once the stop is requested")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="how long to watch for STOPPED (default: the job's grace period + 30 s)")
+                   help="how long to watch for STOPPED (default: the job's grace period + 30 s; 60 s after --force)")
     p.set_defaults(func=run)
 
 
@@ -50,7 +47,7 @@ def _printer(event: RunEvent) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.cluster.controller import stop_settings
+    from backend.cluster.abort_policy import abort_policy
 
     refuse_if_readonly(settings_of(args), "abort")
 
@@ -59,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         if job.is_terminal:
             say(f"job {job.id} already ended {job.status}; nothing to stop")
             return 0
-        signal, grace = stop_settings(job)
+        policy = abort_policy(job, wait_s=args.timeout)
+        signal, grace = policy.signal, policy.grace_s
         if args.force:
             question = (f"FORCE-stop {job.id} ({job.status}): SIGKILL its driver process tree now, without "
                         "a clean shutdown?")
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             say(outcome.message)
         if args.no_wait:
             return 0
-        timeout = args.timeout if args.timeout is not None else grace + EXTRA_WAIT_S
+        timeout = policy.wait_s(forced=args.force)
         try:
             final = await ctl.wait_terminal(timeout)
         except asyncio.TimeoutError:
@@ -86,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
                     f"; to kill it now: ultra-console abort --job {job.id} --force")
             say(f"ultra-console: error: job {job.id} is still {state} after {timeout:.0f} s{hint}", err=True)
             return 1
-        say(f"job {final.id} ended {final.status}")
+        say(f"job {final.id} ended {final.status}"
+            + ("; to check its nodes for leftover GPU processes: ultra-console cleanup" if final.is_terminal else ""))
         return 0 if final.status == "STOPPED" else 1
 
     return run_with(args, body)

@@ -1,13 +1,18 @@
-"""`ultra-console cleanup`: kill exactly the processes still holding GPU memory after a run ended.
+"""`ultra-console cleanup`: kill exactly the job's processes still holding GPU memory after a run ended.
 
-The PIDs come from Ray's GPU telemetry; each node gets one small kill job pinned to it, which
-re-checks that every PID still holds GPU memory before signalling it (SIGTERM, then SIGKILL).
-Never by process name, never `ray stop`. Refused while any job is still active.
+The same path as the app's abort modal (backend.cluster.leftovers): a reaper job pinned to each node the
+run ran on reads NVML there and then and says, for every holder, whether it is provably the run's (its
+environment carries the job's id). Only those are offered; the kill job checks both again before it
+signals (SIGTERM, then SIGKILL). A holder the node cannot identify is reported and never signalled; a
+node that does not answer is named. Never by process name, never `ray stop`. Refused while the run is
+active. Exit status: 0 nothing left (or all killed), 1 a kill failed, a node did not answer or a holder
+is unidentified.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import TYPE_CHECKING
 
@@ -27,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cleanup", help="kill leftover processes that still hold GPU memory after a run")
+    p = sub.add_parser("cleanup", help="kill leftover processes of a run that still hold GPU memory")
     add_job_arg(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
@@ -35,39 +40,44 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.cluster.telemetry import snapshot
+    from backend.cluster.controller import NoRunFound
 
     refuse_if_readonly(settings_of(args), "cleanup")
 
     async def body(ctl: RunController, settings: Settings) -> int:
-        wanted = job_of(args)
-        if wanted:
-            await ctl.attach(wanted)
-        snap = await snapshot(ctl.client)
-        items = await ctl.leftovers(snap)
-        if not items:
-            unlisted = len(snap.unlisted_memory())
-            say("no process is listed as holding GPU memory; nothing to clean up"
-                + (f" ({unlisted} GPU(s) show memory in use but Ray lists no process for them)" if unlisted else ""))
-            if args.json:
-                print(json.dumps({"leftovers": [], "results": []}))
-            return 0
+        try:
+            await ctl.attach(job_of(args))
+        except NoRunFound:
+            say("no run found: no GPU holder can be identified as a run's, so none will be signalled")
+        nodes = await ctl.leftover_nodes()
         if not args.json:
-            say("processes still holding GPU memory:")
-            for it in items:
-                say(f"  {it.node_label}  GPU {it.gpu_index}  pid {it.pid}  {it.mem_mb} MiB")
-        if not confirm(f"Kill these {len(items)} process(es)?", args.yes, "cleanup"):
+            say(f"checking {len(nodes)} node(s) for GPU processes left behind…")
+        report = await ctl.leftovers()
+        doc = {"job": report.job, "leftovers": [dataclasses.asdict(i) for i in report.killable],
+               "unidentified": [dataclasses.asdict(i) for i in report.unidentified],
+               "silent_nodes": [n.node_label for n in report.silent], "results": []}
+        if not args.json:
+            for line in report.lines():
+                say(line)
+        problems = bool(report.unidentified or report.silent)
+        if not report.killable:
+            if args.json:
+                print(json.dumps(doc))
+            else:
+                say(report.summary() + ("" if report.clean else "; nothing of the job's to clean up"))
+            return 1 if problems else 0
+        if not confirm(f"Kill these {len(report.killable)} process(es) of the job?", args.yes, "cleanup"):
             say("cleanup cancelled", err=True)
             return 1
-        results = await ctl.cleanup(items)
+        results = await ctl.cleanup(list(report.killable))
+        doc["results"] = [dataclasses.asdict(r) for r in results]
         if args.json:
-            print(json.dumps({"leftovers": [it.__dict__ for it in items], "results": results}))
+            print(json.dumps(doc))
         else:
             for r in results:
-                what = r.get("action")
-                why = f" ({r['signal']})" if r.get("signal") else (f": {r['reason']}" if r.get("reason") else "")
-                say(f"  pid {r.get('pid')} on {str(r.get('node_id', ''))[:8]}: {what}{why}")
-        failed = [r for r in results if r.get("action") in ("failed", "error")]
-        return 1 if failed else 0
+                why = f" ({r.signal})" if r.signal else (f": {r.reason}" if r.reason else "")
+                say(f"  pid {r.pid} on {r.node_id[:8]}: {r.action}{why}")
+        failed = [r for r in results if r.action in ("failed", "error")]
+        return 1 if failed or problems else 0
 
     return run_with(args, body)

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from backend.sanitize import sanitize_text
-from console.commands._cluster import add_job_arg, fmt_duration, job_of, run_with, say
+from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,8 @@ CAUSE_TAIL_LINES = 5000  # of a failed run's log, read for what said why it fail
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.cluster.controller import describe
+    from backend.cluster.durations import fmt_duration
+    from backend.cluster.run_status import describe
     from backend.cluster.telemetry import snapshot
 
     async def body(ctl: RunController, settings: Settings) -> int:

@@ -8,15 +8,17 @@ The telemetry worker polls only while `wants_telemetry()` is true (the view is v
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from backend.cluster.durations import RunTiming, fmt_duration
+from backend.cluster.lost_work import LostWork
 from console import keymap
 from console.messages import (
     AlertsChanged,
@@ -32,9 +34,13 @@ from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
+    from backend.cluster.controller import RunController
+    from backend.cluster.leftovers import Leftover
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -63,26 +69,14 @@ def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
     return chart_source(sources, keys)
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
-
-
 def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts: Sequence[Alert], now: float, *,
                compact: bool = False) -> str:
-    """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
+    """The one-line summary: job, state, elapsed (or, once ended, how long it ran), rollout i/N, ETA while it
+    runs, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    job, status, started = state.job_id, state.state, state.started_at
-    elapsed = ((state.ended_at or now) - started) if started is not None else None
+    terminal = state.state in TERMINAL_STATES
+    timing = RunTiming(state.started_at, state.ended_at, now)
     d = _derived(metrics)
     prog = d.get("progress") or {}
     done, total = prog.get("rollouts_done"), prog.get("num_rollout")
@@ -90,7 +84,7 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
         progress = f"rollout {int(done)}/{int(total)}"
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
-    eta = fmt_duration(prog.get("eta_s"))
+    eta = "" if terminal else fmt_duration(prog.get("eta_s"))
     ckpt = fmt_duration((d.get("checkpoint") or {}).get("since_s"))
     n_alerts = len(alerts)
     worst = ""
@@ -99,12 +93,13 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
         worst = "!" if sev & {"critical", "error"} else ""
     from backend.signals.alerts import headline
 
-    said = headline(alerts, status)  # a failed run's cause, or a blind chart: never silent
+    said = headline(alerts, state.state)  # a failed run's cause, or a blind chart: never silent
     said = f"  · {said}" if said else ""
     if compact:
-        return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
+        clock = fmt_duration(timing.elapsed_s)
+        return (f"{state.job_id} {state.state} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
                 f"alerts {n_alerts}{worst}{said}")
-    return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
+    return (f"job {state.job_id}  {state.state}  {timing.text(terminal)}  {progress}{f'  ETA {eta}' if eta else ''}  "
             f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}")
 
 
@@ -146,8 +141,15 @@ class RunView(ConsoleView):
 
     @property
     def shown(self) -> bool:
-        """Visible now: mounted, displayed (not a hidden pane of the switcher), on the active screen."""
-        return self.is_mounted and self.display and self.screen is self.app.screen and self.is_on_screen
+        """Visible now: mounted, displayed (not a hidden pane of the switcher), on the active screen or under
+        the modals stacked on it (a modal draws the screen below it, so what shows there must stay true)."""
+        if not (self.is_mounted and self.display and self.is_on_screen):
+            return False
+        stack = self.app.screen_stack
+        if self.screen not in stack:
+            return False
+        above = stack[stack.index(self.screen) + 1:]
+        return all(isinstance(s, ModalScreen) for s in above)
 
     def wants_telemetry(self) -> bool:
         return self.shown
@@ -182,9 +184,15 @@ class RunView(ConsoleView):
             self._redraw()
 
     def _tick(self) -> None:
-        """Elapsed time moves on its own; only a live, visible run needs the 1 Hz state refresh."""
-        if self.run_state is not None and self.shown:
+        """Time moves on its own: a run's elapsed time and the age of the GPU readings (a node goes stale
+        without any new message), so a visible view redraws both once a second."""
+        if not self.shown:
+            return
+        if self.run_state is not None:
             self._dirty.add("state")
+        if self.snapshot is not None:
+            self._dirty.add("fleet")
+        if self._dirty:
             self._redraw()
 
     def _redraw(self) -> None:
@@ -197,7 +205,7 @@ class RunView(ConsoleView):
             if str(widget.content) != text:
                 widget.update(text, layout=False)
         if "fleet" in self._dirty:
-            self.query_one(GpuFleet).update_snapshot(self.snapshot)
+            self.query_one(GpuFleet).update_snapshot(self.snapshot, self.clock())
         if "charts" in self._dirty:
             sources = self.metrics.sources if self.metrics is not None else {}
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
@@ -223,55 +231,48 @@ class RunView(ConsoleView):
         self.app.push_screen(AbortModal(controller.job.id, self.loss_text(), abort_actions(controller)))
 
     def loss_text(self) -> str:
-        """What an abort loses, from backend's derived signals (time and steps since the checkpoint)."""
+        """What an abort loses (backend.cluster.lost_work), from the run monitor's derived numbers."""
         d = _derived(self.metrics)
         ckpt, prog = d.get("checkpoint") or {}, d.get("progress") or {}
-        since = ckpt.get("since_s")
         gpus = (d.get("throughput") or {}).get("rollout_gpus")
-        steps = None
-        if ckpt.get("last_iteration") is not None and prog.get("rollouts_done") is not None:
-            steps = max(0, int(prog["rollouts_done"]) - int(ckpt["last_iteration"]) - 1)
-        parts = []
-        if since is not None:
-            parts.append(f"{fmt_duration(since)} of training since the last checkpoint")
-        if steps is not None:
-            parts.append(f"{steps} rollout(s)")
-        if since is not None and gpus:
-            parts.append(f"≈{since * gpus / 3600:.1f} GPU-hours")
-        if not parts:
-            if ckpt.get("count") == 0:
-                return "No checkpoint has been saved yet: everything this run trained will be lost."
-            return "Progress since the last checkpoint will be lost (its time is not known yet)."
-        return "Will be lost: " + ", ".join(parts) + "."
+        return LostWork(since_checkpoint_s=ckpt.get("since_s"), rollouts_done=_int(prog.get("rollouts_done")),
+                        last_checkpoint_rollout=_int(ckpt.get("last_iteration")),
+                        checkpoints_saved=_int(ckpt.get("count")), gpus=_int(gpus)).text()
 
 
-def abort_actions(controller: Any, *, grace_extra_s: float = 20.0) -> AbortActions:
-    """Bind the modal's steps to backend.cluster.controller.RunController."""
-    from backend.cluster.controller import stop_settings
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def abort_actions(controller: RunController) -> AbortActions:
+    """Bind the modal's steps to the run controller, timed by backend.cluster.abort_policy (as the CLI is)."""
+    from backend.cluster.abort_policy import abort_policy
 
     async def stop() -> bool:
         outcome = await controller.abort()
-        _, wait = stop_settings(outcome.job)
         try:
-            job = await controller.wait_terminal(timeout_s=wait + grace_extra_s)
+            job = await controller.wait_terminal(timeout_s=abort_policy(outcome.job).wait_s(forced=False))
         except TimeoutError:
             return False
-        return bool(job.is_terminal)
+        return job.is_terminal
 
     async def force() -> bool:
         await controller.force_stop()
+        assert controller.job is not None
         try:
-            job = await controller.wait_terminal(timeout_s=60.0)
+            job = await controller.wait_terminal(timeout_s=abort_policy(controller.job).wait_s(forced=True))
         except TimeoutError:
             return False
-        return bool(job.is_terminal)
+        return job.is_terminal
 
-    async def leftovers() -> list[Any]:
-        return list(await controller.leftovers())
+    async def check_nodes() -> list[str]:
+        return [label for _, label in await controller.leftover_nodes()]
 
-    async def cleanup(items: Sequence[Any]) -> str:
+    async def cleanup(items: Sequence[Leftover]) -> str:
         results = await controller.cleanup(list(items))
-        killed = sum(1 for r in results if r.get("action") == "killed")
-        return f"killed {killed} of {len(items)} leftover process(es)"
+        killed = sum(1 for r in results if r.action == "killed")
+        skipped = [f"pid {r.pid}: {r.reason}" for r in results if r.action != "killed"]
+        return f"killed {killed} of {len(items)} leftover process(es)" + (
+            "; " + "; ".join(skipped[:4]) if skipped else "")
 
-    return AbortActions(stop, force, leftovers, cleanup)
+    return AbortActions(stop, force, check_nodes, controller.leftovers, cleanup)

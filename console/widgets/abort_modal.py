@@ -3,7 +3,9 @@
 Escalation as nvitop and turm do it: the first confirmation sends only a graceful stop (Ray's
 stop, which miles sees as SIGINT); only if the job is still alive does a *second, separate*
 confirmation offer the force kill. Cancel has focus at every step. After the job is stopped the
-modal lists GPU processes the run left behind and offers to clean them up.
+modal asks each node the job ran on what holds its GPUs now ("checking N nodes…", each answer bounded,
+a silent node named), lists the job's leftovers and offers to clean them up; a holder the node cannot
+identify as the job's is shown and never offered for a signal. Nothing here comes from dashboard data.
 
 The modal does no Ray I/O of its own: it is handed an `AbortActions` (the run view binds it to
 backend.cluster.controller.RunController) and runs those coroutines in workers, showing each outcome.
@@ -23,7 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 if TYPE_CHECKING:
-    from backend.cluster.controller import Leftover
+    from backend.cluster.leftovers import Leftover, LeftoverReport
 
 
 @dataclass
@@ -32,18 +34,16 @@ class AbortActions:
 
     stop: graceful stop; returns True once the job is terminal (STOPPED), False if it still runs.
     force: force stop; returns True once terminal.
-    leftovers: the GPU processes still held after the stop.
-    cleanup: kill those leftovers; returns a one-line summary.
+    check_nodes: the labels of the nodes a leftover check will ask (said while they are asked).
+    leftovers: the on-node reading of GPU processes after the stop.
+    cleanup: kill the job's leftovers; returns a one-line summary.
     """
 
     stop: Callable[[], Awaitable[bool]]
     force: Callable[[], Awaitable[bool]]
-    leftovers: Callable[[], Awaitable[Sequence[Leftover]]]
+    check_nodes: Callable[[], Awaitable[Sequence[str]]]
+    leftovers: Callable[[], Awaitable[LeftoverReport]]
     cleanup: Callable[[Sequence[Leftover]], Awaitable[str]]
-
-
-def describe_leftover(item: Leftover) -> str:
-    return f"pid {item.pid} on {item.node_label} GPU {item.gpu_index}, {item.mem_mb} MiB"
 
 
 class AbortModal(ModalScreen[str]):
@@ -124,7 +124,7 @@ class AbortModal(ModalScreen[str]):
             self._run_stop(force=True)
         elif self.stage == "leftovers":
             self.stage = "cleaning"
-            self._busy("Cleaning up…", f"Killing {len(self.leftover_items)} leftover GPU processes by PID.")
+            self._busy("Cleaning up…", f"Killing {len(self.leftover_items)} leftover GPU process(es) of the job by PID.")
             self._run_cleanup()
 
     @work(exclusive=True, group="abort", exit_on_error=False)
@@ -153,23 +153,31 @@ class AbortModal(ModalScreen[str]):
 
     async def _after_stop(self) -> None:
         try:
-            items = list(await self.actions.leftovers())
+            nodes = list(await self.actions.check_nodes())
+            self._busy("Stopped — checking for leftovers",
+                       f"{self.job} is STOPPED. Checking {len(nodes)} node(s) for GPU processes left behind… "
+                       f"(read on each node now: {', '.join(nodes[:6])}{' …' if len(nodes) > 6 else ''})")
+            report = await self.actions.leftovers()
         except Exception as err:
             self.stage = "done"
-            self._show("Stopped", f"{self.job} is STOPPED. Could not list leftover GPU processes: {err}",
+            self._show("Stopped", f"{self.job} is STOPPED. Could not check for leftover GPU processes: {err}",
                        None, "Close")
             return
-        self.leftover_items = items
-        if not items:
+        self.leftover_items = list(report.killable)
+        lines = report.lines()
+        shown = "\n".join(lines[:24]) + (f"\n  … and {len(lines) - 24} more line(s)" if len(lines) > 24 else "")
+        summary = report.summary()
+        if not self.leftover_items:
             self.stage = "done"
-            self._show("Stopped", f"{self.job} is STOPPED. No leftover GPU processes.", None, "Close")
+            title = "Stopped" if report.clean else "Stopped — see what the nodes said"
+            self._show(title, f"{self.job} is STOPPED. {summary[0].upper()}{summary[1:]}."
+                       + (f"\n\n{shown}" if shown else ""), None, "Close")
             return
         self.stage = "leftovers"
-        lines = "\n".join(f"  • {describe_leftover(i)}" for i in items[:20])
-        more = f"\n  … and {len(items) - 20} more" if len(items) > 20 else ""
         self._show("Stopped — GPU processes left behind",
-                   f"{self.job} is STOPPED, but these processes still hold GPU memory:\n{lines}{more}\n\n"
-                   "Clean up kills exactly these PIDs (SIGTERM, then SIGKILL).", "Clean up", "Leave them")
+                   f"{self.job} is STOPPED, but {shown}\n\n"
+                   "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks again "
+                   "that each still holds GPU memory and is the job's.", "Clean up", "Leave them")
 
     @work(exclusive=True, group="abort", exit_on_error=False)
     async def _run_cleanup(self) -> None:

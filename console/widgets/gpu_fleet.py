@@ -6,7 +6,9 @@ changed, so an unchanged fleet costs no terminal bytes at all.
 
 Each cell shows utilisation as background shading and memory as a second shade (or a glyph
 height when compact). "No telemetry" (`gpus is None`) is drawn as `?`/words, never as 0%;
-a dead node is marked in red with its death reason.
+a dead node is marked in red with its death reason; a node whose reading is older than two reporter
+periods is drawn as stale (`~`, its age), never as its last values. The header names the source of the
+readings and the age of the oldest one, as of the moment it is drawn.
 
 The layout picks the richest of three cell modes that fits the widget's height:
   full   one node per row, `util% memGiB` per GPU (16 x 8 fits 80 columns);
@@ -60,21 +62,42 @@ class NodeRow:
     note: str = ""
     expected_gpus: int = 8
     stale: bool = False
+    age_s: int | None = None  # a stale row's age in whole seconds (None while fresh: a fresh row does not change as
+    # its reading ages, so it is not re-sent)
 
 
-def fleet_rows(snapshot: ClusterSnapshot | None, gpus_per_node: int = 8) -> tuple[NodeRow, ...]:
-    """Adapt a backend ClusterSnapshot (nodes with alive/death_reason/gpus) to drawable rows."""
+@dataclass(frozen=True)
+class FleetHeader:
+    """What the header says about the readings themselves: where they come from and how old the oldest is."""
+
+    sources: tuple[str, ...] = ()
+    oldest_age_s: int | None = None
+
+
+def fleet_rows(snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
+               ) -> tuple[NodeRow, ...]:
+    """Adapt a backend ClusterSnapshot to drawable rows, ages and staleness as of `now` (default: when taken)."""
     if snapshot is None:
         return ()
+    at = snapshot.taken_at if now is None else now
     rows: list[NodeRow] = []
     for i, node in enumerate(snapshot.nodes):
+        label = node.name or node.hostname or node.ip or node.short_id or f"node-{i}"
         gpus = None if node.gpus is None else tuple(
             GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
-        expected = len(gpus) if gpus else gpus_per_node
+        expected = len(gpus) if gpus else int(node.logical_gpus_total) or gpus_per_node
         note = "" if node.alive else (node.death_reason or "dead")
-        label = node.name or node.hostname or node.ip or f"node-{i}"
-        rows.append(NodeRow(label, node.alive, gpus, note, expected, node.stale))
+        age, stale = snapshot.age_at(node, at), snapshot.stale_at(node, at)
+        rows.append(NodeRow(label, node.alive, gpus, note, expected, stale,
+                            int(age) if stale and age is not None else None))
     return tuple(rows)
+
+
+def fleet_header(snapshot: ClusterSnapshot | None, now: float | None = None) -> FleetHeader:
+    if snapshot is None:
+        return FleetHeader()
+    oldest = snapshot.oldest_age(snapshot.taken_at if now is None else now)
+    return FleetHeader(snapshot.sources, None if oldest is None else int(oldest))
 
 
 # ---------------------------------------------------------------- styles (built once)
@@ -166,28 +189,40 @@ def _nodes_per_row(mode: Mode, g: int, count: int, width: int) -> int:
     return max(0, (width - _index_width(count) - 2 + 1) // block)
 
 
-def _summary(rows: Sequence[NodeRow], mode: Mode, width: int) -> list[Segment]:
+def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeader) -> list[Segment]:
+    """The header: counts, then what the readings are worth (source and oldest age), then averages and the
+    key. What does not fit `width` is left out from the least telling end; the age never is."""
     alive = sum(r.alive for r in rows)
-    gpus = [c for r in rows if r.alive and r.gpus for c in r.gpus]
+    gpus = [c for r in rows if r.alive and r.gpus and not r.stale for c in r.gpus]  # a stale value is no value
     utils = [c.util for c in gpus if c.util is not None]
     mems = [f for c in gpus if (f := c.mem_frac) is not None]
     no_tel = sum(1 for r in rows if r.alive and r.gpus is None)
     total = sum(len(r.gpus) if r.gpus is not None else r.expected_gpus for r in rows)
-    text = f"{total} GPUs {alive}/{len(rows)} nodes up"
-    segs = [Segment(text, _LABEL)]
-    if utils:
-        segs.append(Segment(f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%"))
-    if no_tel:
-        segs.append(Segment(f"  {no_tel} no telemetry", _UNKNOWN))
-    if len(rows) - alive:
-        segs.append(Segment(f"  {len(rows) - alive} dead", _LABEL_DEAD))
-    if stale := sum(1 for r in rows if r.alive and r.stale):
-        segs.append(Segment(f"  {stale} stale", _UNKNOWN))
+    stale = sum(1 for r in rows if r.alive and r.stale)
+    age = f"oldest {header.oldest_age_s}s" if header.oldest_age_s is not None else "age unknown"
+    source = f"  {'+'.join(header.sources)}, {age}" if header.sources else ""
     key = {FULL: "  [util% memGiB]", NODE: "  [a node per char: shade=util glyph=mem]"}.get(
         mode, "  [shade=util glyph=mem]")
-    if sum(len(s.text) for s in segs) + len(key) <= width:
-        segs.append(Segment(key, _DIM))
-    return segs
+    # (text, style, rank): rank 0 always stays; higher ranks are dropped first when the line is too long
+    parts: list[tuple[str, Style, int]] = [
+        (f"{total} GPUs {alive}/{len(rows)} nodes up", _LABEL, 0),
+        (f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%" if utils else "",
+         _PLAIN, 3),
+        (f"  {no_tel} no telemetry" if no_tel else "", _UNKNOWN, 2),
+        (f"  {len(rows) - alive} dead" if len(rows) - alive else "", _LABEL_DEAD, 0),
+        (f"  {stale} stale" if stale else "", _UNKNOWN, 0),
+        (source, _UNKNOWN if stale else _DIM, 1),
+        (key, _DIM, 4),
+    ]
+    parts = [p for p in parts if p[0]]
+    for rank in (4, 3, 2, 1):
+        if sum(len(t) for t, _, _ in parts) <= width:
+            break
+        if rank == 1 and source:  # keep the age, drop the source's name
+            parts = [(f"  {age}", st, 0) if t == source else (t, st, r) for t, st, r in parts]
+        else:
+            parts = [p for p in parts if p[2] != rank]
+    return [Segment(t, st) for t, st, _ in parts]
 
 
 def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
@@ -195,8 +230,9 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
     if not row.alive:
         return [Segment(("✗" + label)[:lw], _LABEL_DEAD), Segment(f" dead: {row.note} "[: g * FULL.cell], _DEAD)]
     segs = [Segment(label, _UNKNOWN if row.stale else _LABEL)]
-    if row.gpus is None:
-        segs.append(Segment(" no telemetry ".ljust(g * FULL.cell - 1)[: g * FULL.cell - 1], _UNKNOWN))
+    if row.gpus is None or row.stale:
+        text = " no telemetry " if row.gpus is None else f" stale: last reading {_age(row)} ago "
+        segs.append(Segment(text.ljust(g * FULL.cell - 1)[: g * FULL.cell - 1], _UNKNOWN))
         return segs
     for cell in row.gpus:
         if cell.util is None:
@@ -212,10 +248,16 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
     return segs
 
 
+def _age(row: NodeRow) -> str:
+    return f"{row.age_s}s" if row.age_s is not None else "an unknown time"
+
+
 def _node_cell(row: NodeRow) -> Segment:
-    """One node as one character: × dead, ? no telemetry, else mean memory glyph on mean util shade."""
+    """One node as one character: × dead, ? no telemetry, ~ stale, else mean memory glyph on mean util shade."""
     if not row.alive:
         return Segment("×", _DEAD)
+    if row.stale and row.gpus is not None:
+        return Segment("~", _UNKNOWN)
     utils = [c.util for c in row.gpus or () if c.util is not None]
     if row.gpus is None or not utils:
         return Segment("?", _UNKNOWN)
@@ -229,6 +271,8 @@ def _compact_cells(row: NodeRow, mode: Mode, g: int) -> list[Segment]:
         return [Segment("×" * (g * mode.cell), _DEAD)]
     if row.gpus is None:
         return [Segment("?" * (g * mode.cell), _UNKNOWN)]
+    if row.stale:
+        return [Segment("~" * (g * mode.cell), _UNKNOWN)]
     segs: list[Segment] = []
     for cell in row.gpus:
         glyph = _mem_glyph(cell.mem_frac)
@@ -247,11 +291,12 @@ def _compact_cells(row: NodeRow, mode: Mode, g: int) -> list[Segment]:
     return segs
 
 
-def build_lines(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode, list[list[Segment]]]:
+def build_lines(rows: Sequence[NodeRow], width: int, height: int, header: FleetHeader | None = None
+                ) -> tuple[Mode, list[list[Segment]]]:
     """All lines of the fleet (header first) as segment lists; pure, so tests can read them."""
     mode, npr = plan_layout(rows, width, height)
     g = _gpus_per_node(rows)
-    lines: list[list[Segment]] = [_summary(rows, mode, width)]
+    lines: list[list[Segment]] = [_summary(rows, mode, width, header or FleetHeader())]
     if not rows:
         lines.append([Segment("no nodes reported yet", _DIM)])
         return mode, lines
@@ -260,6 +305,7 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode,
         lines.extend(_full_row(r, lw, g) for r in rows)
         return mode, lines
     iw = _index_width(len(rows))
+    segs: list[Segment]
     if mode is NODE:
         for start in range(0, len(rows), npr):
             segs = [Segment(f"{start:>{iw}} ", _DIM)]
@@ -303,7 +349,8 @@ class GpuFleet(ScrollView, can_focus=False):
         self.max_share = max_share  # with `height: auto`: the part of the parent's height it may take
         self._rows: tuple[NodeRow, ...] = ()
         self._strips: list[Strip] = []
-        self._key: tuple[tuple[NodeRow, ...], int, int] | None = None
+        self._header = FleetHeader()
+        self._key: tuple[tuple[NodeRow, ...], FleetHeader, int, int] | None = None
         self.mode: Mode = FULL
         self._wanted = -1  # the height last asked for (see _check_height)
         self._shape: tuple[int, ...] = ()
@@ -312,12 +359,12 @@ class GpuFleet(ScrollView, can_focus=False):
     def rows(self) -> tuple[NodeRow, ...]:
         return self._rows
 
-    def update_snapshot(self, snapshot: ClusterSnapshot | None) -> bool:
-        """Take a new snapshot; returns True if anything on screen changed."""
-        rows = fleet_rows(snapshot)
-        if rows == self._rows and self._strips:
+    def update_snapshot(self, snapshot: ClusterSnapshot | None, now: float | None = None) -> bool:
+        """Take a new snapshot (ages as of `now`, default when it was taken); True if anything on screen changed."""
+        rows, header = fleet_rows(snapshot, now), fleet_header(snapshot, now)
+        if rows == self._rows and header == self._header and self._strips:
             return False
-        self._rows = rows
+        self._rows, self._header = rows, header
         self._check_height()
         return self._rebuild()
 
@@ -349,11 +396,11 @@ class GpuFleet(ScrollView, can_focus=False):
 
     def _rebuild(self) -> bool:
         width, height = self.size.width or 80, self.size.height or 24
-        key = (self._rows, width, height)
+        key = (self._rows, self._header, width, height)
         if key == self._key:
             return False
         self._key = key
-        self.mode, lines = build_lines(self._rows, width, height)
+        self.mode, lines = build_lines(self._rows, width, height, self._header)
         base = self.rich_style
         strips = [Strip(segs).crop_extend(0, width, _PLAIN).apply_style(base) for segs in lines]
         old = self._strips

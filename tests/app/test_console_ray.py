@@ -42,8 +42,7 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         await until(pilot, lambda: app.controller is not None and app.controller.state is RunState.RUNNING,
                      "the job RUNNING")
         fleet = app.query_one(GpuFleet)
-        assert fleet.rows == ()  # the plan view shows: telemetry is not polled
-        await pilot.press("2")
+        await until(pilot, lambda: app.current_view == "run", "opened on an active run: the run view")
         await until(pilot, lambda: len(fleet.rows) == len(ray_cluster.node_ids), "a telemetry snapshot")
         assert all(r.gpus is not None and len(r.gpus) == 8 for r in fleet.rows if r.alive)
         assert sid in str(run.query_one("#run-state").content)
@@ -63,9 +62,14 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         await until(pilot, lambda: modal.stage == "done", "graceful stop to finish", timeout=90)
         assert app.controller.state is RunState.STOPPED
         assert modal.result == "stopped"
-        assert "STOPPED" in str(modal.query_one("#abort-body").content)
-        await pilot.press("enter")
+        body = str(modal.query_one("#abort-body").content)
+        assert "STOPPED" in body and "No leftover GPU processes" in body, body  # read on the node, after the end
+        # under the modal the run view kept telling the truth: STOPPED, how long it ran, no ETA
         await until(pilot, lambda: "STOPPED" in str(run.query_one("#run-state").content), "state line STOPPED")
+        assert app.screen is modal
+        line = str(run.query_one("#run-state").content)
+        assert "  ran " in line and "ETA" not in line, line
+        await pilot.press("enter")
         await until(pilot, lambda: any("got SIGINT" in logs.lines.record(i).text
                                         for i in range(max(0, logs.lines.count - 5), logs.lines.count)),
                      "the driver's goodbye line (graceful, not killed)")

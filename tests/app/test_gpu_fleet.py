@@ -6,11 +6,21 @@ from __future__ import annotations
 from run_fixtures import snapshot
 from textual.app import App, ComposeResult
 
-from console.widgets.gpu_fleet import FULL, GLYPH, MEDIUM, NODE, GpuFleet, build_lines, fleet_rows, line_text
+from console.widgets.gpu_fleet import (
+    FULL,
+    GLYPH,
+    MEDIUM,
+    NODE,
+    GpuFleet,
+    build_lines,
+    fleet_header,
+    fleet_rows,
+    line_text,
+)
 
 
 def _lines(snap, width: int, height: int):
-    mode, lines = build_lines(fleet_rows(snap), width, height)
+    mode, lines = build_lines(fleet_rows(snap), width, height, fleet_header(snap))
     return mode, [line_text(segs) for segs in lines]
 
 
@@ -84,3 +94,20 @@ def test_1024_gpus_in_a_short_pane_aggregate_to_a_char_per_node():
     cells = "".join(line[4:].replace(" ", "") for line in lines[1:])
     assert len(cells) == 128  # every node is on screen
     assert cells[3] == "×" and cells[70] == "?"
+
+
+def test_a_stale_node_is_drawn_stale_not_as_its_last_values():
+    snap = snapshot(4, 8, dead=(), no_telemetry=())
+    nodes = [n.model_copy(update={"telemetry_age_s": 14.0 if i == 2 else 2.0}) for i, n in enumerate(snap.nodes)]
+    snap = snap.model_copy(update={"nodes": nodes})
+    _, lines = _lines(snap, 80, 20)
+    assert "stale: last reading 14s ago" in lines[3] and "%" not in lines[3]
+    assert lines[1].count("%") == 8  # the fresh ones keep their values
+    assert "1 stale" in lines[0] and "Ray reporter, oldest 14s" in lines[0]
+    # readings age as time passes: 9 s later every node is past two reporter periods
+    later = [line_text(s) for s in build_lines(fleet_rows(snap, snap.taken_at + 9), 80, 20,
+                                               fleet_header(snap, snap.taken_at + 9))[1]]
+    assert "4 stale" in later[0] and "oldest 23s" in later[0]
+    assert all("stale: last reading" in row for row in later[1:])
+    _, compact = _lines(snap, 80, 4)  # one character per node: a stale node is "~"
+    assert "~" in "".join(compact[1:])

@@ -3,14 +3,16 @@ modal's escalation (Cancel focused, graceful, then force as a separate step, the
 
 from __future__ import annotations
 
+import asyncio
+
 from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
 from waiting import until
 
-from backend.cluster.controller import Leftover
+from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
 from backend.signals.alerts import Alert
-from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import MetricsArrived, RunStateChanged, RunStatus, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart
@@ -53,11 +55,14 @@ async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         view = app.query_one(RunView)
         view.clock = lambda: T0 + 3723
-        await _feed(app)
+        await pilot.press("2", "1")  # the operator chose the plan view: an active run does not take it over
         await pilot.pause()
         charts = list(app.query(LineChart))
+        drawn = [c.builds for c in charts]
+        await _feed(app)
+        await pilot.pause()
         assert not wants_telemetry(app)  # the plan view is showing: no polling for the fleet
-        assert all(c.builds == 0 for c in charts)  # and no chart was drawn off screen
+        assert [c.builds for c in charts] == drawn  # and no chart was drawn off screen
         assert app.query_one(GpuFleet).rows == ()
         await pilot.press("2")
         await pilot.pause()
@@ -92,15 +97,20 @@ class _Actions:
             self.calls.append("force")
             return True
 
-        async def leftovers():
+        async def check_nodes() -> list[str]:
+            self.calls.append("check")
+            return ["node-03"]
+
+        async def leftovers() -> LeftoverReport:
             self.calls.append("leftovers")
-            return [Leftover(node_id="03" + "ab" * 27, node_label="node-03", gpu_index=2, pid=4242, mem_mb=60000)]
+            node = NodeCheck("03" * 20, "node-03", True)
+            return LeftoverReport(JOB, (node,), (Leftover(node.node_id, "node-03", 2, 4242, 60000),))
 
         async def cleanup(items):
             self.calls.append(f"cleanup {len(items)}")
             return "killed 1 of 1 leftover process(es)"
 
-        return AbortActions(stop, force, leftovers, cleanup)
+        return AbortActions(stop, force, check_nodes, leftovers, cleanup)
 
 
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
@@ -144,7 +154,7 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
         assert "Force stop" in str(modal.query_one("#abort-go", Button).label)
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "leftovers", pilot)
-        assert rec.calls == ["stop", "force", "leftovers"]
+        assert rec.calls == ["stop", "force", "check", "leftovers"]
         assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body").content)
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "done", pilot)
@@ -199,3 +209,95 @@ async def test_history_rebuild_progress_is_visible(tmp_path):
         await pilot.press("2")
         await pilot.pause()
         assert "loading" not in str(app.query_one("#run-state").content)
+
+
+def test_a_terminal_run_shows_how_long_it_ran_and_no_eta():
+    ended = RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 185)
+    line = state_line(ended, metrics_view(), [], T0 + 9999)
+    assert "STOPPED  ran 3m05s" in line and "ETA" not in line
+    assert "ETA" not in state_line(ended, metrics_view(), [], T0 + 9999, compact=True)
+
+
+async def test_the_state_line_under_the_abort_modal_follows_the_run(tmp_path):
+    app = make_app(tmp_path)
+    release = asyncio.Event()
+
+    async def stop() -> bool:
+        await release.wait()
+        return True
+
+    async def nothing() -> bool:
+        return True
+
+    async def no_nodes() -> list[str]:
+        return []
+
+    async def report() -> LeftoverReport:
+        return LeftoverReport(JOB, ())
+
+    async def cleanup(items) -> str:
+        return ""
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(RunView)
+        view.clock = lambda: T0 + 30
+        await pilot.press("2")
+        app.post_message(RunStateChanged(status()))
+        await until(pilot, lambda: "RUNNING" in str(view.query_one("#run-state").content), "RUNNING")
+        modal = AbortModal(JOB, "x", AbortActions(stop, nothing, no_nodes, report, cleanup))
+        app.push_screen(modal)
+        await until(pilot, lambda: app.screen is modal and bool(modal.query("#abort-go")), "the modal drawn")
+        await _choose_go(modal, pilot)
+        await until(pilot, lambda: modal.stage == "stopping", "stopping")
+        app.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 14)))
+        await until(pilot, lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state").content),
+                    "the state line under the modal to say STOPPED")
+        assert app.screen is modal and "ETA" not in str(view.query_one("#run-state").content)
+        release.set()
+        await until(pilot, lambda: modal.stage == "done", "the modal to finish")
+
+
+async def test_opening_on_an_active_run_lands_on_the_run_view(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.current_view == "plan"
+        app.post_message(RunStateChanged(status("RUNNING")))  # the run worker attached to an active run
+        await until(pilot, lambda: app.current_view == "run", "the run view")
+    ended = make_app(tmp_path)
+    async with ended.run_test(size=(120, 40)) as pilot:
+        ended.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 5)))
+        await until(pilot, lambda: ended.run_state_text.endswith("STOPPED"), "the state seen")
+        assert ended.current_view == "plan"  # nothing running: the plan view stays
+
+
+async def test_abort_modal_says_checking_n_nodes_until_they_answer_and_names_a_silent_one(tmp_path):
+    app = make_app(tmp_path)
+    answer = asyncio.Event()
+
+    async def stopped() -> bool:
+        return True
+
+    async def nodes() -> list[str]:
+        return ["node-01", "node-02"]
+
+    async def report() -> LeftoverReport:
+        await answer.wait()
+        return LeftoverReport(JOB, (NodeCheck("01" * 20, "node-01", True),
+                                    NodeCheck("02" * 20, "node-02", False, "no answer in 45 s")))
+
+    async def cleanup(items) -> str:
+        return ""
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        modal = AbortModal(JOB, "x", AbortActions(stopped, stopped, nodes, report, cleanup))
+        app.push_screen(modal)
+        await until(pilot, lambda: bool(modal.query("#abort-go")), "the modal drawn")
+        await _choose_go(modal, pilot)
+        body = lambda: str(modal.query_one("#abort-body").content)  # noqa: E731
+        await until(pilot, lambda: "Checking 2 node(s) for GPU processes left behind" in body(), "checking…")
+        assert "node-01, node-02" in body()
+        answer.set()
+        await until(pilot, lambda: modal.stage == "done", "the answers")
+        assert "node node-02 did not answer: no answer in 45 s" in body()
+        assert "None on the node(s) that answered (1 of 2 node(s) answered)" in body()
+        assert "No leftover GPU processes" not in body()

@@ -62,9 +62,10 @@ def fake_gpus(node_id: str) -> list[dict[str, Any]]:
         if not (idx_text.isdigit() and pid_text.isdigit()):
             continue
         idx, pid = int(idx_text), int(pid_text)
-        if idx not in holders or not _alive(pid):
-            continue
         data = _read_json(os.path.join(base, name)) or {}
+        # "host": a PID of the host's namespace, which NVML reports inside a container whatever its /proc shows
+        if idx not in holders or not (data.get("host") or _alive(pid)):
+            continue
         holders[idx][pid] = {"pid": pid, "gpu_memory_usage": int(data.get("mem", 0)),
                              "gpu_utilization": int(data.get("util", 0))}
     overrides = _read_json(os.path.join(base, "override.json")) or {}

@@ -1,0 +1,303 @@
+"""Leftovers: GPU processes a run left behind, read on each node after the run ended, and killed only if the job's.
+
+Why not from the dashboard: Ray's node summary is the reporter's reading of up to 5 s ago, cached 2 s more;
+right after a stop it still lists PIDs that died with the job (ray.md §8.1: 12.5 s old, marked fresh).
+So once the job is terminal the node-pinned reaper job (backend/cluster/reaper_job.py) runs in list mode
+on every node the job ran on and reads NVML there and then, with each holder's identity checked on that
+node. A node that does not answer within the policy's bound is named, never assumed clean. Killing goes
+through the same job: it re-reads NVML and re-checks identity before any signal.
+
+Which nodes ran the job: its driver's node and every node Ray listed a worker of the job on while it ran
+(its footprint, recorded at abort time into the audit log so a later `cleanup` finds it too); a job
+without a recorded footprint is checked on every alive node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from backend.cluster.dashboard import JobInfo, RayClient
+from backend.cluster.job_identity import CLEANUP_KEY
+from backend.errors import ConsoleError
+
+REAP_MARK = "ULTRA_CONSOLE_REAP "
+REAP_POLL_S = 0.5
+Identity = Literal["job", "unidentified", "exempt"]
+ReapAction = Literal["killed", "skipped", "failed", "error"]
+
+
+@dataclass(frozen=True)
+class JobFootprint:
+    """Where a job ran and how its processes are recognised on a node, recorded while it ran."""
+
+    submission_id: str
+    job_id: str = ""  # Ray's hex job id ("" until the driver connected)
+    driver_node_id: str | None = None
+    workers: tuple[tuple[str, int], ...] = ()  # (node id, pid) of the driver and each actor Ray listed for the job
+    listed: bool = False  # Ray answered the list of the job's actors (so `workers` is all of them)
+
+    @property
+    def complete(self) -> bool:
+        """Whether `node_ids` are all the nodes the job ran on: Ray listed its actors, or it had none (a driver
+        that never connected to Ray starts no actor)."""
+        return self.listed or not self.job_id
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        found = [self.driver_node_id] if self.driver_node_id else []
+        found += [node for node, _ in self.workers]
+        return tuple(dict.fromkeys(found))
+
+    def worker_pids(self, node_id: str) -> tuple[int, ...]:
+        return tuple(pid for node, pid in self.workers if node == node_id)
+
+    def identity_args(self, node_id: str) -> list[str]:
+        """The reaper's arguments that say whose processes to recognise on `node_id`."""
+        args = ["--submission-id", self.submission_id, "--job-id", self.job_id]
+        for pid in self.worker_pids(node_id):
+            args += ["--worker-pid", str(pid)]
+        return args
+
+    def to_json(self) -> dict[str, Any]:
+        return {"submission_id": self.submission_id, "job_id": self.job_id, "driver_node_id": self.driver_node_id,
+                "workers": [list(w) for w in self.workers], "listed": self.listed}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobFootprint:
+        return cls(str(data.get("submission_id") or ""), str(data.get("job_id") or ""),
+                   data.get("driver_node_id") or None,
+                   tuple((str(n), int(p)) for n, p in data.get("workers") or ()), bool(data.get("listed")))
+
+    @classmethod
+    def of(cls, job: JobInfo, workers: Iterable[tuple[str, int]] = (), *, listed: bool = False) -> JobFootprint:
+        return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers), listed)
+
+
+async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
+    """The job's footprint now: its driver and every actor Ray lists for it (state API), with their nodes and
+    PIDs; only the driver's node when Ray cannot say."""
+    workers: list[tuple[str, int]] = []
+    driver = (job.model_extra or {}).get("driver_info")
+    if job.driver_node_id and isinstance(driver, dict) and str(driver.get("pid") or "").isdigit():
+        workers.append((job.driver_node_id, int(driver["pid"])))
+    listed = False
+    if job.job_id:
+        with contextlib.suppress(ConsoleError):
+            data = await client.get_json("/api/v0/actors", {
+                "detail": 1, "limit": 10000, "filter_keys": "job_id", "filter_predicates": "=",
+                "filter_values": job.job_id}, what=f"the actors of job {job.id}")
+            rows = ((data or {}).get("data") or {}).get("result", {}).get("result") or []
+            workers += [(str(a["node_id"]), int(a["pid"])) for a in rows
+                        if isinstance(a, dict) and a.get("node_id") and a.get("pid")]
+            listed = True
+    return JobFootprint.of(job, workers, listed=listed)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A process holding GPU memory on a node, read there after the run ended."""
+
+    node_id: str
+    node_label: str
+    gpu_index: int
+    pid: int
+    mem_mb: int
+    identity: Identity = "job"
+    reason: str = ""
+    name: str = ""
+
+    def text(self) -> str:
+        who = f"pid {self.pid}" + (f" ({self.name})" if self.name else "")
+        return f"{who} on {self.node_label} GPU {self.gpu_index}, {self.mem_mb} MiB"
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One node's answer (or its silence): `unlisted` are GPUs with memory in use but no process NVML names."""
+
+    node_id: str
+    node_label: str
+    answered: bool
+    problem: str = ""
+    nvml: bool = True
+    unlisted: tuple[tuple[int, int], ...] = ()
+    read_at: float | None = None
+
+
+@dataclass(frozen=True)
+class LeftoverReport:
+    """What the on-node readings found after a run ended, node by node."""
+
+    job: str | None
+    nodes: tuple[NodeCheck, ...]
+    items: tuple[Leftover, ...] = ()
+    taken_at: float = field(default_factory=time.time)
+
+    @property
+    def killable(self) -> tuple[Leftover, ...]:
+        """The job's own leftovers: the only ones cleanup may signal."""
+        return tuple(i for i in self.items if i.identity == "job")
+
+    @property
+    def unidentified(self) -> tuple[Leftover, ...]:
+        return tuple(i for i in self.items if i.identity == "unidentified")
+
+    @property
+    def silent(self) -> tuple[NodeCheck, ...]:
+        return tuple(n for n in self.nodes if not n.answered)
+
+    @property
+    def clean(self) -> bool:
+        """Every node answered with NVML and none holds a process of the job or an unidentified one."""
+        return not self.killable and not self.unidentified and not self.silent and all(n.nvml for n in self.nodes)
+
+    def lines(self) -> list[str]:
+        """The report in sentences, for the abort modal and `cleanup`."""
+        out: list[str] = []
+        if self.killable:
+            out.append("these processes of the job still hold GPU memory:")
+            out += [f"  • {i.text()}" for i in self.killable]
+        if self.unidentified:
+            out.append("held by a process this node cannot identify as the job's (never signalled):")
+            out += [f"  • {i.text()}: {i.reason.split(': ', 1)[-1]}" for i in self.unidentified]
+        for node in self.nodes:
+            if not node.answered:
+                out.append(f"node {node.node_label} did not answer: {node.problem}")
+            elif not node.nvml:
+                out.append(f"node {node.node_label}: no GPU provider answers there, its GPUs could not be read")
+            elif node.unlisted:
+                gpus = ", ".join(f"GPU {g} ({mem} MiB)" for g, mem in node.unlisted)
+                out.append(f"node {node.node_label}: {gpus} in use but NVML names no process")
+        return out
+
+    def summary(self) -> str:
+        """One line: what the check came to."""
+        checked = f"{len(self.nodes) - len(self.silent)} of {len(self.nodes)} node(s) answered"
+        if self.clean:
+            return f"no leftover GPU processes ({checked}, read on the node after the job ended)"
+        parts = []
+        if self.killable:
+            parts.append(f"{len(self.killable)} process(es) of the job left behind")
+        if self.unidentified:
+            parts.append(f"{len(self.unidentified)} held by processes not provably the job's")
+        nothing = "none on the node(s) that answered" if self.silent else "no leftover process listed"
+        return "; ".join(parts or [nothing]) + f" ({checked})"
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """What the kill job did to one PID."""
+
+    node_id: str
+    pid: int
+    action: ReapAction
+    signal: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReaperAnswer:
+    """A reaper job's result lines (`items`) and its closing summary line."""
+
+    items: tuple[dict[str, Any], ...]
+    summary: dict[str, Any]
+
+
+async def run_reaper(client: RayClient, node_id: str, args: list[str], *, timeout_s: float, purpose: str
+                     ) -> ReaperAnswer:
+    """Submit backend/cluster/reaper_job.py as a job pinned to `node_id`, wait for it (bounded), parse its lines."""
+    source = Path(__file__).with_name("reaper_job.py").read_text(encoding="utf-8")
+    argv = ["python3", "-c", source, "--gpu-reaper", f"--node-id={node_id}", *args]
+    sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
+    payload = {
+        "entrypoint": shlex.join(argv),
+        "submission_id": sid,
+        "metadata": {CLEANUP_KEY: purpose, "node_id": node_id},
+        "entrypoint_label_selector": {"ray.io/node-id": node_id},
+        "entrypoint_num_cpus": 0.01,
+    }
+    await client.submit(payload)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = await client.get_job(sid)
+        if job.is_terminal:
+            break
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ConsoleError):
+                await client.stop_job(sid)
+            raise ConsoleError(f"no answer in {timeout_s:.0f} s (its reaper job was still {job.status}; stopped)")
+        await asyncio.sleep(REAP_POLL_S)
+    lines = [json.loads(line[len(REAP_MARK):]) async for line in client.read_log(sid) if line.startswith(REAP_MARK)]
+    with contextlib.suppress(ConsoleError):
+        await client.delete_job(sid)
+    summary = next((r for r in lines if r.get("pid") == -1), None)
+    if summary is None:
+        first = (job.message or "").splitlines()[0] if job.message else "no message"
+        raise ConsoleError(f"its reaper job ended {job.status} without an answer: {first}")
+    return ReaperAnswer(tuple(r for r in lines if r.get("pid") != -1), summary)
+
+
+async def read_leftovers(client: RayClient, footprint: JobFootprint | None, nodes: Iterable[tuple[str, str]], *,
+                         timeout_s: float, gone: Iterable[str] = ()) -> LeftoverReport:
+    """Read each of `nodes` ((id, label), alive) now, each answer bounded by `timeout_s`; `gone` are nodes the
+    job ran on that are no longer alive (named in the report, nothing to ask there)."""
+    asked = list(nodes)
+    fp = footprint or JobFootprint("")
+    checks = [NodeCheck(n, n[:8], False, "the node is no longer alive") for n in gone]
+    answers = await asyncio.gather(*(run_reaper(client, n, ["--list", *fp.identity_args(n)], timeout_s=timeout_s,
+                                                purpose="list") for n, _ in asked), return_exceptions=True)
+    items: list[Leftover] = []
+    for (node_id, label), answer in zip(asked, answers, strict=True):
+        if isinstance(answer, BaseException):
+            if not isinstance(answer, Exception):
+                raise answer
+            checks.append(NodeCheck(node_id, label, False, str(answer)))
+            continue
+        s = answer.summary
+        checks.append(NodeCheck(node_id, label, True, nvml=bool(s.get("nvml")),
+                                unlisted=tuple((int(g), int(m)) for g, m in s.get("unlisted") or ()),
+                                read_at=float(s.get("read_at") or 0.0) or None))
+        items += [Leftover(node_id, label, int(r["gpu"]), int(r["pid"]), int(r["mem_mb"]), r["identity"],
+                           str(r.get("reason") or ""), str(r.get("name") or "")) for r in answer.items]
+    return LeftoverReport(fp.submission_id or None, tuple(checks), tuple(items))
+
+
+async def kill_leftovers(client: RayClient, footprint: JobFootprint | None, items: Iterable[Leftover], *,
+                         grace_s: float, timeout_s: float) -> list[ReapResult]:
+    """Kill exactly these PIDs, one kill job per node, each of which re-reads NVML and re-checks identity."""
+    fp = footprint or JobFootprint("")
+    by_node: dict[str, list[Leftover]] = {}
+    for item in items:
+        by_node.setdefault(item.node_id, []).append(item)
+    tasks = [run_reaper(client, node, [*(a for it in group for a in ("--pid", str(it.pid))), "--grace", str(grace_s),
+                                       *fp.identity_args(node)], timeout_s=timeout_s, purpose="cleanup")
+             for node, group in by_node.items()]
+    results: list[ReapResult] = []
+    for node, outcome in zip(by_node, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):
+                raise outcome
+            results += [ReapResult(node, it.pid, "failed", reason=str(outcome)) for it in by_node[node]]
+            continue
+        results += [ReapResult(node, int(r.get("pid", 0)), r.get("action", "failed"), str(r.get("signal") or ""),
+                               str(r.get("reason") or "")) for r in outcome.items]
+    return results
+
+
+def footprint_from_audit(entries: Iterable[dict[str, Any]], job_id: str) -> JobFootprint | None:
+    """The footprint the last abort of `job_id` recorded, if any."""
+    for entry in reversed(list(entries)):
+        fp = (entry.get("details") or {}).get("footprint")
+        if entry.get("job") == job_id and isinstance(fp, dict):
+            with contextlib.suppress(TypeError, ValueError):
+                return JobFootprint.from_json(fp)
+    return None
+
