@@ -9,7 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from app_helpers import MODELS, RUN_ID, until
+from app_helpers import MODELS, RUN_ID
+from waiting import until
 from runhelp import job_reaches
 
 from backend.cluster.dashboard import RayClient
