@@ -115,6 +115,8 @@ register(APP, (
     BindingSpec("app.help", "question_mark", "help", "Help"),
     BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
     BindingSpec("app.quit", "q", "quit", "Quit"),
+    BindingSpec("app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False),
+    BindingSpec("app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False),
 ))
 
 register("plan", (

@@ -19,6 +19,12 @@ Severity = Literal["information", "warning", "error"]
 class ConsoleMessage(Message, bubble=False):
     """Base of every worker -> UI message; the app fans these out to the views."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Textual's default for a subclass is bubble=True: a fanned-out copy would climb back to the app and be
+        # fanned out again (forever, when the sender is not the app itself).
+        kwargs.setdefault("bubble", False)
+        super().__init_subclass__(**kwargs)
+
 
 class SnapshotArrived(ConsoleMessage):
     """A cluster snapshot (nodes, GPUs, alive/dead) from backend telemetry."""
@@ -101,3 +107,12 @@ class HistoryProgress(ConsoleMessage):
         self.job_id = job_id
         self.lines = lines
         self.done = done
+
+
+class RolloutCursor(ConsoleMessage):
+    """The rollout cursor moved (`[` / `]`): `mark` is a backend.signals.replay.RolloutMark (rollout, its
+    first log line, its first optimizer step); charts mark it and the logs view jumps there."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__()
+        self.mark = mark

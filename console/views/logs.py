@@ -38,7 +38,7 @@ from textual.worker import get_current_worker
 
 from backend.signals.logs import CancelToken, FilteredLines, LineFilter
 from console import keymap
-from console.messages import HistoryProgress, LogAppended
+from console.messages import HistoryProgress, LogAppended, RolloutCursor
 from console.views.base import ConsoleView
 
 keymap.register("logs", (
@@ -350,6 +350,17 @@ class LogsView(ConsoleView, can_focus=False):
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history = "" if message.done else f"loading history of {message.job_id}… {message.lines:,} lines"
+        self._status()
+
+    def on_rollout_cursor(self, message: RolloutCursor) -> None:
+        """Jump to the first line of the rollout the cursor moved to (its first kept line under a filter)."""
+        ll = self.lines
+        if not ll.count:
+            return
+        target = message.mark.first_line
+        pos = target if ll.index is None else min(bisect_left(ll.index.indices, target), ll.count - 1)
+        ll.move_to(pos)
+        ll.scroll_to(y=pos, animate=False, immediate=True, force=True)
         self._status()
 
     def refresh_from_store(self) -> None:

@@ -18,7 +18,14 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from console import keymap
-from console.messages import AlertsChanged, HistoryProgress, MetricsArrived, RunStateChanged, SnapshotArrived
+from console.messages import (
+    AlertsChanged,
+    HistoryProgress,
+    MetricsArrived,
+    RolloutCursor,
+    RunStateChanged,
+    SnapshotArrived,
+)
 from console.views.base import ConsoleView
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
@@ -193,6 +200,13 @@ class RunView(ConsoleView):
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = list(message.alerts)
         self._mark("state")
+
+    def on_rollout_cursor(self, message: RolloutCursor) -> None:
+        """The rollout charts mark the rollout, the KL chart (train steps) its first step."""
+        mark = message.mark
+        self.query_one("#chart-throughput", LineChart).set_marker(mark.n)
+        self.query_one("#chart-time", LineChart).set_marker(mark.n)
+        self.query_one("#chart-kl", LineChart).set_marker(mark.first_step)
 
     def _mark(self, *parts: str) -> None:
         self._dirty.update(parts)
