@@ -122,6 +122,7 @@ register(APP, (
 register("plan", (
     BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
     BindingSpec("plan.preflight", "p", "preflight", "Preflight"),
+    BindingSpec("plan.prepare", "P", "prepare", "Prepare nodes"),
     BindingSpec("plan.copy_command", "c", "copy_command", "Copy cmd"),
     BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
     BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),

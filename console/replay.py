@@ -43,8 +43,8 @@ class ReplayRuntime(Runtime):
         if not force and now - self._posted_at < POST_EVERY_S:
             return
         self._posted_at = now
-        self.post(LogAppended(len(self.store)))
-        self.post(HistoryProgress(self.job_id, len(self.store), done=False))
+        self.post(LogAppended(len(self.session.store)))
+        self.post(HistoryProgress(self.session.source.name, len(self.session.store), done=False))
         self.maybe_post_metrics(force=force)
 
 
@@ -65,12 +65,12 @@ def start(app: App[Any], session: ReplaySession) -> ReplayRuntime:
 
 
 def _done(rt: ReplayRuntime) -> None:
-    rt.post(LogAppended(len(rt.store)))
-    rt.post(HistoryProgress(rt.job_id, len(rt.store), done=True))
+    rt.post(LogAppended(len(rt.session.store)))
+    rt.post(HistoryProgress(rt.session.source.name, len(rt.session.store), done=True))
     rt.maybe_post_metrics(force=True)
     records = sum(rt.monitor.collector.records.values()) if rt.monitor is not None else 0
     if rt.monitor is not None and records == 0:
-        rt.post(Notice(f"no miles metric found in {rt.job_id}: the charts stay empty", "warning"))
+        rt.post(Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning"))
 
 
 async def _load(rt: ReplayRuntime) -> None:
@@ -109,7 +109,7 @@ async def _job(rt: ReplayRuntime) -> None:
                 if len(batch) >= HISTORY_BATCH_LINES:
                     await asyncio.to_thread(rt.session.append_lines, batch)
                     batch = []
-                    rt.progress(len(rt.store))
+                    rt.progress(len(rt.session.store))
             await asyncio.to_thread(rt.session.append_lines, batch)
     except ConsoleError as err:
         rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))
