@@ -24,8 +24,8 @@ from backend.signals.metrics import MetricRecord
 
 FIRST_CHUNK = 64 << 10
 CHUNK = 4 << 20
-# A metric line of any miles shape: the kind and its number, then the dict (the grammar parses the rest).
-_ROLLOUT_LINE = re.compile(r"(?:^|[\s\]-]) ?(rollout|perf|step) (\d+): \{", re.MULTILINE)
+# The end of a metric line's head in any miles shape (`... - step 6`, a bare `step 6`), just before its `: {`.
+_KIND_BEFORE = re.compile(r"(?:^|[\s\]-])(rollout|perf|step) (\d+)$")
 
 SourceKind = Literal["log", "dump", "job"]
 
@@ -89,16 +89,20 @@ class RolloutIndex:
         self._steps: list[tuple[int, int]] = []  # (line, step), in line order
 
     def on_lines(self, first: int, count: int, text: str) -> None:
-        if "rollout " not in text and "perf " not in text and "step " not in text:
-            return
-        starts = _line_starts(text)
-        for m in _ROLLOUT_LINE.finditer(text):
-            line = first + _line_of(starts, m.start())
-            kind, n = m.group(1), int(m.group(2))
-            if kind == "step":
-                self._steps.append((line, n))
-            else:
-                self._last[n] = max(line, self._last.get(n, -1))
+        # Metric dicts are rare among log lines: find their literal `: {` (C speed), then look just before it.
+        line, last = first, 0
+        pos = text.find(": {")
+        while pos >= 0:
+            m = _KIND_BEFORE.search(text, max(0, pos - 24), pos)
+            if m is not None:
+                line += text.count("\n", last, pos)
+                last = pos
+                kind, n = m.group(1), int(m.group(2))
+                if kind == "step":
+                    self._steps.append((line, n))
+                else:
+                    self._last[n] = max(line, self._last.get(n, -1))
+            pos = text.find(": {", pos + 3)
 
     @property
     def rollouts(self) -> list[int]:
@@ -122,21 +126,6 @@ class RolloutIndex:
             return self.mark(after[0] if after else known[-1])
         before = [r for r in known if r < current]
         return self.mark(before[-1] if before else known[0])
-
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    pos = text.find("\n")
-    while pos >= 0:
-        starts.append(pos + 1)
-        pos = text.find("\n", pos + 1)
-    return starts
-
-
-def _line_of(starts: list[int], offset: int) -> int:
-    import bisect
-
-    return bisect.bisect_right(starts, offset) - 1
 
 
 def read_first(path: Path, size: int = FIRST_CHUNK) -> bytes:
