@@ -6,6 +6,7 @@ together. No cluster: a path needs none.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -178,3 +179,33 @@ def test_bad_input_is_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "no such file or directory" in proc.stderr
+
+
+@pytest.mark.ray
+async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
+    """`replay --job ID`: the whole log of a finished job read back from Ray, charts and cursor as for a file."""
+    import time
+
+    from backend.cluster.dashboard import RayClient
+    from backend.signals.replay import ReplaySource
+
+    sid = f"ultra-console-test-replay-{int(time.time() * 1000)}"
+    script = REPO / "tests" / "support" / "miles_sample_log.py"
+    async with RayClient(ray_cluster.address, timeout=30.0) as client:
+        await client.submit({"entrypoint": f"python3 {script} --rollouts 4", "submission_id": sid})
+        deadline = time.monotonic() + 120
+        while not (await client.get_job(sid)).is_terminal:
+            assert time.monotonic() < deadline, "the job never ended"
+            await asyncio.sleep(0.5)
+    session = ReplaySession(ReplaySource("job", job_id=sid), tmp_path / "spool")
+    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session,
+                          watchdog=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        logs = await _loaded(app, pilot)
+        assert logs.lines.count > 50
+        await until(pilot, lambda: "SUCCEEDED" in app.run_state_text, "the job's final state")
+        await _charts_filled(app, pilot, "the charts to fill from the job's log")
+        hit = await _search(logs, pilot, "step 6:")
+        assert "step 6: {" in hit
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await until(pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1")
