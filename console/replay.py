@@ -15,12 +15,13 @@ from textual.app import App
 
 from backend.errors import ConsoleError
 from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged
-from console.workers import HISTORY_BATCH_LINES, RunStatus, Runtime
+from console.workers import RunStatus, Runtime
 
 if TYPE_CHECKING:
     from backend.signals.replay import ReplaySession
 
 POST_EVERY_S = 0.25
+JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
 
 
 class ReplayRuntime(Runtime):
@@ -106,7 +107,7 @@ async def _job(rt: ReplayRuntime) -> None:
             batch: list[str] = []
             async for line in client.read_log(job.id):
                 batch.append(line)
-                if len(batch) >= HISTORY_BATCH_LINES:
+                if len(batch) >= JOB_BATCH_LINES:
                     await asyncio.to_thread(rt.session.append_lines, batch)
                     batch = []
                     rt.progress(len(rt.session.store))
