@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.cluster.dashboard import JobInfo
     from backend.signals.logs import LogStore
     from backend.signals.monitor import RunMonitor
+    from backend.signals.replay import RolloutIndex
     from backend.signals.series import SeriesSet
 
 TELEMETRY_INTERVAL_S = 1.0
@@ -105,6 +106,7 @@ class Runtime:
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
         self.monitor: RunMonitor | None = None
+        self.rollouts: RolloutIndex | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -129,6 +131,10 @@ class Runtime:
             self.monitor = None
         if self.monitor is not None:
             self.store.subscribe(self.monitor.on_log_lines)
+        from backend.signals.replay import RolloutIndex
+
+        self.rollouts = RolloutIndex()  # the `[` / `]` rollout cursor works on a live run's log too
+        self.store.subscribe(self.rollouts.on_lines)
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0

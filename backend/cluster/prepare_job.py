@@ -85,25 +85,9 @@ def read_manifest(directory: str) -> dict[str, int]:
         return {}
 
 
-def _dir_identity(path: str) -> list[int] | None:
-    """st_dev and st_ino of the directory (or its nearest existing parent): equal on nodes that share it."""
-    probe = path
-    while probe and not os.path.exists(probe):
-        parent = os.path.dirname(probe.rstrip("/"))
-        if parent == probe:
-            break
-        probe = parent
-    try:
-        st = os.stat(probe or "/")
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino]
-
-
 def check_checkpoint(directory: str) -> dict[str, object]:
     """Verdict on one checkpoint directory: problems (kind, path, detail) and the files it holds."""
-    out: dict[str, object] = {"path": directory, "problems": [], "shards": 0, "bytes": 0,
-                              "identity": _dir_identity(directory)}
+    out: dict[str, object] = {"path": directory, "problems": [], "shards": 0, "bytes": 0}
     problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
     if not os.path.isdir(directory):
         problems.append(_problem("missing", directory, "the checkpoint directory does not exist"))
@@ -169,7 +153,7 @@ def check_checkpoint(directory: str) -> dict[str, object]:
 
 
 def check_dataset(path: str, input_key: str, label_key: str) -> dict[str, object]:
-    out: dict[str, object] = {"path": path, "problems": [], "identity": _dir_identity(os.path.dirname(path))}
+    out: dict[str, object] = {"path": path, "problems": []}
     problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
     try:
         size = os.stat(path).st_size

@@ -218,3 +218,24 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
         assert "step 6: {" in hit
         await pilot.press("right_square_bracket", "right_square_bracket")
         await until(pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1")
+
+
+async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
+    """The live app's store (console.workers.Runtime) carries the rollout index too: `]` moves the log there."""
+    from app_helpers import make_app
+
+    from console.workers import Runtime
+
+    path = tmp_path / "job-driver.log"
+    newest_log(path)
+    app = make_app(tmp_path / "state")
+    async with app.run_test(size=(160, 48)) as pilot:
+        runtime = Runtime(app)
+        app.runtime = runtime
+        store = runtime.new_store("live-job")
+        store.append(path.read_bytes())
+        await pilot.press("3", "right_square_bracket", "right_square_bracket")
+        logs = app.view("logs")
+        await until(pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1")
+        assert re.search(r"\bperf 0: \{", store.line(logs.lines.cursor - 1).text)
+        await runtime.client.aclose()
