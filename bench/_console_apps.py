@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
 from textual.app import App, ComposeResult  # noqa: E402
 from textual.binding import Binding, BindingType  # noqa: E402
@@ -40,17 +40,18 @@ def console(mode: str, nodes: int, hz: float):
         phase = 0
 
         def on_mount(self) -> None:
-            from run_fixtures import metrics_view, status
+            from backend.demo.sample_run import JOB, T0, metrics
+            from console.messages import RunStatus
 
             self.action_show_view("run")
             if mode == "fleet":
-                self.post_message(RunStateChanged(status()))
-                self.post_message(MetricsArrived(metrics_view()))
+                self.post_message(RunStateChanged(RunStatus(JOB, "RUNNING", started_at=T0, simulated=True)))
+                self.post_message(MetricsArrived(metrics()))
                 self._tick()
                 self.set_interval(1.0 / hz, self._tick)
 
         def _tick(self) -> None:
-            from run_fixtures import snapshot
+            from backend.demo.sample_run import snapshot
 
             self.phase += 1
             self.post_message(SnapshotArrived(snapshot(nodes, 8, phase=self.phase)))

@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backend.plan.checks import check, derive  # noqa: E402
+from backend.plan.checks import check  # noqa: E402
+from backend.plan.derived import derive  # noqa: E402
 from backend.plan.spec import RunSpec, build_spec  # noqa: E402
 
 TARGET_US = 1000.0

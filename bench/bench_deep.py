@@ -11,6 +11,7 @@ Run in the oracle venv:  .venv-deep/bin/python bench/bench_deep.py [N]
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import tempfile
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support"), str(ROOT / "tests" / "deep")]
+sys.path.insert(0, str(ROOT))
 
 from backend.plan import checks as constraints  # noqa: E402
 from backend.plan import deep  # noqa: E402
@@ -33,7 +34,7 @@ def per_call(fn, items) -> float:
 
 
 def main(n: int = 40) -> None:
-    from test_deep_checks import layouts  # the differential test's seeded layouts
+    from deep_layouts import layouts  # the differential test's seeded layouts
 
     specs = [build_spec(preset, sets) for preset, sets in layouts()[:n]]
     deep.run_deep_checks(specs[0])  # warm-up: library imports
@@ -45,17 +46,17 @@ def main(n: int = 40) -> None:
         t = per_call(lambda s, fn=fn, name=name: deep.run_one(name, fn, s), specs)
         print(f"  {name:26} {t * 1e3:7.1f} ms  (x{t / base:.0f} of the engine)")
 
-    from synth import write_checkpoint
-    from test_shim import ultra_config
+    from deep_layouts import FULL, SLICE
 
     from shim.check import run_check
     from shim.mapping import expected_provider_fields
 
-    cfg = ultra_config()
+    cfg = deep.hf_config(build_spec(FULL, []))  # Ultra's config.json as the checks synthesize it
     mapping = per_call(lambda _: expected_provider_fields(cfg, keep_mtp=False), range(2000))
     print(f"expected_provider_fields (Ultra) {mapping * 1e6:.1f} us (x{mapping / base:.2f} of the engine)")
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = write_checkpoint(Path(tmp))
+        ckpt = Path(tmp)  # a 4-layer slice of Ultra: real widths, no weights
+        (ckpt / "config.json").write_text(json.dumps(deep.hf_config(build_spec(SLICE, []))), encoding="utf-8")
         run_check(ckpt, with_shim=True)  # warm-up
         times = {}
         for with_shim in (False, True):

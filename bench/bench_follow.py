@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
-from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
+from _cluster import run_on_fresh_cluster  # noqa: E402
 
 from backend.cluster.dashboard import RayClient  # noqa: E402
+from backend.demo.local_cluster import LocalRayCluster  # noqa: E402
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Time to rebuild the history of a 1M-line job log through `RayClient.read_log` (target <= 5 s).
 
-A real loopback Ray head (tests/raycluster.py, inside `unshare -n`) runs a job that prints N lines
-of 59 bytes (the line shape of ray.md §2.6). Then, in the same run:
+A real loopback Ray head (backend/demo/local_cluster.py, inside `unshare -n`) runs a job that prints N lines
+of 59 bytes (`epoch 3 step N loss=... lr=... tok/s=...`). Then, in the same run:
 * baseline: `cat` of the same job-driver log file to /dev/null, and a plain Python line loop over it;
 * `read_log`: the whole log streamed from `/api/v0/logs/file` and split into lines (median of 3);
 * reference: one `GET /api/jobs/{id}/logs` (the endpoint the console never polls).
@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
-from raycluster import LocalRayCluster, run_on_fresh_cluster  # noqa: E402
+from _cluster import run_on_fresh_cluster  # noqa: E402
 
 from backend.cluster.dashboard import RayClient  # noqa: E402
+from backend.demo.local_cluster import LocalRayCluster  # noqa: E402
 
 WRITER = ("import sys\nw = sys.stdout.write\nfor i in range({n}):\n"
           "    w(f'epoch 3 step {{i:07d}} loss=0.123456 lr=3.0e-04 tok/s=123456\\n')\n")

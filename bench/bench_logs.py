@@ -1,16 +1,22 @@
 """Log store benchmarks; prints figures as ratios against baselines measured in the same run.
 
 1. parse-and-store throughput vs plain Python iteration over the same file (target >= 0.25);
-2. resident memory after 10M lines, measured in a fresh subprocess (target <= 300 MB);
-3. search over 1M lines vs `grep -c` on the same spool (target <= 3x).
+2. the same with the tolerant grammar vs the grammar it replaced (target >= 0.8x): the old signals package is
+   taken from git (the parent of the commit that split backend/signals/logs.py) into a temporary directory
+   and run on the same file in the same process, interleaved with the new one;
+3. resident memory after 10M lines, measured in a fresh subprocess (target <= 300 MB);
+4. search over 1M lines vs `grep -c` on the same spool (target <= 3x).
 
 Usage: .venv/bin/python bench/bench_logs.py [--lines 1000000] [--memory-lines 10000000] [--skip-memory]
+                                            [--old-rev REV] [--only-grammar] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,12 +25,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
-from miles_sample_log import SampleRun, generate  # noqa: E402
-
-from backend.signals.logs import LogStore  # noqa: E402
+from backend.demo.sample_log import SampleRun, generate  # noqa: E402
 from backend.signals.monitor import RunMonitor  # noqa: E402
+from backend.signals.store import LogStore  # noqa: E402
 
 CHUNK = 1 << 20
 
@@ -73,6 +78,61 @@ def ingest(path: Path, spool: Path, with_monitor: bool) -> LogStore:
     return store
 
 
+def old_signals(work: Path, rev: str | None) -> tuple[type, type, list]:
+    """(LogStore, RunMonitor, alert rules) of the signals package as it was at `rev` (default: before the
+    tolerant grammar), imported from a temporary copy as the package `old_signals`."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    if rev is None:
+        rev = git("rev-list", "-1", "HEAD", "--", "backend/signals/logs.py").strip() + "^"
+    pkg = work / "old_signals"
+    pkg.mkdir()
+    for name in git("ls-tree", "--name-only", f"{rev}:backend/signals").split():
+        if name.endswith(".py"):
+            source = git("show", f"{rev}:backend/signals/{name}")
+            (pkg / name).write_text(re.sub(r"\bbackend\.signals\b", "old_signals", source), encoding="utf-8")
+    (work / "old_alerts.toml").write_text(git("show", f"{rev}:configs/alerts.toml"), encoding="utf-8")
+    sys.path.insert(0, str(work))
+    logs = importlib.import_module("old_signals.logs")
+    monitor = importlib.import_module("old_signals.monitor")
+    alerts = importlib.import_module("old_signals.alerts")
+    return logs.LogStore, monitor.RunMonitor, alerts.load_rules(work / "old_alerts.toml")
+
+
+def grammar_ratio(log: Path, work: Path, n: int, rev: str | None, rounds: int) -> None:
+    """New grammar vs old on the same file, runs interleaved (ABAB...) so both see the same machine load;
+    the best of `rounds` each."""
+    old_store, old_monitor, old_rules = old_signals(work, rev)
+
+    def run(store_cls: type, monitor: object | None, spool: Path) -> None:
+        store = store_cls(spool, run_id="bench")
+        if monitor is not None:
+            store.subscribe(monitor.on_log_lines)  # type: ignore[attr-defined]
+        with open(log, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                store.append(chunk)
+        store.flush()
+        store.close()
+
+    best = {k: float("inf") for k in ("old", "new", "old+monitor", "new+monitor")}
+    for _ in range(rounds):
+        for key, fn in (
+            ("old", lambda: run(old_store, None, work / "o1")),
+            ("new", lambda: run(LogStore, None, work / "n1")),
+            ("old+monitor", lambda: run(old_store, old_monitor(rules=old_rules), work / "o2")),
+            ("new+monitor", lambda: run(LogStore, RunMonitor(), work / "n2")),
+        ):
+            t = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - t)
+    for what in ("", "+monitor"):
+        old, new = best["old" + what], best["new" + what]
+        label = "LogStore.append" + (" + metrics/alerts monitor" if what else "")
+        print(f"{label}, new grammar vs old: {n / new / 1e6:.2f} vs {n / old / 1e6:.2f} M lines/s, "
+              f"ratio {old / new:.2f} (target >= 0.8)")
+
+
 def memory_child(lines: int, spool: str) -> None:
     """Runs in a subprocess: ingest `lines` lines, print VmRSS/VmHWM in MB and seconds."""
     block_lines = list(generate(SampleRun(rollouts=20, noise_per_rollout=200)))
@@ -100,6 +160,9 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--memory-lines", type=int, default=10_000_000)
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--old-rev", default=None, help="the signals package to compare the grammar with (git rev)")
+    ap.add_argument("--only-grammar", action="store_true", help="only the new-vs-old grammar figures")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the new-vs-old figures")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--spool", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -112,6 +175,9 @@ def main() -> int:
         n = make_log(log, args.lines)
         size = log.stat().st_size
         print(f"sample log: {n} lines, {size / 1e6:.0f} MB ({size / n:.0f} B/line)")
+        grammar_ratio(log, work, n, args.old_rev, args.rounds)
+        if args.only_grammar:
+            return 0
 
         base = best_of(3, lambda: iterate(log))
         store_t = best_of(3, lambda: ingest(log, work / "s1", False).close())

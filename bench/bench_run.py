@@ -21,21 +21,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from argparse import Namespace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
+
+from _cluster import reexec_in_loopback_netns  # noqa: E402
+
+from console.commands.demo import write_demo_preset  # noqa: E402 (the demo's spec: simulated trainer, real paths)
 
 LINE = ("[2026-11-30 06:00:00.000 actor_cell0_rank0] model.py:854 - step {i}: "
         "{{'train/loss': -0.000123, 'train/kl': 0.00042}}")
-
-
-def reexec_in_netns() -> None:
-    """Ray must only ever see loopback: re-run this script in a private network namespace."""
-    if os.environ.get("BENCH_IN_NETNS") == "1":
-        return
-    cmd = 'ip link set lo up && BENCH_IN_NETNS=1 exec "$0" "$@"'
-    os.execvp("unshare", ["unshare", "-n", "--", "bash", "-c", cmd, sys.executable, *sys.argv])
 
 
 async def history(rc, lines: int) -> dict[str, float]:
@@ -77,8 +74,6 @@ async def history(rc, lines: int) -> dict[str, float]:
 
 
 async def follow_rate(rc, seconds: float) -> dict[str, float]:
-    from runhelp import sim_spec
-
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
     from backend.cluster.telemetry import TelemetryPoller
@@ -86,7 +81,7 @@ async def follow_rate(rc, seconds: float) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
     async with RayClient(rc.address, timeout=30) as client:
         ctl = RunController(client, state_dir=tmp / "state")
-        job = await ctl.launch(sim_spec(tmp, stop_wait_s=5))
+        job = await ctl.launch(write_demo_preset(Namespace(nodes=1, rollouts=100_000, step_seconds=0.2), tmp)[1])
         while (await client.get_job(job.id)).status != "RUNNING":
             await asyncio.sleep(0.5)
         lines = 0
@@ -116,8 +111,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--follow-seconds", type=float, default=45.0)
     args = parser.parse_args()
-    reexec_in_netns()
-    from raycluster import LocalRayCluster
+    reexec_in_loopback_netns()
+    from backend.demo.local_cluster import LocalRayCluster
 
     with LocalRayCluster.start(workers=2) as rc:
         rc.assert_loopback_only()

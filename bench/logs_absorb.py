@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path.insert(0, str(ROOT))
 
 from textual import events  # noqa: E402
 
 from backend.settings import Settings  # noqa: E402
-from backend.signals.logs import LogStore  # noqa: E402
+from backend.signals.store import LogStore  # noqa: E402
 from console.app import UltraConsoleApp  # noqa: E402
 from console.messages import LogAppended  # noqa: E402
 from console.views.logs import LogsView  # noqa: E402

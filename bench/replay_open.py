@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO))
 
-import miles_sample_log  # noqa: E402
+from backend.demo import sample_log as miles_sample_log  # noqa: E402
 
 SOCKET = "bench-replay-open"
 SIZE = (200, 50)

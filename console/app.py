@@ -2,7 +2,7 @@
 
 The app owns routing only: view switching (1-4, Tab), Esc, help, the palette, quit, the
 dashboard-lost banner, read-only refusal and the TTY watchdog. Views draw what backend computes;
-workers (console/workers.py, part B) do all Ray I/O and post console.messages to the app, which
+workers (console/workers.py) do all Ray I/O and post console.messages to the app, which
 handles what it needs and fans each message out to every view.
 """
 
@@ -17,11 +17,11 @@ import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.message import Message
-from textual.widget import Widget
+from textual.widget import AwaitMount, Widget
 from textual.widgets import ContentSwitcher, Static
 
 from console import keymap
@@ -41,7 +41,14 @@ from console.watchdog import terminal_alive
 from console.widgets.key_bar import KeyBar
 
 if TYPE_CHECKING:
+    from textual.command import Provider
+
+    from backend.cluster.controller import RunController
+    from backend.plan.preview_process import Preview
+    from backend.plan.view_start import PlanStart
     from backend.settings import Settings
+    from backend.signals.replay import ReplaySession
+    from console.workers import Runtime
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 # The views other than the first: (module under console.views, class), imported and mounted just after
@@ -55,7 +62,7 @@ WATCHDOG_INTERVAL_S = 2.0
 QUIT_LINE = "ultra-console: console closed; the run keeps going on Ray. Run `ultra-console` to attach again."
 
 
-def _keymap_commands() -> type[Any]:
+def _keymap_commands() -> type[Provider]:
     """The palette's provider, imported when the palette first opens (not on the first frame)."""
     from console.palette import KeymapCommands
 
@@ -127,14 +134,15 @@ class UltraConsoleApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "ultra-console"
-    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)  # type: ignore[assignment]
+    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)
     COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {_keymap_commands}
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
-                 controller: Any = None, model_dir: str | None = None,
-                 preview: Any = None, overrides: dict[str, Any] | None = None, replay: Any = None) -> None:
+                 controller: RunController | None = None, model_dir: str | None = None,
+                 preview: Preview | None = None, overrides: dict[str, Any] | None = None,
+                 replay: ReplaySession | None = None) -> None:
         """preview: a backend.plan.preview_process.Preview whose basics() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
         view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
@@ -157,6 +165,7 @@ class UltraConsoleApp(App[int]):
         self.job = job
         self.demo = demo
         self.controller = controller
+        self.runtime: Runtime | None = None  # the workers' session, once they start after the first frame
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
@@ -178,7 +187,7 @@ class UltraConsoleApp(App[int]):
         self._first_view = self.current_view
         self._after_first_frame_done = False
 
-    def preview_plan(self) -> Any:
+    def preview_plan(self) -> PlanStart | None:
         """The preview helper's PlanStart (waited for here, when the plan view is composed), or None:
         the plan view then computes it."""
         preview, self._preview = self._preview, None
@@ -217,8 +226,9 @@ class UltraConsoleApp(App[int]):
             self.notify(problem, severity="warning")
         self._draw_state_line()
         self._focus_view(self.current_view, now=True)
-        if self.is_headless:  # no terminal to draw first (tests, snapshots): every view is there at once
-            await self._mount_later_views()
+        mounting = self._mount_later_views() if self.is_headless else None
+        if mounting is not None:  # no terminal to draw first (tests, snapshots): every view is there at once
+            await mounting
         if self._watchdog and not self.is_headless and not self.is_web:
             self._arm_watchdog()
         self.set_timer(FIRST_FRAME_FALLBACK_S, self.first_frame_drawn)  # if the key bar never got to draw
@@ -249,14 +259,20 @@ class UltraConsoleApp(App[int]):
                 widget = PlanView(self.preview_plan, id=name)
             else:
                 cls = _optional_view(*LATER_VIEWS[name])
-                kwargs = {"store": self.replay.store} if name == "logs" and self.replay is not None else {}
-                widget = cls(id=name, **kwargs) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
+                if cls is None:
+                    widget = Unavailable(VIEW_TITLES[name], id=name)
+                elif name == "logs" and self.replay is not None:
+                    from console.views.logs import LogsView  # a replay's log is there before the first frame
+
+                    widget = LogsView(self.replay.store, id=name)
+                else:
+                    widget = cls(id=name)
             if name != self.current_view:
                 widget.display = False  # ContentSwitcher hides only the children it starts with
             self._views[name] = widget
         return widget
 
-    def _mount_later_views(self) -> Any:
+    def _mount_later_views(self) -> AwaitMount | None:
         """Mount the views after the first (an AwaitMount), or None when they already are."""
         if self._later_mounted:
             return None
@@ -266,7 +282,7 @@ class UltraConsoleApp(App[int]):
             widget.display = widget.id == self.current_view
         return self.query_one("#views", ContentSwitcher).mount_all(widgets)
 
-    def on_resize(self, event: Any) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._apply_density(event.size.width, event.size.height)
 
     def _apply_density(self, width: int, height: int) -> None:
@@ -315,7 +331,7 @@ class UltraConsoleApp(App[int]):
         else:  # asked for before the first frame was drawn: finish once the views are mounted
             self.call_next(self._show_when_mounted, name, changed, mounting)
 
-    async def _show_when_mounted(self, name: str, changed: bool, mounting: Any) -> None:
+    async def _show_when_mounted(self, name: str, changed: bool, mounting: AwaitMount) -> None:
         await mounting
         if name == self.current_view:
             if changed:
@@ -329,7 +345,7 @@ class UltraConsoleApp(App[int]):
 
     def action_rollout_step(self, delta: int) -> None:
         """`[` / `]`: move the rollout cursor; the charts mark it and the log jumps to the rollout's first line."""
-        index = getattr(getattr(self, "runtime", None), "rollouts", None)
+        index = self.runtime.rollouts if self.runtime is not None else None
         mark = index.step(self.rollout_cursor, delta) if index is not None else None
         if mark is None:
             self.notify("no rollout in the log yet", severity="warning", timeout=2)
@@ -341,7 +357,7 @@ class UltraConsoleApp(App[int]):
         names = list(VIEW_TITLES)
         self.action_show_view(names[(names.index(self.current_view) + step) % len(names)])
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc: leave a field (focus goes back to the view), else return to the previous view."""
         view = self.view(self.current_view)
         focused = self.focused
@@ -404,9 +420,7 @@ class UltraConsoleApp(App[int]):
         self._draw_state_line()
 
     def on_run_state_changed(self, message: RunStateChanged) -> None:
-        state = message.state
-        label = getattr(state, "label", None) or getattr(state, "value", None) or state
-        self.run_state_text = str(label)
+        self.run_state_text = message.state.label
         self._draw_state_line()
 
     def on_history_progress(self, message: HistoryProgress) -> None:
@@ -440,7 +454,7 @@ class UltraConsoleApp(App[int]):
         self.exit(0, message=None)
 
 
-def run_app(args: argparse.Namespace, preview: Any = None) -> int:
+def run_app(args: argparse.Namespace, preview: Preview | None = None) -> int:
     """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit.
     preview: a started backend.plan.preview_process.Preview; without its answer the app computes the plan."""
     from backend.errors import SpecError

@@ -1,25 +1,22 @@
-"""Every key of the app as data: one table of `BindingSpec`s, remappable by binding id.
+"""Every key of the app as data: one table of `BindingSpec`s per scope, remappable by binding id.
 
-Why a table: the footer, the `?` help screen, the ctrl+p palette and the operator's remapping in the
-settings file all read this one list. Remapping (config.toml; unknown ids are reported, not fatal):
+Why one table: the footer, the `?` help screen, the ctrl+p palette and the operator's remapping in the
+settings file all read it, and the settings are checked before any view module is imported (the views
+after the first are imported only once the first frame is drawn). Remapping (config.toml; unknown ids
+are reported, not fatal):
 
     [keys]
     "plan.launch" = "ctrl+l"
     "app.view_events" = "e,4"
 
-How a view registers its keys (part B does this for run/logs):
+A view takes its keys from its scope's row:
 
-    from console import keymap
-    keymap.register("run", (
-        keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-        keymap.BindingSpec("run.fleet_next", "n", "next_node", "Next node", show=False),
-    ))
-
-    class RunView(Widget):
+    class RunView(ConsoleView):
+        SCOPE = "run"
         BINDINGS = keymap.bindings_for("run")
         def action_abort(self) -> None: ...
 
-- `id` is unique across the app ("<scope>.<name>" for views); it is what the settings file remaps.
+- `id` is unique across the app ("<scope>.<name>"); it is what the settings file remaps.
 - `action` is an action name on the widget that holds the bindings (the view), or on the app for
   scope "app". The palette runs it after switching to the view, so a view's actions must work
   when called without a key press.
@@ -31,13 +28,12 @@ How a view registers its keys (part B does this for run/logs):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 APP = "app"
-VIEWS: tuple[str, ...] = ("plan", "run", "logs", "events")
 
 
 @dataclass(frozen=True)
@@ -55,48 +51,103 @@ class BindingSpec:
                        id=self.id)
 
 
-_TABLE: dict[str, list[BindingSpec]] = {}
-
-
-def register(scope: str, specs: Iterable[BindingSpec]) -> None:
-    """Add (or replace, by id) bindings of `scope` ("app" or a view name)."""
-    rows = _TABLE.setdefault(scope, [])
-    for spec in specs:
-        rows[:] = [r for r in rows if r.id != spec.id]
-        rows.append(spec)
+# scope -> its keys; the app's first, then the views in the order of their number keys (1-4).
+TABLE: dict[str, tuple[BindingSpec, ...]] = {
+    APP: (
+        BindingSpec("app.view_plan", "1", "show_view('plan')", "Plan"),
+        BindingSpec("app.view_run", "2", "show_view('run')", "Run"),
+        BindingSpec("app.view_logs", "3", "show_view('logs')", "Logs"),
+        BindingSpec("app.view_events", "4", "show_view('events')", "Events"),
+        BindingSpec("app.next_view", "tab", "cycle_view(1)", "Next view", show=False, priority=True),
+        BindingSpec("app.prev_view", "shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
+        BindingSpec("app.back", "escape", "back", "Back", show=False),
+        BindingSpec("app.help", "question_mark", "help", "Help"),
+        BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
+        BindingSpec("app.quit", "q", "quit", "Quit"),
+        BindingSpec("app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False),
+        BindingSpec("app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False),
+    ),
+    "plan": (
+        BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
+        BindingSpec("plan.preflight", "p", "preflight", "Preflight"),
+        BindingSpec("plan.prepare", "P", "prepare", "Prepare nodes"),
+        BindingSpec("plan.copy_command", "c", "copy_command", "Copy cmd"),
+        BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
+        BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),
+        BindingSpec("plan.prev_field", "up", "prev_field", "Previous field", show=False),
+        BindingSpec("plan.page_down", "pagedown", "page(1)", "Scroll findings down", show=False),
+        BindingSpec("plan.page_up", "pageup", "page(-1)", "Scroll findings up", show=False),
+    ),
+    "run": (
+        BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
+    ),
+    "logs": (
+        BindingSpec("logs.search", "slash", "search", "Search"),
+        BindingSpec("logs.next_match", "n", "next_match", "Next"),
+        BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
+        BindingSpec("logs.filter", "f", "filter", "Filter"),
+        BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
+        BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
+        BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
+        BindingSpec("logs.follow", "G", "follow", "Follow"),
+        BindingSpec("logs.end", "end", "follow", "Follow", show=False),
+        BindingSpec("logs.top", "g", "top", "Top", show=False),
+        BindingSpec("logs.home", "home", "top", "Top", show=False),
+        BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
+        BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
+        BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
+        BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
+    ),
+    "events": (
+        BindingSpec("events.refresh", "r", "refresh", "Refresh"),
+        BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
+    ),
+    "prepare": (  # the prepare screen the plan view's P opens
+        BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),
+        BindingSpec("prepare.recheck", "r", "recheck", "Check again"),
+        BindingSpec("prepare.close", "escape", "close", "Close"),
+    ),
+}
 
 
 def specs(scope: str | None = None) -> list[BindingSpec]:
     """The bindings of one scope, or of every scope (app first, then views in order)."""
     if scope is not None:
-        return list(_TABLE.get(scope, ()))
-    order = [APP, *VIEWS, *sorted(set(_TABLE) - {APP, *VIEWS})]
-    return [s for sc in order for s in _TABLE.get(sc, ())]
+        return list(TABLE.get(scope, ()))
+    return [s for rows in TABLE.values() for s in rows]
 
 
 def scope_of(binding_id: str) -> str | None:
-    for scope, rows in _TABLE.items():
+    for scope, rows in TABLE.items():
         if any(r.id == binding_id for r in rows):
             return scope
     return None
 
 
-def bindings_for(scope: str) -> list[Binding]:
-    """Textual `Binding`s for a class's BINDINGS (evaluated at import: register first)."""
-    return [s.binding() for s in _TABLE.get(scope, ())]
+def bindings_for(scope: str) -> list[BindingType]:
+    """Textual `Binding`s for a class's BINDINGS."""
+    return [s.binding() for s in TABLE.get(scope, ())]
 
 
 def mutating_actions(scope: str) -> frozenset[str]:
-    return frozenset(s.action for s in _TABLE.get(scope, ()) if s.mutates)
+    return frozenset(s.action for s in TABLE.get(scope, ()) if s.mutates)
 
 
 def validate_keymap(keys: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """Split the settings' remap into (known ids -> keys, one-line problems for unknown ids)."""
     known = {s.id for s in specs()}
     good = {k: v for k, v in keys.items() if k in known and str(v).strip()}
-    bad = [f"unknown key binding id {k!r} in settings (known: {', '.join(sorted(known))})"
-           for k in keys if k not in known]
-    return good, bad
+    return good, [_unknown(k) for k in keys if k not in known]
+
+
+def _unknown(binding_id: str) -> str:
+    """One line that names the ids the operator may have meant: those of the same scope, else the scopes."""
+    scope = binding_id.split(".", 1)[0]
+    if scope in TABLE:
+        hint = f"{scope} ids: {', '.join(s.id for s in TABLE[scope])}"
+    else:
+        hint = f"ids start with a scope: {', '.join(f'{sc}.' for sc in TABLE)}"
+    return f"unknown key binding id {binding_id!r} in settings ({hint}; `?` lists every key)"
 
 
 def effective_key(spec: BindingSpec, keymap: Mapping[str, str]) -> str:
@@ -104,34 +155,3 @@ def effective_key(spec: BindingSpec, keymap: Mapping[str, str]) -> str:
     return keymap.get(spec.id, spec.key)
 
 
-register(APP, (
-    BindingSpec("app.view_plan", "1", "show_view('plan')", "Plan"),
-    BindingSpec("app.view_run", "2", "show_view('run')", "Run"),
-    BindingSpec("app.view_logs", "3", "show_view('logs')", "Logs"),
-    BindingSpec("app.view_events", "4", "show_view('events')", "Events"),
-    BindingSpec("app.next_view", "tab", "cycle_view(1)", "Next view", show=False, priority=True),
-    BindingSpec("app.prev_view", "shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
-    BindingSpec("app.back", "escape", "back", "Back", show=False),
-    BindingSpec("app.help", "question_mark", "help", "Help"),
-    BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
-    BindingSpec("app.quit", "q", "quit", "Quit"),
-    BindingSpec("app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False),
-    BindingSpec("app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False),
-))
-
-register("plan", (
-    BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
-    BindingSpec("plan.preflight", "p", "preflight", "Preflight"),
-    BindingSpec("plan.prepare", "P", "prepare", "Prepare nodes"),
-    BindingSpec("plan.copy_command", "c", "copy_command", "Copy cmd"),
-    BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
-    BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),
-    BindingSpec("plan.prev_field", "up", "prev_field", "Previous field", show=False),
-    BindingSpec("plan.page_down", "pagedown", "page(1)", "Scroll findings down", show=False),
-    BindingSpec("plan.page_up", "pageup", "page(-1)", "Scroll findings up", show=False),
-))
-
-register("events", (
-    BindingSpec("events.refresh", "r", "refresh", "Refresh"),
-    BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
-))

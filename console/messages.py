@@ -3,17 +3,46 @@
 Workers never touch widgets: they `post_message` one of these (thread-safe) to the app, and only
 `on_*` handlers change what is drawn. The app handles what it needs (banner, state line) and then
 fans every `ConsoleMessage` out to each mounted view, so a view just defines e.g.
-`on_snapshot_arrived`. They do not bubble (a view receiving one never sends it back up). Payloads are whatever backend returns; the console does not
-interpret them beyond display. Names are a contract with console/workers.py — add, don't rename.
+`on_snapshot_arrived`. They do not bubble (a view receiving one never sends it back up). Payloads are
+typed values a worker thread no longer changes: backend's frozen models and dataclasses, or copies of them.
+Names are a contract with console/workers.py — add, don't rename.
+
+Backend types are imported for the checker only: this module is on the first frame's import path, and
+backend's telemetry and signals modules are imported after it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual.message import Message
 
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
+    from backend.plan.finding import Finding
+    from backend.signals.alerts import Alert
+    from backend.signals.monitor import MetricsSnapshot
+    from backend.signals.replay import RolloutMark
+
 Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """What the views show about the run: the controller's state event, times in epoch seconds."""
+
+    job_id: str
+    state: str
+    started_at: float | None = None
+    ended_at: float | None = None
+    message: str = ""
+    simulated: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id} {self.state}"
 
 
 class ConsoleMessage(Message, bubble=False):
@@ -29,7 +58,7 @@ class ConsoleMessage(Message, bubble=False):
 class SnapshotArrived(ConsoleMessage):
     """A cluster snapshot (nodes, GPUs, alive/dead) from backend telemetry."""
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
 
@@ -43,9 +72,9 @@ class LogAppended(ConsoleMessage):
 
 
 class MetricsArrived(ConsoleMessage):
-    """New metric points (throughput, KL, ...) as backend.signals.metrics produced them."""
+    """New metric points (throughput, KL, ...): an immutable snapshot of the series and derived signals."""
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, payload: MetricsSnapshot) -> None:
         super().__init__()
         self.payload = payload
 
@@ -53,17 +82,17 @@ class MetricsArrived(ConsoleMessage):
 class RunStateChanged(ConsoleMessage):
     """The run controller's state changed (e.g. pending -> running -> stopping)."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: RunStatus) -> None:
         super().__init__()
         self.state = state
 
 
 class AlertsChanged(ConsoleMessage):
-    """The current alert list (items with id, severity, message, step) from backend.signals.alerts."""
+    """The current alerts (copies of backend.signals.alerts' Alerts, which the engine goes on updating)."""
 
-    def __init__(self, alerts: list[Any]) -> None:
+    def __init__(self, alerts: Iterable[Alert]) -> None:
         super().__init__()
-        self.alerts = list(alerts)
+        self.alerts: tuple[Alert, ...] = tuple(alerts)
 
 
 class DashboardLost(ConsoleMessage):
@@ -81,9 +110,9 @@ class DashboardBack(ConsoleMessage):
 class PreflightDone(ConsoleMessage):
     """Preflight of the current spec against the cluster finished (`findings`: backend's results)."""
 
-    def __init__(self, findings: list[Any]) -> None:
+    def __init__(self, findings: Iterable[Finding]) -> None:
         super().__init__()
-        self.findings = list(findings)
+        self.findings: tuple[Finding, ...] = tuple(findings)
 
 
 class Notice(ConsoleMessage):
@@ -113,6 +142,6 @@ class RolloutCursor(ConsoleMessage):
     """The rollout cursor moved (`[` / `]`): `mark` is a backend.signals.replay.RolloutMark (rollout, its
     first log line, its first optimizer step); charts mark it and the logs view jumps there."""
 
-    def __init__(self, mark: Any) -> None:
+    def __init__(self, mark: RolloutMark) -> None:
         super().__init__()
         self.mark = mark

@@ -8,21 +8,29 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Provider
 
 from console import keymap
 from console.widgets.help_screen import key_label
 
+if TYPE_CHECKING:
+    from console.app import UltraConsoleApp
+
 HIDDEN = frozenset({"app.palette", "app.back", "app.next_view", "app.prev_view"})
 
 
 class KeymapCommands(Provider):
+    @property
+    def console(self) -> UltraConsoleApp:
+        """The palette is opened only in UltraConsoleApp (its COMMANDS name this provider)."""
+        return cast("UltraConsoleApp", self.app)
+
     def _entries(self) -> list[tuple[str, str, str]]:
         """(binding id, title, help) for every action the palette may offer now."""
-        app = self.app
-        remap = getattr(app, "keymap_overrides", {})
-        readonly = getattr(app, "readonly", False)
+        app = self.console
+        remap, readonly = app.keymap_overrides, app.readonly
         out = []
         for spec in keymap.specs():
             if spec.id in HIDDEN or (readonly and spec.mutates):
@@ -35,12 +43,12 @@ class KeymapCommands(Provider):
 
     async def discover(self) -> AsyncIterator[DiscoveryHit]:
         for binding_id, title, help_text in self._entries():
-            yield DiscoveryHit(title, partial(self.app.run_binding, binding_id), help=help_text)  # type: ignore[attr-defined]
+            yield DiscoveryHit(title, partial(self.console.run_binding, binding_id), help=help_text)
 
     async def search(self, query: str) -> AsyncIterator[Hit]:
         matcher = self.matcher(query)
         for binding_id, title, help_text in self._entries():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), partial(self.app.run_binding, binding_id),  # type: ignore[attr-defined]
+                yield Hit(score, matcher.highlight(title), partial(self.console.run_binding, binding_id),
                           help=help_text)

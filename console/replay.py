@@ -9,16 +9,15 @@ MetricsArrived at most a few times a second, so the operator scrolls while the c
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
-
-from textual.app import App
+from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
-from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged
-from console.workers import RunStatus, Runtime
+from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged, RunStatus
+from console.workers import Runtime
 
 if TYPE_CHECKING:
     from backend.signals.replay import ReplaySession
+    from console.app import UltraConsoleApp
 
 POST_EVERY_S = 0.25
 JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
@@ -27,7 +26,7 @@ JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
 class ReplayRuntime(Runtime):
     """A Runtime without a cluster: the session's store and monitor, read-only."""
 
-    def __init__(self, app: App[Any], session: ReplaySession) -> None:  # no RayClient: nothing talks to Ray
+    def __init__(self, app: UltraConsoleApp, session: ReplaySession) -> None:  # no RayClient: nothing talks to Ray
         self.app = app
         self.session = session
         self.store = session.store
@@ -49,9 +48,9 @@ class ReplayRuntime(Runtime):
         self.maybe_post_metrics(force=force)
 
 
-def start(app: App[Any], session: ReplaySession) -> ReplayRuntime:
+def start(app: UltraConsoleApp, session: ReplaySession) -> ReplayRuntime:
     runtime = ReplayRuntime(app, session)
-    app.runtime = runtime  # type: ignore[attr-defined]
+    app.runtime = runtime
     if session.problem:
         runtime.post(Notice(session.problem, "warning"))
     runtime.post(RunStateChanged(RunStatus(session.source.name, "REPLAY")))
@@ -94,7 +93,7 @@ async def _job(rt: ReplayRuntime) -> None:
 
     from backend.cluster.dashboard import RayClient
 
-    settings = rt.app.settings  # type: ignore[attr-defined]
+    settings = rt.app.settings
     job_id = rt.session.source.job_id or ""
     token = settings.token.get_secret_value() if settings.token else None
     try:

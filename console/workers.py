@@ -7,7 +7,8 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              watch loop (state changes, dashboard lost/back). A launch from the plan view goes
              through the same controller, so its new job is picked up here too.
 - logs:      for the attached job, rebuild the history from Ray (progress posted as it goes), then
-             follow the live log into the LogStore. Appends are batched (<= 10 posts/s).
+             follow the live log, through backend.signals.ingest (batched, <= 10 posts/s) into the
+             run's LogStore and RunMonitor.
 - metrics:   the store feeds backend.signals.monitor.RunMonitor (metrics, facts, alerts) through its listener;
              MetricsArrived (series + derived signals) at most 2/s, AlertsChanged when alerts fire.
 - telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible.
@@ -18,15 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from textual.app import App
+from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
 from console.messages import (
     AlertsChanged,
+    ConsoleMessage,
     DashboardBack,
     DashboardLost,
     HistoryProgress,
@@ -34,38 +33,22 @@ from console.messages import (
     MetricsArrived,
     Notice,
     RunStateChanged,
+    RunStatus,
     SnapshotArrived,
 )
 
 if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
     from backend.cluster.controller import RunController, RunEvent
     from backend.cluster.dashboard import JobInfo
-    from backend.signals.logs import LogStore
+    from backend.signals.ingest import LogChunk, RunLog
     from backend.signals.monitor import RunMonitor
     from backend.signals.replay import RolloutIndex
-    from backend.signals.series import SeriesSet
+    from backend.signals.store import LogStore
+    from console.app import UltraConsoleApp
 
 TELEMETRY_INTERVAL_S = 1.0
-LOG_FLUSH_S = 0.1
 METRICS_EVERY_S = 0.5
-HISTORY_BATCH_LINES = 20_000
 TICK_S = 5.0
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """What the views show about the run (from the controller's state event)."""
-
-    job_id: str
-    state: str
-    started_at: float | None = None
-    ended_at: float | None = None
-    message: str = ""
-    simulated: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id} {self.state}"
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -74,34 +57,27 @@ def run_status(event: RunEvent) -> RunStatus | None:
     if job is None:
         return RunStatus(event.text.removeprefix("submitting ") or "?", state)
     meta = job.metadata or {}
-    return RunStatus(job.id, state, job.start_time / 1000.0 if job.start_time else None,
-                     job.end_time / 1000.0 if job.end_time else None, job.message or "",
+    from backend.signals.clock import seconds_from_ms
+
+    return RunStatus(job.id, state, seconds_from_ms(job.start_time), seconds_from_ms(job.end_time), job.message or "",
                      bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
-
-
-@dataclass(frozen=True)
-class MetricsView:
-    """The MetricsArrived payload: backend's series and its derived-signals block, as of now."""
-
-    series: SeriesSet
-    derived: dict[str, Any]
 
 
 class Runtime:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
-    def __init__(self, app: App[Any]) -> None:
+    def __init__(self, app: UltraConsoleApp) -> None:
         from backend.cluster.controller import RunController
         from backend.cluster.dashboard import RayClient
 
-        settings = app.settings  # type: ignore[attr-defined]
+        settings = app.settings
         self.app = app
         token = settings.token.get_secret_value() if settings.token else None
         self.client = RayClient(settings.address, token)
-        controller = getattr(app, "controller", None)
+        controller = app.controller
         if controller is None:
             controller = RunController(self.client, state_dir=settings.state_dir, readonly=settings.readonly)
-            app.controller = controller  # type: ignore[attr-defined]
+            app.controller = controller
         self.controller: RunController = controller
         self.spool_dir = Path(settings.state_dir) / "logs"
         self.store: LogStore | None = None
@@ -112,25 +88,24 @@ class Runtime:
         self._metrics_seen = 0
         self._metrics_posted_at = 0.0
 
-    def post(self, message: Any) -> None:
+    def post(self, message: ConsoleMessage) -> None:
         if self.app.is_running:  # nothing is posted into an app that is shutting down
             self.app.post_message(message)
 
-    def new_store(self, job_id: str) -> LogStore:
-        """A fresh store + collector for `job_id`, handed to the logs view."""
-        from backend.signals.logs import LogStore
+    def new_run_log(self, job_id: str) -> RunLog:
+        """A fresh run log (store + monitor) for `job_id`; its store is handed to the logs view."""
+        from backend.signals.ingest import RunLog
         from backend.signals.monitor import RunMonitor
 
         if self.store is not None:
             self.store.close()
-        self.store = LogStore(self.spool_dir, run_id=job_id)
         try:
             self.monitor = RunMonitor()
         except ConsoleError as err:  # e.g. a broken alert rules file: say so, keep the console working
             self.post(Notice(f"metrics and alerts are off: {err}", "warning"))
             self.monitor = None
-        if self.monitor is not None:
-            self.store.subscribe(self.monitor.on_log_lines)
+        run_log = RunLog.open(self.spool_dir, job_id, self.monitor)
+        self.store = run_log.store
         from backend.signals.replay import RolloutIndex
 
         self.rollouts = RolloutIndex()  # the `[` / `]` rollout cursor works on a live run's log too
@@ -141,33 +116,29 @@ class Runtime:
         from console.views.logs import LogsView
 
         for view in self.app.query(LogsView):
-            view.set_store(self.store)
-        return self.store
+            view.set_store(run_log.store)
+        return run_log
 
     def maybe_post_metrics(self, force: bool = False) -> None:
         monitor = self.monitor
         if monitor is None:
             return
-        collector = monitor.collector
-        seen = sum(collector.records.values())
+        seen = sum(monitor.collector.records.values())
         now = time.monotonic()
         if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
             self._metrics_seen = seen
             self._metrics_posted_at = now
-            from backend.signals.derived import derive
-
-            derived = derive(collector, monitor.facts, monitor.telemetry, monitor.miles_now())
-            self.post(MetricsArrived(MetricsView(collector.series, derived)))
+            self.post(MetricsArrived(monitor.metrics_snapshot()))  # frozen: the log thread keeps appending
         self.maybe_post_alerts()
 
     def maybe_post_alerts(self) -> None:
         monitor = self.monitor
-        if monitor is not None and len(monitor.alerts.alerts) != self._alerts_posted:
-            self._alerts_posted = len(monitor.alerts.alerts)
-            self.post(AlertsChanged(monitor.alerts.alerts))
+        if monitor is not None and monitor.alerts.version != self._alerts_posted:
+            self._alerts_posted = monitor.alerts.version  # a new alert, or a blind spot's count moved
+            self.post(AlertsChanged(monitor.alerts.snapshot()))
 
 
-def wants_telemetry(app: App[Any]) -> bool:
+def wants_telemetry(app: UltraConsoleApp) -> bool:
     """True while some visible view draws cluster snapshots (the run view's fleet)."""
     from console.views.run import RunView
 
@@ -176,19 +147,19 @@ def wants_telemetry(app: App[Any]) -> bool:
     return any(view.wants_telemetry() for view in app.query(RunView))
 
 
-def start_workers(app: App[Any]) -> None:
+def start_workers(app: UltraConsoleApp) -> None:
     """Called by the app on mount: the backend objects and workers start right after the first frame,
     so importing the I/O stack (httpx, the run controller, the log store) never delays it."""
     app.call_after_refresh(_start, app)
 
 
-def _start(app: App[Any]) -> Runtime:
+def _start(app: UltraConsoleApp) -> Runtime:
     runtime = Runtime(app)
-    app.runtime = runtime  # type: ignore[attr-defined]
+    app.runtime = runtime
     runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
     app.run_worker(_telemetry(runtime), group="telemetry", exclusive=True, exit_on_error=False,
                    description="cluster telemetry")
-    app.run_worker(_run(runtime, getattr(app, "job", None)), group="run", exclusive=True, exit_on_error=False,
+    app.run_worker(_run(runtime, app.job), group="run", exclusive=True, exit_on_error=False,
                    description="attach and watch the run")
     app.run_worker(_ticks(runtime), group="ticks", exclusive=True, exit_on_error=False,
                    description="time-based alerts and derived signals")
@@ -245,52 +216,35 @@ async def _run(rt: Runtime, job: str | None) -> None:
 
 
 async def _logs(rt: Runtime, job: JobInfo) -> None:
-    """Rebuild `job`'s history into a fresh LogStore (with progress), then follow it live."""
-    store = rt.new_store(job.id)
+    """Rebuild `job`'s history into a fresh run log (with progress), then follow it live."""
+    from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
+
+    run_log = rt.new_run_log(job.id)
     rt.post(HistoryProgress(job.id, 0, done=False))
-    delivered = 0
     try:
-        batch: list[str] = []
-        async for line in rt.client.read_log(job.id):
-            batch.append(line)
-            if len(batch) >= HISTORY_BATCH_LINES:
-                delivered += await _append(rt, store, batch, threaded=True)
-                batch = []
-                rt.post(HistoryProgress(job.id, delivered, done=False))
-        delivered += await _append(rt, store, batch, threaded=True)
+        async for chunk in text_chunks(rt.client.read_log(job.id)):
+            await _append(rt, run_log, chunk)
+            rt.post(HistoryProgress(job.id, run_log.lines_in, done=False))
     except ConsoleError as err:
         rt.post(Notice(f"log history of {job.id} incomplete: {err}", "warning"))
-    rt.post(HistoryProgress(job.id, delivered, done=True))
+    rt.post(HistoryProgress(job.id, run_log.lines_in, done=True))
     rt.maybe_post_metrics(force=True)
     if job.is_terminal:
         return
-    batch, last = [], time.monotonic()
     try:
-        async for line in rt.client.follow_log(job.id, start_offset=delivered):
-            batch.append(line)
-            now = time.monotonic()
-            if now - last >= LOG_FLUSH_S or len(batch) >= HISTORY_BATCH_LINES:
-                await _append(rt, store, batch, threaded=len(batch) > 2000)
-                batch, last = [], now
-        await _append(rt, store, batch, threaded=False)
+        async for chunk in text_chunks(rt.client.follow_log(job.id, start_offset=run_log.lines_in),
+                                       flush_s=LIVE_FLUSH_S):
+            await _append(rt, run_log, chunk)
     except ConsoleError as err:
-        await _append(rt, store, batch, threaded=False)
         rt.post(Notice(f"log follow of {job.id} stopped: {err}", "warning"))
     rt.maybe_post_metrics(force=True)
 
 
-async def _append(rt: Runtime, store: LogStore, lines: list[str], *, threaded: bool) -> int:
-    """Give complete lines to the store (big batches off the UI thread); tell the views."""
-    if not lines:
-        return 0
-    chunk = "\n".join(lines) + "\n"
-    if threaded:
-        await asyncio.to_thread(store.append, chunk)
-    else:
-        store.append(chunk)
-    rt.post(LogAppended(len(store)))
+async def _append(rt: Runtime, run_log: RunLog, chunk: LogChunk) -> None:
+    """Give complete lines to the run log (big chunks off the UI thread); tell the views."""
+    await run_log.add_async(chunk)
+    rt.post(LogAppended(len(run_log.store)))
     rt.maybe_post_metrics()
-    return len(lines)
 
 
 async def _ticks(rt: Runtime) -> None:

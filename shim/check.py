@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +71,7 @@ def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> Any:
 
 
 @contextlib.contextmanager
-def quiet():
+def quiet() -> Iterator[None]:
     """Library chatter (warnings, prints, logging) stays out of the console's output."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)

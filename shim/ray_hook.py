@@ -19,7 +19,9 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 from shim import logline
 from shim.mapping import ShimConfigError, expected_provider_fields, read_config
@@ -39,7 +41,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.names = names
         self.callback = callback
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self.names:
             return None
         for finder in sys.meta_path:
@@ -56,11 +59,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         original = loader.exec_module
         callback = self.callback
 
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
+        wrapped: importlib.abc.Loader = loader
 
-            def exec_module(self, module):
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+                return wrapped.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
                 original(module)
                 callback()
 

@@ -1,8 +1,9 @@
-"""The layout-rule catalog as data: one entry per rule of constraints.md §2 (sections A–H) plus our own §M.
+"""The layout-rule catalog as data: one entry per rule the real stack enforces (sections A–H, by where it
+runs: A process-group grid, B model-parallel config, C Megatron's argument validation, D hybrid/Mamba
+stack, E MoE at run time, F MTP head, G SGLang engine, H miles) plus our own section M.
 
-Ids match the reference catalog (`/shared/reference/constraints.md` §2) so an operator, a test or the deep
-oracle can look a finding up by id. Section M (M1–M3) is ours: the memory estimates of constraints.md §5
-turned into checks. Each entry says whether `backend.plan.checks` decides it from the spec:
+Ids are stable, so an operator, a test or the deep oracle can look a finding up by id. Section M (M1–M3)
+is ours: the memory estimates of `backend.plan.sizing` turned into checks. Each entry says whether `backend.plan.checks` decides it from the spec:
 
 * ``checked`` – a check runs on every spec (its findings carry this id);
 * ``covered`` – same condition as another rule that is checked (named in ``note``), so it never fires twice;
@@ -263,17 +264,17 @@ _CATALOG: tuple[Rule, ...] = (
          ("train.tp", "train.pp", "train.ep", "train.etp", "rollout.gpus_per_engine", "rollout.dp",
           "rollout.ep", "rollout.mem_fraction", *CLUSTER),
          "miles scripts/run_nemotron_3_ultra_550b_a55b.py:113-143, 211-212"),
-    # ---------------------------------------------------------------- M: ours — memory (constraints.md §5)
+    # ---------------------------------------------------------------- M: ours — memory (backend.plan.sizing)
     Rule("M1", "training weights + fp32 grads (+ optimizer if not offloaded) fit in HBM", ERR_WARN,
          ("cluster.gpu_memory_gb", "train.tp", "train.pp", "train.ep", "train.etp", "optimizer.cpu_offload"),
-         "constraints.md §5.2/§5.3 (ultra-console's own estimate)"),
+         "ultra-console's own estimate (backend.plan.sizing)"),
     Rule("M2", "offloaded Adam state + host grad copies fit in host RAM per node", ERR_WARN,
          ("cluster.host_memory_gb", "cluster.gpus_per_node", "train.tp", "train.pp", "train.ep", "train.etp",
           "optimizer.cpu_offload"),
-         "constraints.md §5.2/§5.3 (ultra-console's own estimate)"),
+         "ultra-console's own estimate (backend.plan.sizing)"),
     Rule("M3", "rollout weights per GPU fit in mem_fraction × HBM", ERR_WARN,
          ("rollout.gpus_per_engine", "rollout.ep", "rollout.dp", "rollout.mem_fraction", "cluster.gpu_memory_gb"),
-         "constraints.md §5.4 (ultra-console's own estimate, not verified against SGLang's sharding)"),
+         "ultra-console's own estimate (backend.plan.sizing), not verified against SGLang's sharding"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in _CATALOG}

@@ -45,7 +45,8 @@ class Preview:
         answer = self._line(0, timeout)
         if answer is None or _well_formed(answer):
             return answer
-        self._lines[0] = self._fail()
+        self._fail()
+        self._lines[0] = None
         return None
 
     def plan(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
@@ -70,19 +71,25 @@ class Preview:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return self._fail()
+                self._fail()
+                return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                return self._fail()
+                self._fail()
+                return None
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             data = json.loads(line)
         except ValueError:
-            return self._fail()
-        return data if isinstance(data, dict) else self._fail()
+            data = None
+        if not isinstance(data, dict):
+            self._fail()
+            return None
+        return data
 
     def _fail(self) -> None:
+        """Stop reading: this answer and every later one read as None."""
         self._failed = True
         self._finish()
 

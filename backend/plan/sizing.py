@@ -1,8 +1,8 @@
-"""Parameter counts and memory per GPU/node of a Nemotron-H layout (constraints.md §5).
+"""Parameter counts and memory per GPU/node of a Nemotron-H layout.
 
 Why a module of its own: the rule engine (M1–M3) and the plan view both need the same numbers, and they
-must reproduce §5.2/§5.3 exactly (5.550 B params per GPU on stages 0 and 3 of TP8 PP4 EP32; 5.803 B for
-the 4-layer slice). Formulas, all from the model facts of the spec:
+must reproduce the documented layouts exactly (5.550 B params per GPU on stages 0 and 3 of the full model at
+TP8 PP4 EP32; 5.803 B for the 4-layer slice at TP1 PP1 EP8). Formulas, all from the model facts of the spec:
 
 * Mamba2 layer: in_proj h·(2·d_in + 2·G·N + H), conv1d (d_in + 2·G·N)·(k + 1), A_log/D/dt_bias 3·H,
   gated norm d_in, out_proj d_in·h, pre-norm h. TP splits everything but the pre-norm.
@@ -15,7 +15,7 @@ the 4-layer slice). Formulas, all from the model facts of the spec:
 * pipeline split: what miles' Megatron fork does (`mamba_block.py:121-131`): stage r gets
   pattern[r·⌊L/PP⌋ : (r+1)·⌊L/PP⌋] — first/last-stage sizes are ignored.
 
-Rollout (§5.4, an estimate): routed experts over the whole engine, Mamba/attention/embeddings and the
+Rollout (an estimate, not checked against SGLang's sharding code): routed experts over the whole engine, Mamba/attention/embeddings and the
 shared expert over attn_tp, router + latent projections replicated.
 """
 
@@ -82,25 +82,32 @@ class LayerParams:
 
 
 def layer_params(model: Any) -> LayerParams:
-    h = model.hidden_size
-    heads, groups, kv = model.num_attention_heads, model.num_query_groups, model.kv_channels
-    m_heads, m_groups, m_state = model.mamba_num_heads, model.mamba_num_groups, model.mamba_state_dim
-    d_in = m_heads * model.mamba_head_dim
+    """The model's per-block counts; cached on its dimensions, since every check and derive asks for them."""
+    return _layer_params(model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
+                         model.mamba_num_heads, model.mamba_num_groups, model.mamba_state_dim, model.mamba_head_dim,
+                         model.mamba_conv_kernel, model.ffn_hidden_size, model.num_experts, model.moe_latent_size,
+                         model.moe_ffn_hidden_size, model.shared_expert_intermediate_size, model.vocab_size)
+
+
+@lru_cache(maxsize=64)
+def _layer_params(h: int, heads: int, groups: int, kv: int, m_heads: int, m_groups: int, m_state: int,
+                  m_head_dim: int, conv_kernel: int, ffn: int, experts: int, latent: int, moe_ffn: int,
+                  shared: int, vocab: int) -> LayerParams:
+    d_in = m_heads * m_head_dim
     xbc = d_in + 2 * m_groups * m_state
-    mamba = h * (2 * d_in + 2 * m_groups * m_state + m_heads) + xbc * (model.mamba_conv_kernel + 1) \
+    mamba = h * (2 * d_in + 2 * m_groups * m_state + m_heads) + xbc * (conv_kernel + 1) \
         + 3 * m_heads + d_in + d_in * h + h
     attention = h * (heads + 2 * groups) * kv + heads * kv * h + h
-    latent = model.moe_latent_size
     width = latent if latent else h
     return LayerParams(
         mamba=mamba, mamba_norm=h, attention=attention, attention_norm=h,
-        mlp=2 * h * model.ffn_hidden_size + h,
-        router=model.num_experts * h,
+        mlp=2 * h * ffn + h,
+        router=experts * h,
         latent=2 * h * latent if latent else 0,
-        expert=2 * width * model.moe_ffn_hidden_size,
-        shared=2 * h * model.shared_expert_intermediate_size,
+        expert=2 * width * moe_ffn,
+        shared=2 * h * shared,
         moe_norm=h,
-        embedding=model.vocab_size * h,
+        embedding=vocab * h,
         mtp_extra=2 * h * h + 3 * h,
     )
 
@@ -132,7 +139,7 @@ class StageParams:
 
 
 def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool) -> tuple[StageParams, ...]:
-    """Per-GPU parameters of each pipeline stage (§5.2 sharding)."""
+    """Per-GPU parameters of each pipeline stage, sharded as above."""
     lp = layer_params(model)
     h = model.hidden_size
     mamba = (lp.mamba - lp.mamba_norm) / tp + lp.mamba_norm
@@ -163,7 +170,7 @@ def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp
 
 
 def rollout_params_per_gpu(model: Any, gpus_per_engine: int, attn_tp: int) -> float:
-    """§5.4 estimate of the weights one SGLang GPU holds (routed experts over the engine, rest over attn_tp)."""
+    """Estimated weights one SGLang GPU holds (routed experts over the engine, the rest over attn_tp)."""
     lp = layer_params(model)
     p = model.hybrid_pattern
     n_moe = p.count("E")

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from backend.errors import SpecError
+from backend.plan.run_modes import RunMode
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -214,7 +215,7 @@ class Paths(_Strict):
 
 class RunOptions(_Strict):
     id: str | None = Field(default=None, description="YYMMDD-HHMMSS-NNN (UTC); None = made at launch")
-    mode: Literal["normal", "debug_minimal"] = "normal"
+    mode: RunMode = "normal"
     extra_args: str = ""
     master_addr: str = "127.0.0.1"
     wandb_project: str | None = None

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
 from backend.plan.evaluation import PlanEvaluation, evaluate
+
+if TYPE_CHECKING:
+    from backend.plan.variants import Variant
 
 
 @dataclass
@@ -32,7 +35,20 @@ class PlanStart:
                    PlanEvaluation.from_json(data["evaluation"]), [str(n) for n in data["notices"]])
 
 
-def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Any], str, list[str]]:
+def field_text(base: Mapping[str, Any], path: str) -> str:
+    """The text the plan form shows for a dotted path of a preset dict: TOML's spelling of the value,
+    "none" where the preset leaves it unset. An edit back to this text is no edit."""
+    node: Any = base
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if node is None:
+        return "none"
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return str(node)
+
+
+def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Variant], str, list[str]]:
     """(variants, the configured preset, notices): the presets plus checkpoints under `model_dir`
     (the configured preset's `paths.model_dir` when None)."""
     from backend.plan.spec import DEFAULT_PRESET, load_preset_dict
@@ -48,7 +64,7 @@ def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Any], 
     return list_variants(model_dir, DEFAULT_PRESET, current=preset), preset, notices
 
 
-def variant_base(variant: Any) -> dict[str, Any]:
+def variant_base(variant: Variant) -> dict[str, Any]:
     """A variant's preset dict plus the overrides pointing at its checkpoint (raises ConsoleError)."""
     from backend.plan.spec import load_preset_dict
 

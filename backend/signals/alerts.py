@@ -2,28 +2,35 @@
 
 A metric rule is evaluated on every new point of its series and fires once per episode: when its condition
 becomes true, not again until it has been false (an alert that repeats every rollout is noise). Log rules
-(the NemotronH shim failing to load; the shim's own `applied NemotronH provider fields {...}` line with a
-wrong value) look at sanitised log text. The run controller reports what only it can see: the Ray job
-failing (`on_job_status`), a node dying (`on_node_dead`), train actors that never logged the shim
-(`on_shim_missing`), and the passage of time (`check_stall`, `check_phases`).
+(the NemotronH shim failing to load, CUDA out of memory, an actor that died, NaN) look at sanitised log text,
+found by a literal hint first; each names the line that said it (`Alert.sample`). The shim's own
+`applied NemotronH provider fields {...}` line is checked against the expected scaling. Blind spots are
+alerts too, so empty charts are never silent: metric-looking lines that do not parse, a running run with no
+metric for longer than a first rollout takes, a chart's key that never arrives, a run that only prints
+health checks (a hang). The run controller reports what only it can see: the Ray job failing
+(`on_job_status`), a node dying (`on_node_dead`), train actors that never logged the shim
+(`on_shim_missing`), and the passage of time (`check_stall`, `check_phases`, `check_quiet`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.signals.logs import REPEATED
+from backend.sanitize import one_line
+from backend.signals.actors import TRAIN, role_of
+from backend.signals.grammar import REPEATED, ParsedLine, parse_line
 from backend.signals.metrics import Point, lines_containing
 from backend.signals.series import Series
 from shim import logline as shim_logline
@@ -35,9 +42,12 @@ else:  # pragma: no cover
 
 SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
-OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead")
+BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "key_missing", "hang")
+OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS)
 MAX_ALERTS = 1000
+SAMPLE_CHARS = 200
 _LINE_PREFIX = re.compile(r"^\((?P<prefix>[^()\n]*)\) ")
+_RESERVED = ("id", "severity", "when", "message", "metrics", "pattern", "hints")
 
 
 class AlertRuleError(ConsoleError):
@@ -53,6 +63,13 @@ class Rule:
     metrics: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     pattern: re.Pattern[str] | None = None
+    hints: tuple[str, ...] = ()  # literal text every line the pattern matches holds (found with str.find)
+
+    @property
+    def cause_rank(self) -> int | None:
+        """Rank as the cause of a failed run (1 = the root cause, e.g. OOM before the actor death it causes)."""
+        rank = self.params.get("cause")
+        return int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     def param(self, name: str, default: float) -> float:
         value = self.params.get(name, default)
@@ -71,13 +88,16 @@ class Alert:
     ts: float = field(default_factory=time.time)
     last_step: float | None = None
     count: int = 1
+    sample: str = ""  # the log line that said it (sanitised, cut), where a line did
+    cause: int | None = None  # rank as a failed run's cause (1 = root cause), from the rule
+    blind: bool = False  # says a chart is blind (unreadable lines, no metric, a missing key, a hang)
 
     def to_json(self) -> dict[str, Any]:
         step = self.step
         if isinstance(step, float) and step.is_integer():
             step = int(step)
         return {"id": self.id, "severity": self.severity, "message": self.message, "step": step,
-                "key": self.key, "count": self.count}
+                "key": self.key, "count": self.count, "sample": self.sample}
 
 
 def default_rules_path() -> Path:
@@ -108,7 +128,10 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
         metrics = tuple(raw.get("metrics", ()))
         if when in METRIC_CHECKS and not metrics:
             raise AlertRuleError(f"{where}: a {when} rule needs metrics")
+        if when == "key_missing" and not metrics:
+            raise AlertRuleError(f"{where}: a key_missing rule needs metrics")
         pattern = None
+        hints: tuple[str, ...] = ()
         if when == "log":
             try:
                 pattern = re.compile(raw.get("pattern", ""))
@@ -116,8 +139,11 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
                 raise AlertRuleError(f"{where}: bad pattern: {err}") from None
             if not pattern.pattern:
                 raise AlertRuleError(f"{where}: a log rule needs a pattern")
-        params = {k: v for k, v in raw.items() if k not in ("id", "severity", "when", "message", "metrics", "pattern")}
-        rules.append(Rule(rid, raw["severity"], when, raw["message"], metrics, params, pattern))
+            hints = tuple(raw.get("hints", ()))
+            if not hints or not all(isinstance(h, str) and h for h in hints):
+                raise AlertRuleError(f"{where}: a log rule needs hints (literal text its lines hold)")
+        params = {k: v for k, v in raw.items() if k not in _RESERVED}
+        rules.append(Rule(rid, raw["severity"], when, raw["message"], metrics, params, pattern, hints))
     return rules
 
 
@@ -153,24 +179,35 @@ class AlertEngine:
         self._episodes: dict[tuple[str, str], Alert] = {}
         self._fired: set[tuple[Any, ...]] = set()
         self._listeners: list[Callable[[Alert], None]] = []
+        self.job_status = ""  # the Ray job's status, as the controller last reported it
+        self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
+        self._ray_reason = ""
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
         self._listeners.append(listener)
+
+    def snapshot(self) -> list[Alert]:
+        """Copies of the alerts so far, for another thread (an episode's count keeps growing here)."""
+        return [dataclasses.replace(a) for a in self.alerts]
 
     def _rule(self, when: str) -> Rule | None:
         return next((r for r in self.rules if r.when == when), None)
 
     def _fire(self, rule: Rule, fields: dict[str, Any], *, step: float | None = None, key: str | None = None,
-              once: tuple[Any, ...] | None = None) -> Alert | None:
+              once: tuple[Any, ...] | None = None, sample: str = "") -> Alert | None:
         if once is not None:
             if once in self._fired:
                 return None
             self._fired.add(once)
         text = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
-        alert = Alert(rule.id, rule.severity, text, step, key, last_step=step)
+        alert = Alert(rule.id, rule.severity, text, step, key, last_step=step, sample=_sample(sample),
+                      cause=rule.cause_rank, blind=rule.when in BLIND_CHECKS)
         if len(self.alerts) >= MAX_ALERTS:
             del self.alerts[: MAX_ALERTS // 10]
         self.alerts.append(alert)
+        self.version += 1
+        if alert.cause is not None and self.job_status == "FAILED":
+            self._restate_failure()
         for listener in self._listeners:
             listener(alert)
         return alert
@@ -233,23 +270,37 @@ class AlertEngine:
     # ------------------------------------------------------------------ log rules
 
     def on_log_text(self, text: str) -> list[Alert]:
-        """Scan sanitised complete lines for the shim's failure and report lines (str.find first)."""
+        """Scan sanitised complete lines for the log rules' patterns (only the lines their hints find)."""
         fired = []
-        for line in lines_containing(text, "nemotron_h"):
-            for rule in self._log_rules:
-                assert rule.pattern is not None
-                m = rule.pattern.search(line)
-                if m is None:
+        for rule in self._log_rules:
+            assert rule.pattern is not None
+            for hint in rule.hints:
+                if hint not in text:
                     continue
-                prefix = _LINE_PREFIX.match(line)
-                actor = prefix["prefix"] if prefix else "driver"
-                reason = (m.groupdict().get("reason") or "").strip()[:200] or "no reason given"
-                alert = self._fire(rule, {"reason": reason, "actor": actor}, key=actor, once=(rule.id, actor))
-                if alert:
-                    fired.append(alert)
+                for start, line in _lines_at(text, hint):
+                    alert = self._log_line(rule, line, text, start)
+                    if alert is not None:
+                        fired.append(alert)
         for line in lines_containing(text, shim_logline.LINE_PREFIX):
             fired.extend(self._shim_line(line))
         return fired
+
+    def _log_line(self, rule: Rule, line: str, text: str, start: int) -> Alert | None:
+        assert rule.pattern is not None
+        m = rule.pattern.search(line)
+        if m is None:
+            return None
+        parsed = parse_line(line)
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        for name in [k for k in groups if k.endswith("_alt")]:  # a second spelling fills the first's field
+            groups.setdefault(name[: -len("_alt")], groups.pop(name))
+        owner = parsed if parsed.actor is not None else _traceback_owner(text, start)
+        actor = groups.pop("actor", None) or _actor_label(owner)
+        fields: dict[str, Any] = {k: v.strip()[:200] for k, v in groups.items()}
+        fields.setdefault("reason", "no reason given")
+        fields["actor"] = actor
+        once_by = tuple(str(fields.get(name, "")) for name in rule.params.get("once_by", ("actor",)))
+        return self._fire(rule, fields, key=actor, once=(rule.id, *once_by), sample=parsed.message)
 
     def on_log_lines(self, first: int, count: int, text: str) -> None:
         """`LogStore.subscribe` signature."""
@@ -265,12 +316,16 @@ class AlertEngine:
             return []
         prefix = _LINE_PREFIX.match(line)
         actor = prefix["prefix"] if prefix else "driver"
+        named = parse_line(line).actor if prefix else None  # a worker setup hook's `(pid=N)` names no class
+        role = role_of(named) if named is not None else None
+        if role is not None and role != TRAIN:
+            return []  # the hook runs in every Ray worker; only train actors' lines say what a model got
         # Ray folds identical lines of other actors into one "[repeated Nx across cluster]" line.
         self.shim_lines_seen += int(repeat.group(1)) if repeat else 1
         if parsed.status == "not_applied":
             rule = next((r for r in self._log_rules if r.id == "shim-not-loaded"), None)
             alert = rule and self._fire(rule, {"reason": parsed.reason[:200] or "no reason given", "actor": actor},
-                                        key=actor, once=(rule.id, actor))
+                                        key=actor, once=(rule.id, actor), sample=line)
             return [alert] if alert else []
         self.shim_reports[actor] = dict(parsed.fields)
         rule = self._rule("shim_fields")
@@ -298,12 +353,125 @@ class AlertEngine:
         return self._fire(rule, {"actor": shown}, once=(rule.id, tuple(names)))
 
     def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
-        """Ray job status change; FAILED raises the alert with Ray's own reason."""
+        """Ray job status change; FAILED raises the alert with its cause: what the log said (OOM, an actor
+        died, NaN), else Ray's own reason."""
+        self.job_status = str(status).upper()
         rule = self._rule("job_failed")
-        if rule is None or str(status).upper() != "FAILED":
+        if rule is None or self.job_status != "FAILED":
             return None
-        reason = (message or "Ray gave no reason").strip()[:500]
-        return self._fire(rule, {"status": "failed", "reason": reason}, once=(rule.id, status, reason))
+        # Ray's message quotes the log's tail, escape sequences and all
+        self._ray_reason = one_line(message or "Ray gave no reason")[:300]
+        return self._fire(rule, self._failed_fields(), once=(rule.id, status), sample=self._failed_sample())
+
+    def _failed_fields(self) -> dict[str, Any]:
+        cause = self.failure_cause()
+        reason = f"{cause.message} (Ray: {self._ray_reason})" if cause is not None else self._ray_reason
+        return {"status": "failed", "reason": reason}
+
+    def _failed_sample(self) -> str:
+        cause = self.failure_cause()
+        return cause.sample if cause is not None else ""
+
+    def _restate_failure(self) -> None:
+        """The job's FAILED state can arrive before the log lines that say why: restate it when they do."""
+        rule = self._rule("job_failed")
+        failed = next((a for a in reversed(self.alerts) if rule is not None and a.id == rule.id), None)
+        if rule is None or failed is None:
+            return
+        failed.message = rule.message.format_map(_Fields({k: _fmt(v) for k, v in self._failed_fields().items()}))
+        failed.sample = self._failed_sample()
+        self.version += 1
+
+    def failure_cause(self) -> Alert | None:
+        return failure_cause(self.alerts)
+
+    def headline(self) -> str:
+        return headline(self.alerts, self.job_status)
+
+    def _ids_of(self, *checks: str) -> set[str]:
+        return {r.id for r in self.rules if r.when in checks}
+
+    def blind_spots(self) -> list[Alert]:
+        return [a for a in self.alerts if a.blind]
+
+    def noise_needles(self) -> tuple[str, ...]:
+        """What health-check noise looks like (the hang rule's `noise`, as data)."""
+        rule = self._rule("hang")
+        noise = rule.params.get("noise", ()) if rule is not None else ()
+        return tuple(str(n) for n in noise)
+
+    # ------------------------------------------------------------------ blind spots
+
+    def _update(self, rule: Rule, episode: str, fields: dict[str, Any], count: int, sample: str) -> Alert | None:
+        """Fire a blind-spot alert once per episode; while it lasts, keep its count and message current."""
+        current = self._episodes.get((rule.id, episode))
+        if current is not None:
+            if current.count != count:
+                self.version += 1
+            current.count = count
+            current.message = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
+            return None
+        alert = self._fire(rule, fields, key=episode, sample=sample)
+        if alert is not None:
+            alert.count = count
+            self._episodes[(rule.id, episode)] = alert
+        return alert
+
+    def _end(self, rule_id: str, episode: str) -> None:
+        self._episodes.pop((rule_id, episode), None)
+
+    def check_unreadable(self, count: int, sample: str) -> Alert | None:
+        """Metric-looking lines that did not parse: charts would stay empty without a word."""
+        rule = self._rule("unreadable_metrics")
+        if rule is None or count < int(rule.param("min_count", 1)):
+            return None
+        return self._update(rule, "unreadable", {"count": count}, count, sample)
+
+    def check_missing_keys(self, records_by_prefix: dict[str, int], present: Callable[[str], bool],
+                           keys_seen: Callable[[str], list[str]]) -> list[Alert]:
+        """A chart's key that never arrived although `after` dicts with its prefix did (no `train/ppo_kl`)."""
+        fired = []
+        for rule in self.rules:
+            if rule.when != "key_missing":
+                continue
+            after = int(rule.param("after", 3))
+            for key in rule.metrics:
+                prefix = key.split("/", 1)[0] + "/"
+                seen = records_by_prefix.get(prefix, 0)
+                if present(key):
+                    self._end(rule.id, key)
+                    continue
+                if seen < after:
+                    continue
+                others = keys_seen(prefix)
+                shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+                alert = self._update(rule, key, {"key": key, "count": seen, "reason": shown or "none"}, seen, "")
+                if alert is not None:
+                    fired.append(alert)
+        return fired
+
+    def check_no_metrics(self, running: bool, logged_s: float, lines: int, records: int, sample: str) -> Alert | None:
+        """A running run that has logged longer than a first rollout takes, with no metric at all."""
+        rule = self._rule("no_metrics")
+        if rule is None or not running or records > 0 or not math.isfinite(logged_s):
+            if rule is not None and records > 0:
+                self._end(rule.id, "no-metrics")
+            return None
+        if logged_s <= rule.param("min_s", 1800.0):
+            return None
+        return self._update(rule, "no-metrics", {"minutes": round(logged_s / 60), "count": lines}, lines, sample)
+
+    def check_quiet(self, running: bool, quiet_s: float, noise_lines: int, sample: str) -> Alert | None:
+        """A hang: while running, only health/metrics noise for `min_s` seconds."""
+        rule = self._rule("hang")
+        if rule is None:
+            return None
+        if not running or noise_lines == 0 or not math.isfinite(quiet_s) or quiet_s <= rule.param("min_s", 600.0):
+            if noise_lines == 0:
+                self._end(rule.id, "hang")
+            return None
+        return self._update(rule, "hang", {"minutes": round(quiet_s / 60), "count": noise_lines}, noise_lines,
+                            sample)
 
     def on_node_dead(self, node_id: str, reason: str | None = None) -> Alert | None:
         rule = self._rule("node_dead")
@@ -328,7 +496,7 @@ class AlertEngine:
     def check_phases(self, open_phases: dict[tuple[str, int, str, str], float],
                      median_of: Callable[[str], float | None], now: float) -> list[Alert]:
         """Dashboard phases open longer than max(factor x their median, min_s)."""
-        rule, fired = self._rule("phase_stall"), []
+        rule, fired = self._rule("phase_stall"), list[Alert]()
         if rule is None or not math.isfinite(now):
             return fired
         for (node, rank, _role, name), t0 in open_phases.items():
@@ -343,3 +511,82 @@ class AlertEngine:
             if alert:
                 fired.append(alert)
         return fired
+
+
+def failure_cause(alerts: Sequence[Alert]) -> Alert | None:
+    """The alert that best says why a run failed: the lowest cause rank (OOM before the actor death it
+    brings), the earliest of equals; None if the log said nothing."""
+    causes = [a for a in alerts if a.cause is not None]
+    return min(causes, key=lambda a: a.cause or 0) if causes else None
+
+
+def cause_in_log(text: str, rules: list[Rule] | None = None) -> Alert | None:
+    """Why a run failed, as its log says it (for `status`, which reads only the log's tail)."""
+    engine = AlertEngine(rules)
+    engine.on_log_text(text)
+    return engine.failure_cause()
+
+
+def headline(alerts: Sequence[Alert], job_state: str) -> str:
+    """The one phrase a run's header adds: a failed run's cause, else the newest blind spot, else ""."""
+    if job_state.upper() == "FAILED":
+        cause = failure_cause(alerts)
+        if cause is not None:
+            return f"FAILED: {cause.message}"
+        failed = next((a for a in reversed(alerts) if a.id == "job-failed"), None)
+        return f"FAILED: {failed.message}" if failed is not None else ""
+    newest = next((a for a in reversed(alerts) if a.blind), None)
+    return newest.message if newest is not None else ""
+
+
+def _sample(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= SAMPLE_CHARS else line[:SAMPLE_CHARS] + "…"
+
+
+def _lines_at(text: str, needle: str) -> Iterator[tuple[int, str]]:
+    """(start offset, line) of each line of `text` holding `needle`, once each."""
+    pos = text.find(needle)
+    while pos >= 0:
+        start = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        yield start, text[start:end]
+        pos = text.find(needle, end)
+
+
+_TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b")
+_TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s")
+_TRACE_LOOKBACK = 200
+
+
+def _traceback_owner(text: str, start: int) -> ParsedLine | None:
+    """A traceback's continuation lines carry no Ray prefix: the process a prefix-less line belongs to is
+    that of the prefixed `Traceback` line it continues (None: the driver's own traceback, or not one)."""
+    end = start - 1
+    for _ in range(_TRACE_LOOKBACK):
+        if end <= 0:
+            return None
+        begin = text.rfind("\n", 0, end) + 1
+        line = text[begin:end]
+        if line.startswith("("):
+            parsed = parse_line(line)
+            if parsed.actor is not None:
+                return parsed if _TRACE_HEAD.match(parsed.message) else None
+        if line.startswith("Traceback") or not _TRACE_BODY.match(line):
+            return None
+        end = begin - 1
+    return None
+
+
+def _actor_label(line: ParsedLine | None) -> str:
+    """How an alert names the process of a line: its Ray actor, pid and node, else miles' name, else the driver."""
+    if line is None:
+        return "the driver"
+    if line.actor is not None:
+        role = role_of(line.actor, line.proc)
+        who = f"{line.actor} pid={line.pid}" if line.pid is not None else line.actor
+        if line.ip:
+            who += f" on {line.ip}"
+        return f"{who} ({role})" if role is not None and role not in line.actor.lower() else who
+    return line.proc or "the driver"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.signals.dump_reader import DumpBatch, num
+from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 
 FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
@@ -28,9 +29,7 @@ _ARG_DUMP = re.compile(r"\s(" + "|".join(FACT_KEYS) + r") \.{3,} (\d+)\s*$")
 _CHECKPOINT = re.compile(
     r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully saved checkpoint from iteration\s+(?P<iteration>\d+)"
 )
-_BRACKET_TS = re.compile(r"^(?:\([^()\n]*\) )?\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 CHECKPOINT_MERGE_S = 120.0
-_TS = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 
 
 @dataclass
@@ -83,9 +82,9 @@ class RunFacts:
             for m in _FLAG.finditer(text):
                 self.learn(m.group(1).replace("-", "_"), int(m.group(2)))
         for line in lines_containing(text, " ...."):
-            m = _ARG_DUMP.search(line)
-            if m is not None:
-                self.learn(m.group(1), int(m.group(2)))
+            dump = _ARG_DUMP.search(line)
+            if dump is not None:
+                self.learn(dump.group(1), int(dump.group(2)))
         saves = []  # (position, miles ts or nan, iteration): one save prints several lines, merged below
         for needle in ("save_model end", "saved checkpoint from"):
             pos = text.find(needle)
@@ -93,11 +92,11 @@ class RunFacts:
                 start = text.rfind("\n", 0, pos) + 1
                 end = text.find("\n", pos)
                 line = text[start : len(text) if end < 0 else end]
-                m = _CHECKPOINT.search(line)
-                if m is not None:
-                    stamp = _BRACKET_TS.match(line)
-                    saves.append((start, parse_ts(stamp.group(1)) if stamp else math.nan,
-                                  int(m["iteration"]) if m["iteration"] else None))
+                save = _CHECKPOINT.search(line)
+                if save is not None:
+                    stamp = parse_line(line).ts
+                    saves.append((start, parse_ts(stamp) if stamp else math.nan,
+                                  int(save["iteration"]) if save["iteration"] else None))
                 pos = -1 if end < 0 else text.find(needle, end)
         saves.sort()
         for i, (_pos, ts, iteration) in enumerate(saves):
@@ -105,7 +104,7 @@ class RunFacts:
                 later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
                 ts = later[0] if later else self.last_log_ts
             self._add_checkpoint(ts, iteration)
-        tail = _TS.findall(text[-4096:])
+        tail = STAMP.findall(text[-4096:])
         if tail:
             newest = max(map(parse_ts, tail))
             if not newest <= self.last_log_ts:
@@ -122,7 +121,8 @@ class RunFacts:
         self.checkpoints.append((ts, iteration))
 
     def learn_meta(self, meta: dict[str, Any]) -> None:
-        args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+        raw = meta.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         for name in FACT_KEYS:
             value = args.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -171,25 +171,26 @@ class Telemetry:
 
     def add(self, batch: DumpBatch) -> None:
         for g in batch.gpu_util:
-            key = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
-            self.gpus[key] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
+            gpu = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
+            self.gpus[gpu] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
                               "power_w": num(g.get("power_w")), "ts": num(g.get("ts"))}
             self._seen(num(g.get("ts")))
         for p in batch.phases:
             name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
-            key = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
-                   str(p.get("role")), name)
+            phase = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
+                     str(p.get("role")), name)
             if t1 == -1.0:
-                self.open_phases[key] = t0
+                self.open_phases[phase] = t0
                 self._seen(t0)
             elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-                self.open_phases.pop(key, None)
+                self.open_phases.pop(phase, None)
                 self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
                 self._seen(t1)
         for e in batch.engine_series:
-            labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
-            key = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
-            self.engines[key] = num(e.get("value"))
+            raw_labels = e.get("labels")
+            labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
+            engine = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+            self.engines[engine] = num(e.get("value"))
             self._seen(num(e.get("ts")))
 
     def _seen(self, ts: float) -> None:
@@ -245,21 +246,30 @@ def _median(values: list[float]) -> float | None:
 
 
 def median_step_seconds(collector: MetricsCollector) -> float | None:
-    """Typical wall time of one rollout step: `perf/step_time`, else the spacing of step timestamps."""
+    """Typical wall time of one rollout: `perf/step_time`, else the spacing of rollout-level records, else
+    that of train steps times the steps per rollout the log shows (never an assumed count)."""
     series = collector.series.get("perf/step_time")
     if series is not None and len(series) > 0:
         return _median(series.tail(32))
-    series = collector.series.get("train/loss")
+    per_rollout = 1
+    series = next((s for s in (collector.series.get(k) for k in ("rollout/raw_reward", "perf/rollout_time"))
+                   if s is not None and len(s) > 2), None)
+    if series is None:
+        series = collector.series.get("train/loss")
+        per_rollout = collector.steps_per_rollout() or 0
+        if not per_rollout:
+            return None
     if series is not None and len(series) > 2:
         ts = [t for t in series.ts[-33:] if math.isfinite(t)]
         gaps = [b - a for a, b in itertools.pairwise(ts) if b > a]
-        return _median(gaps)
+        median = _median(gaps)
+        return median * per_rollout if median is not None else None
     return None
 
 
 def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> dict[str, Any]:
     """The derived-signals block of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
-    series, out = collector.series, {}
+    series, out = collector.series, dict[str, Any]()
     tpgs = series.latest("perf/tokens_per_gpu_per_sec")
     if tpgs is not None:
         gpus = facts.rollout_num_gpus
@@ -284,6 +294,7 @@ def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | 
             "rollouts_done": done, "num_rollout": total,
             "fraction": done / total if total else None,
             "train_steps_done": collector.last_step.get("step", -1) + 1,
+            "steps_per_rollout": collector.steps_per_rollout(),
             "median_rollout_s": step_s,
             "eta_s": remaining * step_s if remaining is not None and step_s else None,
         }

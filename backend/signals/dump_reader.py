@@ -115,8 +115,8 @@ class DumpReader:
                     rec = record_from_event(obj)
                     if rec is not None:
                         batch.records.append(rec)
-        for obj in (self._tail(p).read_new() for p in self._files("metrics")):
-            for item in obj:
+        for path in self._files("metrics"):
+            for item in self._tail(path).read_new():
                 rec = record_from_dashboard(item)
                 if rec is not None:
                     batch.records.append(rec)

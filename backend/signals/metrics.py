@@ -1,13 +1,15 @@
 """miles' metric lines (and its structured event records) turned into deduplicated points on series.
 
-The lines come from Ray actors, not the driver, and look like
-`(MegatronTrainRayActor pid=52001) [2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 0: {...}`
-(ANSI and Ray's repeat suffix already removed by the log store's sanitiser). Pitfalls handled here:
-`step N` is printed twice (log_utils.py and model.py); there are two `perf N` lines per rollout, one from the
-RolloutManager (throughput) and one from the train actor (timings, MFU); payloads hold bare `nan`/`inf` and
-`np.float64(...)`/`np.int64(...)`, read by `backend.signals.pyliteral`, never `eval`; the step of `rollout`/`perf`
-lines is not inside the dict. The same dicts also reach `{dump_details}/events/*.jsonl`; points carry a source
-priority (events > dashboard > log) so a dict seen twice is counted once.
+The lines come from Ray actors, not the driver, in any shape backend.signals.grammar reads (2026-04:
+`(MegatronTrainRayActor pid=52001) [2026-03-02 10:00:05] log_utils.py:443 - step 0: {...}`, newest:
+`... [2026-10-02 10:00:05.120 actor_cell0_rank0] log_utils.py:544 - step 0: {...}`, or a bare `step 0: {...}`).
+Pitfalls handled here: `step N` is printed twice (two modules), and the second copy is dropped; there are two
+`perf N` lines per rollout, told apart by their keys (throughput vs timings), never by file or actor names,
+which change between versions; payloads hold bare `nan`/`inf` and `np.float64(...)`/`np.int64(...)`, read by
+`backend.signals.pyliteral`, never `eval`; the step of `rollout`/`perf` lines is not inside the dict. A line that
+looks like a metric but cannot be read is counted with a sample, so a blind chart is said, not silent. The same
+dicts also reach `{dump_details}/events/*.jsonl`; points carry a source priority (events > dashboard > log) so
+a dict seen twice is counted once.
 """
 
 from __future__ import annotations
@@ -15,33 +17,40 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from backend.signals.logs import REPEATED
+from backend.signals.grammar import METRIC_LOOKING, METRIC_MESSAGE, METRIC_NEEDLES, parse_line
 from backend.signals.pyliteral import LiteralError, parse_literal
 from backend.signals.series import STEP_KEYS, SeriesSet, axis_for
 
 SOURCE_PRIORITY = {"log": 0, "dashboard": 1, "events": 2}
 MAX_PROBLEMS = 50
+SAMPLE_CHARS = 160
 
-# Cheap literal scan first (the regex engine skips ahead on the literal " - "); the full line regex runs
-# only on the few lines that hit.
-_HINT = re.compile(r" - (?:critic-)?(?:step|perf|rollout|eval|multi_turn) \d+(?::| skipped:)")
-_LINE = re.compile(
-    r"(?:\((?P<prefix>[^()\n]*)\) )?\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<proc>[^\]\s]+)\] "
-    r"(?P<file>[^:\s]+):(?P<lineno>\d+) - (?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) (?P<n>\d+)"
-    r"(?:: (?P<payload>\{.*\})| skipped: (?P<reason>.*))"
-)
+# The two `perf N` dicts of a rollout, told apart by keys: the rollout side's throughput and response
+# lengths, the train side's timings and MFU (miles-log-formats.md §2; producers' names changed, keys did not).
+ROLLOUT_PERF_KEYS = frozenset({
+    "perf/rollout_time", "perf/tokens_per_gpu_per_sec", "perf/effective_tokens_per_gpu_per_sec",
+    "perf/longest_sample_tokens_per_sec", "perf/longest_effective_sample_tokens_per_sec",
+})
+ROLLOUT_PERF_PREFIXES = ("rollout/", "passrate/", "perf/non_generation_time/", "perf/longest_sample")
+TRAIN_PERF_KEYS = frozenset({
+    "perf/actor_train_time", "perf/step_time", "perf/train_time", "perf/train_wait_time", "perf/log_probs_time",
+    "perf/actor_train_tflops", "perf/actor_train_mfu", "perf/wait_time_ratio", "perf/update_weights_time",
+})
+STEP_KINDS = frozenset({"step", "critic-step"})
+_DEDUP_WINDOW = 64  # recent step dicts remembered to drop their second printing
 
 
 @dataclass
 class MetricRecord:
     """One metric dict as miles logged it."""
 
-    kind: str  # step, critic-step, perf-rollout, perf-train, rollout, eval, eval-skipped, multi_turn
+    kind: str  # step, critic-step, perf-rollout, perf-train, rollout, eval, eval-skipped, multi_turn, passrate
     n: int  # the number printed after the kind (train step, or rollout id)
     ts: float  # miles' own timestamp, epoch seconds (node-local clock read as UTC), nan if unknown
     proc: str  # bracket name / event source
@@ -58,6 +67,17 @@ class Point:
     value: float
     ts: float
     source: str
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that looks like a metric but could not be read: why, and the line (sanitised, cut)."""
+
+    reason: str
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.line}"
 
 
 def lines_containing(text: str, needle: str) -> Iterator[str]:
@@ -123,44 +143,91 @@ def _scalars(raw: dict[Any, Any]) -> dict[str, float]:
     return out
 
 
-def _perf_kind(m: re.Match[str], values: dict[str, float]) -> str:
-    if m["file"] == "metrics.py" or m["proc"] == "rollout_manager" or "perf/rollout_time" in values:
-        return "perf-rollout"
-    return "perf-train"
+def perf_kind(values: dict[str, float]) -> str:
+    """`perf-rollout` (throughput, response lengths) or `perf-train` (timings, MFU), by the dict's keys."""
+    rollout = sum(1 for k in values if k in ROLLOUT_PERF_KEYS or k.startswith(ROLLOUT_PERF_PREFIXES))
+    train = sum(1 for k in values if k in TRAIN_PERF_KEYS)
+    return "perf-rollout" if rollout > train else "perf-train"
 
 
-def parse_metric_text(text: str) -> tuple[list[MetricRecord], list[str]]:
-    """All metric records in a chunk of sanitised lines, and one-line descriptions of lines that failed."""
-    records: list[MetricRecord] = []
-    problems: list[str] = []
-    for hint in _HINT.finditer(text):
-        start = text.rfind("\n", 0, hint.start()) + 1
-        end = text.find("\n", hint.end())
-        line = text[start:] if end < 0 else text[start:end]
-        if line.endswith(("cluster]", ")")):
-            line = REPEATED.sub("", line)
-        m = _LINE.fullmatch(line)
-        if m is None:
-            if "{" in line[hint.start() - start :]:
-                problems.append(f"unreadable metric line (cut off?): {line[:120]}")
-            continue
-        n, kind = int(m["n"]), m["kind"]
-        if m["reason"] is not None:
-            reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
-            records.append(MetricRecord("eval-skipped", n, parse_ts(m["ts"]), m["proc"], {f"eval/skipped_{reason}": 1.0}))
-            continue
+def _candidate_lines(text: str) -> list[str]:
+    """The lines of `text` holding a literal piece of a metric line, in order, each once (str.find only)."""
+    starts: dict[int, int] = {}
+    for needle in METRIC_NEEDLES:
+        pos = text.find(needle)
+        while pos >= 0:
+            start = text.rfind("\n", 0, pos) + 1
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            starts[start] = end
+            pos = text.find(needle, end)
+    return [text[a:starts[a]] for a in sorted(starts)]
+
+
+def _sample(line: str) -> str:
+    return line if len(line) <= SAMPLE_CHARS else line[:SAMPLE_CHARS] + "…"
+
+
+class PayloadCache(OrderedDict[str, dict[str, float]]):
+    """The last few payloads read, by their text: miles prints each step dict twice in a row, and reading a
+    repr costs far more than looking it up."""
+
+    SIZE = 16
+
+    def remember(self, payload: str, values: dict[str, float]) -> None:
+        self[payload] = values
+        if len(self) > self.SIZE:
+            self.popitem(last=False)
+
+
+def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
+    """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
+    parses, or None if it is no metric line at all."""
+    parsed = parse_line(line)
+    m = METRIC_MESSAGE.fullmatch(parsed.message)
+    if m is None:
+        if METRIC_LOOKING.search(line) is None:
+            return None
+        why = "unreadable metric line (cut off?)" if "{" in line and not line.rstrip().endswith("}") else \
+            "metric line of an unknown shape"
+        return Unreadable(why, _sample(line))
+    n, kind = int(m["n"]), m["kind"]
+    ts = parse_ts(parsed.ts) if parsed.ts else math.nan
+    proc = parsed.proc or parsed.actor or ""
+    if m["reason"] is not None:
+        reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
+        return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
+    payload = m["payload"]
+    known = cache.get(payload) if cache is not None else None
+    if known is not None:
+        values = dict(known)  # a copy: enrichers add derived keys to a record's values
+    else:
         try:
-            raw = parse_payload(m["payload"])
+            raw = parse_payload(payload)
         except LiteralError as err:
-            problems.append(f"unreadable {kind} {n} payload ({err}): {line[:120]}")
-            continue
+            return Unreadable(f"unreadable {kind} {n} payload ({err})", _sample(line))
         if not isinstance(raw, dict):
-            problems.append(f"{kind} {n} payload is not a dict: {line[:120]}")
-            continue
+            return Unreadable(f"{kind} {n} payload is not a dict", _sample(line))
         values = _scalars(raw)
-        if kind == "perf":
-            kind = _perf_kind(m, values)
-        records.append(MetricRecord(kind, n, parse_ts(m["ts"]), m["proc"], values))
+        if cache is not None:
+            cache.remember(payload, dict(values))
+    if kind == "perf":
+        kind = perf_kind(values)
+    return MetricRecord(kind, n, ts, proc, values)
+
+
+def parse_metric_text(text: str, cache: PayloadCache | None = None) -> tuple[list[MetricRecord], list[Unreadable]]:
+    """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed."""
+    records: list[MetricRecord] = []
+    problems: list[Unreadable] = []
+    for line in _candidate_lines(text):
+        if len(line) < 8:
+            continue
+        found = parse_metric_line(line, cache)
+        if isinstance(found, MetricRecord):
+            records.append(found)
+        elif found is not None:
+            problems.append(found)
     return records, problems
 
 
@@ -172,7 +239,8 @@ def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRe
     step_key = next((k for k in (*STEP_KEYS,) if k in values), None)
     if step_key is None:
         return None
-    src = event.get("source") if isinstance(event.get("source"), dict) else {}
+    raw_src = event.get("source")
+    src: dict[str, Any] = raw_src if isinstance(raw_src, dict) else {}
     comp = str(src.get("component", "?"))
     proc = f"actor_cell{src.get('cell_index', 0)}_rank{src['rank_within_cell']}" if "rank_within_cell" in src else comp
     n = values[step_key]
@@ -200,10 +268,8 @@ def _event_kind(step_key: str, values: dict[str, float], component: str) -> str:
         return "step"
     if step_key == "eval/step":
         return "eval"
-    if "perf/rollout_time" in values or component == "rollout_manager":
-        return "perf-rollout"
     if any(k.startswith("perf/") for k in values):
-        return "perf-train"
+        return perf_kind(values)
     if any(k.startswith("multi_turn/") for k in values):
         return "multi_turn"
     return "rollout"
@@ -214,11 +280,17 @@ class MetricsCollector:
 
     def __init__(self, max_points: int = 4096) -> None:
         self.series = SeriesSet(max_points)
-        self.records: dict[str, int] = {}  # kind -> records seen (for the summary)
-        self.problems: list[str] = []
-        self.problem_count = 0
+        self.records: dict[str, int] = {}  # kind -> records seen (for the summary), second printings not counted
+        self.problems: list[Unreadable] = []
+        self.problem_count = 0  # metric-looking lines that could not be read
+        self.duplicates = 0  # step dicts printed a second time, dropped
+        self.records_by_prefix: dict[str, int] = {}  # "train/" -> records holding a key with that prefix
         self.last_ts = math.nan  # newest miles timestamp of any metric record
         self.last_step: dict[str, int] = {}  # kind -> highest n
+        self._recent_steps: OrderedDict[tuple[str, int], dict[str, float]] = OrderedDict()
+        self._payloads = PayloadCache()
+        self._rollout = -1  # the newest rollout a rollout-side record named
+        self._steps_of_rollout: OrderedDict[int, set[int]] = OrderedDict()
         self._listeners: list[Callable[[Point], None]] = []
         self.enrichers: list[Callable[[MetricRecord], None]] = []  # may add derived keys to a record
 
@@ -228,7 +300,7 @@ class MetricsCollector:
 
     def feed_text(self, text: str) -> int:
         """Parse a chunk of sanitised complete lines; returns how many metric records it held."""
-        records, problems = parse_metric_text(text)
+        records, problems = parse_metric_text(text, self._payloads)
         for problem in problems:
             self.note_problem(problem)
         self.add_records(records)
@@ -238,10 +310,39 @@ class MetricsCollector:
         """`LogStore.subscribe` signature."""
         self.feed_text(text)
 
-    def note_problem(self, problem: str) -> None:
+    def note_problem(self, problem: Unreadable) -> None:
         self.problem_count += 1
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(problem)
+
+    def _second_printing(self, rec: MetricRecord) -> bool:
+        """miles prints each `step N` dict twice (two modules): the same (kind, n, values) again is dropped."""
+        key = (rec.kind, rec.n)
+        seen = self._recent_steps.get(key)
+        if seen is not None and _same_values(seen, rec.values):
+            return True
+        self._recent_steps[key] = dict(rec.values)
+        if len(self._recent_steps) > _DEDUP_WINDOW:
+            self._recent_steps.popitem(last=False)
+        return False
+
+    def _note_axes(self, rec: MetricRecord) -> None:
+        """Which train steps fell in which rollout, to derive steps per rollout from the data."""
+        if rec.kind in ("rollout", "perf-rollout", "perf-train", "multi_turn"):
+            self._rollout = max(self._rollout, rec.n)
+        elif rec.kind == "step" and self._rollout >= 0:
+            self._steps_of_rollout.setdefault(self._rollout, set()).add(rec.n)
+            if len(self._steps_of_rollout) > _DEDUP_WINDOW:
+                self._steps_of_rollout.popitem(last=False)
+
+    def steps_per_rollout(self) -> int | None:
+        """Train steps per rollout as the log shows them (the most common count over finished rollouts);
+        None until one rollout is complete. A launch parameter, so never assumed."""
+        # list() copies in one C call (the UI thread asks while the log thread adds)
+        done = [len(steps) for r, steps in list(self._steps_of_rollout.items()) if r < self._rollout]
+        if not done:
+            return None
+        return max(set(done), key=lambda c: (done.count(c), c))
 
     def add_records(self, records: Iterable[MetricRecord]) -> list[Point]:
         # Within a batch, order by miles' timestamp: worker output arrives late and interleaved.
@@ -252,6 +353,12 @@ class MetricsCollector:
         return points
 
     def add_record(self, rec: MetricRecord) -> list[Point]:
+        if rec.kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
+            self.duplicates += 1
+            return []
+        self._note_axes(rec)
+        for prefix in {key.split("/", 1)[0] + "/" for key in rec.values}:
+            self.records_by_prefix[prefix] = self.records_by_prefix.get(prefix, 0) + 1
         for enricher in self.enrichers:
             enricher(rec)
         priority = SOURCE_PRIORITY.get(rec.source, 0)
@@ -275,3 +382,8 @@ class MetricsCollector:
     def latest(self) -> dict[str, float]:
         """Each series' value at its highest step."""
         return {key: s.values[-1] for key, s in self.series.by_key.items() if s.values}
+
+
+def _same_values(a: dict[str, float], b: dict[str, float]) -> bool:
+    return a.keys() == b.keys() and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in
+                                        ((a[k], b[k]) for k in a))

@@ -13,12 +13,24 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from backend.signals.activity import LogActivity
 from backend.signals.alerts import Alert, AlertEngine, Rule
 from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
 from backend.signals.dump_reader import DumpReader
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.series import SeriesSetSnapshot
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What the UI draws, as of one moment: frozen series and the derived-signals block (built fresh for
+    each snapshot, shared with nobody)."""
+
+    series: SeriesSetSnapshot
+    derived: dict[str, Any]
 
 
 def jsonable(value: Any) -> Any:
@@ -49,6 +61,7 @@ class RunMonitor:
         self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
         self.collector.subscribe(self._on_point)
+        self.activity = LogActivity(self.alerts.noise_needles(), clock)
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -68,6 +81,8 @@ class RunMonitor:
         self.facts.scan_text(text)
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
+        self.activity.note(text)
+        self._check_blind_spots()
         newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
             self.collector.last_ts) else self.facts.last_log_ts
         if math.isfinite(newest) and not newest <= self._seen_ts:
@@ -91,6 +106,14 @@ class RunMonitor:
         self.collector.add_records(batch.records)
         self.telemetry.add(batch)
         return len(batch.records)
+
+    def _check_blind_spots(self) -> None:
+        """Charts that would stay empty without a word: unreadable metric lines, keys that never arrive."""
+        c = self.collector
+        if c.problem_count:
+            self.alerts.check_unreadable(c.problem_count, c.problems[0].line if c.problems else "")
+        self.alerts.check_missing_keys(c.records_by_prefix, lambda key: c.series.get(key) is not None,
+                                       lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)])
 
     def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
         return self.alerts.on_job_status(status, message)
@@ -120,21 +143,40 @@ class RunMonitor:
             fired.append(alert)
         dash_now = self._clock() if dashboard_now is None else dashboard_now
         fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
+        running = self.alerts.job_status == "RUNNING"
+        act = self.activity
+        for alert in (
+            self.alerts.check_no_metrics(running, act.logged_s(now), act.lines, sum(self.collector.records.values()),
+                                         act.last_line),
+            self.alerts.check_quiet(running, act.quiet_s(), act.noise_lines, act.noise_sample),
+        ):
+            if alert is not None:
+                fired.append(alert)
         return fired
 
+    def blind_spots(self) -> list[Alert]:
+        """The alerts that say a chart is blind (what `metrics` exits non-zero for)."""
+        return self.alerts.blind_spots()
+
     # ------------------------------------------------------------------ output
+
+    def metrics_snapshot(self, now: float | None = None) -> MetricsSnapshot:
+        """The series and derived signals for the UI: immutable, safe to hand to another thread."""
+        now = self.miles_now() if now is None else now
+        return MetricsSnapshot(self.collector.series.snapshot(),
+                               derive(self.collector, self.facts, self.telemetry, now))
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """`{"series", "latest", "derived", "alerts", "problems"}`, JSON-ready (non-finite -> null)."""
         now = self.miles_now() if now is None else now
-        series = self.collector.series
-        problems = list(self.collector.problems)
+        frozen = self.collector.series.snapshot()
+        problems = [str(p) for p in self.collector.problems]
         if self.collector.problem_count > len(problems):
             problems.append(f"... and {self.collector.problem_count - len(problems)} more")
         if self.dump is not None and self.dump.bad_lines:
             problems.append(f"{self.dump.bad_lines} malformed lines skipped in {self.dump.root}")
         return {
-            "series": {key: series.by_key[key].points() for key in series.keys()},
+            "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
             "latest": jsonable(self.collector.latest()),
             "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now)),
             "alerts": [a.to_json() for a in self.alerts.alerts],

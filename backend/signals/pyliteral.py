@@ -31,7 +31,7 @@ _NAMES: dict[str, Any] = {
     "True": True, "False": False, "None": None, "np.True_": True, "np.False_": False,
 }
 # Scalar constructors whose repr miles can print, mapped to how to coerce their one argument.
-_CALLS: dict[str, type] = {
+_CALLS: dict[str, type[float] | type[int] | type[bool] | type[str]] = {
     f"{mod}.{name}": kind
     for mod in ("np", "numpy")
     for name, kind in (("float64", float), ("float32", float), ("float16", float), ("longdouble", float),

@@ -161,8 +161,8 @@ class ReplaySession:
     before the app starts, and a worker calls `load()` for the rest."""
 
     def __init__(self, source: ReplaySource, spool_dir: str | os.PathLike[str]) -> None:
-        from backend.signals.logs import LogStore
         from backend.signals.monitor import RunMonitor
+        from backend.signals.store import LogStore
 
         self.source = source
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")

@@ -8,13 +8,20 @@ any non-finite point), because spikes and collapses are what an operator looks f
 A point is identified by its step: a second report of the same step (miles prints `step N` twice; the same
 dict also arrives through the event log) replaces the first only if its source ranks at least as high and
 it is not older, so nothing is ever counted twice.
+
+A worker thread appends while the UI draws, so the UI never sees a `Series`: `SeriesSet.snapshot()` copies
+every series into frozen tuples under the set's lock (a series that did not change since the last snapshot
+is not copied again).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS = "train/step", "rollout/step", "eval/step"
 STEP_KEYS = frozenset({TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS})
@@ -45,6 +52,7 @@ class Series:
     ts: list[float] = field(default_factory=list)
     rank: bytearray = field(default_factory=bytearray)  # source priority per point
     thinned: int = 0  # points dropped by downsampling
+    version: int = 0  # bumped on every change, so an unchanged series is not copied again
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -62,6 +70,7 @@ class Series:
                     return False
                 same = self.values[i] == value or (math.isnan(value) and math.isnan(self.values[i]))
                 self.values[i], self.ts[i], self.rank[i] = value, ts, priority
+                self.version += 1
                 return not same
         steps.insert(i, step)
         self.values.insert(i, value)
@@ -69,6 +78,7 @@ class Series:
         self.rank.insert(i, priority)
         if len(steps) > self.max_points:
             self._thin()
+        self.version += 1
         return True
 
     def _thin(self, bucket: int = 4) -> None:
@@ -98,27 +108,86 @@ class Series:
     def tail(self, n: int) -> list[float]:
         return self.values[-n:]
 
-    def points(self) -> list[list[float | None]]:
-        """JSON-ready `[[step, value], ...]` with non-finite values as None."""
-        return [[_num(s), finite_or_none(v)] for s, v in zip(self.steps, self.values, strict=True)]
+    def freeze(self) -> SeriesSnapshot:
+        return SeriesSnapshot(self.key, self.axis, tuple(self.steps), tuple(self.values), self.thinned)
 
 
 def _num(step: float) -> float | int:
     return int(step) if float(step).is_integer() else step
 
 
+@dataclass(frozen=True, slots=True)
+class SeriesSnapshot:
+    """One series as of one moment: tuples nobody changes."""
+
+    key: str
+    axis: str
+    steps: tuple[float, ...]
+    values: tuple[float, ...]
+    thinned: int = 0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def points(self) -> tuple[tuple[float | int, float | None], ...]:
+        """`((step, value), ...)` with non-finite values as None (JSON-ready once listed)."""
+        return tuple((_num(s), finite_or_none(v)) for s, v in zip(self.steps, self.values, strict=True))
+
+    def finite_points(self) -> tuple[tuple[float, float], ...]:
+        """The points a chart draws: finite values only."""
+        return tuple((s, v) for s, v in zip(self.steps, self.values, strict=True) if math.isfinite(v))
+
+    @property
+    def last(self) -> float | None:
+        return self.values[-1] if self.values else None
+
+
+@dataclass(frozen=True)
+class SeriesSetSnapshot:
+    """Every series of a run as of one moment (read-only mapping key -> SeriesSnapshot)."""
+
+    by_key: Mapping[str, SeriesSnapshot]
+
+    def get(self, key: str) -> SeriesSnapshot | None:
+        return self.by_key.get(key)
+
+    def keys(self) -> list[str]:
+        return sorted(self.by_key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def latest(self, key: str) -> float | None:
+        series = self.by_key.get(key)
+        return series.last if series is not None else None
+
+
 class SeriesSet:
-    """All series of a run, created on first point."""
+    """All series of a run, created on first point. One writer thread adds; any thread may snapshot."""
 
     def __init__(self, max_points: int = 4096) -> None:
         self.max_points = max_points
         self.by_key: dict[str, Series] = {}
+        self._lock = threading.Lock()
+        self._frozen: dict[str, tuple[int, SeriesSnapshot]] = {}  # key -> (version, its last snapshot)
 
     def add(self, key: str, step: float, value: float, ts: float = math.nan, priority: int = 0) -> bool:
-        series = self.by_key.get(key)
-        if series is None:
-            series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
-        return series.add(step, value, ts, priority)
+        with self._lock:
+            series = self.by_key.get(key)
+            if series is None:
+                series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
+            return series.add(step, value, ts, priority)
+
+    def snapshot(self) -> SeriesSetSnapshot:
+        """Frozen copies of every series, taken under the lock (so no half-added point is seen)."""
+        out: dict[str, SeriesSnapshot] = {}
+        with self._lock:
+            for key, series in self.by_key.items():
+                cached = self._frozen.get(key)
+                if cached is None or cached[0] != series.version:
+                    cached = self._frozen[key] = (series.version, series.freeze())
+                out[key] = cached[1]
+        return SeriesSetSnapshot(MappingProxyType(out))
 
     def get(self, key: str) -> Series | None:
         return self.by_key.get(key)

@@ -132,8 +132,8 @@ async def _follow(settings: Any, job_id: str | None) -> int:
     """Headless: print state changes and one line per rollout until the run ends (or Ctrl-C)."""
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
-    from backend.signals.logs import LogStore
-    from backend.signals.metrics import MetricsCollector
+    from backend.signals.ingest import LIVE_FLUSH_S, RunLog, text_chunks
+    from backend.signals.monitor import RunMonitor
 
     if job_id is None:
         _say("DEMO: --no-launch with --no-tui: nothing to follow")
@@ -144,14 +144,14 @@ async def _follow(settings: Any, job_id: str | None) -> int:
                                              flush=True) if e.kind == "state" else None)
         await controller.attach(job_id)
         watcher = asyncio.create_task(controller.watch())
-        store = LogStore(Path(settings.state_dir) / "logs", run_id=job_id)
-        collector = MetricsCollector()
-        store.subscribe(collector.on_log_lines)
+        monitor = RunMonitor()
+        run_log = RunLog.open(Path(settings.state_dir) / "logs", job_id, monitor)
+        collector = monitor.collector
         printed = -1
         started = time.monotonic()
         try:
-            async for line in client.follow_log(job_id):
-                store.append(line + "\n")
+            async for chunk in text_chunks(client.follow_log(job_id), flush_s=LIVE_FLUSH_S):
+                run_log.add(chunk)
                 done = collector.last_step.get("rollout", -1)
                 if done > printed:
                     printed = done
@@ -159,11 +159,11 @@ async def _follow(settings: Any, job_id: str | None) -> int:
                     reward = latest.get("rollout/raw_reward")
                     kl = latest.get("train/ppo_kl")
                     print(f"rollout {done + 1}: raw_reward={_fmt(reward)} ppo_kl={_fmt(kl)} "
-                          f"lines={len(store)} t={time.monotonic() - started:.0f}s", flush=True)
+                          f"lines={len(run_log.store)} t={time.monotonic() - started:.0f}s", flush=True)
             await asyncio.wait_for(watcher, 30)
         finally:
             watcher.cancel()
-            store.close()
+            run_log.close()
         state = controller.state.value if controller.state else "?"
         print(f"run {job_id} ended {state}", flush=True)
         return 0 if state == "SUCCEEDED" else 1

@@ -28,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _out(lines: list[str]) -> None:
-    if lines:
-        sys.stdout.write(sanitize_text("\n".join(lines)) + "\n")
+def _out(text: str) -> None:
+    """Complete lines, sanitised, to stdout (flushed: a follower reads it as it comes)."""
+    if text:
+        sys.stdout.write(sanitize_text(text))
         sys.stdout.flush()
 
 
@@ -39,17 +40,14 @@ def run(args: argparse.Namespace) -> int:
         say("ultra-console: error: --tail must be 0 or more", err=True)
         return 1
 
+    from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
+
     async def body(ctl: RunController, settings: Settings) -> int:
         job = await ctl.attach(job_of(args))
         client = ctl.client
         if not args.follow:
-            batch: list[str] = []
-            async for line in client.read_log(job.id, tail=args.tail):
-                batch.append(line)
-                if len(batch) >= 10_000:
-                    _out(batch)
-                    batch = []
-            _out(batch)
+            async for chunk in text_chunks(client.read_log(job.id, tail=args.tail), max_lines=10_000):
+                _out(chunk.text)
             if job.status == "PENDING":
                 say(f"job {job.id} is PENDING: no driver log yet", err=True)
             return 0
@@ -64,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
             async for line in client.read_log(job.id):
                 offset += 1
                 last.append(line)
-            _out(list(last) if args.tail else [])
-        async for line in client.follow_log(job.id, start_offset=offset):
-            sys.stdout.write(sanitize_text(line) + "\n")
-            sys.stdout.flush()  # a pipe is block-buffered: a follower must see each line as it comes
+            _out("".join(f"{line}\n" for line in last) if args.tail else "")
+        # a pipe is block-buffered: each chunk is flushed, and a live chunk waits at most LIVE_FLUSH_S
+        async for chunk in text_chunks(client.follow_log(job.id, start_offset=offset), flush_s=LIVE_FLUSH_S):
+            _out(chunk.text)
         final = await client.get_job(job.id)
         say(f"-- job {final.id} ended {final.status}", err=True)
         return 0

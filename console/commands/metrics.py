@@ -1,10 +1,12 @@
 """`ultra-console metrics`: a run's metric series, derived signals and alerts, from a live job, a saved
 Ray job log, or a miles `--dump-details` directory.
 
-Everything is computed by backend.signals.monitor (which reads through backend.signals.logs, backend.signals.metrics,
+Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
 backend.signals.derived, backend.signals.alerts); this module only picks the input and prints. `--json` prints one object
 `{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
-is reported on one line (stderr), never as a traceback.
+is reported on one line (stderr), never as a traceback. When a blind-spot alert fired (metric lines that
+cannot be read, a chart key that never arrives) the output is still printed, stderr carries the alert's words
+and a sample line, and the exit status is 3.
 """
 
 from __future__ import annotations
@@ -13,22 +15,21 @@ import argparse
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
-from backend.sanitize import sanitize_text
-from backend.signals.logs import LogStore
+from backend.sanitize import one_line, sanitize_text
+from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
 
-CHUNK = 1 << 20
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
     "train/pg_clipfrac", "rollout/raw_reward", "rollout/truncated_ratio", "derived/zero_std_frac",
     "perf/tokens_per_gpu_per_sec", "derived/cluster_tokens_per_sec", "perf/rollout_time", "perf/train_time",
     "perf/step_time", "perf/actor_train_mfu",
 )
+BLIND_EXIT = 3  # read, but some chart is blind: the output is printed, and the alert says why on stderr
 _DUMP_FLAG = re.compile(r"--dump-details[ =](\S+)")
 
 
@@ -63,22 +64,9 @@ def _monitor(args: argparse.Namespace) -> RunMonitor:
 
 
 def read_log_file(monitor: RunMonitor, path: Path) -> int:
-    """Stream a saved log through a throw-away LogStore (the same sanitising path as a live run)."""
-    if not path.is_file():
-        raise ConsoleError(f"no such log file: {path}")
-    with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
-        store = LogStore(spool, run_id="from-log")
-        store.subscribe(monitor.on_log_lines)
-        try:
-            with open(path, "rb") as fh:
-                while chunk := fh.read(CHUNK):
-                    store.append(chunk)
-            store.flush()
-        except OSError as err:
-            raise ConsoleError(f"cannot read {path}: {err.strerror}") from None
-        finally:
-            store.close()
-        return len(store)
+    """Stream a saved log through a throw-away run log (the same sanitising path as a live run)."""
+    with RunLog.scratch(monitor, "from-log") as run_log:
+        return run_log.add_file(path)
 
 
 def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
@@ -90,18 +78,9 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
         dump = _DUMP_FLAG.search(job.entrypoint)
         if dump and Path(dump.group(1)).is_dir():
             monitor.attach_dump(dump.group(1))
-        with tempfile.TemporaryDirectory(prefix="uc-metrics-") as spool:
-            store = LogStore(spool, run_id=job.id)
-            store.subscribe(monitor.on_log_lines)
-            batch: list[str] = []
-            async for line in ctl.client.read_log(job.id):
-                batch.append(line)
-                if len(batch) >= 4096:
-                    store.append("\n".join(batch) + "\n")
-                    batch = []
-            if batch:
-                store.append("\n".join(batch) + "\n")
-            store.close()
+        with RunLog.scratch(monitor, job.id) as run_log:
+            async for chunk in text_chunks(ctl.client.read_log(job.id)):
+                run_log.add(chunk)
         monitor.poll_dump()
         monitor.on_job_status(job.status, job.message)
         now = None if not job.is_terminal else monitor.end_of_log()
@@ -137,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_summary(what, snap)
+    blind = monitor.blind_spots()
+    if blind:  # the same words as the alert the app shows, and its sample line
+        first = blind[0]
+        more = f" (+{len(blind) - 1} more blind spot(s))" if len(blind) > 1 else ""
+        sample = f"; e.g. {first.sample}" if first.sample else ""
+        sys.stderr.write(one_line(f"ultra-console: error: {first.message}{more}{sample}")[:600] + "\n")
+        return BLIND_EXIT
     if snap["problems"]:
         shown = "; ".join(snap["problems"][:3])
         sys.stderr.write(sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400] + "\n")

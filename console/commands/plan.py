@@ -12,6 +12,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from backend.plan.deep import DeepReport
+    from backend.plan.evaluation import PlanEvaluation
     from backend.plan.spec import RunSpec
 
 EXIT_FINDINGS = 2
@@ -34,36 +36,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def plan_payload(spec: RunSpec, deep: bool = False) -> dict[str, Any]:
-    """The JSON contract of `plan --json`."""
-    from backend.plan import checks as constraints
-    from backend.plan.submission import build_submission, secrets_from_env
+def evaluate(spec: RunSpec) -> PlanEvaluation:
+    """The plan of `spec` as `plan` shows it (secrets from the environment; raises when no job can be built)."""
+    from backend.plan.evaluation import evaluate_spec
+    from backend.plan.submission import secrets_from_env
 
-    findings = constraints.check(spec)
-    submission = build_submission(spec, secrets=secrets_from_env(os.environ))
+    evaluation = evaluate_spec(spec, run_id=None, secrets=secrets_from_env(os.environ))
+    if evaluation.submission_error is not None:
+        raise evaluation.submission_error
+    return evaluation
+
+
+def is_ok(evaluation: PlanEvaluation, deep: DeepReport | None) -> bool:
+    """No error finding, from our rules or from the real libraries."""
+    from backend.plan.finding import has_errors
+
+    deep_errors = deep is not None and any(f.severity == "error" for f in deep.findings)
+    return not has_errors(evaluation.findings) and not deep_errors
+
+
+def plan_payload(evaluation: PlanEvaluation, deep: DeepReport | None = None) -> dict[str, Any]:
+    """The JSON contract of `plan --json`."""
+    submission, derived = evaluation.submission, evaluation.derived
+    assert submission is not None and derived is not None  # evaluate() raised otherwise
     payload: dict[str, Any] = {
-        "ok": not constraints.has_errors(findings),
-        "findings": [f.to_json() for f in findings],
-        "derived": constraints.derive(spec),
+        "ok": is_ok(evaluation, deep),
+        "findings": [f.to_json() for f in evaluation.findings],
+        "derived": derived.to_json(),
         "submission": submission.redacted_payload() | {"argv": submission.argv, "shell": submission.shell()},
     }
-    if deep:
-        payload["deep"] = _deep(spec)
-        if payload["deep"].get("findings"):
-            payload["ok"] = payload["ok"] and not any(
-                f["severity"] == "error" for f in payload["deep"]["findings"])
+    if deep is not None:
+        payload["deep"] = deep.to_json()
     return payload
 
 
-def _deep(spec: RunSpec) -> dict[str, Any]:
-    try:
-        from backend.plan import deep
-    except ImportError:
-        return {"available": False, "message": "deep validation is not installed in this build", "findings": []}
-    return deep.run_deep_checks(spec).to_json()
-
-
 def _fmt_value(value: Any) -> str:
+    """One figure of the derived JSON (a number, a list of them, or a stage's table) on one line."""
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, list):
@@ -73,7 +81,7 @@ def _fmt_value(value: Any) -> str:
     return str(value)
 
 
-def render_text(spec: RunSpec, payload: dict[str, Any]) -> str:
+def render_text(spec: RunSpec, evaluation: PlanEvaluation, deep: DeepReport | None = None) -> str:
     t, r, c = spec.train, spec.rollout, spec.cluster
     lines = [
         f"preset   {spec.preset}: {spec.model.name}",
@@ -85,27 +93,26 @@ def render_text(spec: RunSpec, payload: dict[str, Any]) -> str:
         f"mode     {spec.run.mode}",
         "",
     ]
-    findings = payload["findings"]
-    if not findings:
+    if not evaluation.findings:
         lines.append("findings none: every rule passes")
-    for f in findings:
-        lines.append(f"{f['severity'].upper():8} {f['rule']:4} [{', '.join(f['fields'])}] {f['message']}")
-        if f["fix"]:
-            lines.append(f"{'':14}fix: {f['fix']}")
-    deep = payload.get("deep")
+    for f in evaluation.findings:
+        lines.append(f"{f.severity.upper():8} {f.rule:4} [{', '.join(f.fields)}] {f.message}")
+        if f.fix:
+            lines.append(f"{'':14}fix: {f.fix}")
     if deep is not None:
         lines.append("")
-        if not deep.get("available", True):
-            lines.append(f"deep     {deep.get('message')}")
-        for f in deep.get("findings", []):
-            lines.append(f"DEEP {f['severity'].upper():8} {f['rule']:4} {f['message']}")
-        for d in deep.get("disagreements", []):
-            lines.append(f"DISAGREE {d}")
+        if not deep.available:
+            lines.append(f"deep     {deep.unavailable}")
+        for d in deep.findings:
+            lines.append(f"DEEP {d.severity.upper():8} {d.rule:4} {d.message}")
+        for disagreement in deep.disagreements:
+            lines.append(f"DISAGREE {disagreement.to_json()}")
+    submission, derived = evaluation.submission, evaluation.derived
+    assert submission is not None and derived is not None  # evaluate() raised otherwise
     lines += ["", "derived"]
-    for key, value in payload["derived"].items():
+    for key, value in derived.to_json().items():
         lines.append(f"  {key:34} {_fmt_value(value)}")
-    sub = payload["submission"]
-    lines += ["", f"submission id  {sub['submission_id']}", "command", "  " + sub["shell"]]
+    lines += ["", f"submission id  {submission.submission_id}", "command", "  " + submission.shell()]
     return "\n".join(lines)
 
 
@@ -113,10 +120,15 @@ def run(args: argparse.Namespace) -> int:
     from backend.plan.spec import build_spec
 
     spec = build_spec(args.preset, args.overrides)
-    payload = plan_payload(spec, deep=args.deep)
+    evaluation = evaluate(spec)
+    deep = None
+    if args.deep:
+        from backend.plan.deep import run_deep_checks
+
+        deep = run_deep_checks(spec, ours=evaluation.findings)
     if args.json:
-        json.dump(payload, sys.stdout, indent=None, separators=(",", ":"))
+        json.dump(plan_payload(evaluation, deep), sys.stdout, indent=None, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
-        print(render_text(spec, payload))
-    return 0 if payload["ok"] else EXIT_FINDINGS
+        print(render_text(spec, evaluation, deep))
+    return 0 if is_ok(evaluation, deep) else EXIT_FINDINGS

@@ -7,6 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from backend.sanitize import sanitize_text
 from console.commands._cluster import add_job_arg, fmt_duration, job_of, run_with, say
 
 
@@ -19,7 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import JobInfo
     from backend.settings import Settings
+
+
+CAUSE_TAIL_LINES = 5000  # of a failed run's log, read for what said why it failed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         job = await ctl.attach(job_of(args))
         snap = await snapshot(ctl.client)
         info = describe(job, snap, ctl.state)
+        info["cause"] = await _cause(ctl, job) if job.status == "FAILED" else None
         info["nodes"] = {"alive": len(snap.alive_nodes), "dead": [
             {"node_id": n.node_id, "name": n.name, "reason": n.death_reason} for n in snap.dead_nodes]}
         if args.json:
@@ -44,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         ]
         if info["message"]:
             lines.append(f"message  {info['message']}")
+        if info["cause"]:
+            lines.append(f"cause    {info['cause']['message']}")
+            lines.append(f"  line   {info['cause']['line']}")
         if info["failure_reason"]:
             lines.append(f"reason   {info['failure_reason']}")
         lines.append(f"stop     {info['stop']['signal']}, grace {info['stop']['grace_s']} s")
@@ -54,3 +63,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_with(args, body)
+
+
+async def _cause(ctl: RunController, job: JobInfo) -> dict[str, str] | None:
+    """What the failed run's log says killed it (CUDA OOM, an actor died, NaN), with the line; None if the
+    log says nothing or cannot be read (Ray's own reason is printed either way)."""
+    from backend.errors import ConsoleError
+    from backend.signals.alerts import cause_in_log
+    from backend.signals.ingest import text_chunks
+
+    text: list[str] = []
+    try:
+        async for chunk in text_chunks(ctl.client.read_log(job.id, tail=CAUSE_TAIL_LINES)):
+            text.append(chunk.text)
+    except ConsoleError:
+        return None
+    cause = cause_in_log(sanitize_text("".join(text)))
+    return {"id": cause.id, "message": cause.message, "line": cause.sample} if cause is not None else None

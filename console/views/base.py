@@ -7,9 +7,14 @@ A view subclasses `ConsoleView`, sets `SCOPE` (its keymap scope, e.g. "run") and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from textual.widget import Widget
 
 from console import keymap
+
+if TYPE_CHECKING:
+    from console.app import UltraConsoleApp
 
 
 class ConsoleView(Widget, can_focus=True):
@@ -21,14 +26,19 @@ class ConsoleView(Widget, can_focus=True):
     ConsoleView:focus { background-tint: $foreground 0%; }
     """
 
+    @property
+    def console(self) -> UltraConsoleApp:
+        """The app this view lives in (views are mounted only by UltraConsoleApp)."""
+        return cast("UltraConsoleApp", self.app)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in keymap.mutating_actions(self.SCOPE) and getattr(self.app, "readonly", False):
+        if action in keymap.mutating_actions(self.SCOPE) and self.console.readonly:
             return False
         return True
 
     def refuse_if_readonly(self, what: str) -> bool:
         """True (and a one-line warning) when `what` must not run because the app is read-only."""
-        if getattr(self.app, "readonly", False):
+        if self.console.readonly:
             self.notify(f"read-only console: {what} is refused", severity="warning")
             return True
         return False

@@ -8,7 +8,7 @@ last AUDIT_LIMIT entries are shown; the file keeps everything.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -22,14 +22,11 @@ from console import keymap
 from console.messages import AlertsChanged, AuditChanged
 from console.views.base import ConsoleView
 
+if TYPE_CHECKING:
+    from backend.signals.alerts import Alert
+
 AUDIT_LIMIT = 500
 SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _field(item: Any, name: str, default: Any = "") -> Any:
-    if isinstance(item, dict):
-        return item.get(name, default)
-    return getattr(item, name, default)
 
 
 class EventsView(ConsoleView):
@@ -45,7 +42,7 @@ class EventsView(ConsoleView):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.alerts: list[Any] = []
+        self.alerts: tuple[Alert, ...] = ()
         self.audit: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
@@ -70,21 +67,20 @@ class EventsView(ConsoleView):
     # ------------------------------------------------------------------ alerts
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._draw_alerts()
 
     def _draw_alerts(self) -> None:
         table = self.query_one("#alerts", DataTable)
         table.clear()
-        for item in self.alerts:
-            sev = str(_field(item, "severity", "info"))
-            step = _field(item, "step", None)
-            if isinstance(step, float) and step.is_integer():
-                step = int(step)
-            count = _field(item, "count", 1) or 1
-            message = str(_field(item, "message")) + (f"  (×{count})" if count > 1 else "")
-            table.add_row(Text(sev, SEVERITY_STYLE.get(sev, "")), "" if step is None else str(step),
-                          Text(message), str(_field(item, "id")))
+        for alert in self.alerts:
+            step = alert.step
+            shown_step = "" if step is None else str(int(step) if float(step).is_integer() else step)
+            message = alert.message + (f"  (×{alert.count})" if alert.count > 1 else "")
+            if alert.sample:  # the log line that said it (sanitised, cut)
+                message += f"  ⟨{alert.sample}⟩"
+            table.add_row(Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")), shown_step,
+                          Text(message), alert.id)
         table.display = bool(self.alerts)
         self.query_one("#no-alerts").display = not self.alerts
         self.query_one("#alerts-title", Static).update(f"Alerts ({len(self.alerts)})")

@@ -2,7 +2,7 @@
 
 Like toolong, nothing here holds the lines: `LogLines` asks the store for the few lines on screen
 (plus a small LRU of rendered Strips), so a 10M-line run costs the view a few integers. The store
-(backend.signals.logs) sanitises, parses fields, spools to disk and searches; this module only draws,
+(backend.signals.store) sanitises, parses fields, spools to disk and searches; this module only draws,
 moves a cursor and routes keys.
 
 Follow mode sticks to the end while lines arrive; moving up pauses it (the status bar counts the
@@ -11,8 +11,9 @@ lines that arrived since) and End/G resumes it. `/` searches in the store's back
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52.
 
-Store calls used (backend.signals.logs.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
-cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally).
+Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
+cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally). The filter
+language and the time index are backend.signals.filters' (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from rich.segment import Segment
@@ -36,89 +36,25 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from backend.signals.logs import CancelToken, FilteredLines, LineFilter
+from backend.signals.filters import (
+    FILTER_HELP,
+    FilteredLines,
+    FilterSyntaxError,
+    LineFilter,
+    TimeSyntaxError,
+    line_at_time,
+    parse_filter,
+)
+from backend.signals.search import CancelToken
+from backend.signals.store import LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended, RolloutCursor
 from console.views.base import ConsoleView
-
-keymap.register("logs", (
-    keymap.BindingSpec("logs.search", "slash", "search", "Search"),
-    keymap.BindingSpec("logs.next_match", "n", "next_match", "Next"),
-    keymap.BindingSpec("logs.prev_match", "N", "prev_match", "Prev"),
-    keymap.BindingSpec("logs.filter", "f", "filter", "Filter"),
-    keymap.BindingSpec("logs.wrap", "w", "toggle_wrap", "Wrap"),
-    keymap.BindingSpec("logs.goto_time", "t", "goto_time", "Jump to time"),
-    keymap.BindingSpec("logs.copy_line", "y", "copy_line", "Copy line"),
-    keymap.BindingSpec("logs.follow", "G", "follow", "Follow"),
-    keymap.BindingSpec("logs.end", "end", "follow", "Follow", show=False),
-    keymap.BindingSpec("logs.top", "g", "top", "Top", show=False),
-    keymap.BindingSpec("logs.home", "home", "top", "Top", show=False),
-    keymap.BindingSpec("logs.down", "j,down", "cursor(1)", "Down", show=False),
-    keymap.BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
-    keymap.BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
-    keymap.BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
-))
 
 CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
-_FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
-
-
-def _field(rec: Any, name: str) -> Any:
-    if isinstance(rec, dict):
-        return rec.get(name)
-    return getattr(rec, name, None)
-
-
-def _text(rec: Any) -> str:
-    if isinstance(rec, str):
-        return rec
-    return str(_field(rec, "text") or "")
-
-
-def parse_filter(text: str) -> LineFilter:
-    """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a backend LineFilter.
-
-    A bare word means actor. Only the operator's typing is parsed here; matching is the store's.
-    """
-    out: dict[str, Any] = {}
-    for token in text.split():
-        key, sep, value = token.partition(":")
-        if not sep:
-            key, value = "actor", token
-        key = {"ip": "node", "level": "min_level"}.get(key.lower(), key.lower())
-        if key not in _FIELD_KEYS or not value:
-            raise ValueError(f"unknown filter {token!r}: use actor:NAME rank:N node:IP pid:N proc:NAME level:warning")
-        if key in ("rank", "pid"):
-            if not value.isdigit():
-                raise ValueError(f"{key} must be a number, not {value!r}")
-            out[key] = int(value)
-        else:
-            out[key] = value
-    return LineFilter(**out)
-
-
-def parse_time(text: str, first_ts: str | None) -> str:
-    """`HH:MM[:SS]` (on the day of the log's first timestamp) or `YYYY-MM-DD HH:MM[:SS]` -> the
-    store's sortable timestamp form `YYYY-MM-DD HH:MM:SS`."""
-    text = " ".join(text.split())
-    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
-        try:
-            return datetime.strptime(text, fmt).strftime("%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            pass
-    for fmt in ("%H:%M:%S", "%H:%M"):
-        try:
-            t = datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        day = (first_ts or datetime.now().strftime("%Y-%m-%d"))[:10]
-        return f"{day} {t.strftime('%H:%M:%S')}"
-    raise ValueError(f"not a time: {text!r} (use HH:MM, HH:MM:SS or YYYY-MM-DD HH:MM)")
-
-
 def search_options(text: str) -> tuple[str, bool]:
     """`re:PATTERN` searches a regex; anything else is a case-insensitive substring."""
     if text.startswith("re:"):
@@ -139,7 +75,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     follow: reactive[bool] = reactive(True)
     wrap: reactive[bool] = reactive(False)
 
-    def __init__(self, store: Any = None, *, id: str | None = None) -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.index: FilteredLines | None = None  # None: every line; else the lines a filter kept
@@ -160,7 +96,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     def store_index(self, pos: int) -> int:
         return self.index[pos] if self.index is not None else pos
 
-    def record(self, pos: int) -> Any:
+    def record(self, pos: int) -> LogLine:
+        assert self.store is not None  # positions exist only while a store is shown
         return self.store.line(self.store_index(pos))
 
     def sync(self) -> None:
@@ -220,10 +157,9 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     # ------------------------------------------------------------ drawing
     def _render_record(self, pos: int, width: int) -> list[Segment]:
         rec = self.record(pos)
-        text = _text(rec)
+        text = rec.text
         segs: list[Segment] = []
-        actor = _field(rec, "actor")
-        if actor and text.startswith("(") and ")" in text[:80]:
+        if rec.actor and text.startswith("(") and ")" in text[:80]:
             end = text.index(")") + 1
             segs.append(Segment(text[:end], _ACTOR))
             text = text[end:]
@@ -306,7 +242,7 @@ class LogsView(ConsoleView, can_focus=False):
     """
     BINDINGS = keymap.bindings_for("logs")
 
-    def __init__(self, store: Any = None, *, id: str | None = "logs-view") -> None:
+    def __init__(self, store: LogStore | None = None, *, id: str | None = "logs-view") -> None:
         super().__init__(id=id)
         self.history: str = ""  # "loading history… N lines" while a job's log is being rebuilt
         self._store = store
@@ -332,7 +268,7 @@ class LogsView(ConsoleView, can_focus=False):
         self.lines.sync()
         self._status()
 
-    def set_store(self, store: Any) -> None:
+    def set_store(self, store: LogStore) -> None:
         self._store = store
         self.lines.store = store
         self.lines.index = None
@@ -435,7 +371,7 @@ class LogsView(ConsoleView, can_focus=False):
                           self.search_text)
 
     def action_filter(self) -> None:
-        self._open_prompt("filter", "filter: actor:NAME rank:N node:IP pid:N proc:NAME level:warning (empty clears)",
+        self._open_prompt("filter", f"filter: {FILTER_HELP} (empty clears)",
                           self.filter_text)
 
     def action_goto_time(self) -> None:
@@ -462,7 +398,7 @@ class LogsView(ConsoleView, can_focus=False):
         ll = self.lines
         if not ll.count:
             return
-        text = _text(ll.record(ll.cursor))
+        text = ll.record(ll.cursor).text
         self.app.copy_to_clipboard(text)
         self.notify(f"copied line {ll.cursor + 1} ({len(text)} chars)", timeout=2)
 
@@ -492,17 +428,20 @@ class LogsView(ConsoleView, can_focus=False):
             self.notify(f"bad regex: {err}", severity="warning")
             return
         ll.invalidate()
+        if self._store is None:
+            self._status()
+            return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
         self._cancel = CancelToken()
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
-    def _search_worker(self, text: str, pattern: str, regex: bool, flt: LineFilter | None,
+    def _search_worker(self, store: LogStore, text: str, pattern: str, regex: bool, flt: LineFilter | None,
                        cancel: CancelToken) -> None:
         try:
-            hits = list(self._store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
+            hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, str(err))
             return
@@ -565,8 +504,11 @@ class LogsView(ConsoleView, can_focus=False):
             return
         try:
             flt = parse_filter(text)
-        except ValueError as err:
+        except FilterSyntaxError as err:
             self.notify(str(err), severity="warning")
+            return
+        if self._store is None:
+            self.notify("no log to filter yet: no run attached", severity="warning")
             return
         self.filter_text = text
         self.filtering = True
@@ -599,26 +541,9 @@ class LogsView(ConsoleView, can_focus=False):
         if not ll.count:
             return
         try:
-            target = parse_time(text, self._ts_near(0, forward=True))
-        except ValueError as err:
+            pos = line_at_time(ll.record, ll.count, text)
+        except TimeSyntaxError as err:
             self.notify(str(err), severity="warning")
             return
-        lo, hi = 0, ll.count
-        while lo < hi:  # lines are in arrival order; lines without a timestamp lean on their neighbours
-            mid = (lo + hi) // 2
-            ts = self._ts_near(mid)
-            if ts is None or ts < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        ll.move_to(min(lo, ll.count - 1), center=True)
+        ll.move_to(pos, center=True)
         self._status()
-
-    def _ts_near(self, pos: int, *, forward: bool = False) -> str | None:
-        ll = self.lines
-        span = range(pos, min(ll.count, pos + 200)) if forward else range(pos, max(-1, pos - 50), -1)
-        for p in span:
-            ts = _field(ll.record(p), "ts")
-            if ts:
-                return str(ts)[:19]
-        return None

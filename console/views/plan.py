@@ -1,28 +1,30 @@
 """The plan view: pick a variant, edit the layout, see every rule's verdict, the command, preflight.
 
-Every edit goes to backend: `plan_eval.evaluate` (the spec with bad values reported per field, the
-findings, the derived numbers, the command). Where to start comes from `plan_start`, on the first frame
-through the app's plan preview helper. The view only routes keys and draws. Launch (`L`) is refused while a bad value, an error finding or a
-failed preflight stands, and goes through a confirmation modal with Cancel focused.
+Every edit goes to backend: `backend.plan.evaluation.evaluate` (the spec with bad values reported per
+field, the findings, the derived numbers, the command). Where to start comes from `plan_start`, on the
+first frame through the app's plan preview helper. The view only routes keys and draws. Launch (`L`) is
+refused while a bad value, an error finding or a failed preflight stands, and goes through a
+confirmation modal with Cancel focused.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
+from backend.plan.derived import Derived
 from backend.plan.evaluation import PlanEvaluation
-from backend.plan.finding import SEVERITY_RANK
-from backend.plan.view_start import PlanStart
+from backend.plan.finding import SEVERITY_RANK, Finding
+from backend.plan.view_start import PlanStart, field_text
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
@@ -35,6 +37,10 @@ from console.widgets.plan_panels import (
     PreflightPanel,
 )
 
+if TYPE_CHECKING:
+    from backend.plan.spec import RunSpec
+    from backend.plan.variants import Variant
+
 REBUILD_DEBOUNCE_S = 0.06
 
 
@@ -42,24 +48,9 @@ class Column(VerticalScroll, inherit_bindings=False, can_focus=False):
     """A scrolling column without arrow-key bindings: Up/Down move between fields instead."""
 
 
-def _text_of(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _get(data: dict[str, Any], path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 class PlanView(ConsoleView):
     SCOPE = "plan"
-    BINDINGS = keymap.bindings_for("plan")
+    BINDINGS: ClassVar[list[BindingType]] = [*keymap.bindings_for("plan")]
     DEFAULT_CSS = """
     PlanView #plan-body { height: 1fr; }
     PlanView #plan-left { width: 62; height: 1fr; border-right: vkey $panel; padding-right: 1; }
@@ -76,14 +67,14 @@ class PlanView(ConsoleView):
         None, that is computed here."""
         super().__init__(**kwargs)
         self._start = start
-        self.variants: list[Any] | None = None  # backend.plan.variants.Variant objects, listed when first needed
+        self.variants: list[Variant] | None = None  # listed when first needed
         self.choices: list[tuple[str, str]] = []  # (label, key) as the form shows them
         self.variant_key: str | None = None
         self.base: dict[str, Any] = {}
         self.edits: dict[str, str] = {}
         self.evaluation = PlanEvaluation()
         self.preflight_state = "not checked"
-        self.preflight_findings: list[Any] = []
+        self.preflight_findings: list[Finding] = []
         self.preflight_note = ""
         self._pending: Timer | None = None
 
@@ -120,10 +111,9 @@ class PlanView(ConsoleView):
     def _compute_start(self) -> PlanStart:
         from backend.plan.view_start import plan_start
 
-        app = self.app
-        settings = app.settings  # type: ignore[attr-defined]
-        return plan_start(settings.preset, getattr(app, "model_dir", None),
-                          run_id=getattr(app, "preview_run_id", None), address=settings.address)
+        app = self.console
+        return plan_start(app.settings.preset, app.model_dir, run_id=app.preview_run_id,
+                          address=app.settings.address)
 
     def on_mount(self) -> None:
         self._draw()
@@ -136,17 +126,17 @@ class PlanView(ConsoleView):
 
     # ------------------------------------------------------------------ state
 
-    def _variant_list(self) -> list[Any]:
+    def _variant_list(self) -> list[Variant]:
         if self.variants is None:
             from backend.plan.view_start import list_choices
 
-            settings = self.app.settings  # type: ignore[attr-defined]
-            self.variants, _preset, _notices = list_choices(settings.preset, getattr(self.app, "model_dir", None))
+            app = self.console
+            self.variants, _preset, _notices = list_choices(app.settings.preset, app.model_dir)
         return self.variants
 
     @staticmethod
     def _form_values(base: dict[str, Any]) -> dict[str, str]:
-        return {f.path: _text_of(_get(base, f.path)) for f in FIELDS}
+        return {f.path: field_text(base, f.path) for f in FIELDS}
 
     def choose_variant(self, key: str) -> None:
         """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
@@ -173,19 +163,18 @@ class PlanView(ConsoleView):
         if self._pending is not None:
             self._pending.stop()
             self._pending = None
-        app = self.app
-        self.evaluation = evaluate(self.base, self.edits, run_id=getattr(app, "preview_run_id", None),
-                                   address=app.settings.address)  # type: ignore[attr-defined]
+        app = self.console
+        self.evaluation = evaluate(self.base, self.edits, run_id=app.preview_run_id, address=app.settings.address)
         if self.preflight_state in ("passed", "failed", "unavailable"):
             self.preflight_state = "stale"
         self._draw()
 
     @property
-    def findings(self) -> list[Any]:
+    def findings(self) -> list[Finding]:
         return self.evaluation.findings
 
     @property
-    def derived(self) -> dict[str, Any]:
+    def derived(self) -> Derived | None:
         return self.evaluation.derived
 
     @property
@@ -193,7 +182,7 @@ class PlanView(ConsoleView):
         return self.evaluation.command
 
     @property
-    def error_findings(self) -> list[Any]:
+    def error_findings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
 
     def launch_blockers(self) -> list[str]:
@@ -238,7 +227,7 @@ class PlanView(ConsoleView):
         self.query_one("#plan-summary", Static).update(Text(ev.summary), layout=False)
         status = self.query_one(LaunchStatus)
         blockers = self.launch_blockers()
-        if getattr(self.app, "readonly", False):
+        if self.console.readonly:
             status.set_status("readonly", "READ-ONLY: launch is disabled in this console")
         elif blockers:
             status.set_status("blocked", "Launch blocked: " + "; ".join(blockers))
@@ -248,7 +237,7 @@ class PlanView(ConsoleView):
 
     def _key(self, binding_id: str) -> str:
         spec = next(s for s in keymap.specs("plan") if s.id == binding_id)
-        return keymap.effective_key(spec, getattr(self.app, "keymap_overrides", {}))
+        return keymap.effective_key(spec, self.console.keymap_overrides)
 
     # ------------------------------------------------------------------ events
 
@@ -259,7 +248,7 @@ class PlanView(ConsoleView):
 
     @on(LayoutForm.Edited)
     def _edited(self, event: LayoutForm.Edited) -> None:
-        base_text = _text_of(_get(self.base, event.path))
+        base_text = field_text(self.base, event.path)
         before = dict(self.edits)
         if event.text == base_text:
             self.edits.pop(event.path, None)
@@ -355,11 +344,11 @@ class PlanView(ConsoleView):
         self.app.push_screen(PrepareScreen(self.evaluation.spec, self))
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
-    async def _run_preflight(self, spec: Any) -> None:
+    async def _run_preflight(self, spec: RunSpec) -> None:
         from backend.cluster import preflight as pre
         from backend.cluster.dashboard import RayClient
 
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = self.console.settings
         token = settings.token.get_secret_value() if settings.token else None
         try:
             async with RayClient(settings.address, token) as client:
@@ -384,6 +373,8 @@ class PlanView(ConsoleView):
         from console.widgets.confirm import ConfirmModal
 
         spec = self.evaluation.spec
+        if spec is None:  # flush() builds it for every valid spec: with no blocker there is one
+            return
         self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
                              lambda ok: self._launch(spec) if ok else None)
 
@@ -394,7 +385,8 @@ class PlanView(ConsoleView):
                                                                          self.preflight_state)
         body = Text()
         body.append(self.evaluation.summary).append("\n\n")
-        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in list(self.derived.items())[:8]))
+        figures = list(self.derived.to_json().items())[:8] if self.derived is not None else []
+        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
         body.append("\nWarnings: ", "bold").append(str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings))
         body.append("\nPreflight: ", "bold").append(pf)
         for f in self.preflight_findings:
@@ -402,35 +394,33 @@ class PlanView(ConsoleView):
         body.append("\n\nThe run lives in Ray: closing the console never stops it.", "dim")
         return body
 
-    def _launch(self, spec: Any) -> None:
+    def _launch(self, spec: RunSpec) -> None:
         self.notify("launching…")
         self._launch_worker(spec)
 
     @work(exclusive=True, group="launch", exit_on_error=False)
-    async def _launch_worker(self, spec: Any) -> None:
+    async def _launch_worker(self, spec: RunSpec) -> None:
         """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
         import os
 
         from backend.plan.submission import new_run_id, secrets_from_env
 
-        app = self.app
-        controller = getattr(app, "controller", None)
-        if controller is None or not hasattr(controller, "launch"):
+        app = self.console
+        controller = app.controller
+        if controller is None:
             app.post_message(Notice("launch is not available: no run controller is connected "
                                     "(start the console without a subcommand, or `ultra-console demo`)", "error"))
             return
         checked = self.findings + self.preflight_findings if self.preflight_state == "passed" else None
         try:
-            result = controller.launch(spec, run_id=getattr(app, "preview_run_id", None),
-                                       secrets=secrets_from_env(os.environ), findings=checked)
-            if inspect.isawaitable(result):
-                result = await result
+            job = await controller.launch(spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ),
+                                          findings=checked)
         except ConsoleError as err:
             app.post_message(Notice(f"launch failed: {err}", "error"))
             app.post_message(AuditChanged())
             return
-        app.preview_run_id = new_run_id()  # type: ignore[attr-defined]  # the next launch is a new run
+        app.preview_run_id = new_run_id()  # the next launch is a new run
         self.rebuild()
-        app.post_message(Notice(f"launched {getattr(result, 'id', '') or 'the run'}; showing the run view"))
+        app.post_message(Notice(f"launched {job.id or 'the run'}; showing the run view"))
         app.post_message(AuditChanged())
-        app.action_show_view("run")  # type: ignore[attr-defined]
+        app.action_show_view("run")

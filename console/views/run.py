@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -24,6 +24,7 @@ from console.messages import (
     MetricsArrived,
     RolloutCursor,
     RunStateChanged,
+    RunStatus,
     SnapshotArrived,
 )
 from console.views.base import ConsoleView
@@ -31,9 +32,10 @@ from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
 
-keymap.register("run", (
-    keymap.BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-))
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
+    from backend.signals.alerts import Alert
+    from backend.signals.monitor import MetricsSnapshot
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
 THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
@@ -46,43 +48,14 @@ KL = (("train/ppo_kl", "ppo_kl", "cyan", False),
       ("rollout/raw_reward", "raw reward", "green", True))
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict):
-            if obj.get(name) is not None:
-                return obj[name]
-        elif getattr(obj, name, None) is not None:
-            return getattr(obj, name)
-    return default
+def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[float, float], ...]:
+    """The finite (step, value) points of `key` in the snapshot the workers posted."""
+    series = metrics.series.get(key) if metrics is not None else None
+    return series.finite_points() if series is not None else ()
 
 
-def series_points(metrics: Any, key: str) -> tuple[tuple[float, float], ...]:
-    """Finite (step, value) points of `key` from a SeriesSet-like object or the `--json` dict shape."""
-    if metrics is None:
-        return ()
-    raw: Any = None
-    if isinstance(metrics, dict):
-        raw = (metrics.get("series") or {}).get(key)
-    else:
-        holder = getattr(metrics, "series", metrics)
-        found = holder.get(key) if hasattr(holder, "get") else None
-        raw = found.points() if found is not None and hasattr(found, "points") else found
-    out = []
-    for p in raw or ():
-        x, y = p[0], p[1]
-        if x is not None and y is not None and math.isfinite(y):
-            out.append((float(x), float(y)))
-    return tuple(out)
-
-
-def _derived(metrics: Any) -> dict[str, Any]:
-    if metrics is None:
-        return {}
-    if isinstance(metrics, dict):
-        return dict(metrics.get("derived") or {})
-    d = getattr(metrics, "derived", None)
-    d = d() if callable(d) else d
-    return dict(d or {})
+def _derived(metrics: MetricsSnapshot | None) -> dict[str, Any]:
+    return metrics.derived if metrics is not None else {}
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -98,20 +71,13 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, compact: bool = False) -> str:
+def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts: Sequence[Alert], now: float, *,
+               compact: bool = False) -> str:
     """The one-line summary: job, state, elapsed, rollout i/N, ETA, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    job = _get(state, "job_id", "submission_id", "id", default="?")
-    status = str(_get(state, "state", "status", default="?"))
-    status = getattr(status, "value", status)
-    started = _get(state, "started_at", "start_time")
-    ended = _get(state, "ended_at", "end_time")
-    if isinstance(started, (int, float)) and started > 1e11:  # Ray reports milliseconds
-        started /= 1000.0
-    if isinstance(ended, (int, float)) and ended > 1e11:
-        ended /= 1000.0
-    elapsed = ((ended or now) - started) if isinstance(started, (int, float)) else None
+    job, status, started = state.job_id, state.state, state.started_at
+    elapsed = ((state.ended_at or now) - started) if started is not None else None
     d = _derived(metrics)
     prog = d.get("progress") or {}
     done, total = prog.get("rollouts_done"), prog.get("num_rollout")
@@ -124,13 +90,17 @@ def state_line(state: Any, metrics: Any, alerts: Sequence[Any], now: float, *, c
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {str(_get(a, "severity", default="")) for a in alerts}
+        sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
+    from backend.signals.alerts import headline
+
+    said = headline(alerts, status)  # a failed run's cause, or a blind chart: never silent
+    said = f"  · {said}" if said else ""
     if compact:
         return (f"{job} {status} {fmt_duration(elapsed)} {progress} ETA {eta} ckpt {ckpt} "
-                f"alerts {n_alerts}{worst}")
+                f"alerts {n_alerts}{worst}{said}")
     return (f"job {job}  {status}  elapsed {fmt_duration(elapsed)}  {progress}  ETA {eta}  "
-            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}")
+            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}")
 
 
 class RunView(ConsoleView):
@@ -149,10 +119,10 @@ class RunView(ConsoleView):
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = "run-view") -> None:
         super().__init__(id=id)
         self.clock = clock
-        self.run_state: Any = None
-        self.metrics: Any = None
-        self.alerts: list[Any] = []
-        self.snapshot: Any = None
+        self.run_state: RunStatus | None = None
+        self.metrics: MetricsSnapshot | None = None
+        self.alerts: tuple[Alert, ...] = ()
+        self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
 
@@ -198,7 +168,7 @@ class RunView(ConsoleView):
         self._mark("state")
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
-        self.alerts = list(message.alerts)
+        self.alerts = message.alerts
         self._mark("state")
 
     def on_rollout_cursor(self, message: RolloutCursor) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,6 +22,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+if TYPE_CHECKING:
+    from backend.cluster.controller import Leftover
+
 
 @dataclass
 class AbortActions:
@@ -29,25 +32,18 @@ class AbortActions:
 
     stop: graceful stop; returns True once the job is terminal (STOPPED), False if it still runs.
     force: force stop; returns True once terminal.
-    leftovers: the GPU processes still held after the stop (objects with node/gpu/pid/mem_mb, or text).
+    leftovers: the GPU processes still held after the stop.
     cleanup: kill those leftovers; returns a one-line summary.
     """
 
     stop: Callable[[], Awaitable[bool]]
     force: Callable[[], Awaitable[bool]]
-    leftovers: Callable[[], Awaitable[Sequence[Any]]]
-    cleanup: Callable[[Sequence[Any]], Awaitable[str]]
+    leftovers: Callable[[], Awaitable[Sequence[Leftover]]]
+    cleanup: Callable[[Sequence[Leftover]], Awaitable[str]]
 
 
-def describe_leftover(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    get = (lambda k: item.get(k)) if isinstance(item, dict) else (lambda k: getattr(item, k, None))
-    node = get("node_label") or get("node") or get("node_id") or "?"
-    gpu = get("gpu_index") if get("gpu_index") is not None else get("gpu")
-    pid, mem = get("pid"), get("mem_mb")
-    where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
-    return f"pid {pid} on {where}" + (f", {mem} MiB" if mem is not None else "")
+def describe_leftover(item: Leftover) -> str:
+    return f"pid {item.pid} on {item.node_label} GPU {item.gpu_index}, {item.mem_mb} MiB"
 
 
 class AbortModal(ModalScreen[str]):
@@ -74,7 +70,7 @@ class AbortModal(ModalScreen[str]):
         self.loss_text = loss_text
         self.actions = actions
         self.stage = "confirm"  # confirm -> stopping -> (force?) -> forcing -> leftovers -> cleaning -> done
-        self.leftover_items: list[Any] = []
+        self.leftover_items: list[Leftover] = []
         self.result = "cancelled"
 
     def compose(self) -> ComposeResult:

@@ -1,6 +1,6 @@
 """The GPU fleet as ONE line-API widget: a row per node, a cell per GPU.
 
-Why one widget: 128 separate Statics cost ~3x the CPU of one grid at 1 Hz (tui-anchors §5.2).
+Why one widget: 128 separate Statics, one per GPU, cost about 3x the CPU of one grid at 1 Hz.
 Why line API: rows are Strips built once per snapshot and re-sent only when their content
 changed, so an unchanged fleet costs no terminal bytes at all.
 
@@ -20,13 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
+
+if TYPE_CHECKING:
+    from backend.cluster.telemetry import ClusterSnapshot
 
 MEM_GLYPHS = " ▁▂▃▄▅▆▇█"
 
@@ -58,41 +62,18 @@ class NodeRow:
     stale: bool = False
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    """Read the first present attribute/key: backend snapshots are objects, test data may be dicts."""
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def fleet_rows(snapshot: Any, gpus_per_node: int = 8) -> tuple[NodeRow, ...]:
+def fleet_rows(snapshot: ClusterSnapshot | None, gpus_per_node: int = 8) -> tuple[NodeRow, ...]:
     """Adapt a backend ClusterSnapshot (nodes with alive/death_reason/gpus) to drawable rows."""
     if snapshot is None:
         return ()
-    nodes = _get(snapshot, "nodes", default=()) or ()
     rows: list[NodeRow] = []
-    for i, node in enumerate(nodes):
-        label = str(_get(node, "name", "hostname", "ip", "short_id", default="") or f"node-{i}")
-        alive = bool(_get(node, "alive", default=True))
-        raw = _get(node, "gpus", default=None)
-        gpus: tuple[GpuCell, ...] | None
-        if raw is None:
-            gpus = None
-        else:
-            gpus = tuple(
-                GpuCell(
-                    _get(g, "utilization_pct", "util", default=None),
-                    _get(g, "mem_used_mb", default=None),
-                    _get(g, "mem_total_mb", default=None),
-                )
-                for g in raw
-            )
-        expected = int(_get(node, "num_gpus", "gpu_count", default=0) or (len(gpus) if gpus else gpus_per_node))
-        note = "" if alive else str(_get(node, "death_reason", default="") or "dead")
-        rows.append(NodeRow(label, alive, gpus, note, expected, bool(_get(node, "stale", default=False))))
+    for i, node in enumerate(snapshot.nodes):
+        gpus = None if node.gpus is None else tuple(
+            GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
+        expected = len(gpus) if gpus else gpus_per_node
+        note = "" if node.alive else (node.death_reason or "dead")
+        label = node.name or node.hostname or node.ip or f"node-{i}"
+        rows.append(NodeRow(label, node.alive, gpus, note, expected, node.stale))
     return tuple(rows)
 
 
@@ -290,7 +271,7 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode,
         return mode, lines
     for start in range(0, len(rows), npr):
         chunk = rows[start: start + npr]
-        segs: list[Segment] = []
+        segs = []
         if mode is GLYPH:
             segs.append(Segment(f"{start:>{iw}} ", _DIM))
         for j, row in enumerate(chunk):
@@ -331,7 +312,7 @@ class GpuFleet(ScrollView, can_focus=False):
     def rows(self) -> tuple[NodeRow, ...]:
         return self._rows
 
-    def update_snapshot(self, snapshot: Any) -> bool:
+    def update_snapshot(self, snapshot: ClusterSnapshot | None) -> bool:
         """Take a new snapshot; returns True if anything on screen changed."""
         rows = fleet_rows(snapshot)
         if rows == self._rows and self._strips:
@@ -345,7 +326,7 @@ class GpuFleet(ScrollView, can_focus=False):
         (nodes joined or left, a mode change), not on every new reading: the wanted height depends
         on the fleet's shape, never on its values."""
         parent = self.parent
-        if parent is None or not self.styles.height or not self.styles.height.is_auto:
+        if not isinstance(parent, Widget) or not self.styles.height or not self.styles.height.is_auto:
             return
         room = max(3, int(parent.size.height * self.max_share))
         rows = self._rows

@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from backend.plan.run_modes import RUN_MODES
 from backend.sanitize import one_line
 
 
@@ -49,7 +50,7 @@ FIELDS: tuple[FormField, ...] = (
     FormField("batch.global_batch_size", "Global batch"),
     FormField("batch.max_tokens_per_gpu", "Max tok / GPU"),
     FormField("batch.num_rollout", "Rollouts"),
-    FormField("run.mode", "Mode", ("normal", "debug_minimal")),
+    FormField("run.mode", "Mode", RUN_MODES),
 )
 VARIANT = "variant"  # row 0's path
 LABEL_W = 15

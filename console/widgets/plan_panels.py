@@ -1,6 +1,6 @@
 """Read-only panels of the plan view: launch status, findings, derived numbers, preflight, command.
 
-Each renders what backend returned (Finding objects, the derive() dict, the Submission's shell
+Each renders what backend returned (Finding objects, the `Derived` figures, the Submission's shell
 text) and computes nothing. Updates replace one renderable, with `layout=False` where the panel's
 size is fixed, and only when the content changed.
 """
@@ -8,11 +8,15 @@ size is fixed, and only when the content changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from backend.plan.derived import Derived
+    from backend.plan.finding import Finding
 
 SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
 
@@ -52,7 +56,7 @@ class FindingsPanel(_Panel):
     FindingsPanel { height: auto; padding: 0 1; }
     """
 
-    def set_findings(self, findings: Sequence[Any], field_errors: Mapping[str, str], error: str | None) -> None:
+    def set_findings(self, findings: Sequence[Finding], field_errors: Mapping[str, str], error: str | None) -> None:
         key = (tuple((f.rule, f.severity, tuple(f.fields), f.message, f.fix) for f in findings),
                tuple(sorted(field_errors.items())), error)
         text = Text()
@@ -71,15 +75,14 @@ class FindingsPanel(_Panel):
         self.show(key, text)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
+    """One figure of `Derived.to_json` (a number, a flag, a word, or a list of numbers) for a panel row."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
     return str(value)
 
 
@@ -88,14 +91,16 @@ class DerivedPanel(_Panel):
     DerivedPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def set_derived(self, derived: Mapping[str, Any]) -> None:
+    def set_derived(self, derived: Derived | None) -> None:
+        """Every figure under its name, in `Derived.to_json`'s order; each pipeline stage on a row of its own."""
         items: list[tuple[str, str]] = []
-        for k, v in derived.items():
-            if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
-                items.extend((f"{k}[{i}]", " ".join(f"{a}={_fmt(b)}" for a, b in x.items()))
-                             for i, x in enumerate(v))
-            else:
-                items.append((str(k), _fmt(v)))
+        if derived is not None:
+            for name, value in derived.to_json().items():
+                if name == "stages":
+                    items.extend((f"stages[{s.stage}]", " ".join(f"{k}={_fmt(v)}" for k, v in s.to_json().items()))
+                                 for s in derived.training.stages)
+                else:
+                    items.append((name, _fmt(value)))
         width = min(max((len(k) for k, _ in items), default=0), 26) + 2
         text = Text(no_wrap=True, overflow="ellipsis")  # plain lines: a Rich Table re-measures on every render
         for k, v in items:
@@ -109,7 +114,7 @@ class PreflightPanel(_Panel):
     PreflightPanel { height: auto; padding: 0 1; }
     """
 
-    def set_preflight(self, state: str, findings: Sequence[Any], note: str = "") -> None:
+    def set_preflight(self, state: str, findings: Sequence[Finding], note: str = "") -> None:
         key = (state, note, tuple((f.rule, f.severity, f.message) for f in findings))
         text = Text()
         label = {"not checked": ("not checked — press p to check the cluster", "dim"),
@@ -123,7 +128,7 @@ class PreflightPanel(_Panel):
         for f in findings:
             mark, style = _mark(f.severity)
             text.append(f"\n{mark} ", style).append(f"{f.rule} ", "bold").append(f.message)
-            if getattr(f, "fix", ""):
+            if f.fix:
                 text.append(f"\n    fix: {f.fix}", "dim")
         self.show(key, text)
 

@@ -22,12 +22,6 @@ from backend.sanitize import sanitize_text
 from console import keymap
 from console.messages import PreflightDone
 
-keymap.register("prepare", (
-    keymap.BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),
-    keymap.BindingSpec("prepare.recheck", "r", "recheck", "Check again"),
-    keymap.BindingSpec("prepare.close", "escape", "close", "Close"),
-))
-
 
 class PrepareLine(Message):
     """A line for the screen's log (a progress event or a table row)."""
@@ -51,7 +45,7 @@ class PrepareScreen(ModalScreen[None]):
     PrepareScreen #prepare-verdict { height: 1; text-style: bold; padding: 0 1; }
     PrepareScreen Log { height: 1fr; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for("prepare")  # type: ignore[assignment]
+    BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for("prepare")
 
     def __init__(self, spec: Any, target: Any) -> None:
         """spec: the plan's RunSpec; target: the widget that receives PreflightDone (the plan view)."""
@@ -67,6 +61,12 @@ class PrepareScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self._start(fetch=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console shows no fetch key (and refuses the action if it is run another way)."""
+        if action in keymap.mutating_actions("prepare") and getattr(self.app, "readonly", False):
+            return False
+        return True
 
     def _start(self, *, fetch: bool) -> None:
         if self.running:

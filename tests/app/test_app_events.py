@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app_helpers import AUDIT_ROWS, make_app, write_audit
 from textual.widgets import DataTable
+from waiting import until
 
 from backend.cluster.audit import AuditLog
 from backend.signals.alerts import Alert
@@ -25,7 +26,7 @@ async def test_alerts_and_audit_are_shown(tmp_path):
         assert not alerts.display
         app.post_message(AlertsChanged([
             Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
-            {"id": "stall", "severity": "error", "message": "rollout stalled 6x its median", "step": None},
+            Alert("stall", "error", "rollout stalled 6x its median"),
         ]))
         await pilot.pause()
         assert alerts.display and alerts.row_count == 2
@@ -50,3 +51,24 @@ async def test_audit_refreshes_after_an_action_and_copies(tmp_path):
         audit.focus()
         await pilot.press("c")
         assert app.clipboard == "kill 4242 on node-3"
+
+
+async def test_the_views_get_copies_of_alerts_the_engine_goes_on_updating(tmp_path):
+    """The alert engine updates a firing alert in place (count, last step) on the log worker's thread; what
+    the views hold is a copy taken when it was posted."""
+    from backend.signals.monitor import RunMonitor
+    from console.workers import Runtime
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        runtime = Runtime(app)
+        runtime.monitor = RunMonitor()
+        fired = runtime.monitor.on_node_dead("ab" * 28, "health check failed")
+        assert fired is not None
+        runtime.maybe_post_alerts()
+        events = app.view("events")
+        await until(pilot, lambda: len(events.alerts) == 1, "the alert in the events view")
+        (shown,) = events.alerts
+        assert shown == fired and shown is not fired
+        fired.count += 1  # the engine's next sighting of the same episode
+        assert shown.count == 1

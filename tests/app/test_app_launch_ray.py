@@ -7,13 +7,11 @@ the end so the shared cluster is left clean.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
-from app_helpers import RUN_ID, until
-from runhelp import sim_spec
+from app_helpers import RUN_ID
+from runhelp import sim_spec, stop_quietly
 from textual.widgets import Button
+from waiting import until
 
 from backend.cluster.audit import AuditLog
 from backend.cluster.controller import RunController
@@ -61,16 +59,13 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 assert job_id.endswith(RUN_ID + "1")  # what was previewed is what was launched
                 assert app.preview_run_id != RUN_ID + "1"  # the next launch would be a new run
                 assert app.current_view == "run"  # the operator is taken to watch it
-                deadline = time.monotonic() + 90
-                while (await client.get_job(job_id)).status != "RUNNING":
-                    assert time.monotonic() < deadline, "the job never reached RUNNING"
-                    await pilot.pause(0.5)
+                async def running() -> bool:
+                    return (await client.get_job(job_id)).status == "RUNNING"
+
+                await until(pilot, running, "the job to reach RUNNING", 90, interval=0.5)
         finally:
             if job_id is not None:
-                await client.stop_job(job_id)
-                deadline = time.monotonic() + 60
-                while not (await client.get_job(job_id)).is_terminal and time.monotonic() < deadline:
-                    await asyncio.sleep(0.5)
+                await stop_quietly(client, job_id)
 
 
 async def test_failed_preflight_blocks_launch_until_the_spec_changes(ray_cluster, tmp_path):

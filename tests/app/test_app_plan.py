@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import socket
 
-from app_helpers import make_app
+from app_helpers import edit_settled, make_app
 from textual.widgets import Button, Static
+from waiting import until
 
-from console.views.plan import REBUILD_DEBOUNCE_S, PlanView
+from console.views.plan import PlanView
 from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import LayoutForm
 from console.widgets.plan_panels import FindingsPanel, LaunchStatus, PreflightPanel
@@ -23,7 +24,8 @@ async def _set_field(pilot, app, path: str, text: str) -> None:
     form.move_to(path)
     await pilot.pause()
     await pilot.press("end", *["backspace"] * len(form.text_of(path)), *list(text))
-    await pilot.pause(REBUILD_DEBOUNCE_S * 3)  # the view re-checks once typing pauses
+    plan = app.query_one(PlanView)
+    await until(pilot, lambda: edit_settled(plan, path, text), f"the plan to re-check {path}={text}")
 
 
 async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
@@ -155,11 +157,9 @@ async def test_page_keys_scroll_the_compact_plan(tmp_path):
         body = app.query_one("#plan-body")
         assert body.scroll_y == 0
         await pilot.press("pagedown")
-        await pilot.pause(0.3)
-        assert body.scroll_y > 0
+        await until(pilot, lambda: body.scroll_y > 0, "the findings to scroll down")
         await pilot.press("pageup")
-        await pilot.pause(0.3)
-        assert body.scroll_y == 0
+        await until(pilot, lambda: body.scroll_y == 0, "the findings to scroll back up")
 
 
 async def test_a_burst_of_keys_is_checked_once_and_launch_waits_for_it(tmp_path, monkeypatch):
@@ -191,12 +191,13 @@ async def test_a_burst_of_downs_walks_the_form_without_losing_one(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         assert app.focused is app.query_one(PlanView)
+        form = app.query_one(LayoutForm)
         for _ in range(17):  # queued before any is handled
             app.post_message(events.Key("down", None))
-        await pilot.pause(0.2)
-        form = app.query_one(LayoutForm)
-        assert app.focused is form and form.current_path == "batch.num_rollout"
+        await until(pilot, lambda: app.focused is form and form.current_path == "batch.num_rollout",
+                    "17 rows down (batch.num_rollout)", timeout=10)
         for _ in range(3):  # and back up, as fast
             app.post_message(events.Key("up", None))
-        await pilot.pause(0.2)
+        await until(pilot, lambda: form.current_path == "batch.n_samples_per_prompt", "3 rows up", timeout=10)
+        await pilot.pause()  # no stray key still queued
         assert app.focused is form and form.current_path == "batch.n_samples_per_prompt" and form.cursor == 13

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from app_helpers import make_app
-from textual.command import CommandPalette
+from textual.command import CommandList, CommandPalette
 from textual.widgets import ContentSwitcher, Static
+from waiting import until
 
+from backend.settings import load_settings
 from console.app import StateLine
 from console.messages import DashboardBack, DashboardLost, HistoryProgress, Notice
 from console.widgets.help_screen import HelpScreen
@@ -67,7 +69,9 @@ async def test_palette_offers_every_action_and_runs_it(tmp_path):
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Events")
-        await pilot.pause(0.3)
+        commands = app.screen.query_one(CommandList)
+        await until(pilot, lambda: commands.highlighted is not None and "Events" in str(
+            commands.get_option_at_index(commands.highlighted).prompt), "the palette to offer Events")
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, CommandPalette)
@@ -126,6 +130,30 @@ async def test_keymap_remap_from_settings(tmp_path):
         assert _current(app) == "plan"
 
 
+async def test_every_scope_remappable_from_the_config_file(tmp_path, monkeypatch):
+    """Keys of the views mounted after the first frame (run, logs) are remapped like the app's own."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[keys]\n"logs.search" = "ctrl+f"\n"run.abort" = "ctrl+k"\n"no.such.binding" = "x"\n')
+    monkeypatch.setenv("ULTRA_CONSOLE_CONFIG", str(cfg))
+    app = make_app(tmp_path, load_settings(state_dir=tmp_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        problems = [n.message for n in app._notifications if "key binding" in n.message]
+        assert len(problems) == 1 and "'no.such.binding'" in problems[0], problems
+        await pilot.press("3")
+        prompt = app.query_one("#logs-prompt")
+        await pilot.press("slash")  # the old key no longer searches
+        assert not prompt.has_class("visible")
+        await pilot.press("ctrl+f")
+        await until(pilot, lambda: prompt.has_class("visible") and app.focused is prompt, "search prompt")
+        await pilot.press("escape", "2")
+        assert _current(app) == "run"
+        await pilot.press("A")  # the old key no longer aborts
+        assert not any("nothing to abort" in n.message for n in app._notifications)
+        await pilot.press("ctrl+k")
+        await until(pilot, lambda: any("nothing to abort" in n.message for n in app._notifications),
+                    "the abort action on ctrl+k")
+
+
 async def test_density_class_follows_size(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -157,6 +185,15 @@ async def test_readonly_hides_every_mutating_key(tmp_path):
         assert {s.id for s in mutating} >= {"plan.launch"}
         for spec in mutating:
             scope = keymap.scope_of(spec.id)
+            if scope == "prepare":  # a screen of the plan view, not a view
+                from backend.plan.spec import build_spec
+                from console.widgets.prepare_screen import PrepareScreen
+
+                app.push_screen(PrepareScreen(build_spec(), app.view("plan")))
+                await pilot.pause()
+                assert spec.key not in app.screen.active_bindings, spec.id
+                app.pop_screen()
+                continue
             await pilot.press({"plan": "1", "run": "2", "logs": "3", "events": "4"}[scope])
             app.view(scope).focus()
             await pilot.pause()
@@ -193,5 +230,4 @@ async def test_workers_start_even_if_the_key_bar_never_draws(tmp_path, monkeypat
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         assert not app._after_first_frame_done
-        await pilot.pause(0.6)
-        assert app._after_first_frame_done
+        await until(pilot, lambda: app._after_first_frame_done, "the fallback timer to start the workers", 5)

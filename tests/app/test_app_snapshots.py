@@ -2,21 +2,24 @@
 
 Deterministic: fixed run id, fixed audit times, no workers, no clock on screen, the shim package
 address pinned (it is a content hash of shim/, which other work changes). Update only after looking
-at the report: `pytest tests/test_app_snapshots.py --snapshot-update`.
+at the report: `pytest tests/app/test_app_snapshots.py --snapshot-update`.
 """
 
 from __future__ import annotations
 
 import pytest
-from app_helpers import make_app, write_audit
+from app_helpers import edit_settled, make_app, write_audit
+from waiting import until
 
+from backend.signals.alerts import Alert
 from console.messages import AlertsChanged
+from console.views.plan import PlanView
 from console.widgets.layout_form import LayoutForm
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 ALERTS = [
-    {"id": "kl-spike", "severity": "warning", "message": "train/ppo_kl rose 8x over 3 steps", "step": 12},
-    {"id": "rollout-stall", "severity": "error", "message": "rollout phase is 6x its median", "step": 13},
+    Alert("kl-spike", "warning", "train/ppo_kl rose 8x over 3 steps", step=12),
+    Alert("rollout-stall", "error", "rollout phase is 6x its median", step=13),
 ]
 
 
@@ -38,7 +41,7 @@ def test_plan_view_with_error_finding(snap_compare, tmp_path):
         form.focus()
         form.move_to("train.tp")
         await pilot.press("backspace", "3", "escape")
-        await pilot.pause(0.3)  # past the edit debounce
+        await until(pilot, lambda: edit_settled(pilot.app.query_one(PlanView), "train.tp", "3"), "the edit re-checked")
 
     assert snap_compare(make_app(tmp_path), terminal_size=(120, 40), run_before=edit)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID, until
+from app_helpers import MODELS, RUN_ID
+from waiting import until
 
 from backend.cluster.controller import RunState
 from backend.cluster.dashboard import RayClient

@@ -6,6 +6,8 @@ Plan edit -> launch (through the confirm modal) -> metrics appear -> log search 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -15,15 +17,17 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 pytestmark = [pytest.mark.tmux, pytest.mark.ray]
 
 BIN = Path(sys.executable).with_name("ultra-console")
 SESSION = f"uc-e2e-{os.getpid()}"
+TMUX = ["tmux", "-L", SESSION]  # a tmux server of this test's own: no other session sees its keys or options
 
 
 def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+    return subprocess.run([*TMUX, *args], check=True, capture_output=True, text=True).stdout
 
 
 def _screen() -> str:
@@ -32,15 +36,13 @@ def _screen() -> str:
 
 def _wait(pattern: str, timeout: float = 90.0) -> re.Match[str]:
     rx = re.compile(pattern)
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        last = _screen()
-        m = rx.search(last)
-        if m:
-            return m
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {pattern!r}; screen was:\n{last}")
+    last = [""]
+
+    def shown() -> re.Match[str] | None:
+        last[0] = _screen()
+        return rx.search(last[0])
+
+    return asyncio.run(until(None, shown, lambda: f"{pattern!r}; screen was:\n{last[0]}", timeout, interval=0.2))
 
 
 def _keys(*keys: str) -> None:
@@ -77,11 +79,10 @@ def demo_session(tmp_path):
     try:
         yield
     finally:
-        subprocess.run(["tmux", "send-keys", "-t", SESSION, "q"], check=False)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "DEMO-EXITED" not in _screen():
-            time.sleep(0.5)
-        subprocess.run(["tmux", "kill-session", "-t", SESSION], check=False)
+        subprocess.run([*TMUX, "send-keys", "-t", SESSION, "q"], check=False)
+        with contextlib.suppress(AssertionError):  # cleanup: the session goes in any case
+            _wait("DEMO-EXITED", 60)
+        subprocess.run([*TMUX, "kill-session", "-t", SESSION], check=False)
 
 
 def test_demo_plan_launch_metrics_search_abort(demo_session):

@@ -7,7 +7,7 @@ from app_helpers import make_app
 from run_fixtures import log_text, store
 
 from console.messages import LogAppended
-from console.views.logs import LogLines, LogsView, parse_filter, parse_time
+from console.views.logs import LogLines, LogsView
 
 
 async def _logs_app(tmp_path, n: int = 300, size=(120, 40)):
@@ -128,20 +128,6 @@ async def test_wrap_jump_to_time_and_copy(tmp_path):
         assert all(len(r) <= width for r in rows)
         first = lines.record(int(lines.scroll_y)).text
         assert rows[0].rstrip() == first[:width].rstrip() and rows[1].strip() == first[width:2 * width].strip()
-
-
-def test_operator_input_parsing():
-    flt = parse_filter("RolloutManager rank:3 node:10.0.0.7 level:warning")
-    assert (flt.actor, flt.rank, flt.node, flt.min_level) == ("RolloutManager", 3, "10.0.0.7", "warning")
-    for bad in ("rank:x", "colour:red"):
-        try:
-            parse_filter(bad)
-        except ValueError as err:
-            assert bad.split(":")[0] in str(err)
-        else:
-            raise AssertionError(bad)
-    assert parse_time("12:05", "2026-01-01 11:00:00.000") == "2026-01-01 12:05:00"
-    assert parse_time("2026-02-03 04:05:06", None) == "2026-02-03 04:05:06"
 
 
 async def test_view_reads_only_visible_lines(tmp_path):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from app_helpers import until
+from waiting import until
 
 from backend.plan import preview_process as plan_preview
 from backend.plan.view_start import PlanStart

@@ -5,9 +5,10 @@ from a loopback fake of the hub."""
 from __future__ import annotations
 
 import pytest
-from app_helpers import make_app, until
+from app_helpers import make_app
 from fake_hub import DATASET_FILE, DATASET_REPO, MODEL_REPO, FakeHub, dataset_files, model_files, write_files
 from textual.widgets import Log
+from waiting import until
 
 from backend.plan.spec import build_spec
 from console.views.plan import PlanView

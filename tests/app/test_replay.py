@@ -14,10 +14,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import miles_sample_log
 import pytest
-from app_helpers import until
+from waiting import until
 
+from backend.demo import sample_log as miles_sample_log
 from backend.settings import Settings
 from backend.signals.replay import ReplayError, ReplaySession, detect_source
 from console.app import UltraConsoleApp
@@ -199,7 +199,7 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
     from backend.signals.replay import ReplaySource
 
     sid = f"ultra-console-test-replay-{int(time.time() * 1000)}"
-    script = REPO / "tests" / "support" / "miles_sample_log.py"
+    script = REPO / "backend" / "demo" / "sample_log.py"
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         await client.submit({"entrypoint": f"python3 {script} --rollouts 4", "submission_id": sid})
         deadline = time.monotonic() + 120
@@ -232,7 +232,7 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
     async with app.run_test(size=(160, 48)) as pilot:
         runtime = Runtime(app)
         app.runtime = runtime
-        store = runtime.new_store("live-job")
+        store = runtime.new_run_log("live-job").store
         store.append(path.read_bytes())
         await pilot.press("3", "right_square_bracket", "right_square_bracket")
         logs = app.view("logs")

@@ -3,12 +3,13 @@ modal's escalation (Cancel focused, graceful, then force as a separate step, the
 
 from __future__ import annotations
 
-import asyncio
-
 from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
 from textual.widgets import Button
+from waiting import until
 
+from backend.cluster.controller import Leftover
+from backend.signals.alerts import Alert
 from console.messages import MetricsArrived, RunStateChanged, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
@@ -18,9 +19,27 @@ from console.workers import wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
-    line = state_line(status(), metrics_view(), [object()], T0 + 3723)
+    line = state_line(status(), metrics_view(), [Alert("kl-spike", "warning", "kl rose")], T0 + 3723)
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
+    assert state_line(status(), None, [Alert("stall", "error", "stalled")], T0).endswith("alerts 1!")
     assert "no run attached" in state_line(None, None, [], T0)
+
+
+def test_state_line_says_a_failed_runs_cause_and_a_blind_chart():
+    from miles_log_shapes import OOM_TRACEBACK
+
+    from backend.signals.monitor import RunMonitor
+
+    monitor = RunMonitor()
+    monitor.feed_text("\n".join(OOM_TRACEBACK) + "\n")
+    monitor.on_job_status("FAILED", "exit code 1")
+    line = state_line(status("FAILED"), None, monitor.alerts.snapshot(), T0 + 60)
+    assert line.endswith("  · FAILED: CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: "
+                         "asked for 2.10 GiB, 1.02 GiB free of 139.80 GiB")
+    blind = RunMonitor()
+    blind.feed_text("step 2: {'train/loss': 0.4, 'tr\n")
+    assert state_line(status(), None, blind.alerts.snapshot(), T0).endswith(
+        "  · 1 metric line(s) in the log could not be read: the charts miss them (the sample shows one)")
 
 
 async def _feed(app) -> None:
@@ -75,7 +94,7 @@ class _Actions:
 
         async def leftovers():
             self.calls.append("leftovers")
-            return [{"node_label": "node-03", "gpu_index": 2, "pid": 4242, "mem_mb": 60000}]
+            return [Leftover(node_id="03" + "ab" * 27, node_label="node-03", gpu_index=2, pid=4242, mem_mb=60000)]
 
         async def cleanup(items):
             self.calls.append(f"cleanup {len(items)}")
@@ -85,14 +104,13 @@ class _Actions:
 
 
 async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
-    for _ in range(100):
+    def reached() -> bool:
         go = modal.query_one("#abort-go", Button)
         cancel = modal.query_one("#abort-cancel", Button)
-        if modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel:
-            await pilot.pause()  # the shown button has joined the focus chain
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"modal stuck at {modal.stage}, wanted {stage}")
+        return modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel
+
+    await until(pilot, reached, f"the abort modal at stage {stage}", timeout=10.0)
+    await pilot.pause()  # the shown button has joined the focus chain
 
 
 async def _choose_go(modal: AbortModal, pilot) -> None:
@@ -159,7 +177,6 @@ async def test_abort_key_refused_when_readonly(tmp_path):
         await pilot.press("2", "A")
         await pilot.pause()
         assert not isinstance(app.screen, AbortModal)
-        await asyncio.sleep(0)
 
 
 async def test_history_rebuild_progress_is_visible(tmp_path):

@@ -3,6 +3,7 @@ refuses a public interface by default."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 from httpx_ws import connect_ws
+from waiting import until
 
 from console.cli import main
 
@@ -32,14 +34,15 @@ def test_serve_answers_on_loopback_then_stops(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--readonly", "serve", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline, page = time.monotonic() + 30, None
-        while time.monotonic() < deadline and page is None:
+        def answered() -> httpx.Response | None:
             try:
-                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                return httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
             except httpx.TransportError:
                 assert proc.poll() is None, proc.stderr.read().decode(errors="replace")
-                time.sleep(0.2)
-        assert page is not None and page.status_code == 200
+                return None
+
+        page = asyncio.run(until(None, answered, "the server's first page", 30, interval=0.2))
+        assert page.status_code == 200
         assert "ultra-console" in page.text and "/ws" in page.text
         # A browser session: the page's websocket runs the real app with the same flags (--readonly).
         with httpx.Client() as client, connect_ws(f"http://127.0.0.1:{port}/ws?width=100&height=30", client) as ws:

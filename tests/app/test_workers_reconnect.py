@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 
 import pytest
-from app_helpers import MODELS, RUN_ID, until
+from app_helpers import MODELS, RUN_ID
 from raycluster import free_port
+from waiting import until
 
 from backend.settings import Settings
 from console.app import UltraConsoleApp

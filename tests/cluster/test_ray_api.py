@@ -9,13 +9,14 @@ import time
 import uuid
 
 import pytest
+from runhelp import job_reaches
+from waiting import until
 
 from backend.cluster.dashboard import (
     AuthFailed,
     AuthRequired,
     DashboardUnreachable,
     DuplicateSubmission,
-    JobInfo,
     JobNotFound,
     RayApiError,
     RayClient,
@@ -31,16 +32,6 @@ def _sid(prefix: str) -> str:
 
 def _py(code: str) -> str:
     return shlex.join(["python3", "-c", code])
-
-
-async def _wait_status(client: RayClient, job_id: str, wanted: set[str], timeout: float = 90.0) -> JobInfo:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = await client.get_job(job_id)
-        if job.status in wanted:
-            return job
-        assert time.monotonic() < deadline, f"{job_id} stuck in {job.status}: {job.message}"
-        await asyncio.sleep(0.5)
 
 
 def _sim_payload(sid: str, *extra: str, env: dict[str, str] | None = None) -> dict:
@@ -93,14 +84,16 @@ async def test_version_nodes_and_fake_gpus(ray_cluster, ray_client):
     nodes = await ray_client.nodes()
     alive = {n["node_id"] for n in nodes if n["state"] == "ALIVE"}
     assert set(ray_cluster.node_ids[:3]) <= alive
-    deadline = time.monotonic() + 30
-    while True:  # the agent's first report with GPUs can take a few seconds
+    gpus: dict[str, list] = {}
+
+    async def eight_each() -> bool:  # the agent's first report with GPUs can take a few seconds
         summary = await ray_client.nodes_summary()
-        gpus = {s["raylet"]["nodeId"]: s["gpus"] for s in summary["summary"]}
-        if all(len(gpus.get(n, [])) == 8 for n in ray_cluster.node_ids[:3]):
-            break
-        assert time.monotonic() < deadline, f"fake GPUs not reported: { {k: len(v) for k, v in gpus.items()} }"
-        await asyncio.sleep(1)
+        gpus.clear()
+        gpus.update({s["raylet"]["nodeId"]: s["gpus"] for s in summary["summary"]})
+        return all(len(gpus.get(n, [])) == 8 for n in ray_cluster.node_ids[:3])
+
+    await until(None, eight_each, lambda: f"8 fake GPUs per node (have { {k: len(v) for k, v in gpus.items()} })",
+                30, interval=1.0)
     first = gpus[ray_cluster.node_ids[0]][0]
     assert first["name"] == "NVIDIA H200 (fake)" and first["memoryTotal"] == 143771
     detail = await ray_client.node_detail(ray_cluster.node_ids[1])
@@ -128,7 +121,7 @@ async def test_duplicate_submission_and_delete(ray_client):
     with pytest.raises(DuplicateSubmission, match="already exists") as err:
         await ray_client.submit(payload)
     assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
-    job = await _wait_status(ray_client, sid, {"SUCCEEDED", "FAILED"})
+    job = await job_reaches(ray_client, sid, {"SUCCEEDED", "FAILED"})
     assert job.status == "SUCCEEDED" and job.is_terminal and job.driver_exit_code == 0
     assert sid in {j.id for j in await ray_client.list_jobs()}
     lines = [line async for line in ray_client.read_log(sid)]
@@ -142,12 +135,12 @@ async def test_duplicate_submission_and_delete(ray_client):
 async def test_delete_running_job_is_refused_in_one_sentence(ray_client):
     sid = _sid("delrun")
     await ray_client.submit({"entrypoint": _py("import time; time.sleep(60)"), "submission_id": sid})
-    await _wait_status(ray_client, sid, {"RUNNING"})
+    await job_reaches(ray_client, sid, {"RUNNING"})
     with pytest.raises(RayApiError, match="non-terminal state") as err:
         await ray_client.delete_job(sid)
     assert "\n" not in str(err.value)
     assert await ray_client.stop_job(sid) is True
-    await _wait_status(ray_client, sid, {"STOPPED"})
+    await job_reaches(ray_client, sid, {"STOPPED"})
     assert await ray_client.stop_job(sid) is False  # already terminal
 
 
@@ -157,7 +150,7 @@ async def test_sim_launch_follow_metrics_then_sigint_stop(ray_client):
     sid = _sid("sim-stop")
     await ray_client.submit(_sim_payload(sid, "--sim-forever",
                                          env={"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "10"}))
-    await _wait_status(ray_client, sid, {"RUNNING"})
+    await job_reaches(ray_client, sid, {"RUNNING"})
     seen: list[str] = []
     stop_sent = False
     t0 = time.monotonic()
@@ -189,13 +182,13 @@ async def test_trainer_ignoring_sigterm_still_ends_stopped(ray_client):
     sid = _sid("sim-term")
     await ray_client.submit(_sim_payload(sid, "--sim-forever", "--sim-ignore-sigterm",
                                          env={"RAY_JOB_STOP_WAIT_TIME_S": "2"}))
-    await _wait_status(ray_client, sid, {"RUNNING"})
+    await job_reaches(ray_client, sid, {"RUNNING"})
     async for line in ray_client.follow_log(sid):
         if "Placement group ready" in line:
             break
     t0 = time.monotonic()
     assert await ray_client.stop_job(sid) is True
-    job = await _wait_status(ray_client, sid, {"STOPPED", "FAILED", "SUCCEEDED"}, timeout=60)
+    job = await job_reaches(ray_client, sid, {"STOPPED", "FAILED", "SUCCEEDED"}, timeout=60)
     assert job.status == "STOPPED"
     assert time.monotonic() - t0 < 30
     tail = [line async for line in ray_client.read_log(sid, tail=50)]
@@ -207,7 +200,7 @@ async def test_trainer_ignoring_sigterm_still_ends_stopped(ray_client):
 async def test_read_log_tail_returns_the_last_lines(ray_client):
     sid = _sid("tail")
     await ray_client.submit({"entrypoint": _py("for i in range(300): print(f'row {i}')"), "submission_id": sid})
-    await _wait_status(ray_client, sid, {"SUCCEEDED"})
+    await job_reaches(ray_client, sid, {"SUCCEEDED"})
     whole = [line async for line in ray_client.read_log(sid)]
     last = [line async for line in ray_client.read_log(sid, tail=7)]
     assert last == whole[-7:] and "row 299" in whole
@@ -346,8 +339,12 @@ async def test_follow_from_offset_resumes_after_history(ray_client):
     await ray_client.submit({"entrypoint": _py(
         "import time\nfor i in range(40):\n    print(f'item {i}', flush=True)\n    time.sleep(0.05)"),
         "submission_id": sid})
-    await _wait_status(ray_client, sid, {"RUNNING", "SUCCEEDED"})
-    await asyncio.sleep(1.0)
+    await job_reaches(ray_client, sid, {"RUNNING", "SUCCEEDED"})
+
+    async def some_items() -> bool:  # the history to rebuild is part of the run, not nothing
+        return any([line.startswith("item ") async for line in ray_client.read_log(sid)])
+
+    await until(None, some_items, "the job's first lines", 30, interval=0.2)
     history = [line async for line in ray_client.read_log(sid)]
     rest = [line async for line in ray_client.follow_log(sid, start_offset=len(history))]
     whole = [line async for line in ray_client.read_log(sid)]

@@ -7,7 +7,6 @@ test kills a throwaway node it added itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -26,8 +25,9 @@ from runhelp import (
     one_line_error,
     sim_spec,
     spec_args,
-    wait_for,
+    stop_quietly,
 )
+from waiting import until
 
 from backend.cluster.audit import AuditLog
 from backend.cluster.controller import LaunchRefused, Leftover, RunController, RunEvent, RunState
@@ -45,7 +45,7 @@ async def running(ctl: RunController, timeout: float = 90) -> None:
         assert ctl.state is not None and not ctl.state.terminal, ctl.job.message if ctl.job else None
         return ctl.state is RunState.RUNNING
 
-    await wait_for(is_running, timeout, what="RUNNING")
+    await until(None, is_running, "RUNNING", timeout, interval=0.5)
 
 
 async def metric_lines(client: RayClient, job_id: str, want: int = 2, limit: int = 5000) -> list[str]:
@@ -70,15 +70,6 @@ async def start_run(client: RayClient, tmp: Path, **spec_kw: object) -> tuple[Ru
         await stop_quietly(client, job.id)
         raise
     return ctl, job
-
-
-async def stop_quietly(client: RayClient, job_id: str) -> None:
-    with contextlib.suppress(Exception):
-        await client.stop_job(job_id)
-        for _ in range(60):
-            if (await client.get_job(job_id)).is_terminal:
-                return
-            await asyncio.sleep(0.5)
 
 
 async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: RayClient, tmp_path: Path) -> None:
@@ -239,7 +230,7 @@ async def test_attach_to_a_run_submitted_by_miles_launcher(ray_cluster, ray_clie
         async def started() -> bool:
             return (await ray_client.get_job(sid)).status == "RUNNING"
 
-        await wait_for(started, 60, what="the miles job to run")
+        await until(None, started, "the miles job to run", 60, interval=0.5)
         info = json.loads(cli(ray_cluster.address, state, "status", "--json").stdout)
         assert (info["job"], info["kind"], info["status"]) == (sid, "miles", "RUNNING")
         assert info["stop"] == {"signal": "SIGTERM", "grace_s": 3}
@@ -265,7 +256,7 @@ async def test_cleanup_kills_exactly_the_leftover_gpu_holder(ray_client: RayClie
         async def listed():
             return [x for x in await ctl.leftovers() if x.pid == holder.pid]
 
-        (item,) = await wait_for(listed, 30, what="the leftover PID in GPU telemetry")
+        (item,) = await until(None, listed, "the leftover PID in GPU telemetry", 30, interval=0.5)
         assert (item.node_id, item.gpu_index, item.mem_mb) == (node_id, 3, 5000)
         findings = await preflight(sim_spec(tmp_path), ray_client)
         assert any(f.rule == "P2" and f"pid {holder.pid}" in f.message for f in findings)
@@ -285,7 +276,7 @@ async def test_cleanup_kills_exactly_the_leftover_gpu_holder(ray_client: RayClie
         async def cleared():
             return not await listed()
 
-        await wait_for(cleared, 30, what="telemetry to drop the killed PID")
+        await until(None, cleared, "telemetry to drop the killed PID", 30, interval=0.5)
         again = cli(ray_cluster.address, tmp_path / "state", "cleanup", "--yes")
         assert again.returncode == 0 and "nothing to clean up" in again.stdout, again.stderr
     finally:
@@ -316,13 +307,13 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
 
             watcher = asyncio.create_task(ctl.watch(until_terminal=False))
             poll_task = asyncio.create_task(poll())
-            await asyncio.sleep(1.5)
+            await until(None, lambda: polled and not isinstance(polled[-1], Exception), "a first good poll", 20)
             await proxy.pause()
 
             async def lost() -> bool:
                 return any(e.kind == "error" for e in events)
 
-            await wait_for(lost, 20, 0.2, "the lost-dashboard event")
+            await until(None, lost, "the lost-dashboard event", 20, interval=0.2)
             err = next(e for e in events if e.kind == "error")
             assert f"unreachable at {proxy.address}" in err.text
             cli_proc = await asyncio.create_subprocess_exec(
@@ -332,6 +323,8 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
             assert cli_proc.returncode == 1
             lines = errb.decode().strip().splitlines()
             assert len(lines) == 1 and "Ray dashboard unreachable at" in lines[0] and "Traceback" not in errb.decode()
+            # the poller reports the loss too (its next request, once its 2.5 s request spacing has passed)
+            await until(None, lambda: any(isinstance(p, Exception) for p in polled), "the poller's lost reading", 20)
             n_before = len(polled)
 
             await proxy.resume()
@@ -339,19 +332,14 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
             async def back() -> bool:
                 return any(e.kind == "recovered" for e in events)
 
-            await wait_for(back, 20, 0.2, "the dashboard-back event")
-            await wait_for(lambda: _true(len(polled) > n_before and not isinstance(polled[-1], Exception)), 20)
-            assert any(isinstance(p, Exception) for p in polled)  # the poller reported the loss...
-            assert not isinstance(polled[-1], Exception)  # ...and recovered by itself
+            await until(None, back, "the dashboard-back event", 20, interval=0.2)
+            await until(None, lambda: len(polled) > n_before and not isinstance(polled[-1], Exception), "a good poll", 20)
+            assert not isinstance(polled[-1], Exception)  # the poller recovered by itself
             watcher.cancel()
             poller.stop()
             await asyncio.gather(watcher, poll_task, return_exceptions=True)
     finally:
         await proxy.close()
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_client: RayClient, tmp_path: Path
@@ -382,7 +370,7 @@ async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_clien
 async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_client: RayClient,
                                                               tmp_path: Path) -> None:
     # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does not cancel a
-    # PENDING job (ray.md §2.4): the controller must say so, stay PENDING, and see what happens next.
+    # PENDING job (one still waiting for resources): the controller must say so, stay PENDING, and see what happens next.
     sid = await ray_client.submit({"entrypoint": "sleep 600", "entrypoint_num_gpus": 16,
                                    "metadata": {"ultra_console": "1", "run_id": "pending-test"}})
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)

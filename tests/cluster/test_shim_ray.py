@@ -5,15 +5,13 @@ Ray cluster with the simulated trainer. The workers have no megatron.bridge, so 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
-from runhelp import launch_when_free, sim_spec
+from runhelp import launch_when_free, sim_spec, stop_quietly
+from waiting import until
 
 import shim
 from backend.cluster.controller import RunController
@@ -41,36 +39,37 @@ def write_config(model_dir: Path, scaling: float) -> None:
 
 async def train_actors(client: RayClient, job_id: str, want: int, timeout: float = 120) -> list[dict]:
     """The job's alive MegatronTrainRayActor rows from Ray's state API (pid, node_id)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    alive: list[dict] = []
+
+    async def enough() -> list[dict]:
         job = await client.get_job(job_id)
         assert not job.is_terminal, f"job ended {job.status}: {job.message}"
-        alive: list[dict] = []
+        alive.clear()
         if job.job_id:
             data = await client.get_json("/api/v0/actors", {"detail": 1, "limit": 1000})
             rows = data.get("data", {}).get("result", {}).get("result", [])
-            alive = [a for a in rows if a.get("class_name") == "MegatronTrainRayActor"
-                     and a.get("job_id") == job.job_id and a.get("state") == "ALIVE" and a.get("pid")]
-        if len(alive) >= want:
-            return alive
-        assert time.monotonic() < deadline, f"{len(alive)} of {want} train actors alive ({job.status})"
-        await asyncio.sleep(0.5)
+            alive.extend(a for a in rows if a.get("class_name") == "MegatronTrainRayActor"
+                         and a.get("job_id") == job.job_id and a.get("state") == "ALIVE" and a.get("pid"))
+        return list(alive) if len(alive) >= want else []
+
+    return await until(None, enough, lambda: f"{want} train actors alive ({len(alive)} are)", timeout, interval=0.5)
 
 
 async def shim_lines_by_pid(client: RayClient, job_id: str, pids: set[int], timeout: float = 90) -> dict[int, list]:
     """Shim lines of the job log, keyed by the worker pid in Ray's line prefix."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found: dict[int, list] = {}
+    found: dict[int, list] = {}
+
+    async def from_every_pid() -> dict[int, list]:
+        found.clear()
         async for line in client.read_log(job_id):
             parsed = logline.parse(line)
             pid = RAY_PREFIX_PID.search(line)
             if parsed is not None and pid is not None:
                 found.setdefault(int(pid.group(1)), []).append(parsed)
-        if pids <= set(found):
-            return found
-        assert time.monotonic() < deadline, f"shim lines only from pids {sorted(found)}, want {sorted(pids)}"
-        await asyncio.sleep(1.0)
+        return dict(found) if pids <= set(found) else {}
+
+    return await until(None, from_every_pid,
+                       lambda: f"shim lines from pids {sorted(pids)} (only from {sorted(found)})", timeout, interval=1.0)
 
 
 async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: RayClient, ray_cluster, tmp_path):
@@ -95,9 +94,4 @@ async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: Ra
             assert line.fields["moe_latent_size"] == 2048 and line.fields["moe_shared_expert_overlap"] is False
             assert line.fields["mtp_num_layers"] is None
     finally:
-        with contextlib.suppress(Exception):
-            await ray_client.stop_job(job.id)
-            for _ in range(60):
-                if (await ray_client.get_job(job.id)).is_terminal:
-                    break
-                await asyncio.sleep(0.5)
+        await stop_quietly(ray_client, job.id)

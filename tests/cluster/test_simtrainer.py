@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -10,12 +9,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from runhelp import job_reaches
+from waiting import until
 
 from backend.demo.simtrainer import SIM_LABEL, SIM_TRAIN_SCRIPT, is_simulated, metrics
 from backend.demo.simtrainer.args import parse
@@ -24,7 +24,7 @@ from backend.plan.spec import build_spec
 from backend.plan.submission import build_submission
 from backend.signals.metrics import record_from_event
 
-# miles-run-output.md §2.3, verbatim.
+# miles' metric line, exactly as its logging prints it (optional Ray actor prefix, then its bracket).
 MILES_LINE = re.compile(
     r"^(?:\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]+))?\) )?\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) "
     r"(?P<proc>[^\]]+)\] (?P<file>[^:\s]+):(?P<lineno>\d+) - (?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) "
@@ -45,7 +45,7 @@ def test_parse_takes_what_it_needs_and_ignores_the_rest():
                "--eval-prompt-data", "aime", "/d/aime.jsonl", "--sim-step-seconds", "0.1", "--sim-forever"])
     assert (a.num_rollout, a.save_interval, a.eval_name, a.step_seconds, a.forever) == (7, 50, "aime", 0.1, True)
     assert a.steps_per_rollout == 2  # 32*8/128, like the Nemotron recipe
-    assert a.metric_rank == 96  # first rank of the last PP stage of 128 GPUs, pp=4 (§2.3)
+    assert a.metric_rank == 96  # first rank of the last PP stage of 128 GPUs, pp=4 (the rank miles logs train metrics from)
     assert parse([]).metric_rank == 0
 
 
@@ -81,14 +81,6 @@ def _spec_overrides(tmp_path: Path, *extra: str) -> list[str]:
             "checkpoint.save_interval=2", "eval.enabled=true", "eval.interval=2", *extra]
 
 
-async def _wait_terminal(client, sid: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while not (job := await client.get_job(sid)).is_terminal:
-        assert time.monotonic() < deadline, job.status
-        await asyncio.sleep(0.5)
-    return job
-
-
 @pytest.mark.ray
 async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", _spec_overrides(
@@ -105,7 +97,7 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert trainer and SIM_LABEL in trainer[0]  # its first line says it is a simulation
     parsed = [m for m in map(MILES_LINE.match, clean) if m]
     kinds = Counter((m["kind"], m["actor"], m["file"]) for m in parsed)
-    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (§3.1)
+    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (log_utils and model.py)
     steps = Counter(int(m["n"]) for m in parsed if m["kind"] == "step")
     assert steps == {n: 2 for n in range(6)}
     assert kinds[("step", "MegatronTrainRayActor", "log_utils.py")] == 6
@@ -148,7 +140,7 @@ async def test_sim_failure_reaches_ray_as_failed(ray_client, tmp_path):
         tmp_path, "run.extra_args=--sim-step-seconds 0.2 --sim-fail-at-rollout 1"))
     sub = build_submission(spec, nvlink=False, with_shim=False)
     sid = await ray_client.submit(sub.to_ray_payload())
-    job = await _wait_terminal(ray_client, sid)
+    job = await job_reaches(ray_client, sid, timeout=120)
     assert job.status == "FAILED" and job.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
     assert "simulated failure at rollout 1" in (job.message or "")
     assert job.driver_exit_code == 1
@@ -176,24 +168,23 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
         return {(s["raylet"]["nodeId"], g["index"], p["pid"]): p["gpuMemoryUsage"]
                 for s in summary["summary"] for g in s["gpus"] for p in g["processesPids"] if p["pid"] in mine}
 
-    deadline = time.monotonic() + 30
-    while len(seen := await holders()) < 9:  # 8 GPUs held by the actor + the leaked holder
-        assert time.monotonic() < deadline, seen
-        await asyncio.sleep(1)
+    async def all_held() -> dict:
+        seen = await holders()
+        return seen if len(seen) >= 9 else {}  # 8 GPUs held by the actor + the leaked holder
+
+    seen = await until(None, all_held, "9 GPU holders in Ray's telemetry", 30, interval=1.0)
     assert sorted(seen.values()) == [10000] + [40000] * 8
     assert {pid for (_n, _i, pid), mib in seen.items() if mib == 10000} == {leaked}
     assert len({node for (node, _i, _p) in seen}) == 1  # the leak sits on the actor's node
     await ray_client.stop_job(sid)
-    await _wait_terminal(ray_client, sid)
-    deadline = time.monotonic() + 30
-    while True:  # the actor died with the job; the leaked holder stays
-        seen = await holders()
-        if {pid for (_n, _i, pid) in seen} == {leaked}:
-            break
-        assert time.monotonic() < deadline, seen
-        await asyncio.sleep(1)
+    await job_reaches(ray_client, sid, timeout=120)
+    async def only_leak() -> bool:  # the actor died with the job; the leaked holder stays
+        return {pid for (_n, _i, pid) in await holders()} == {leaked}
+
+    await until(None, only_leak, "only the leaked holder left in telemetry", 30, interval=1.0)
     os.kill(leaked, signal.SIGKILL)  # by PID, as cleanup does
-    deadline = time.monotonic() + 30
-    while await holders():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(1)
+
+    async def none_held() -> bool:
+        return not await holders()
+
+    await until(None, none_held, "no holder left in telemetry", 30, interval=1.0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the deep-validation oracle venv: real megatron-core 0.19.2, megatron-bridge 0.6.2 and sglang 0.5.23
-# on CPU Python 3.11 (constraints.md §4), plus this repository (editable) and the CPU stubs via a .pth file.
+# on CPU Python 3.11 (they declare 3.12 but run on 3.11), plus this repository (editable) and the CPU stubs via a .pth file.
 #
 #   tests/deep/build_env.sh VENV_DIR
 #

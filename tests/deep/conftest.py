@@ -3,8 +3,13 @@ megatron-bridge and sglang import. The main suite runs them there through tests/
 a plain `pytest` in the main venv skips collecting them instead of failing on imports."""
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
+
+# the differential test's layouts live with the bench that times the same checks on them
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 
 def _oracle_present() -> bool:

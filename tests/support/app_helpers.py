@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +28,16 @@ def write_audit(state_dir: Path) -> None:
     (state_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8")
 
 
-def make_app(state_dir: Path, **kwargs: Any) -> UltraConsoleApp:
-    settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
-    settings = Settings(state_dir=state_dir, **settings_kw)
+def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -> UltraConsoleApp:
+    """The app over `settings` (as loaded from a config file) or over ones built from `readonly`, `keys`
+    and `address` with `state_dir`."""
+    if settings is None:
+        settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
+        settings = Settings(state_dir=state_dir, **settings_kw)
     kwargs.setdefault("model_dir", str(MODELS))
     return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
 
 
-async def until(pilot: Any, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll the app (letting it run) until `predicate()` holds; a timeout names what never happened."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def edit_settled(plan: Any, path: str, text: str) -> bool:
+    """The plan view has taken `text` for the field at `path` and re-checked it (no debounced edit pending)."""
+    return plan._pending is None and plan.edits.get(path, plan._form_values(plan.base)[path]) == text

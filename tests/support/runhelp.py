@@ -9,9 +9,11 @@ import os
 import re
 import subprocess
 import sys
-import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
+
+from waiting import until
 
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.plan.spec import RunSpec, build_spec
@@ -72,15 +74,28 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-async def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(interval)
+async def job_reaches(client: Any, job_id: str, wanted: Collection[str] | None = None,
+                      timeout: float = 90.0) -> Any:
+    """The job (a JobInfo) once its status is one of `wanted`, or once it has ended when none is given."""
+    seen: list[Any] = []
+
+    async def reached() -> Any:
+        job = await client.get_job(job_id)
+        seen[:] = [job]
+        return job if (job.is_terminal if wanted is None else job.status in wanted) else None
+
+    def what() -> str:
+        now = f"; it is {seen[0].status}: {seen[0].message}" if seen else ""
+        return f"job {job_id} to reach {sorted(wanted) if wanted else 'an end'}{now}"
+
+    return await until(None, reached, what, timeout, interval=0.5)
+
+
+async def stop_quietly(client: Any, job_id: str) -> None:
+    """Test cleanup: stop the job and wait (up to 30 s) for it to end; a failure here hides no test result."""
+    with contextlib.suppress(Exception):
+        await client.stop_job(job_id)
+        await job_reaches(client, job_id, timeout=30)
 
 
 class PausableProxy:
@@ -139,20 +154,16 @@ class PausableProxy:
             self._writers.difference_update((writer, up_writer))
 
 
-async def launch_when_free(ctl, spec, timeout: float = 60.0):
+async def launch_when_free(ctl: Any, spec: RunSpec, timeout: float = 60.0) -> Any:
     """Launch once preflight passes: the dashboard's GPU readings lag a finished run by 5-7 s, so a
     test that follows another may first see that run's GPUs still in use (P1/P2)."""
-    import asyncio
-    import time
-
     from backend.cluster.controller import LaunchRefused
 
-    deadline = time.monotonic() + timeout
-    while True:
+    async def launched() -> Any:
         try:
             await ctl.check(spec)
             return await ctl.launch(spec)
         except LaunchRefused:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(1.0)
+            return None
+
+    return await until(None, launched, "preflight to pass (the GPUs of an earlier run freed)", timeout, interval=1.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.alerts import AlertEngine, AlertRuleError, load_rules
 from backend.signals.derived import zero_std_fraction
@@ -136,7 +136,7 @@ def test_an_alert_fires_once_per_episode() -> None:
     first = engine.alerts[0]
     assert (first.step, first.last_step, first.count) == (0, 2, 3)
     assert engine.alerts[1].to_json() == {"id": "truncated", "severity": "warning", "message": engine.alerts[1].message,
-                                          "step": 4, "key": "rollout/truncated_ratio", "count": 1}
+                                          "step": 4, "key": "rollout/truncated_ratio", "count": 1, "sample": ""}
 
 
 def test_controller_hooks_job_failed_node_dead() -> None:

@@ -13,7 +13,8 @@ import pytest
 
 from backend.plan import checks as constraints
 from backend.plan.catalog import CHECKED, RULES
-from backend.plan.checks import Finding, check, derive, has_errors, legal_values
+from backend.plan.checks import Finding, check, has_errors
+from backend.plan.derived import Derived, derive
 from backend.plan.spec import SETTABLE_KEYS, RunSpec, apply_overrides, load_preset_dict, spec_from_dict
 
 FULL = "nemotron-3-ultra-550b-a55b"
@@ -307,7 +308,7 @@ def test_findings_sorted_errors_then_warnings_then_info_in_catalog_order() -> No
     assert check(spec) == findings  # deterministic
 
 
-def test_catalog_covers_constraints_md_and_is_consistent() -> None:
+def test_catalog_covers_every_section_and_is_consistent() -> None:
     expected = ([f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 17)] + [f"C{i}" for i in range(1, 13)]
                 + [f"D{i}" for i in range(1, 12)] + [f"E{i}" for i in range(1, 6)] + [f"F{i}" for i in range(1, 4)]
                 + [f"G{i}" for i in range(1, 13)] + [f"H{i}" for i in range(1, 13)] + ["M1", "M2", "M3"])
@@ -333,37 +334,41 @@ def test_every_finding_names_settable_fields() -> None:
             assert RULES[f.rule].status == "checked"
 
 
-# --------------------------------------------------------------------------- derived numbers (§3, §5)
+# --------------------------------------------------------------------------- derived numbers: layout and memory
 
 
-def test_derive_full_model_reproduces_constraints_md() -> None:
+def test_derive_full_model_reproduces_the_documented_layout() -> None:
     d = derive(make(FULL))
-    json.dumps(d)
-    assert (d["world_size"], d["dp"], d["edp"], d["etp"], d["experts_per_rank"]) == (128, 4, 1, 1, 16)
-    assert d["sequence_parallel"] is True
-    assert d["layers_per_stage"] == 27
-    assert [(s["layers"], s["M"], s["E"], s["*"]) for s in d["stages"]] == [(27, 12, 12, 3)] * 4
-    assert (d["rollout_engines"], d["rollout_nodes_per_engine"], d["attn_tp"]) == (4, 4, 8)
-    assert d["rollout_moe_tp"] == 1 and d["rollout_experts_per_rank"] == 16
-    assert d["optimizer_steps_per_rollout"] == 2
-    b = [p / 1e9 for p in d["params_per_gpu"]]
+    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
+    t, r, m = d.training, d.rollout, d.memory
+    assert (t.world_size, t.dp, t.edp, t.etp, t.experts_per_rank) == (128, 4, 1, 1, 16)
+    assert t.sequence_parallel is True
+    assert t.layers_per_stage == 27
+    assert [(s.layers, s.mamba, s.moe, s.attention) for s in t.stages] == [(27, 12, 12, 3)] * 4
+    assert (r.engines, r.nodes_per_engine, r.attn_tp) == (4, 4, 8)
+    assert r.moe_tp == 1 and r.experts_per_rank == 16
+    assert d.batch.optimizer_steps_per_rollout == 2
+    b = [p / 1e9 for p in m.params_per_gpu]
     assert b[0] == pytest.approx(5.550, abs=5e-4) and b[3] == pytest.approx(5.550, abs=5e-4)
     assert b[1] == pytest.approx(5.416, abs=5e-4) and b[2] == pytest.approx(5.416, abs=5e-4)
-    assert d["params_per_gpu"][0] == 5_549_973_632  # §5.2 table, exactly
-    assert 42 <= d["rollout_weights_gb_per_gpu"] <= 44  # §5.4: ≈ 21–22 B params
-    assert d["rollout_static_gb_per_gpu"] == pytest.approx(98.7)
+    assert m.params_per_gpu[0] == 5_549_973_632  # the first stage's parameters, counted by hand
+    assert m.rollout_weights_gb_per_gpu is not None
+    assert 42 <= m.rollout_weights_gb_per_gpu <= 44  # ≈ 21–22 B params of the rollout engine's shard, in bf16
+    assert m.rollout_static_gb_per_gpu == pytest.approx(98.7)
 
 
-def test_derive_slice_reproduces_constraints_md() -> None:
+def test_derive_slice_reproduces_the_documented_layout() -> None:
     d = derive(make(SLICE))
-    assert (d["world_size"], d["dp"], d["edp"], d["experts_per_rank"]) == (8, 8, 1, 64)
-    assert d["sequence_parallel"] is False
-    assert [(s["layers"], s["M"], s["E"], s["*"]) for s in d["stages"]] == [(4, 1, 2, 1)]
-    assert (d["rollout_engines"], d["rollout_nodes_per_engine"], d["attn_tp"]) == (1, 1, 4)
-    assert d["params_per_gpu_max_b"] == pytest.approx(5.803, abs=5e-4)
+    t = d.training
+    assert (t.world_size, t.dp, t.edp, t.experts_per_rank) == (8, 8, 1, 64)
+    assert t.sequence_parallel is False
+    assert [(s.layers, s.mamba, s.moe, s.attention) for s in t.stages] == [(4, 1, 2, 1)]
+    assert (d.rollout.engines, d.rollout.nodes_per_engine, d.rollout.attn_tp) == (1, 1, 4)
+    assert d.memory.params_per_gpu_max_b == pytest.approx(5.803, abs=5e-4)
 
 
-# §5.2 (full) and §5.3 (slice): (derived key, preset, value, tolerance)
+# Memory per GPU and node, worked out by hand for the full model and the 4-layer slice:
+# (memory field, preset, value, tolerance); model_params_b is the whole model's size.
 MEMORY = [
     ("weights_gb_per_gpu", FULL, 11.10, 0.01), ("grads_gb_per_gpu", FULL, 22.20, 0.01),
     ("weights_grads_gb_per_gpu", FULL, 33.3, 0.05), ("host_adam_gb_per_gpu", FULL, 52.9, 0.05),
@@ -377,36 +382,58 @@ MEMORY = [
 
 
 @pytest.mark.parametrize(("key", "preset", "value", "tol"), MEMORY, ids=[f"{m[1][-6:]}-{m[0]}" for m in MEMORY])
-def test_derive_memory_matches_constraints_md(key: str, preset: str, value: float, tol: float) -> None:
-    assert derive(make(preset))[key] == pytest.approx(value, abs=tol)
+def test_derive_memory_matches_the_documented_figures(key: str, preset: str, value: float, tol: float) -> None:
+    d = derive(make(preset))
+    got = d.model_params_b if key == "model_params_b" else getattr(d.memory, key)
+    assert got == pytest.approx(value, abs=tol)
 
 
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
-    d = derive(make(FULL, {"optimizer.cpu_offload": False}))
-    assert d["optimizer_location"] == "gpu" and d["host_adam_gb_per_node"] == 0.0
-    assert d["train_hbm_gb_per_gpu"] == pytest.approx(33.3 + 52.9, abs=0.1)  # §5.2: "≈ 86 GB"
+    m = derive(make(FULL, {"optimizer.cpu_offload": False})).memory
+    assert m.optimizer_location == "gpu" and m.host_adam_gb_per_node == 0.0
+    assert m.train_hbm_gb_per_gpu == pytest.approx(33.3 + 52.9, abs=0.1)  # weights + grads + Adam states: ≈ 86 GB
 
 
 def test_derive_with_kept_mtp_grows_the_last_stage_only() -> None:
-    base = derive(make(FULL))["params_per_gpu"]
-    kept = derive(make(FULL, {"run.extra_env": KEEP}))["params_per_gpu"]
+    base = derive(make(FULL)).memory.params_per_gpu
+    kept = derive(make(FULL, {"run.extra_env": KEEP})).memory.params_per_gpu
     assert kept[:3] == base[:3] and kept[3] > base[3]
 
 
 def test_derive_uneven_layout_still_answers() -> None:
     d = derive(make(FULL, {"train.pp": 5, "cluster.nodes": 15, "rollout.dp": 3}))
-    json.dumps(d)
-    assert d["dp"] == 3 and d["edp"] is None and d["attn_tp"] is None
-    assert sum(s["layers"] for s in d["stages"]) == 105  # the fork's floor split drops 3 layers
+    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
+    assert d.training.dp == 3 and d.training.edp is None and d.rollout.attn_tp is None
+    assert sum(s.layers for s in d.training.stages) == 105  # the fork's floor split drops 3 layers
+
+
+def test_derive_json_keeps_the_flat_names_of_plan_json() -> None:
+    """`plan --json` and the plan preview carry the figures under one flat name each, stages as rows."""
+    j = derive(make(FULL)).to_json()
+    assert list(j)[:9] == ["world_size", "dp", "edp", "etp", "sequence_parallel", "experts_per_rank",
+                           "layers_per_stage", "stages", "ep_group_nodes"]
+    assert len(j) == 33 and j["rollout_engines"] == 4 and j["optimizer_location"] == "host"
+    assert j["stages"][0] == {"stage": 0, "first_layer": 0, "layers": 27, "M": 12, "E": 12, "*": 3, "-": 0,
+                              "params_per_gpu_b": 5.55}
 
 
 # --------------------------------------------------------------------------- legal values
 
 
+def error_free(spec: RunSpec, field: str, values: range | list[int]) -> list[int]:
+    """Values of one dotted field (others unchanged) that leave no error finding naming that field."""
+    section, _, name = field.partition(".")
+    part = getattr(spec, section)
+    out = []
+    for v in values:
+        edited = spec.model_copy(update={section: part.model_copy(update={name: v})})
+        if not any(f.severity == "error" and field in f.fields for f in check(edited)):
+            out.append(v)
+    return out
+
+
 def test_legal_values_for_tp_and_pp() -> None:
     spec = make(FULL)
-    assert legal_values(spec, "train.tp", range(1, 17)) == [1, 2, 4, 8]
-    assert legal_values(spec, "train.pp", range(1, 10)) == [1, 2, 4]
-    assert legal_values(spec, "rollout.dp", [1, 2, 3, 4, 8]) == [4, 8]
-    with pytest.raises(KeyError):
-        legal_values(spec, "train.nope", [1])
+    assert error_free(spec, "train.tp", range(1, 17)) == [1, 2, 4, 8]
+    assert error_free(spec, "train.pp", range(1, 10)) == [1, 2, 4]
+    assert error_free(spec, "rollout.dp", [1, 2, 3, 4, 8]) == [4, 8]

@@ -1,5 +1,5 @@
 """Property tests: over random layouts, the engine's verdicts equal the catalog arithmetic written out here
-independently (constraints.md §2 conditions, §5.1 per-layer parameter counts), and every fix it names is
+independently (each rule's condition, and per-layer parameter counts of Ultra's blocks), and every fix it names is
 legal for the rule it fixes."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backend.plan.checks import check, derive
+from backend.plan.checks import check
+from backend.plan.derived import Derived, derive
 from backend.plan.spec import RunSpec, load_preset
 
 FULL = "nemotron-3-ultra-550b-a55b"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
 
-# §5.1, unsharded, Ultra dims
+# parameters per block, unsharded, at Ultra's dimensions
 MAMBA, ATTN, NORM = 421_645_056, 138_420_224, 8192
 ROUTER, LATENT, EXPERT, SHARED = 4_194_304, 33_554_432, 20_971_520, 167_772_160
 HEADS, GROUPS, M_HEADS, M_GROUPS, EXPERTS, MOE_FFN, VOCAB, HIDDEN = 64, 2, 256, 8, 512, 5120, 131072, 8192
@@ -187,7 +188,7 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         have_w = W == 128
     if not have_w or (tp, pp, ep, t.etp, g, rdp, rep, r.mem_fraction) != want:
         add("H12", "info")
-    # memory (§5)
+    # memory
     padded = -(-VOCAB // (128 * tp)) * 128 * tp
     stage_params = []
     for i, part in enumerate(_stages(pattern, L, pp)):
@@ -242,15 +243,15 @@ def test_findings_are_sorted_and_derive_is_consistent(layout: dict[str, Any]) ->
     ranks = [{"error": 0, "warning": 1, "info": 2}[f.severity] for f in findings]
     assert ranks == sorted(ranks)
     d = derive(spec)
-    json.dumps(d)
+    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
     c, t = spec.cluster, spec.train
     W = c.nodes * c.gpus_per_node
     grid = t.tp * t.pp * t.cp
-    assert d["dp"] == (W // grid if W % grid == 0 else None)
-    assert len(d["stages"]) == t.pp
-    assert sum(s["layers"] for s in d["stages"]) == t.pp * (spec.model.num_layers // t.pp)
+    assert d.training.dp == (W // grid if W % grid == 0 else None)
+    assert len(d.training.stages) == t.pp
+    assert sum(s.layers for s in d.training.stages) == t.pp * (spec.model.num_layers // t.pp)
     pool = W if spec.rollout.colocate else spec.rollout.num_gpus
-    assert d["rollout_engines"] == (pool // spec.rollout.gpus_per_engine if pool is not None else None)
+    assert d.rollout.engines == (pool // spec.rollout.gpus_per_engine if pool is not None else None)
 
 
 FIX_FIELD = re.compile(r"(?:use|set) ((?:train|rollout|batch)\.\w+) (?:= )?((?:\d+(?:, | or )?)+)")

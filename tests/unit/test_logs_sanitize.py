@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.sanitize import DEFAULT_LINE_CAP, cap_line, clean_chunk, sanitize_line, sanitize_text
-from backend.signals.logs import LogStore
+from backend.signals.store import LogStore
 
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 UNSAFE_LINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from backend.signals.logs import LogStore
+from backend.signals.store import LogStore
 
 WORDS = ("gen throughput", "Traceback", "TRACEBACK", "traceBack x", "aa", "aaa", "step 17:", "é", "école", "x")
 

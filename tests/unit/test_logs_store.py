@@ -8,9 +8,11 @@ import threading
 import time
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
-from backend.signals.logs import CancelToken, LineFilter, LogStore, LogStoreError
+from backend.demo.sample_log import SampleRun, generate
+from backend.signals.filters import LineFilter
+from backend.signals.search import CancelToken, SearchPatternError
+from backend.signals.store import LogStore
 
 TRAIN = "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=52001, ip=10.0.0.2)\x1b[0m "
 RM = "\x1b[2m\x1b[36m(RolloutManager pid=51234)\x1b[0m "
@@ -137,7 +139,7 @@ def test_search_substring_regex_case_and_filter(store: LogStore) -> None:
     assert only_rm and all(texts[i].startswith("(RolloutManager") for i in only_rm)
     assert list(store.search("zzz-not-there")) == [] and list(store.search("")) == []
     assert list(store.search("step", start=n - 5, stop=n)) == [i for i in range(n - 5, n) if "step" in texts[i]]
-    with pytest.raises(LogStoreError, match="bad search pattern"):
+    with pytest.raises(SearchPatternError, match="bad search pattern"):
         list(store.search("(unclosed", regex=True))
 
 

@@ -1,4 +1,4 @@
-"""miles' metric lines and structured outputs -> deduplicated series (miles-run-output.md §2.3-3.8)."""
+"""miles' metric lines and structured outputs -> deduplicated series (every shape miles prints or writes)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from miles_sample_log import SampleRun, generate
 
+from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.dump_reader import DumpReader, JsonlTail
 from backend.signals.metrics import MetricsCollector, parse_metric_text, record_from_event
@@ -22,7 +22,7 @@ def clean(lines: list[str]) -> str:
     return sanitize_text("\n".join(lines) + "\n")
 
 
-# ---------------------------------------------------------------- the repr parser (§3.6)
+# ---------------------------------------------------------------- the repr parser (numpy scalars, nan, inf in printed dicts)
 
 def test_reprs_literal_eval_cannot_read() -> None:
     value = parse_literal(
@@ -46,7 +46,7 @@ def test_anything_else_is_refused_in_one_line(text: str) -> None:
     assert "\n" not in str(err.value)
 
 
-# ---------------------------------------------------------------- metric lines (§2.3)
+# ---------------------------------------------------------------- metric lines (`step N: {...}` and kin)
 
 def test_sample_log_parses_to_one_point_per_step() -> None:
     run = SampleRun(rollouts=4, steps_per_rollout=2, eval_every=2, multi_turn=True)
@@ -56,7 +56,8 @@ def test_sample_log_parses_to_one_point_per_step() -> None:
     # `step N` twice per step -> one point per step, on train/step
     loss = series.get("train/loss")
     assert loss is not None and loss.axis == "train/step" and loss.steps == list(range(8))
-    assert collector.records["step"] == 16 and collector.last_step["step"] == 7
+    # the second printing of each step dict is dropped, and counted
+    assert collector.records["step"] == 8 and collector.duplicates == 8 and collector.last_step["step"] == 7
     # both perf kinds are told apart and land on rollout/step
     assert collector.records["perf-rollout"] == 4 and collector.records["perf-train"] == 4
     assert series.get("perf/tokens_per_gpu_per_sec").values == [13.5, 14.5, 15.5, 16.5]
@@ -80,7 +81,7 @@ def test_nan_and_inf_are_points_not_errors() -> None:
     collector = MetricsCollector()
     collector.feed_text(clean(list(generate(run))))
     loss = collector.series.get("train/loss")
-    assert math.isnan(loss.values[1]) and loss.points()[1] == [1, None]
+    assert math.isnan(loss.values[1]) and loss.freeze().points()[1] == (1, None)
     assert collector.problems == []
 
 
@@ -110,10 +111,10 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
     kinds = [(r.kind, r.n) for r in records]
     assert kinds == [("perf-rollout", 3), ("perf-train", 3), ("eval-skipped", 20), ("critic-step", 2)]
     assert records[2].values == {"eval/skipped_no_eval_data_snapshot": 1.0}
-    assert len(problems) == 2 and "cut off" in problems[0] and "unknown name" in problems[1]
+    assert len(problems) == 2 and "cut off" in problems[0].reason and "unknown name" in problems[1].reason
 
 
-# ---------------------------------------------------------------- structured sources (§3.7, §4) and dedup
+# ---------------------------------------------------------------- structured sources (events files, dashboard records) and dedup
 
 def _event(metrics: dict, component: str = "actor", ts: str = "2026-08-21T10:20:05.112000Z") -> str:
     source = {"component": component} | ({"cell_index": 0, "rank_within_cell": 0} if component == "actor" else {})
@@ -191,7 +192,7 @@ def test_jsonl_tail_restarts_when_the_file_is_replaced(tmp_path) -> None:
     assert tail.read_new() == []
 
 
-# ---------------------------------------------------------------- series (§3.8)
+# ---------------------------------------------------------------- series
 
 def test_axes() -> None:
     assert axis_for("train/grad_norm") == "train/step"

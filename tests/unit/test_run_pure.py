@@ -1,4 +1,4 @@
-"""Run-controller facts derived from Ray's job records (shapes measured on Ray 2.60, ray.md §2.3)."""
+"""Run-controller facts derived from Ray's job records (record shapes as Ray 2.60's job API returns them)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ ULTRA_PATTERN = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEM
 
 
 def ultra_config(**changes) -> dict:
-    """config.json of Nemotron-3-Ultra-550B-A55B as the numbers in constraints.md §1 give it."""
+    """config.json of Nemotron-3-Ultra-550B-A55B as its Hugging Face checkpoint ships it."""
     cfg = {
         "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 8192,
         "num_hidden_layers": 108, "hybrid_override_pattern": ULTRA_PATTERN, "num_attention_heads": 64,

@@ -2,15 +2,14 @@
 
 Why this shape: a GRPO run on 128 GPUs logs millions of lines, and the console must keep all of them for
 scrollback and search without growing without bound. So the text lives in a spool file; memory holds only
-integers per line (a byte offset, a 2-byte source id and a 1-byte level), and lines are read back lazily
-with `pread` (the toolong way). Ingestion works on whole chunks with C-speed regexes rather than per line,
-which is what lets it keep up with the log. One writer thread calls `append`; any number of reader threads
-call `line`, `lines`, `search`, `filtered`.
+integers per line (a byte offset, and lazily a 2-byte source id), and lines are read back lazily with `pread`
+(the toolong way). Ingestion works on whole chunks with C-speed bytes methods rather than per line, which is
+what lets it keep up with the log. One writer thread calls `append`; any number of reader threads call
+`line`, `lines`, `search` (backend.signals.search), `filtered` (backend.signals.filters).
 
-Line fields come from Ray's prefix `(ActorName pid=123, ip=10.0.0.1)` (on the driver's own node Ray omits
-the ip; we call that node "head") and miles' bracket `[2026-08-21 10:21:07.512 actor_cell0_rank0]`, parsed
-when a line is read; Ray's ` [repeated Nx across cluster]` suffix is cut from `LogLine.text` and kept as
-`LogLine.repeat` (the spool and the listeners' text keep it: it is how many processes printed the line).
+A line's fields come from backend.signals.grammar when the line is read; Ray's repeat suffix is cut from
+`LogLine.text` and kept as `LogLine.repeat` (the spool and the listeners' text keep it: it is how many
+processes printed the line).
 """
 
 from __future__ import annotations
@@ -30,33 +29,13 @@ from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
+from backend.signals import grammar
+from backend.signals.filters import FilteredLines, LineFilter
+from backend.signals.grammar import HEAD_NODE, LEVEL_NAMES, level_of
+from backend.signals.search import SearchTask, search_batches
 
-HEAD_NODE = "head"  # the node of lines without an `ip=` (Ray leaves it out on the driver's node)
-
-# A line's Ray prefix, as `bytes.partition(b") ")` cuts it: group 1 is the text inside the parentheses.
-_PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|raylet(?:, ip=[^()\s]+)?)")
 _FIRST = operator.itemgetter(0)
 _INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
-_PREFIX = re.compile(r"^\((?P<inner>[^()\n]*)\) ")
-_INNER = re.compile(r"^(?:(?P<actor>.+?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>\S+))?$|^(?P<sys>raylet|autoscaler)(?:, ip=(?P<sip>\S+))?")
-_BRACKET = re.compile(
-    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<proc>[^\]\s]+)\] (?:(?P<file>[^:\s]+):(?P<lineno>\d+) - )?"
-)
-_BRACKET_AT = re.compile(_BRACKET.pattern[1:])  # the same, usable with match(text, pos)
-_RANK = re.compile(r"_rank(\d+)$")
-# Ray's dedup suffix. It stays in the spool (and in the text listeners get: it says how many processes
-# printed the line) and is cut from `LogLine.text` on read, its count kept in `LogLine.repeat`.
-REPEATED = re.compile(r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$")
-# Level is a heuristic: miles prints no level name, so look for the words that errors and warnings carry.
-_LEVELS = re.compile(
-    r"(?P<error>\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|\b\w*(?:Error|Exception): )"
-    r"|(?P<warning>\b(?:WARNING|WARN)\b|\b\w*Warning: )"
-)
-LEVEL_NAMES = ("info", "warning", "error")
-# Literal pieces of every _LEVELS match: found with bytes.find (fast) before the regex confirms a line.
-_LEVEL_HINTS = (b"ERROR", b"CRITICAL", b"FATAL", b"Traceback (most recent call last)", b"Error: ", b"Exception: ",
-                b"WARN", b"Warning: ")
-_LEVEL_CODES = {name: code for code, name in enumerate(LEVEL_NAMES)}
 _MAX_SOURCES = 65535
 _LEARN_CHUNKS = 4
 
@@ -99,86 +78,13 @@ class LogLine:
     file: str | None
     level: str
     repeat: int  # 1, or N from Ray's "[repeated Nx across cluster]"
-
-
-@dataclass(frozen=True)
-class LineFilter:
-    """Which lines to show; every given field must match (None = any)."""
-
-    actor: str | None = None
-    pid: int | None = None
-    node: str | None = None  # an ip, or "head"
-    rank: int | None = None
-    proc: str | None = None
-    min_level: str | None = None  # "warning" keeps warnings and errors
-
-    def accepts(self, src: Source) -> bool:
-        return (
-            (self.actor is None or src.actor == self.actor)
-            and (self.pid is None or src.pid == self.pid)
-            and (self.node is None or src.node == self.node)
-            and (self.rank is None or src.rank == self.rank)
-            and (self.proc is None or src.proc == self.proc)
-        )
-
-
-class CancelToken:
-    """Set it to stop a running search or filter scan at its next check."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
+    tags: str | None = None  # SGLang's rank tags (`DP0 TP0 EP3`)
 
 
 def default_spool_dir() -> Path:
     from backend.settings import load_settings
 
     return load_settings().state_dir / "spool"
-
-
-def _parse_inner(inner: str) -> tuple[str | None, int | None, str | None]:
-    m = _INNER.match(inner)
-    if m is None:
-        return inner or None, None, None
-    if m["sys"]:
-        return m["sys"], None, m["sip"]
-    return m["actor"], int(m["pid"]), m["ip"]
-
-
-def level_of(text: str) -> int:
-    """0 info, 1 warning, 2 error: a heuristic, since miles prints no level name."""
-    code = 0
-    for m in _LEVELS.finditer(text):
-        if m.lastgroup == "error":
-            return 2
-        code = 1
-    return code
-
-
-def _level_lines(block: bytes, first: int) -> dict[int, int]:
-    """Line index -> level code for the lines of `block` (starting at line `first`) that are not info."""
-    starts: set[int] = set()
-    for hint in _LEVEL_HINTS:
-        pos = block.find(hint)
-        while pos >= 0:
-            starts.add(block.rfind(b"\n", 0, pos) + 1)
-            pos = block.find(hint, pos + 1)
-    out: dict[int, int] = {}
-    line, last = first, 0
-    for start in sorted(starts):
-        line += block.count(b"\n", last, start)
-        last = start
-        end = block.find(b"\n", start)
-        code = level_of(block[start : end if end >= 0 else len(block)].decode("utf-8", errors="replace"))
-        if code:
-            out[line] = code
-    return out
 
 
 def _cap_bytes(line: bytes, cap: int) -> bytes:
@@ -197,7 +103,7 @@ class _SourceIds(dict):
         self._store = store
 
     def __missing__(self, key: bytes) -> int:
-        m = _PREFIX_KEY.fullmatch(key)
+        m = grammar.PREFIX_KEY.fullmatch(key)
         if m is None:
             return 0
         sid = self._store._register_source(m.group(1).decode("utf-8", errors="replace"))
@@ -230,6 +136,7 @@ class LogStore:
         self.line_cap = line_cap
         self._pending = b""
         self._pending_dropped = 0
+        self._caret_codes = False  # the log spells colour codes as text (`^[[36m`)
         # Line i starts at byte _cum[i] + i of the spool (_cum counts line bytes without their newlines, so
         # one C-level accumulate over the line lengths builds it); one extra entry marks the end.
         self._cum = array("Q", [0])
@@ -238,6 +145,8 @@ class LogStore:
         self._src = array("H")
         self._src_lock = threading.Lock()
         self._n = 0  # lines published to readers (their bytes are in the spool)
+        # Source 0: every line without a Ray prefix, i.e. the driver (miles names it `main`); a line's own
+        # fields still come from its own bracket only.
         self._sources: list[Source] = [Source(0, "", None, None, None, "main", None)]
         self._source_ids = _SourceIds(self)
         self._unnamed: dict[int, int] = {}  # source -> chunks left to learn its bracket name from
@@ -314,6 +223,11 @@ class LogStore:
             except UnicodeDecodeError:
                 data = data.decode("utf-8", errors="replace").encode("utf-8")
         clean = clean_chunk(data)
+        # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
+        # and once a log has shown them every chunk is checked whole.
+        if grammar.LITERAL_COLOUR_HINT in (clean if self._caret_codes else clean[:65536]):
+            self._caret_codes = True
+            clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
         lines = clean.split(b"\n")
         lines.pop()  # the empty remainder after the final newline
         lens = list(map(len, lines))
@@ -356,7 +270,7 @@ class LogStore:
         with self._src_lock:
             a = len(self._src)
             while a < stop:
-                b = _block_end(self, a, stop, _INDEX_BLOCK)
+                b = block_end(self, a, stop, _INDEX_BLOCK)
                 block = self._read(a, b)
                 lines = block.split(b"\n")
                 lines.pop()
@@ -370,7 +284,7 @@ class LogStore:
         sid = len(self._sources)
         if sid >= _MAX_SOURCES:
             return 0
-        actor, pid, ip = _parse_inner(prefix)
+        actor, pid, ip = grammar.parse_prefix_inner(prefix)
         self._sources.append(Source(sid, prefix, actor, pid, ip, None, None))
         self._unnamed[sid] = _LEARN_CHUNKS
         return sid
@@ -387,12 +301,10 @@ class LogStore:
             pos = text.find(head)
             while pos > 0 and text[pos - 1] != "\n":
                 pos = text.find(head, pos + 1)
-            m = _BRACKET_AT.match(text, pos + len(head) - 1) if pos >= 0 else None
-            if m is not None:
-                proc = m["proc"]
-                rank = _RANK.search(proc)
-                self._sources[sid] = Source(sid, src.prefix, src.actor, src.pid, src.ip, proc,
-                                            int(rank.group(1)) if rank else None)
+            found = grammar.match_bracket(text, pos + len(head) - 1) if pos >= 0 else None
+            proc = grammar.bracket_proc(found[0]) if found is not None else None
+            if proc is not None:
+                self._sources[sid] = Source(sid, src.prefix, src.actor, src.pid, src.ip, proc, grammar.rank_of(proc))
                 self._unnamed.pop(sid, None)
 
     # ------------------------------------------------------------------ reading
@@ -451,31 +363,17 @@ class LogStore:
         return line
 
     def _make_line(self, i: int, text: str) -> LogLine:
-        repeat = 1
-        if text.endswith(")") or text.endswith("cluster]"):
-            suffix = REPEATED.search(text)
-            if suffix is not None:
-                repeat, text = int(suffix.group(1)), text[: suffix.start()]
-        rest, actor, pid, ip, known = text, None, None, None, self._sources[0]
-        m = _PREFIX.match(rest)
-        if m is not None:
-            key = ("(" + m["inner"]).encode("utf-8")
-            if _PREFIX_KEY.fullmatch(key):
-                rest = rest[m.end() :]
-                actor, pid, ip = _parse_inner(m["inner"])
-                sid = self._source_ids.get(key)
-                known = self._sources[sid] if sid is not None else None
-        b = _BRACKET.match(rest)
-        ts = proc = file = None
-        if b is not None:
-            ts, proc, file = b["ts"], b["proc"], b["file"]
-            rest = rest[b.end() :]
-        proc = proc or (known.proc if known is not None else None)
-        rank_m = _RANK.search(proc) if proc else None
+        text, repeat = grammar.strip_repeat(text)
+        parsed = grammar.parse_line(text)
+        proc = parsed.proc
+        if proc is None and parsed.actor is not None:  # the process's bracket name, learnt from its other lines
+            inner = text[1 : text.find(") ")] if text.startswith("(") else ""
+            sid = self._source_ids.get(("(" + inner).encode("utf-8"))
+            proc = self._sources[sid].proc if sid is not None else None
         return LogLine(
-            index=i, text=text, message=rest, actor=actor, pid=pid, ip=ip, node=ip or HEAD_NODE, proc=proc,
-            rank=int(rank_m.group(1)) if rank_m else None, ts=ts, file=file,
-            level=LEVEL_NAMES[level_of(text)], repeat=repeat,
+            index=i, text=text, message=parsed.message, actor=parsed.actor, pid=parsed.pid, ip=parsed.ip,
+            node=parsed.node, proc=proc, rank=grammar.rank_of(proc), ts=parsed.ts, file=parsed.file,
+            level=LEVEL_NAMES[level_of(text)], repeat=repeat, tags=parsed.tags,
         )
 
     def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:
@@ -507,46 +405,9 @@ class LogStore:
         for batch in self.search_batches(pattern, **kwargs):
             yield from batch
 
-    def search_batches(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        ignore_case: bool = False,
-        start: int = 0,
-        stop: int | None = None,
-        flt: LineFilter | None = None,
-        cancel: CancelToken | None = None,
-        block_bytes: int = 1 << 20,
-    ) -> Iterator[array]:
-        """Matching line indices, one array per block of spool; stops at the next block once `cancel` is set.
-
-        Reads the spool in blocks of about 1 MiB (small enough that the passes over a block run in the CPU
-        cache, big enough that the per-block Python work is noise) and matches over a whole block:
-        bytes.count / find, a few C passes that turn the block into a flag byte per line when hits are
-        dense, or one compiled regex. Python-level work per line happens only for hits of sparse searches.
-        """
-        if not pattern:
-            return
-        finder = _make_finder(pattern, regex, ignore_case)
-        by_source = flt is not None and self._allowed_sources(flt) is not None
-        min_level = _LEVEL_CODES.get(flt.min_level or "info", 0) if flt else 0
-        stop = self._n if stop is None else min(stop, self._n)
-        a = max(0, start)
-        while a < stop:
-            if cancel is not None and cancel.cancelled:
-                return
-            b = _block_end(self, a, stop, block_bytes)
-            hits = finder(self._read(a, b), a)
-            if by_source and hits:
-                self._ensure_sources(b)
-                allowed, src = self._allowed_sources(flt) or set(), self._src
-                hits = array("I", [i for i in hits if src[i] in allowed])
-            if min_level and hits:
-                hits = array("I", [i for i in hits if level_of(self.text(i)) >= min_level])
-            if hits:
-                yield hits
-            a = b
+    def search_batches(self, pattern: str, **kwargs: Any) -> Iterator[array]:
+        """Matching line indices, one array per block of spool (see `backend.signals.search.search_batches`)."""
+        return search_batches(self, pattern, **kwargs)
 
     def search_background(
         self,
@@ -589,183 +450,8 @@ class _Offsets:
         return len(self._cum)
 
 
-def _block_end(store: LogStore, a: int, stop: int, block_bytes: int) -> int:
+def block_end(store: LogStore, a: int, stop: int, block_bytes: int) -> int:
     """First line index after a block of about `block_bytes` starting at line a (at least one line)."""
     target = store._offset(a) + block_bytes
     b = bisect.bisect_right(_Offsets(store), target, a + 1, stop + 1) - 1
     return max(a + 1, min(b, stop))
-
-
-# The dense-hit pass (see `_dense_lines`): a hit becomes one NUL (sanitised spool text holds none), then
-# everything but NULs and newlines is deleted, leaving per line as many NULs as it has hits.
-_MARK = b"\x00"
-_NOT_MARK_OR_NL = bytes(c for c in range(256) if c not in (0, 10))
-_NL_TO_ZERO = bytes.maketrans(b"\n", b"\x00")
-
-
-def _dense_lines(hay: bytes, needle: bytes, first: int) -> array:
-    """Indices of the lines of `hay` holding `needle`, with no Python work per line or per hit.
-
-    Four C passes over the block (replace, translate, two small ones over a byte per line) and one
-    `compress` over a flag byte per line: when most lines hit, this beats splitting the block into
-    line objects several times over.
-    """
-    flags = hay.replace(needle, _MARK + b" " * (len(needle) - 1)).translate(None, _NOT_MARK_OR_NL)
-    while b"\x00\x00" in flags:  # a line with several hits counts once
-        flags = flags.replace(b"\x00\x00", _MARK)
-    flags = flags.replace(b"\x00\n", b"\x01").translate(_NL_TO_ZERO)  # one byte per line: 1 hit, 0 not
-    return array("I", itertools.compress(itertools.count(first), flags))
-
-
-def _sparse_lines(hay: bytes, needle: bytes, first: int) -> array:
-    """Indices of the lines of `hay` holding `needle`, stepping hit by hit (few hits: cheaper than a pass)."""
-    out = array("I")
-    line, last, pos = first, 0, hay.find(needle)
-    while pos >= 0:
-        line += hay.count(b"\n", last, pos)
-        out.append(line)
-        last = hay.find(b"\n", pos)  # the next search starts on the next line: a line counts once
-        pos = hay.find(needle, last)
-    return out
-
-
-def _make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes, int], array]:
-    """A function (block of lines, index of its first line) -> array of the indices of matching lines."""
-    if not regex and (not ignore_case or pattern.isascii()):
-        needle = pattern.encode("utf-8")
-        ignore_case = ignore_case and needle.lower() != needle.upper()  # no letters: no case to ignore
-        needle = needle.lower() if ignore_case else needle
-
-        def find_bytes(block: bytes, first: int) -> array:
-            if b"\n" in needle:
-                return array("I")  # no line holds a newline
-            hay = block.lower() if ignore_case else block  # bytes.lower maps ASCII only, as the needle
-            # Dense (about 1 hit per KiB and up) is where the passes of `_dense_lines` beat stepping hit by
-            # hit; the first 64 KiB tell a dense block without a counting pass over all of it.
-            sample = min(len(hay), 1 << 16)
-            dense = hay.count(needle, 0, sample) > sample >> 10
-            if not dense:
-                hits = hay.count(needle)
-                if not hits:
-                    return array("I")
-                dense = hits > len(hay) >> 10
-            if dense and _MARK not in hay:
-                return _dense_lines(hay, needle, first)
-            return _sparse_lines(hay, needle, first)
-
-        return find_bytes
-    try:
-        rx = re.compile(pattern if regex else re.escape(pattern), re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
-    except re.error as err:
-        raise LogStoreError(f"bad search pattern {pattern!r}: {err}") from None
-
-    def find_regex(block: bytes, first: int) -> array:
-        text = block.decode("utf-8", errors="replace")
-        out = array("I")
-        line, last = first, 0
-        m = rx.search(text)
-        while m is not None:
-            line += text.count("\n", last, m.start())
-            out.append(line)
-            end = text.find("\n", m.start())
-            if end < 0:
-                break
-            m = rx.search(text, end + 1)
-            line += 1
-            last = end + 1
-        return out
-
-    return find_regex
-
-
-class SearchTask:
-    """A search running in its own thread; cancel it any time."""
-
-    BATCH = 256
-
-    def __init__(self, store: LogStore, pattern: str, on_batch: Callable[[list[int]], None] | None,
-                 on_done: Callable[[SearchTask], None] | None, kwargs: dict) -> None:
-        self.store, self.pattern = store, pattern
-        self.token = kwargs.pop("cancel", None) or CancelToken()
-        self.matches = array("I")
-        self.error: str | None = None
-        self.done = threading.Event()
-        self._on_batch, self._on_done, self._kwargs = on_batch, on_done, kwargs
-        self._thread = threading.Thread(target=self._run, name=f"log-search:{pattern[:20]}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self.token.cancel()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.token.cancelled
-
-    def join(self, timeout: float | None = None) -> bool:
-        return self.done.wait(timeout)
-
-    def _run(self) -> None:
-        try:
-            for batch in self.store.search_batches(self.pattern, cancel=self.token, **self._kwargs):
-                self.matches.extend(batch)
-                for k in range(0, len(batch), self.BATCH):
-                    self._flush(batch[k : k + self.BATCH].tolist())
-                if self.token.cancelled:
-                    break
-        except ConsoleError as err:
-            self.error = str(err)
-        finally:
-            self.done.set()
-            if self._on_done is not None:
-                self._on_done(self)
-
-    def _flush(self, batch: list[int]) -> None:
-        if batch and self._on_batch is not None:
-            self._on_batch(batch)
-
-
-class FilteredLines:
-    """The lines of a store one `LineFilter` accepts, as a sequence of absolute line indices."""
-
-    def __init__(self, store: LogStore, flt: LineFilter) -> None:
-        self.store, self.filter = store, flt
-        self.indices = array("I")
-        self._scanned = 0
-        self._min_level = _LEVEL_CODES.get(flt.min_level or "info", 0)
-
-    def refresh(self, cancel: CancelToken | None = None, block: int = 1 << 20) -> int:
-        """Scan lines added since the last refresh; returns how many matched. Safe to call from a thread."""
-        store, added = self.store, 0
-        by_source = store._allowed_sources(self.filter) is not None
-        stop = len(store)
-        while self._scanned < stop:
-            if cancel is not None and cancel.cancelled:
-                break
-            step = block if not self._min_level else min(block, 1 << 16)
-            a, b = self._scanned, min(stop, self._scanned + step)
-            allowed = None
-            if by_source:
-                store._ensure_sources(b)
-                allowed = store._allowed_sources(self.filter)
-            candidates: Iterator[int] = iter(range(a, b))
-            if allowed is not None:
-                candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))
-            if self._min_level:
-                levels, lvl = _level_lines(store._read(a, b), a), self._min_level
-                candidates = (i for i in candidates if levels.get(i, 0) >= lvl)
-            before = len(self.indices)
-            self.indices.extend(candidates)
-            added += len(self.indices) - before
-            self._scanned = b
-        return added
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, k: int) -> int:
-        return self.indices[k]
-
-    def line(self, k: int) -> LogLine:
-        return self.store.line(self.indices[k])

@@ -1,7 +1,7 @@
-"""A faithful fake of a miles GRPO Ray job log, for tests and benchmarks.
+"""A faithful fake of a miles GRPO Ray job log, for the grammar's tests and the log benchmarks.
 
 Lines are written exactly as miles' logging (miles/utils/logging_utils.py) and Ray's driver
-(`print_worker_logs`) print them (miles-run-output.md §2-3): ANSI-coloured `(Actor pid=N[, ip=X])` prefixes,
+(`print_worker_logs`) print them: ANSI-coloured `(Actor pid=N[, ip=X])` prefixes,
 miles' `[YYYY-mm-dd HH:MM:SS.mmm name] file.py:NN - ` bracket, `step N` twice per step (log_utils.py:542
 and model.py:854), both `perf N` kinds, `np.float64(...)` pass@k, `np.int64(...)` multi-turn maxima, bare
 `nan`, a `\\r` tqdm bar, Ray's `[repeated Nx across cluster]` dedup suffix, SGLang noise, Timer lines,
@@ -107,8 +107,9 @@ def generate(run: SampleRun) -> Iterator[str]:
         if run.log_passrate:
             perf_items += [("passrate/pass@1", f"np.float64({0.25 + 0.01 * i})"), ("passrate/pass@8", "np.float64(0.5)")]
         perf_line = f"{rm}[{_ts(t0 + 40)} rollout_manager] metrics.py:89 - perf {i}: {_dict(perf_items)}"
-        for key, value in (("perf/tokens_per_gpu_per_sec", tpgs), ("rollout/truncated_ratio", trunc)):
-            run.record(key, i, value)
+        logged: tuple[tuple[str, float], ...] = (("perf/tokens_per_gpu_per_sec", tpgs), ("rollout/truncated_ratio", trunc))
+        for key, number in logged:
+            run.record(key, i, number)
         rollout_items = [("rollout/response_lengths", _repr(214.6 + i)), ("rollout/rewards", "0.0"),
                          ("rollout/truncated", _repr(trunc)), ("rollout/raw_reward", _repr(reward)),
                          ("rollout/log_probs", "-0.398")]

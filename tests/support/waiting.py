@@ -1,0 +1,36 @@
+"""The one way a test waits: poll a condition until it holds, or fail naming what never happened.
+
+With a Pilot, each poll lets the app run (messages, timers, a refresh) before looking again; without
+one (a Ray job, a subprocess, a tmux pane) it sleeps `interval`. The condition may be a plain or an
+async function; its first truthy value is returned, so a test can wait for a thing and use it.
+Sync tests call it through `asyncio.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def until(pilot: Any, predicate: Callable[[], T | Awaitable[T]], what: str | Callable[[], str],
+                timeout: float = 60.0, interval: float = 0.1) -> T:
+    """Poll `predicate()` until it is truthy and return that value; `what` names it in the timeout error
+    (a callable is asked only then, e.g. for the screen as it was)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
+        if pilot is not None:
+            await pilot.pause(interval)  # the app runs while the test waits
+        else:
+            await asyncio.sleep(interval)
