@@ -188,12 +188,18 @@ def verdict_of(node: NodeSnapshot, result: NodeJobResult | BaseException, fetche
     if "checkpoint" not in events or "dataset" not in events:
         why = result.message or f"the prepare job ended {result.status} without a verdict"
         return NodeVerdict(node.node_id, node.label, error=" ".join(why.split())[:300], fetched=fetched)
-    errors = [str(e.get("message")) for e in result.events if e.get("event") == "error"]
     ckpt, data = _path_verdict(events["checkpoint"]), _path_verdict(events["dataset"])
-    if errors and ckpt is not None:
-        extra = tuple(FileProblem("error", ckpt.path, msg) for msg in errors)
-        ckpt = PathVerdict(ckpt.path, ckpt.problems + extra, ckpt.files, ckpt.bytes)
-    return NodeVerdict(node.node_id, node.label, ckpt, data, fetched=fetched)
+    return NodeVerdict(node.node_id, node.label, _with_errors(ckpt, result, "checkpoint"),
+                       _with_errors(data, result, "dataset"), fetched=fetched)
+
+
+def _with_errors(verdict: PathVerdict | None, result: NodeJobResult, what: str) -> PathVerdict | None:
+    """A failed fetch is a problem of what it fetched, even where the files it left pass the check."""
+    errors = [str(e.get("message")) for e in result.events if e.get("event") == "error" and e.get("what") == what]
+    if not errors or verdict is None:
+        return verdict
+    extra = tuple(FileProblem("error", verdict.path, msg) for msg in errors)
+    return PathVerdict(verdict.path, verdict.problems + extra, verdict.files, verdict.bytes)
 
 
 def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
