@@ -129,16 +129,7 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
                 "the time chart drawing the mark")
 
 
-def _reads_april_shape() -> bool:
-    from backend.signals.metrics import MetricsCollector
-
-    line = "(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05] log_utils.py:443 - step 6: {'train/loss': 0.1}\n"
-    return MetricsCollector().feed_text(line) > 0
-
-
-@pytest.mark.parametrize("shape", ["newest", pytest.param("2026-04", marks=pytest.mark.xfail(
-    not _reads_april_shape(), reason="the metric grammar of this branch does not read the 2026-04 shape yet "
-    "(the tolerant grammar arrives with the signals branch; the test then runs for real)", strict=True))])
+@pytest.mark.parametrize("shape", ["newest", "2026-04"])
 async def test_replay_of_a_saved_log(tmp_path, shape):
     path = tmp_path / "job-driver.log"
     (newest_log if shape == "newest" else april_log)(path)
