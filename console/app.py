@@ -32,6 +32,7 @@ from console.messages import (
     DashboardLost,
     HistoryProgress,
     Notice,
+    RolloutCursor,
     RunStateChanged,
 )
 from console.views.base import ConsoleView
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from backend.plan.preview_process import Preview
     from backend.plan.view_start import PlanStart
     from backend.settings import Settings
+    from backend.signals.replay import ReplaySession
     from console.workers import Runtime
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
@@ -69,16 +71,17 @@ def _keymap_commands() -> type[Provider]:
 
 
 class Unavailable(ConsoleView):
-    """Stands in for a view whose module is not part of this build."""
+    """Stands in for a view whose module is not part of this build (or that a replay has no use for)."""
 
     DEFAULT_CSS = "Unavailable { align: center middle; color: $text-muted; }"
 
-    def __init__(self, title: str, **kwargs: Any) -> None:
+    def __init__(self, title: str, note: str = "not available in this build", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._title = title
+        self._note = note
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self._title} view: not available in this build", markup=False)
+        yield Static(f"{self._title} view: {self._note}", markup=False)
 
 
 def _optional_view(name: str, class_name: str) -> type[Widget] | None:
@@ -107,7 +110,9 @@ class StateLine(Static):
         text.append("ultra-console", "bold")
         if app.demo:
             text.append(" DEMO ", "bold reverse magenta")
-        if app.readonly:
+        if app.replay is not None:
+            text.append(" REPLAY ", "bold reverse cyan")
+        elif app.readonly:
             text.append(" READ-ONLY ", "bold reverse yellow")
         text.append("  ")
         for i, (name, title) in enumerate(VIEW_TITLES.items(), 1):
@@ -137,11 +142,14 @@ class UltraConsoleApp(App[int]):
     def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
                  controller: RunController | None = None, model_dir: str | None = None,
-                 preview: Preview | None = None, overrides: dict[str, Any] | None = None) -> None:
+                 preview: Preview | None = None, overrides: dict[str, Any] | None = None,
+                 replay: ReplaySession | None = None) -> None:
         """preview: a backend.plan.preview_process.Preview whose basics() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
-        view starts from the preview's plan."""
+        view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
+        opens on its log, read-only, and talks to no cluster (console/replay.py feeds it)."""
         super().__init__()
+        self.replay = replay
         self.model_dir = model_dir  # where the variant picker looks for checkpoints; None = the preset's
         self._settings = settings
         self._overrides = overrides or {}
@@ -154,7 +162,7 @@ class UltraConsoleApp(App[int]):
             preview_run_id = str(answer["run_id"])  # the one its command preview holds
         if basics is None:
             basics = self.settings
-        self.readonly = bool(basics.readonly)
+        self.readonly = bool(basics.readonly) or replay is not None
         self.job = job
         self.demo = demo
         self.controller = controller
@@ -166,7 +174,8 @@ class UltraConsoleApp(App[int]):
 
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
-        self.current_view = "plan"
+        self.current_view = "logs" if replay is not None else "plan"
+        self.rollout_cursor: int | None = None  # the rollout `[` / `]` stepped to
         self.previous_view: str | None = None
         self._run_seen = False  # the first run state tells whether the console opened on an active run
         self.run_state_text = ""
@@ -177,6 +186,7 @@ class UltraConsoleApp(App[int]):
         self._parent_pid = os.getppid()
         self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
         self._later_mounted = False
+        self._first_view = self.current_view
         self._after_first_frame_done = False
 
     def preview_plan(self) -> PlanStart | None:
@@ -208,8 +218,8 @@ class UltraConsoleApp(App[int]):
         self._apply_density(self.size.width, self.size.height)  # before mounting: no restyle of it all
         yield StateLine(id="state-line")
         yield Static("", id="banner", markup=False)
-        with ContentSwitcher(initial="plan", id="views"):
-            yield self._view_widget("plan")
+        with ContentSwitcher(initial=self.current_view, id="views"):
+            yield self._view_widget(self.current_view)
         yield KeyBar(self.first_frame_drawn, id="footer")
 
     async def on_mount(self) -> None:
@@ -217,7 +227,7 @@ class UltraConsoleApp(App[int]):
         for problem in self._keymap_problems:
             self.notify(problem, severity="warning")
         self._draw_state_line()
-        self._focus_view("plan", now=True)
+        self._focus_view(self.current_view, now=True)
         mounting = self._mount_later_views() if self.is_headless else None
         if mounting is not None:  # no terminal to draw first (tests, snapshots): every view is there at once
             await mounting
@@ -234,7 +244,9 @@ class UltraConsoleApp(App[int]):
         plan = self.view("plan")
         if isinstance(plan, PlanView):
             plan.adopt()
-        if self._start_workers:
+        if self.replay is not None:
+            importlib.import_module("console.replay").start(self, self.replay)
+        elif self._start_workers:
             workers = importlib.util.find_spec("console.workers")
             if workers is not None:
                 importlib.import_module("console.workers").start_workers(self)
@@ -243,11 +255,21 @@ class UltraConsoleApp(App[int]):
         """The view called `name`, created (its module imported) on first use."""
         widget = self._views.get(name)
         if widget is None:
-            if name == "plan":
+            if name == "plan" and self.replay is not None:
+                widget = Unavailable("Plan", "a replay has nothing to plan or launch", id=name)
+            elif name == "plan":
                 widget = PlanView(self.preview_plan, id=name)
             else:
                 cls = _optional_view(*LATER_VIEWS[name])
-                widget = cls(id=name) if cls is not None else Unavailable(VIEW_TITLES[name], id=name)
+                if cls is None:
+                    widget = Unavailable(VIEW_TITLES[name], id=name)
+                elif name == "logs" and self.replay is not None:
+                    from console.views.logs import LogsView  # a replay's log is there before the first frame
+
+                    widget = LogsView(self.replay.store, id=name)
+                else:
+                    widget = cls(id=name)
+            if name != self.current_view:
                 widget.display = False  # ContentSwitcher hides only the children it starts with
             self._views[name] = widget
         return widget
@@ -257,7 +279,7 @@ class UltraConsoleApp(App[int]):
         if self._later_mounted:
             return None
         self._later_mounted = True
-        widgets = [self._view_widget(name) for name in LATER_VIEWS]
+        widgets = [self._view_widget(name) for name in VIEW_TITLES if name != self._first_view]
         for widget in widgets:
             widget.display = widget.id == self.current_view
         return self.query_one("#views", ContentSwitcher).mount_all(widgets)
@@ -322,6 +344,16 @@ class UltraConsoleApp(App[int]):
         view = self.view(name)
         if isinstance(view, ConsoleView):
             view.view_shown()
+
+    def action_rollout_step(self, delta: int) -> None:
+        """`[` / `]`: move the rollout cursor; the charts mark it and the log jumps to the rollout's first line."""
+        index = self.runtime.rollouts if self.runtime is not None else None
+        mark = index.step(self.rollout_cursor, delta) if index is not None else None
+        if mark is None:
+            self.notify("no rollout in the log yet", severity="warning", timeout=2)
+            return
+        self.rollout_cursor = mark.n
+        self.post_message(RolloutCursor(mark))
 
     def action_cycle_view(self, step: int) -> None:
         names = list(VIEW_TITLES)

@@ -64,10 +64,13 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
         BindingSpec("app.help", "question_mark", "help", "Help"),
         BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
         BindingSpec("app.quit", "q", "quit", "Quit"),
+        BindingSpec("app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False),
+        BindingSpec("app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False),
     ),
     "plan": (
         BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
         BindingSpec("plan.preflight", "p", "preflight", "Preflight"),
+        BindingSpec("plan.prepare", "P", "prepare", "Prepare nodes"),
         BindingSpec("plan.copy_command", "c", "copy_command", "Copy cmd"),
         BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
         BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),
@@ -98,6 +101,11 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     "events": (
         BindingSpec("events.refresh", "r", "refresh", "Refresh"),
         BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
+    ),
+    "prepare": (  # the prepare screen the plan view's P opens
+        BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),
+        BindingSpec("prepare.recheck", "r", "recheck", "Check again"),
+        BindingSpec("prepare.close", "escape", "close", "Close"),
     ),
 }
 

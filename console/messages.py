@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual.message import Message
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from backend.plan.finding import Finding
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
+    from backend.signals.replay import RolloutMark
 
 Severity = Literal["information", "warning", "error"]
 
@@ -46,6 +47,12 @@ class RunStatus:
 
 class ConsoleMessage(Message, bubble=False):
     """Base of every worker -> UI message; the app fans these out to the views."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Textual's default for a subclass is bubble=True: a fanned-out copy would climb back to the app and be
+        # fanned out again (forever, when the sender is not the app itself).
+        kwargs.setdefault("bubble", False)
+        super().__init_subclass__(**kwargs)
 
 
 class SnapshotArrived(ConsoleMessage):
@@ -129,3 +136,12 @@ class HistoryProgress(ConsoleMessage):
         self.job_id = job_id
         self.lines = lines
         self.done = done
+
+
+class RolloutCursor(ConsoleMessage):
+    """The rollout cursor moved (`[` / `]`): `mark` is a backend.signals.replay.RolloutMark (rollout, its
+    first log line, its first optimizer step); charts mark it and the logs view jumps there."""
+
+    def __init__(self, mark: RolloutMark) -> None:
+        super().__init__()
+        self.mark = mark

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see 
     from backend.cluster.dashboard import JobInfo
     from backend.signals.ingest import LogChunk, RunLog
     from backend.signals.monitor import RunMonitor
+    from backend.signals.replay import RolloutIndex
     from backend.signals.store import LogStore
     from backend.signals.structured import StructuredFeed
     from console.app import UltraConsoleApp
@@ -89,6 +90,7 @@ class Runtime:
         self.store: LogStore | None = None
         self.monitor: RunMonitor | None = None
         self.structured: StructuredFeed | None = None
+        self.rollouts: RolloutIndex | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -113,6 +115,10 @@ class Runtime:
         run_log = RunLog.open(self.spool_dir, job_id, self.monitor)
         self.store = run_log.store
         self.structured = None
+        from backend.signals.replay import RolloutIndex
+
+        self.rollouts = RolloutIndex()  # the `[` / `]` rollout cursor works on a live run's log too
+        self.store.subscribe(self.rollouts.on_lines)
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0

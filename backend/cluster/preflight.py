@@ -29,6 +29,7 @@ RULES: dict[str, str] = {
     "P5": "the dataset files exist on the head",
     "P6": "the dashboard runs Ray 2.60",
     "P7": "the train script exists on the head",
+    "P8": "every alive node holds the whole checkpoint and the dataset (backend.cluster.prepare)",
 }
 
 

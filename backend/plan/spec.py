@@ -56,6 +56,7 @@ class ModelFacts(_Strict):
     """Architecture facts of one Nemotron-3-Ultra variant (one source of truth for rules and argv)."""
 
     name: str = Field(description="HF checkpoint directory name under paths.model_dir")
+    org: str = Field(default="nvidia", description="hub organisation of the checkpoint (`prepare --fetch`: <org>/<name>)")
     family: Literal["nemotron_h"] = "nemotron_h"
     num_layers: int = Field(gt=0)
     hybrid_pattern: str
@@ -156,6 +157,7 @@ class Batch(_Strict):
 
 class Data(_Strict):
     prompt_data: str = "dapo-math-17k/dapo-math-17k.jsonl"
+    repo: str | None = Field(default="zhuzilin/dapo-math-17k", description="hub dataset repo `prepare --fetch` reads")
     input_key: str = "prompt"
     label_key: str = "label"
     apply_chat_template: bool = True

@@ -16,4 +16,6 @@ COMMANDS: tuple[str, ...] = (
     "shim_check",
     "metrics",
     "serve",
+    "prepare",
+    "replay",
 )

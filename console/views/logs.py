@@ -48,7 +48,7 @@ from backend.signals.filters import (
 from backend.signals.search import CancelToken
 from backend.signals.store import LogLine, LogStore
 from console import keymap
-from console.messages import HistoryProgress, LogAppended
+from console.messages import HistoryProgress, LogAppended, RolloutCursor
 from console.views.base import ConsoleView
 
 CACHE_LINES = 2000
@@ -286,6 +286,17 @@ class LogsView(ConsoleView, can_focus=False):
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history = "" if message.done else f"loading history of {message.job_id}… {message.lines:,} lines"
+        self._status()
+
+    def on_rollout_cursor(self, message: RolloutCursor) -> None:
+        """Jump to the first line of the rollout the cursor moved to (its first kept line under a filter)."""
+        ll = self.lines
+        if not ll.count:
+            return
+        target = message.mark.first_line
+        pos = target if ll.index is None else min(bisect_left(ll.index.indices, target), ll.count - 1)
+        ll.move_to(pos)
+        ll.scroll_to(y=pos, animate=False, immediate=True, force=True)
         self._status()
 
     def refresh_from_store(self) -> None:

@@ -333,6 +333,16 @@ class PlanView(ConsoleView):
         self._draw()
         self._run_preflight(self.evaluation.spec)
 
+    def action_prepare(self) -> None:
+        """P: every node's checkpoint and dataset (backend.cluster.prepare); the verdict comes back as preflight."""
+        self.flush()
+        if self.evaluation.spec is None:
+            self.notify("prepare needs a valid spec first", severity="warning")
+            return
+        from console.widgets.prepare_screen import PrepareScreen
+
+        self.app.push_screen(PrepareScreen(self.evaluation.spec, self))
+
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: RunSpec) -> None:
         from backend.cluster import preflight as pre

@@ -24,6 +24,7 @@ from console.messages import (
     AlertsChanged,
     HistoryProgress,
     MetricsArrived,
+    RolloutCursor,
     RunStateChanged,
     RunStatus,
     SnapshotArrived,
@@ -177,6 +178,13 @@ class RunView(ConsoleView):
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = message.alerts
         self._mark("state")
+
+    def on_rollout_cursor(self, message: RolloutCursor) -> None:
+        """The rollout charts mark the rollout, the KL chart (train steps) its first step."""
+        mark = message.mark
+        self.query_one("#chart-throughput", LineChart).set_marker(mark.n)
+        self.query_one("#chart-time", LineChart).set_marker(mark.n)
+        self.query_one("#chart-kl", LineChart).set_marker(mark.first_step)
 
     def _mark(self, *parts: str) -> None:
         self._dirty.update(parts)

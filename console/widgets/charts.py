@@ -53,8 +53,10 @@ def _unit(values: list[float]) -> tuple[float, str]:
 
 
 def build_chart(title: str, series: Sequence[Series], width: int, height: int, *,
-                x_label: str = "", y_label: str = "", right_label: str = "") -> list[str]:
-    """The chart as lines of ANSI text (plotext), or a placeholder when there is no data."""
+                x_label: str = "", y_label: str = "", right_label: str = "", marker: float | None = None
+                ) -> list[str]:
+    """The chart as lines of ANSI text (plotext), or a placeholder when there is no data; `marker` draws a
+    vertical line at that x (the replay's rollout cursor)."""
     drawable = [s for s in series if s.points]
     if width < 16 or height < 5 or not drawable:
         lines = [title[:width].center(width)] if height else []
@@ -71,7 +73,9 @@ def build_chart(title: str, series: Sequence[Series], width: int, height: int, *
         factor = scale[s.right][0]
         plt.plot([p[0] for p in pts], [p[1] / factor for p in pts], label=s.label, color=s.color,
                  marker="braille", yside="right" if s.right else "left")
-    plt.title(title)
+    if marker is not None:
+        plt.vline(marker, "red")
+    plt.title(title if marker is None else f"{title} · at {marker:g}")
     if x_label:
         plt.xlabel(x_label)
     for side, label in ((False, y_label), (True, right_label)):
@@ -96,7 +100,8 @@ class LineChart(Widget, can_focus=False):
         self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
         self._series: tuple[Series, ...] = ()
         self._strips: list[Strip] = []
-        self._key: tuple[tuple[Series, ...], int, int] | None = None
+        self._key: tuple[tuple[Series, ...], int, int, float | None] | None = None
+        self._marker: float | None = None
         self.builds = 0  # how many times plotext ran (tests and benchmarks read it)
 
     @property
@@ -119,15 +124,25 @@ class LineChart(Widget, can_focus=False):
         self.refresh()
         return True
 
+    @property
+    def marker(self) -> float | None:
+        return self._marker
+
+    def set_marker(self, x: float | None) -> None:
+        """Mark x with a vertical line (None: no mark)."""
+        if x != self._marker:
+            self._marker = x
+            self.refresh()
+
     def _ensure(self) -> None:
         width, height = self.size
-        key = (self._series, width, height)
+        key = (self._series, width, height, self._marker)
         if key == self._key:
             return
         self._key = key
         self.builds += 1
         lines = build_chart(self.title, self._series, width, height, x_label=self.x_label,
-                            y_label=self.y_label, right_label=self.right_label)
+                            y_label=self.y_label, right_label=self.right_label, marker=self._marker)
         console = self.app.console
         base = self.rich_style
         strips = []

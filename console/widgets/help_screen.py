@@ -31,7 +31,8 @@ SSH_TIPS: tuple[tuple[str, str], ...] = (
     ("Read-only", "--readonly hides and refuses launch, abort and cleanup: safe for spectators."),
 )
 
-_KEY_NAMES = {"question_mark": "?", "escape": "Esc", "slash": "/", "shift+tab": "Shift+Tab", "tab": "Tab"}
+_KEY_NAMES = {"question_mark": "?", "escape": "Esc", "slash": "/", "shift+tab": "Shift+Tab", "tab": "Tab",
+              "left_square_bracket": "[", "right_square_bracket": "]"}
 
 
 def key_label(key: str) -> str:

@@ -1,0 +1,105 @@
+"""Run a small self-contained script as a Ray job pinned to one node, and read its marked result lines.
+
+Why a job: only a process on the node can look at the node's own disks and processes, and Ray's job API is
+the one door into every node the console has. The script travels as `python3 -c <source>` (worker nodes
+need no copy of the console), pinned by Ray's `ray.io/node-id` label, with a hundredth of a CPU so it runs
+beside a busy node. Its results are lines `MARK {json}` in the job log, read while it runs (progress) and
+once it ended; the job record is deleted afterwards. Secrets go in `env` (the runtime env), never in argv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.cluster.job_identity import CLEANUP_KEY
+from backend.errors import ConsoleError
+
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class NodeJobResult:
+    """What one pinned job said: its marked JSON lines, how it ended."""
+
+    node_id: str
+    submission_id: str
+    status: str
+    events: tuple[dict[str, Any], ...]
+    message: str = ""
+
+
+def _marked(lines: list[str], mark: str) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        pos = line.find(mark)
+        if pos < 0:
+            continue
+        try:
+            item = json.loads(line[pos + len(mark):])
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+async def run_node_job(client: Any, node_id: str, script: Path, args: list[str], *, mark: str, purpose: str,
+                       timeout_s: float, env: dict[str, str] | None = None,
+                       on_event: Callable[[dict[str, Any]], None] | None = None) -> NodeJobResult:
+    """Submit `script` with `args` pinned to `node_id`, wait for it, return its `mark`ed events.
+
+    `on_event` sees each event as soon as the log shows it (the log is re-read every POLL_S while the job
+    runs: these jobs print little). Raises ConsoleError when the job cannot be submitted or does not end in
+    `timeout_s` (it is stopped then)."""
+    source = script.read_text(encoding="utf-8")
+    sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
+    payload: dict[str, Any] = {
+        "entrypoint": shlex.join(["python3", "-c", source, *args]),
+        "submission_id": sid,
+        "metadata": {CLEANUP_KEY: purpose, "node_id": node_id},
+        "entrypoint_label_selector": {"ray.io/node-id": node_id},
+        "entrypoint_num_cpus": 0.01,
+    }
+    if env:
+        payload["runtime_env"] = {"env_vars": dict(env)}
+    await client.submit(payload)
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+
+    async def read_new() -> list[dict[str, Any]]:
+        nonlocal seen
+        lines = [line async for line in client.read_log(sid)]
+        events = _marked(lines, mark)
+        fresh, seen = events[seen:], max(seen, len(events))
+        if on_event is not None:
+            for item in fresh:
+                on_event(item)
+        return events
+
+    events: list[dict[str, Any]] = []
+    while True:
+        job = await client.get_job(sid)
+        if job.is_terminal:
+            break
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ConsoleError):
+                await client.stop_job(sid)
+            raise ConsoleError(f"{purpose} job on node {node_id[:8]} did not finish in {timeout_s:.0f} s "
+                               f"(still {job.status}); it was stopped")
+        if on_event is not None and job.status == "RUNNING":
+            with contextlib.suppress(ConsoleError):
+                await read_new()
+        await asyncio.sleep(POLL_S)
+    events = await read_new()
+    with contextlib.suppress(ConsoleError):
+        await client.delete_job(sid)
+    message = (job.message or "").strip().splitlines()
+    return NodeJobResult(node_id, sid, job.status, tuple(events), message[-1] if message else "")

@@ -1,0 +1,419 @@
+"""The per-node job of `ultra-console prepare`: check (and with `--fetch`, complete) one node's checkpoint
+and dataset. Runs as a tiny Ray job pinned to the node.
+
+Self-contained on purpose (stdlib; huggingface_hub only to fetch), like the cleanup reaper: the console
+sends this file's source as `python3 -c <source> --prepare-job <json request>`, so worker nodes need no copy
+of the console. It prints one marked JSON line per event (`ULTRA_CONSOLE_PREPARE {...}`) and nothing else
+the console reads.
+
+The checkpoint is checked against its own index: `config.json` parses, `model.safetensors.index.json` names
+the shards, and every shard's size is what its safetensors header says (8 bytes of header length, the JSON
+header, then tensor data up to the largest `data_offsets` end), or what the hub's file listing said when
+this tool fetched it (`.ultra-console-manifest.json`). A fetch never touches a complete file: it downloads
+what is missing, resumes what is short (a `.part` file, or a truncated shard moved aside into one), and
+takes a lock file in the target directory so nodes that share the directory fetch it once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+MARK = "ULTRA_CONSOLE_PREPARE "
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+MANIFEST = ".ultra-console-manifest.json"
+LOCK = ".ultra-console-fetch.lock"
+PART = ".part"
+STALE_LOCK_S = 900.0
+PROGRESS_EVERY_S = 0.5
+
+
+def emit(**event: object) -> None:
+    print(MARK + json.dumps(event, sort_keys=True), flush=True)
+
+
+def expand(path: str, fields: dict[str, str]) -> str:
+    """A path may name the node ({node_id}, {node_ip}, {hostname}) where nodes keep files in node-specific places."""
+    if "{" not in path:
+        return path
+    try:
+        return path.format_map(fields)
+    except (KeyError, ValueError, IndexError):
+        return path
+
+
+def _problem(kind: str, path: str, detail: str = "") -> dict[str, str]:
+    return {"kind": kind, "path": path, "detail": detail}
+
+
+def safetensors_size(path: str) -> int | None:
+    """The size a safetensors file must have, from its own header; None when the header cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return None
+            n = int.from_bytes(head, "little")
+            if n <= 0 or n > 100 << 20:
+                return None
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        offsets = info.get("data_offsets")
+        if isinstance(offsets, list) and len(offsets) == 2 and isinstance(offsets[1], int):
+            end = max(end, offsets[1])
+    return 8 + n + end
+
+
+def read_manifest(directory: str) -> dict[str, int]:
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as fh:
+            data = json.load(fh)
+        files = data.get("files") if isinstance(data, dict) else None
+        return {str(k): int(v) for k, v in (files or {}).items() if isinstance(v, int)}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def check_checkpoint(directory: str) -> dict[str, object]:
+    """Verdict on one checkpoint directory: problems (kind, path, detail) and the files it holds."""
+    out: dict[str, object] = {"path": directory, "problems": [], "shards": 0, "bytes": 0}
+    problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
+    if not os.path.isdir(directory):
+        problems.append(_problem("missing", directory, "the checkpoint directory does not exist"))
+        return out
+    try:
+        os.listdir(directory)
+    except OSError as err:
+        problems.append(_problem("unreadable", directory, err.strerror or str(err)))
+        return out
+    manifest = read_manifest(directory)
+    config = os.path.join(directory, "config.json")
+    if not os.path.isfile(config):
+        problems.append(_problem("missing", config))
+    else:
+        try:
+            with open(config, encoding="utf-8") as fh:
+                if not isinstance(json.load(fh), dict):
+                    raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            problems.append(_problem("unreadable", config, f"does not parse: {err}"))
+    index = os.path.join(directory, INDEX)
+    shards: list[str] = []
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as fh:
+                weight_map = json.load(fh).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise ValueError("no weight_map")
+            shards = sorted({str(v) for v in weight_map.values()})
+        except (OSError, ValueError, AttributeError) as err:
+            problems.append(_problem("unreadable", index, f"does not parse: {err}"))
+            return out
+    elif os.path.isfile(os.path.join(directory, SINGLE)):
+        shards = [SINGLE]
+    else:
+        problems.append(_problem("missing", index, "no index: the shards cannot be checked"))
+        return out
+    total = 0
+    for name in shards:
+        path = os.path.join(directory, name)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            problems.append(_problem("missing", path))
+            continue
+        except OSError as err:
+            problems.append(_problem("unreadable", path, err.strerror or str(err)))
+            continue
+        total += size
+        want = manifest.get(name)
+        source = "the hub's listing"
+        if want is None:
+            want, source = safetensors_size(path), "its header"
+            if want is None:
+                problems.append(_problem("corrupt", path, f"{size} bytes, header unreadable"))
+                continue
+        if size < want:
+            problems.append(_problem("short", path, f"{size} of {want} bytes ({source})"))
+        elif size > want:
+            problems.append(_problem("size", path, f"{size} bytes, {source} says {want}"))
+    out["shards"], out["bytes"] = len(shards), total
+    return out
+
+
+def check_dataset(path: str, input_key: str, label_key: str) -> dict[str, object]:
+    out: dict[str, object] = {"path": path, "problems": []}
+    problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        problems.append(_problem("missing", path))
+        return out
+    except OSError as err:
+        problems.append(_problem("unreadable", path, err.strerror or str(err)))
+        return out
+    if size == 0:
+        problems.append(_problem("empty", path))
+        return out
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+        row = json.loads(first)
+    except OSError as err:
+        problems.append(_problem("unreadable", path, err.strerror or str(err)))
+        return out
+    except ValueError:
+        problems.append(_problem("format", path, "the first line is not JSON"))
+        return out
+    if not isinstance(row, dict):
+        problems.append(_problem("format", path, "the first line is not a JSON object"))
+        return out
+    lacking = [k for k in (input_key, label_key) if k not in row]
+    if lacking:
+        keys = ", ".join(sorted(map(str, row))[:8])
+        problems.append(_problem("keys", path, f"first row lacks {', '.join(lacking)} (it has {keys})"))
+    out["bytes"] = size
+    return out
+
+
+# ----------------------------------------------------------------------------- fetch
+
+class _Lock:
+    """A lock file made with O_EXCL (atomic on local disks and NFS): who fetches this directory now."""
+
+    def __init__(self, directory: str, token: str, node: str) -> None:
+        self.path = os.path.join(directory, LOCK)
+        self.token, self.node = token, node
+        self.held = False
+
+    def take(self) -> dict[str, object] | None:
+        """None when taken; else the holder's record."""
+        body = json.dumps({"token": self.token, "node": self.node, "time": time.time()}).encode()
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = self.holder()
+                if holder.get("token") != self.token and time.time() - float(str(holder.get("time") or 0)) > STALE_LOCK_S:
+                    os.unlink(self.path)  # a lock of ours left by a fetch that died long ago
+                    continue
+                return holder
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(body)
+            self.held = True
+            return None
+        return self.holder()
+
+    def holder(self) -> dict[str, object]:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def release(self) -> None:
+        if self.held:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.held = False
+
+
+def _progress_class(what: str, filename: str):  # type: ignore[no-untyped-def]
+    """A tqdm stand-in for huggingface_hub's http_get that prints throttled progress events."""
+
+    class Progress:
+        def __init__(self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object) -> None:
+            self.total, self.n, self.last = total, initial, 0.0
+
+        def update(self, n: int = 1) -> None:
+            self.n += n
+            now = time.monotonic()
+            if now - self.last >= PROGRESS_EVERY_S:
+                self.last = now
+                emit(event="progress", what=what, file=filename, done=self.n, total=self.total)
+
+        def close(self) -> None:
+            pass
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def set_description(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    return Progress
+
+
+def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
+    from huggingface_hub import HfApi
+
+    files: dict[str, int] = {}
+    for item in HfApi().list_repo_tree(repo, repo_type=repo_type, revision=revision, recursive=True):
+        size = getattr(item, "size", None)
+        if isinstance(size, int) and getattr(item, "path", None) is not None and not hasattr(item, "tree_id"):
+            files[str(item.path)] = size
+    return files
+
+
+def _download(what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int) -> int:
+    """One file into `directory`, resuming `name.part` (or a short `name`); returns bytes transferred."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    final = os.path.join(directory, name)
+    part = final + PART
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.exists(final):
+        have = os.path.getsize(final)
+        if have >= size:
+            return 0  # complete (or larger: reported by the check, never overwritten)
+        if not os.path.exists(part):
+            os.replace(final, part)  # a truncated file is a partial download: resume it, do not discard it
+    resume = os.path.getsize(part) if os.path.exists(part) else 0
+    if resume > size:
+        os.unlink(part)  # a partial download longer than the file: ours, and useless
+        resume = 0
+    if resume:
+        emit(event="resume", what=what, file=name, done=resume, total=size)
+    url = hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
+    with open(part, "ab") as fh:
+        http_get(url, fh, resume_size=resume, headers=build_hf_headers(), expected_size=size,
+                 displayed_filename=name, tqdm_class=_progress_class(what, name))
+    if os.path.getsize(part) != size:
+        raise OSError(f"{name}: got {os.path.getsize(part)} of {size} bytes")
+    os.replace(part, final)
+    emit(event="file_done", what=what, file=name, total=size)
+    return size - resume
+
+
+def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, only: list[str] | None,
+          token: str, node: str, wait_s: float) -> None:
+    """Fetch what `directory` lacks from `repo` (every file of it, or `only` these)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        emit(event="error", what=what, message=f"cannot create {directory}: {err.strerror or err}")
+        return
+    lock = _Lock(directory, token, node)
+    holder = lock.take()
+    if holder is not None:
+        if holder.get("token") != token:
+            emit(event="error", what=what, message=f"another fetch (node {holder.get('node')}) holds {lock.path}")
+            return
+        deadline = time.monotonic() + wait_s  # a node of this same prepare fetches the shared directory
+        while os.path.exists(lock.path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        emit(event="shared", what=what, node=str(holder.get("node") or ""), path=directory)
+        return
+    try:
+        before = _manifest_owner(directory)
+        if before.get("token") == token and before.get("node") != node:
+            emit(event="shared", what=what, node=str(before.get("node") or ""), path=directory)
+            return  # another node of this prepare fetched this very directory already
+        try:
+            files = _listing(repo, repo_type, revision)
+        except Exception as err:  # network, auth, unknown repo: one line for the operator
+            emit(event="error", what=what, message=f"cannot list {repo_type} {repo}: {_one_line(err)}")
+            return
+        if only:
+            files = {k: v for k, v in files.items() if k in only}
+            missing = [k for k in only if k not in files]
+            if missing:
+                emit(event="error", what=what, message=f"{repo} has no {', '.join(missing)}")
+                return
+        with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
+            json.dump({"repo": repo, "repo_type": repo_type, "revision": revision, "files": files,
+                       "node": node, "token": token}, fh)
+        moved = count = 0
+        for name, size in sorted(files.items()):
+            try:
+                got = _download(what, repo, repo_type, revision, directory, name, size)
+            except Exception as err:
+                emit(event="error", what=what, message=f"{name}: {_one_line(err)}")
+                return
+            moved += got
+            count += 1 if got else 0
+        emit(event="fetched", what=what, files=count, bytes=moved, path=directory)
+    finally:
+        lock.release()
+
+
+def _manifest_owner(directory: str) -> dict[str, object]:
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from this node (one TCP connect, 5 s), else None: huggingface_hub
+    itself retries a refused connection for half a minute before it says so."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=5.0).close()
+    except OSError as err:
+        return f"cannot reach the hub at {constants.ENDPOINT}: {err.strerror or err}"
+    return None
+
+
+def _one_line(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return " ".join(text.split())[:300]
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(argv[argv.index("--prepare-job") + 1])
+    fields = {"node_id": request["node_id"], "node_ip": request.get("node_ip", ""), "hostname": socket.gethostname()}
+    ckpt = expand(request["checkpoint"], fields)
+    data = expand(request["dataset"], fields)
+    offline = None
+    if request.get("fetch"):
+        try:
+            offline = hub_unreachable()
+        except ImportError:
+            offline = "huggingface_hub is not installed on this node (pip install huggingface_hub)"
+        for what in ("checkpoint", "dataset") if offline else ():
+            emit(event="error", what=what, message=offline)
+    if request.get("fetch") and not offline:
+        wait = float(request.get("wait_s", 3600))
+        model = request.get("model_repo")
+        if model:
+            fetch("checkpoint", model, "model", request.get("revision", "main"), ckpt, None,
+                  request["token"], request["node_id"], wait)
+        dataset = request.get("dataset_repo")
+        if dataset:
+            fetch("dataset", dataset, "dataset", "main", os.path.dirname(data), [os.path.basename(data)],
+                  request["token"], request["node_id"], wait)
+    emit(event="checkpoint", **check_checkpoint(ckpt))
+    emit(event="dataset", **check_dataset(data, request["input_key"], request["label_key"]))
+    emit(event="done", host=socket.gethostname())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,234 @@
+"""Replay: a finished run read back from what it left (a saved Ray job log or a `--dump-details` directory),
+through the same LogStore and RunMonitor a live run uses, plus the rollout index the replay cursor steps on.
+
+Why the first chunk is separate: the operator should see the log at once, as with toolong; so the opener
+reads a small first piece (which the app shows on its first frame) and the rest streams into the store in a
+worker while the charts fill. A dump directory has no log: its metric events are written as log lines in
+miles' own shape (`[ts proc] events - step 6: {...}`), so search, filters, jump-to-time and the rollout
+cursor work on it the same way; its metrics reach the monitor from the dump itself, not from those lines.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from backend.errors import ConsoleError
+from backend.signals.dump_reader import DumpError, DumpReader
+from backend.signals.metrics import MetricRecord
+
+FIRST_CHUNK = 64 << 10
+CHUNK = 4 << 20
+# The end of a metric line's head in any miles shape (`... - step 6`, a bare `step 6`), just before its `: {`.
+_KIND_BEFORE = re.compile(r"(?:^|[\s\]-])(rollout|perf|step) (\d+)$")
+
+SourceKind = Literal["log", "dump", "job"]
+
+
+class ReplayError(ConsoleError):
+    """What was given to replay cannot be read (one line for the operator)."""
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """What replay opens: a saved log file, a dump directory, or a job on the cluster."""
+
+    kind: SourceKind
+    path: Path | None = None
+    job_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.job_id or (self.path.name if self.path else "replay")
+
+
+def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
+    """A file is a log, a directory a dump (its `dump_details` inside, too); anything else is one clear line."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        try:
+            DumpReader(p)
+        except DumpError as err:
+            raise ReplayError(str(err)) from None
+        inner = p / "dump_details"
+        if not any((d / sub).is_dir() for d in (p, inner) for sub in ("events", "dashboard")):
+            raise ReplayError(f"{p} is a directory but not a --dump-details directory (no events/ or dashboard/)")
+        return ReplaySource("dump", p)
+    if not p.exists():
+        raise ReplayError(f"no such file or directory: {p}")
+    try:
+        with open(p, "rb") as fh:
+            fh.read(1)
+    except OSError as err:
+        raise ReplayError(f"cannot read {p}: {err.strerror}") from None
+    return ReplaySource("log", p)
+
+
+@dataclass(frozen=True)
+class RolloutMark:
+    """Where rollout `n` starts in the log, and its first optimizer step (the KL chart's x axis)."""
+
+    n: int
+    first_line: int
+    first_step: int | None
+
+
+class RolloutIndex:
+    """The rollouts of a log and the line each starts on, built as lines arrive (`LogStore.subscribe`).
+
+    Rollout N starts on the line after the last line that named rollout N-1 (its `rollout N-1` and `perf N-1`
+    dicts close it in every miles version); rollout 0 starts on line 0."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}  # rollout -> last line naming it
+        self._steps: list[tuple[int, int]] = []  # (line, step), in line order
+
+    def on_lines(self, first: int, count: int, text: str) -> None:
+        # Metric dicts are rare among log lines: find their literal `: {` (C speed), then look just before it.
+        line, last = first, 0
+        pos = text.find(": {")
+        while pos >= 0:
+            m = _KIND_BEFORE.search(text, max(0, pos - 24), pos)
+            if m is not None:
+                line += text.count("\n", last, pos)
+                last = pos
+                kind, n = m.group(1), int(m.group(2))
+                if kind == "step":
+                    self._steps.append((line, n))
+                else:
+                    self._last[n] = max(line, self._last.get(n, -1))
+            pos = text.find(": {", pos + 3)
+
+    @property
+    def rollouts(self) -> list[int]:
+        return sorted(self._last)
+
+    def mark(self, n: int) -> RolloutMark:
+        before = [r for r in self._last if r < n]
+        first = self._last[max(before)] + 1 if before else 0
+        step = next((s for line, s in self._steps if line >= first), None)
+        return RolloutMark(n, first, step)
+
+    def step(self, current: int | None, delta: int) -> RolloutMark | None:
+        """The mark `delta` rollouts from `current` (None: the first or the last), clamped; None if none known."""
+        known = self.rollouts
+        if not known:
+            return None
+        if current is None:
+            return self.mark(known[0] if delta > 0 else known[-1])
+        if delta > 0:
+            after = [r for r in known if r > current]
+            return self.mark(after[0] if after else known[-1])
+        before = [r for r in known if r < current]
+        return self.mark(before[-1] if before else known[0])
+
+
+def read_first(path: Path, size: int = FIRST_CHUNK) -> bytes:
+    """The small first piece of a log, shown on the app's first frame."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as err:
+        raise ReplayError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _stamp(ts: float) -> str:
+    if not math.isfinite(ts):
+        return "0000-00-00 00:00:00.000"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+
+
+def record_line(rec: MetricRecord) -> str:
+    """A dump's metric record as a line in miles' newest log shape."""
+    kind = "perf" if rec.kind.startswith("perf") else rec.kind
+    values = ", ".join(f"{k!r}: {v!r}" for k, v in rec.values.items())
+    return f"[{_stamp(rec.ts)} {rec.proc}] events - {kind} {rec.n}: {{{values}}}"
+
+
+def dump_log_text(records: list[MetricRecord]) -> str:
+    """Every record of a dump as log lines, in time order (a record without a time keeps its place)."""
+    ordered = sorted(enumerate(records), key=lambda p: (p[1].ts if math.isfinite(p[1].ts) else -math.inf, p[0]))
+    return "".join(record_line(rec) + "\n" for _, rec in ordered)
+
+
+class ReplaySession:
+    """The store, monitor and rollout index of one replay; the command opens it (first chunk included)
+    before the app starts, and a worker calls `load()` for the rest."""
+
+    def __init__(self, source: ReplaySource, spool_dir: str | os.PathLike[str]) -> None:
+        from backend.signals.monitor import RunMonitor
+        from backend.signals.store import LogStore
+
+        self.source = source
+        self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
+        self.rollouts = RolloutIndex()
+        self.store.subscribe(self.rollouts.on_lines)
+        self.problem: str | None = None
+        try:
+            self.monitor: RunMonitor | None = RunMonitor()
+        except ConsoleError as err:  # a broken alert rules file: the log still replays
+            self.monitor, self.problem = None, f"metrics and alerts are off: {err}"
+        if self.monitor is not None and source.kind != "dump":
+            self.store.subscribe(self.monitor.on_log_lines)
+        self._offset = 0
+        self._done = False
+        if source.kind == "log" and source.path is not None:
+            first = read_first(source.path)
+            self._offset = len(first)
+            self.store.append(first)
+
+    def load_step(self, size: int = CHUNK) -> bool:
+        """Read the next piece of a log file (or the whole dump); False once everything is in. Blocking: call
+        it from a worker thread, and post to the UI from the worker's own context between calls."""
+        path = self.source.path
+        if path is None or self._done:
+            return False
+        if self.source.kind == "dump":
+            records = DumpReader(path).poll().records
+            if self.monitor is not None:
+                self.monitor.attach_dump(path)
+                self.monitor.poll_dump()
+            self.store.append(dump_log_text(records))
+            self._done = True
+            return False
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read(size)
+        except OSError as err:
+            self._done = True
+            raise ReplayError(f"cannot read {path}: {err.strerror}") from None
+        if not chunk:
+            self._done = True
+            return False
+        self._offset += len(chunk)
+        self.store.append(chunk)
+        return True
+
+    @property
+    def bytes_read(self) -> int:
+        return self._offset
+
+    def append_lines(self, lines: list[str]) -> None:
+        """Lines of a job's log read from the cluster."""
+        if lines:
+            self.store.append("\n".join(lines) + "\n")
+
+    def finish(self) -> None:
+        """End of input: the last partial line, and the time-based alerts as of the log's end."""
+        self.store.flush()
+        monitor = self.monitor
+        if monitor is None:
+            return
+        now = monitor.end_of_log()
+        if not math.isfinite(now):
+            now = monitor.telemetry.last_ts if math.isfinite(monitor.telemetry.last_ts) else monitor.collector.last_ts
+        monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,117 @@
+"""The replay app's only worker: read the rest of a saved log, a dump directory, or a finished job's log into
+the session's store, and post what the views draw (the same messages a live run posts).
+
+The first piece of a log is already in the store when the app starts (backend.signals.replay), so the logs
+view has content on its first frame; this worker streams the rest in a thread, posting LogAppended and
+MetricsArrived at most a few times a second, so the operator scrolls while the charts fill.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from backend.errors import ConsoleError
+from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged, RunStatus
+from console.workers import Runtime
+
+if TYPE_CHECKING:
+    from backend.signals.replay import ReplaySession
+    from console.app import UltraConsoleApp
+
+POST_EVERY_S = 0.25
+JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
+
+
+class ReplayRuntime(Runtime):
+    """A Runtime without a cluster: the session's store and monitor, read-only."""
+
+    def __init__(self, app: UltraConsoleApp, session: ReplaySession) -> None:  # no RayClient: nothing talks to Ray
+        self.app = app
+        self.session = session
+        self.store = session.store
+        self.monitor = session.monitor
+        self.rollouts = session.rollouts
+        self.job_id = session.source.name
+        self._alerts_posted = 0
+        self._metrics_seen = 0
+        self._metrics_posted_at = 0.0
+        self._posted_at = 0.0
+
+    def progress(self, amount: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._posted_at < POST_EVERY_S:
+            return
+        self._posted_at = now
+        self.post(LogAppended(len(self.session.store)))
+        self.post(HistoryProgress(self.session.source.name, len(self.session.store), done=False))
+        self.maybe_post_metrics(force=force)
+
+
+def start(app: UltraConsoleApp, session: ReplaySession) -> ReplayRuntime:
+    runtime = ReplayRuntime(app, session)
+    app.runtime = runtime
+    if session.problem:
+        runtime.post(Notice(session.problem, "warning"))
+    runtime.post(RunStateChanged(RunStatus(session.source.name, "REPLAY")))
+    runtime.post(LogAppended(len(session.store)))
+    if session.source.kind == "job":
+        app.run_worker(_job(runtime), group="replay", exclusive=True, exit_on_error=False,
+                       description=f"replay of job {session.source.job_id}")
+    else:
+        app.run_worker(_load(runtime), group="replay", exclusive=True, exit_on_error=False,
+                       description=f"replay of {session.source.path}")
+    return runtime
+
+
+def _done(rt: ReplayRuntime) -> None:
+    rt.post(LogAppended(len(rt.session.store)))
+    rt.post(HistoryProgress(rt.session.source.name, len(rt.session.store), done=True))
+    rt.maybe_post_metrics(force=True)
+    records = sum(rt.monitor.collector.records.values()) if rt.monitor is not None else 0
+    if rt.monitor is not None and records == 0:
+        rt.post(Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning"))
+
+
+async def _load(rt: ReplayRuntime) -> None:
+    """Pieces are read and indexed in a thread; messages are posted from here (the app's own context, so
+    they go to the views once and never bubble back)."""
+    import asyncio
+
+    try:
+        while await asyncio.to_thread(rt.session.load_step):
+            rt.progress(rt.session.bytes_read)
+    except ConsoleError as err:
+        rt.post(Notice(f"replay stopped: {err}", "error"))
+    await asyncio.to_thread(rt.session.finish)
+    _done(rt)
+
+
+async def _job(rt: ReplayRuntime) -> None:
+    """A job on the cluster: its whole log, once (a replay does not follow)."""
+    import asyncio
+
+    from backend.cluster.dashboard import RayClient
+
+    settings = rt.app.settings
+    job_id = rt.session.source.job_id or ""
+    token = settings.token.get_secret_value() if settings.token else None
+    try:
+        async with RayClient(settings.address, token) as client:
+            job = await client.get_job(job_id)
+            rt.post(RunStateChanged(RunStatus(job.id, f"REPLAY {job.status}")))
+            if not job.is_terminal:
+                rt.post(Notice(f"job {job.id} is still {job.status}: replaying its log so far (attach with "
+                               f"`ultra-console --job {job.id}` to follow it)", "warning"))
+            batch: list[str] = []
+            async for line in client.read_log(job.id):
+                batch.append(line)
+                if len(batch) >= JOB_BATCH_LINES:
+                    await asyncio.to_thread(rt.session.append_lines, batch)
+                    batch = []
+                    rt.progress(len(rt.session.store))
+            await asyncio.to_thread(rt.session.append_lines, batch)
+    except ConsoleError as err:
+        rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))
+    await asyncio.to_thread(rt.session.finish)
+    _done(rt)
