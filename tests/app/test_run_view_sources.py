@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from app_helpers import MODELS, RUN_ID
-from waiting import until
 from runhelp import job_reaches
+from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
