@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,11 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from backend.cluster.dashboard import JobInfo, RayClient
-from backend.cluster.job_identity import CLEANUP_KEY
+from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
 
 REAP_MARK = "ULTRA_CONSOLE_REAP "
-REAP_POLL_S = 0.5
 Identity = Literal["job", "unidentified", "exempt"]
 ReapAction = Literal["killed", "skipped", "failed", "error"]
 
@@ -213,36 +210,14 @@ class ReaperAnswer:
 
 async def run_reaper(client: RayClient, node_id: str, args: list[str], *, timeout_s: float, purpose: str
                      ) -> ReaperAnswer:
-    """Submit backend/cluster/reaper_job.py as a job pinned to `node_id`, wait for it (bounded), parse its lines."""
-    source = Path(__file__).with_name("reaper_job.py").read_text(encoding="utf-8")
-    argv = ["python3", "-c", source, "--gpu-reaper", f"--node-id={node_id}", *args]
-    sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
-    payload = {
-        "entrypoint": shlex.join(argv),
-        "submission_id": sid,
-        "metadata": {CLEANUP_KEY: purpose, "node_id": node_id},
-        "entrypoint_label_selector": {"ray.io/node-id": node_id},
-        "entrypoint_num_cpus": 0.01,
-    }
-    await client.submit(payload)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = await client.get_job(sid)
-        if job.is_terminal:
-            break
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ConsoleError):
-                await client.stop_job(sid)
-            raise ConsoleError(f"no answer in {timeout_s:.0f} s (its reaper job was still {job.status}; stopped)")
-        await asyncio.sleep(REAP_POLL_S)
-    lines = [json.loads(line[len(REAP_MARK):]) async for line in client.read_log(sid) if line.startswith(REAP_MARK)]
-    with contextlib.suppress(ConsoleError):
-        await client.delete_job(sid)
-    summary = next((r for r in lines if r.get("pid") == -1), None)
+    """Run backend/cluster/reaper_job.py pinned to `node_id` (bounded by `timeout_s`) and read its answer."""
+    script = Path(__file__).with_name("reaper_job.py")
+    result = await run_node_job(client, node_id, script, ["--gpu-reaper", f"--node-id={node_id}", *args],
+                                mark=REAP_MARK, purpose=purpose, timeout_s=timeout_s)
+    summary = next((r for r in result.events if r.get("pid") == -1), None)
     if summary is None:
-        first = (job.message or "").splitlines()[0] if job.message else "no message"
-        raise ConsoleError(f"its reaper job ended {job.status} without an answer: {first}")
-    return ReaperAnswer(tuple(r for r in lines if r.get("pid") != -1), summary)
+        raise ConsoleError(f"its reaper job ended {result.status} without an answer: {result.message or 'no message'}")
+    return ReaperAnswer(tuple(r for r in result.events if r.get("pid") != -1), summary)
 
 
 async def read_leftovers(client: RayClient, footprint: JobFootprint | None, nodes: Iterable[tuple[str, str]], *,

@@ -92,8 +92,7 @@ async def run_node_job(client: Any, node_id: str, script: Path, args: list[str],
         if time.monotonic() > deadline:
             with contextlib.suppress(ConsoleError):
                 await client.stop_job(sid)
-            raise ConsoleError(f"{purpose} job on node {node_id[:8]} did not finish in {timeout_s:.0f} s "
-                               f"(still {job.status}); it was stopped")
+            raise ConsoleError(f"no answer in {timeout_s:.0f} s (its {purpose} job was still {job.status}; stopped)")
         if on_event is not None and job.status == "RUNNING":
             with contextlib.suppress(ConsoleError):
                 await read_new()

@@ -104,7 +104,6 @@ async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cl
         assert [x for x, _ in kl["ppo_kl"]] == [0, 1, 2, 3, 4, 5] and len(kl["raw reward"]) == 3
 
 
-@pytest.mark.xfail(strict=False, reason="the 2026-04 log shape parses once the tolerant grammar (wt-signals) is merged")
 async def test_old_shape_log_alone_fills_kl_and_throughput(ray_cluster, tmp_path):
     sid, _ = await _finished_sim(ray_cluster.address, tmp_path, "--sim-log-format", "2026-04")
     app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,

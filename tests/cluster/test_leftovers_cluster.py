@@ -176,7 +176,7 @@ async def test_a_node_that_does_not_answer_in_time_is_named_not_assumed_clean(ra
     report = await read_leftovers(ray_client, JobFootprint("some-job"), nodes, timeout_s=0.01)
     assert not report.clean and len(report.silent) == 2
     assert all(n.problem.startswith("no answer in 0 s") for n in report.silent)
-    assert any(line.startswith("node node-1 did not answer: no answer in 0 s (its reaper job was still ")
+    assert any(line.startswith("node node-1 did not answer: no answer in 0 s (its list job was still ")
                and line.endswith("; stopped)") for line in report.lines()), report.lines()
 
     async def stopped() -> bool:  # the reaper jobs that did not answer in time were stopped, not left running

@@ -159,7 +159,6 @@ def _series(lines: list[str]) -> dict[str, list[list[float | None]]]:
             if not (k.startswith("derived/") or "per_sec" in k or k == "perf/rollout_time")}
 
 
-@pytest.mark.xfail(strict=False, reason="the 2026-04 and bare shapes parse once the tolerant grammar (wt-signals) is merged")
 async def test_every_shape_gives_the_same_series(ray_client, tmp_path):
     runs = [await _run(ray_client, tmp_path, "--sim-log-format", f) for f in ("newest", "2026-04", "bare")]
     logs = [await _log(ray_client, sid) for sid, _ in runs]
