@@ -558,6 +558,9 @@ def _lines_at(text: str, needle: str) -> Iterator[tuple[int, str]]:
 _TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b")
 _TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s")
 _TRACE_LOOKBACK = 200
+# `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
+_REMOTE_TASK = re.compile(r"RayTaskError\([\w.]*\): ray::(?P<actor>\w+)\.\w+\(\) \(pid=(?P<pid>\d+)"
+                          r"(?:, ip=(?P<ip>[\w.:]+))?")
 
 
 def _traceback_owner(text: str, start: int) -> ParsedLine | None:
@@ -573,6 +576,10 @@ def _traceback_owner(text: str, start: int) -> ParsedLine | None:
             parsed = parse_line(line)
             if parsed.actor is not None:
                 return parsed if _TRACE_HEAD.match(parsed.message) else None
+        remote = _REMOTE_TASK.search(line)
+        if remote is not None:  # the driver's traceback inlines the actor's: Ray names that actor here
+            ip = f", ip={remote['ip']}" if remote["ip"] else ""
+            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
         if line.startswith("Traceback") or not _TRACE_BODY.match(line):
             return None
         end = begin - 1

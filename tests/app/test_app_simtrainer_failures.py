@@ -46,10 +46,12 @@ async def test_simulated_cuda_oom_names_its_gpu_in_header_events_and_status(ray_
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("2")
         run = app.query_one(RunView)
-        header = await until(pilot, lambda: (t := str(run.query_one("#run-state").content))
-                             if "FAILED: CUDA out of memory on GPU 5" in t else None,
-                             lambda: f"the header naming the OOM's GPU; it says {run.query_one('#run-state').content}",
-                             timeout=120)
+        def said() -> str | None:
+            text = str(run.query_one("#run-state").content)
+            return text if "FAILED: CUDA out of memory on GPU 5" in text else None
+
+        header = await until(pilot, said, lambda: f"the header naming the OOM's GPU; it says "
+                             f"{run.query_one('#run-state').content}", timeout=120)
         assert "MegatronTrainRayActor" in header  # which actor, read from the 2026-04 prefix
         await pilot.press("4")
         events = app.query_one(EventsView)

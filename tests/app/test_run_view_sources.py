@@ -70,7 +70,7 @@ async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path)
         view = app.query_one(RunView)
         assert {view.metrics.sources[k] for k in COMPARED} == {"events"}
         assert charts["#chart-kl"].title == "KL / reward · from events"
-        from_log = _log_only(log).collector.series
+        from_log = _log_only(log).metrics_snapshot()
         for key in COMPARED:
             assert series_points(view.metrics, key) == series_points(from_log, key), key
         assert len(series_points(view.metrics, "perf/rollout_time")) == 3
@@ -86,7 +86,7 @@ async def test_without_a_dump_dir_the_charts_say_log(ray_cluster, tmp_path):
         await _charts(app, pilot, "log")
         view = app.query_one(RunView)
         assert set(view.metrics.sources.values()) == {"log"}
-        assert series_points(view.metrics, "train/ppo_kl") == series_points(_log_only(log).collector.series,
+        assert series_points(view.metrics, "train/ppo_kl") == series_points(_log_only(log).metrics_snapshot(),
                                                                            "train/ppo_kl")
 
 

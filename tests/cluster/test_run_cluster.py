@@ -22,6 +22,7 @@ from runhelp import (
     PausableProxy,
     cli,
     cli_env,
+    launch_when_free,
     one_line_error,
     sim_spec,
     spec_args,
@@ -62,7 +63,7 @@ async def metric_lines(client: RayClient, job_id: str, want: int = 2, limit: int
 async def start_run(client: RayClient, tmp: Path, **spec_kw: object) -> tuple[RunController, JobInfo]:
     """Launch the simulated trainer with `sim_spec(tmp, **spec_kw)` and wait until it is RUNNING."""
     ctl = RunController(client, state_dir=tmp / "state", poll_s=0.5)
-    job = await ctl.launch(sim_spec(tmp, **spec_kw))  # type: ignore[arg-type]
+    job = await launch_when_free(ctl, sim_spec(tmp, **spec_kw))  # type: ignore[arg-type]
     try:
         await running(ctl)
     except BaseException:

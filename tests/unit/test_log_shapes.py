@@ -162,6 +162,23 @@ def test_cuda_oom_names_gpu_actor_and_memory_and_is_the_failed_runs_cause() -> N
     assert monitor.alerts.headline() == f"FAILED: {oom.message}"
 
 
+def test_cuda_oom_in_the_drivers_traceback_names_the_remote_actor() -> None:
+    # the driver re-raises the actor's error: its own traceback inlines the remote one after Ray's line
+    driver = ["Traceback (most recent call last):", '  File "/root/miles/train.py", line 92, in <module>',
+              "    ray.get(handles)",
+              "ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, "
+              "ip=10.0.0.3, actor_id=abc, repr=<MegatronTrainRayActor object>)",
+              '  File "/root/miles/miles/backends/megatron_utils/actor.py", line 571, in train',
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.10 GiB. GPU 5 has a total capacity "
+              "of 139.80 GiB of which 1.02 GiB is free. Process 4101 has 138.77 GiB memory in use."]
+    oom = next(a for a in read("\n".join(driver) + "\n").alerts.alerts if a.id == "cuda-oom")
+    assert oom.message == ("CUDA out of memory on GPU 5 in MegatronTrainRayActor pid=4101 on 10.0.0.3: asked for "
+                           "2.10 GiB, 1.02 GiB free of 139.80 GiB")
+    # without Ray's line the same traceback is the driver's own
+    own = next(a for a in read("\n".join(driver[:3] + driver[5:]) + "\n").alerts.alerts if a.id == "cuda-oom")
+    assert " in the driver: " in own.message
+
+
 def test_old_torch_oom_and_an_actor_that_died() -> None:
     monitor = read(OLD_TORCH_OOM + "\n" + ACTOR_DIED + "\n")
     messages = {a.id: a.message for a in monitor.alerts.alerts}
