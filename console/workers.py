@@ -242,6 +242,9 @@ async def _logs(rt: Runtime, job: JobInfo) -> None:
     except ConsoleError as err:
         rt.post(Notice(f"log history of {job.id} incomplete: {err}", "warning"))
     rt.post(HistoryProgress(job.id, run_log.lines_in, done=True))
+    if job.is_terminal and rt.monitor is not None:
+        # attached after the end: the state event came before this run's monitor existed
+        rt.monitor.on_job_status(job.status, job.message)
     rt.maybe_post_metrics(force=True)
     if job.is_terminal:
         return
