@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from backend.plan.view_start import PlanStart
     from backend.settings import Settings
     from backend.signals.replay import ReplaySession
-    from console.workers import Runtime
+    from console.workers import ConsoleSession
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 # The views other than the first: (module under console.views, class), imported and mounted just after
@@ -144,7 +144,7 @@ class UltraConsoleApp(App[int]):
                  controller: RunController | None = None, model_dir: str | None = None,
                  preview: Preview | None = None, overrides: dict[str, Any] | None = None,
                  replay: ReplaySession | None = None) -> None:
-        """preview: a backend.plan.preview_process.Preview whose basics() answered; with it and no `settings`,
+        """preview: a backend.plan.preview_process.Preview whose settings_answer() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
         view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
         opens on its log, read-only, and talks to no cluster (console/replay.py feeds it)."""
@@ -154,19 +154,19 @@ class UltraConsoleApp(App[int]):
         self._settings = settings
         self._overrides = overrides or {}
         self._preview = None
-        basics: Any = settings
-        answer = preview.basics() if settings is None and preview is not None else None
+        settings_basis: Any = settings
+        answer = preview.settings_answer() if settings is None and preview is not None else None
         if answer is not None and "settings" in answer:
             self._preview = preview
-            basics = argparse.Namespace(**answer["settings"])
+            settings_basis = argparse.Namespace(**answer["settings"])
             preview_run_id = str(answer["run_id"])  # the one its command preview holds
-        if basics is None:
-            basics = self.settings
-        self.readonly = bool(basics.readonly) or replay is not None
+        if settings_basis is None:
+            settings_basis = self.settings
+        self.readonly = bool(settings_basis.readonly) or replay is not None
         self.job = job
         self.demo = demo
         self.controller = controller
-        self.runtime: Runtime | None = None  # the workers' session, once they start after the first frame
+        self.runtime: ConsoleSession | None = None  # the workers' session, once they start after the first frame
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
@@ -182,7 +182,7 @@ class UltraConsoleApp(App[int]):
         self.history_text = ""  # "reading history: N lines" while a job's log is rebuilt
         self.alert_count = 0
         self.dashboard_error: str | None = None
-        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(basics.keys)
+        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(settings_basis.keys)
         self._parent_pid = os.getppid()
         self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
         self._later_mounted = False
@@ -243,7 +243,7 @@ class UltraConsoleApp(App[int]):
         self._mount_later_views()
         plan = self.view("plan")
         if isinstance(plan, PlanView):
-            plan.adopt()
+            plan.build_spec_after_first_frame()
         if self.replay is not None:
             importlib.import_module("console.replay").start(self, self.replay)
         elif self._start_workers:
@@ -467,7 +467,7 @@ def run_app(args: argparse.Namespace, preview: Preview | None = None) -> int:
 
     overrides = {"address": getattr(args, "address", None), "token": getattr(args, "token", None),
                  "readonly": getattr(args, "readonly", None)}
-    answer = preview.basics() if preview is not None else None
+    answer = preview.settings_answer() if preview is not None else None
     if answer is not None and "error" in answer:
         raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
     # Without a usable answer the app loads the settings itself (a bad config raises here, before Textual).

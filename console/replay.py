@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
 from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged, RunStatus
-from console.workers import Runtime
+from console.workers import ConsoleSession
 
 if TYPE_CHECKING:
     from backend.signals.replay import ReplaySession
@@ -23,8 +23,8 @@ POST_EVERY_S = 0.25
 JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
 
 
-class ReplayRuntime(Runtime):
-    """A Runtime without a cluster: the session's store and monitor, read-only."""
+class OfflineSession(ConsoleSession):
+    """A ConsoleSession without a cluster: the session's store and monitor, read-only."""
 
     def __init__(self, app: UltraConsoleApp, session: ReplaySession) -> None:  # no RayClient: nothing talks to Ray
         self.app = app
@@ -48,8 +48,8 @@ class ReplayRuntime(Runtime):
         self.maybe_post_metrics(force=force)
 
 
-def start(app: UltraConsoleApp, session: ReplaySession) -> ReplayRuntime:
-    runtime = ReplayRuntime(app, session)
+def start(app: UltraConsoleApp, session: ReplaySession) -> OfflineSession:
+    runtime = OfflineSession(app, session)
     app.runtime = runtime
     if session.problem:
         runtime.post(Notice(session.problem, "warning"))
@@ -64,7 +64,7 @@ def start(app: UltraConsoleApp, session: ReplaySession) -> ReplayRuntime:
     return runtime
 
 
-def _done(rt: ReplayRuntime) -> None:
+def _done(rt: OfflineSession) -> None:
     rt.post(LogAppended(len(rt.session.store)))
     rt.post(HistoryProgress(rt.session.source.name, len(rt.session.store), done=True))
     rt.maybe_post_metrics(force=True)
@@ -73,7 +73,7 @@ def _done(rt: ReplayRuntime) -> None:
         rt.post(Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning"))
 
 
-async def _load(rt: ReplayRuntime) -> None:
+async def _load(rt: OfflineSession) -> None:
     """Pieces are read and indexed in a thread; messages are posted from here (the app's own context, so
     they go to the views once and never bubble back)."""
     import asyncio
@@ -87,7 +87,7 @@ async def _load(rt: ReplayRuntime) -> None:
     _done(rt)
 
 
-async def _job(rt: ReplayRuntime) -> None:
+async def _job(rt: OfflineSession) -> None:
     """A job on the cluster: its whole log, once (a replay does not follow)."""
     import asyncio
 

@@ -70,7 +70,7 @@ def run_status(event: RunEvent) -> RunStatus | None:
                      bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
 
 
-class Runtime:
+class ConsoleSession:
     """The backend objects one console session uses; the app holds it as `app.runtime`."""
 
     def __init__(self, app: UltraConsoleApp) -> None:
@@ -166,8 +166,8 @@ def start_workers(app: UltraConsoleApp) -> None:
     app.call_after_refresh(_start, app)
 
 
-def _start(app: UltraConsoleApp) -> Runtime:
-    runtime = Runtime(app)
+def _start(app: UltraConsoleApp) -> ConsoleSession:
+    runtime = ConsoleSession(app)
     app.runtime = runtime
     runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
     app.run_worker(_telemetry(runtime), group="telemetry", exclusive=True, exit_on_error=False,
@@ -179,7 +179,7 @@ def _start(app: UltraConsoleApp) -> Runtime:
     return runtime
 
 
-async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
+async def _on_run_event(rt: ConsoleSession, event: RunEvent) -> None:
     if event.kind == "state":
         status = run_status(event)
         if status is not None:
@@ -201,7 +201,7 @@ async def _on_run_event(rt: Runtime, event: RunEvent) -> None:
         rt.post(DashboardBack())
 
 
-async def _run(rt: Runtime, job: str | None) -> None:
+async def _run(rt: ConsoleSession, job: str | None) -> None:
     """Attach, then watch forever (also across a later launch); reconnects on its own."""
     from backend.cluster.controller import NoRunFound
     from backend.cluster.job_identity import active_runs
@@ -228,7 +228,7 @@ async def _run(rt: Runtime, job: str | None) -> None:
         await asyncio.sleep(controller.poll_s)
 
 
-async def _logs(rt: Runtime, job: JobInfo) -> None:
+async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
     """Rebuild `job`'s history into a fresh run log (with progress), then follow it live."""
     from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
 
@@ -257,7 +257,7 @@ async def _logs(rt: Runtime, job: JobInfo) -> None:
     rt.maybe_post_metrics(force=True)
 
 
-def _start_structured(rt: Runtime, job: JobInfo) -> None:
+def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
     """Read the job's `--dump-details` files (named in its entrypoint) alongside its log."""
     from backend.signals.structured import StructuredFeed, dump_dir_of
 
@@ -271,7 +271,7 @@ def _start_structured(rt: Runtime, job: JobInfo) -> None:
                       description=f"structured outputs of {job.id}")
 
 
-async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
+async def _structured(rt: ConsoleSession, feed: StructuredFeed, job_id: str) -> None:
     """Every second while `job_id` is the attached run: what its files gained; once more after it ended."""
     announced, bad_said = False, 0
     while rt.structured is feed:
@@ -296,14 +296,14 @@ async def _structured(rt: Runtime, feed: StructuredFeed, job_id: str) -> None:
         await asyncio.sleep(STRUCTURED_POLL_S)
 
 
-async def _append(rt: Runtime, run_log: RunLog, chunk: LogChunk) -> None:
+async def _append(rt: ConsoleSession, run_log: RunLog, chunk: LogChunk) -> None:
     """Give complete lines to the run log (big chunks off the UI thread); tell the views."""
     await run_log.add_async(chunk)
     rt.post(LogAppended(len(run_log.store)))
     rt.maybe_post_metrics()
 
 
-async def _ticks(rt: Runtime) -> None:
+async def _ticks(rt: ConsoleSession) -> None:
     """Every few seconds: the monitor's time-based checks (a stalled run) and fresh derived numbers."""
     while True:
         await asyncio.sleep(TICK_S)
@@ -312,7 +312,7 @@ async def _ticks(rt: Runtime) -> None:
             rt.maybe_post_alerts()
 
 
-async def _telemetry(rt: Runtime) -> None:
+async def _telemetry(rt: ConsoleSession) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
     from backend.cluster.telemetry import TelemetryPoller
 

@@ -32,7 +32,7 @@ _BOOT = f"import sys; sys.path.insert(0, {ROOT!r}); from backend.plan.preview_pr
 
 
 class Preview:
-    """A running helper: `basics()` is its first answer, `plan()` its second (each None on failure)."""
+    """A running helper: `settings_answer()` is its first answer, `plan()` its second (each None on failure)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
@@ -40,7 +40,7 @@ class Preview:
         self._lines: list[dict[str, Any] | None] = []
         self._failed = False
 
-    def basics(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
+    def settings_answer(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
         """{"settings": {address, readonly, keys}, "run_id": ...} or {"error": one line} or None."""
         answer = self._line(0, timeout)
         if answer is None or _well_formed(answer):
@@ -136,7 +136,7 @@ def start(*, address: str | None = None, readonly: bool | None = None,
     return Preview(proc)
 
 
-def answers(address: str | None = None, readonly: bool | None = None) -> Iterator[dict[str, Any]]:
+def helper_lines(address: str | None = None, readonly: bool | None = None) -> Iterator[dict[str, Any]]:
     """What the helper prints, in order: the basics (or the error), then the plan. A generator, so
     the first line is out before the plan is computed."""
     from backend.errors import ConsoleError
@@ -160,6 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--address", default=None)
     parser.add_argument("--readonly", action="store_true", default=None)
     args = parser.parse_args(argv)
-    for answer in answers(args.address, args.readonly):
+    for answer in helper_lines(args.address, args.readonly):
         print(json.dumps(answer), flush=True)
     return 0

@@ -118,7 +118,7 @@ class PlanView(ConsoleView):
     def on_mount(self) -> None:
         self._draw()
 
-    def adopt(self) -> None:
+    def build_spec_after_first_frame(self) -> None:
         """After the first frame: a preview's evaluation holds no spec object; build it here (launch
         and preflight need it). Nothing changes on screen: the same code computed the preview."""
         if self.evaluation.spec is None and self.evaluation.valid and self._pending is None:

@@ -57,11 +57,11 @@ async def test_the_views_get_copies_of_alerts_the_engine_goes_on_updating(tmp_pa
     """The alert engine updates a firing alert in place (count, last step) on the log worker's thread; what
     the views hold is a copy taken when it was posted."""
     from backend.signals.monitor import RunMonitor
-    from console.workers import Runtime
+    from console.workers import ConsoleSession
 
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        runtime = Runtime(app)
+        runtime = ConsoleSession(app)
         runtime.monitor = RunMonitor()
         fired = runtime.monitor.on_node_dead("ab" * 28, "health check failed")
         assert fired is not None

@@ -36,10 +36,10 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_helper_answers_what_the_console_computes(config: Path) -> None:
     preview = plan_preview.start(address="127.0.0.1:7777")
-    basics, plan = preview.basics(), preview.plan()
+    basics, plan = preview.settings_answer(), preview.plan()
     assert basics is not None and plan is not None
     assert preview._proc.wait(timeout=10) == 0  # it exits by itself once both answers are out
-    here = list(plan_preview.answers(address="127.0.0.1:7777"))
+    here = list(plan_preview.helper_lines(address="127.0.0.1:7777"))
     assert basics["settings"] == here[0]["settings"]
     assert json.dumps(plan).replace(basics["run_id"], "RUN") == json.dumps(here[1]["start"]).replace(
         here[0]["run_id"], "RUN")  # the same plan, but for the run id each one drew
@@ -55,7 +55,7 @@ def test_helper_answers_what_the_console_computes(config: Path) -> None:
 def test_bad_settings_come_back_as_one_line(config: Path) -> None:
     config.write_text("readonly = [\n")
     preview = plan_preview.start()
-    answer = preview.basics()
+    answer = preview.settings_answer()
     assert answer is not None and set(answer) == {"error"}
     assert answer["error"].startswith("cannot read config file") and "\n" not in answer["error"]
     assert preview.plan() is None  # nothing follows an error
@@ -70,13 +70,13 @@ def _script(tmp_path: Path, body: str) -> str:
 
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
-    assert plan_preview.start(python=_script(tmp_path, "exit 3")).basics() is None  # died
-    assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).basics() is None  # garbage
-    assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).basics() is None  # not an answer
-    assert plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).basics() \
+    assert plan_preview.start(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
+    assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None  # garbage
+    assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None  # not an answer
+    assert plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).settings_answer() \
         is None  # not the shape the console reads
     half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
-    assert half.basics() == json.loads(BASICS) and half.plan() is None  # died after the first answer
+    assert half.settings_answer() == json.loads(BASICS) and half.plan() is None  # died after the first answer
 
 
 def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,17 +84,17 @@ def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert plan_preview.start() is None  # the console computes the plan itself: nothing to overlap with
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     preview = plan_preview.start()
-    assert preview is not None and preview.basics() is not None
+    assert preview is not None and preview.settings_answer() is not None
 
 
 def test_a_slow_helper_is_given_up_and_killed(tmp_path: Path) -> None:
     preview = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exec sleep 30"))
-    assert preview is not None and preview.basics(timeout=10) is not None
+    assert preview is not None and preview.settings_answer(timeout=10) is not None
     t0 = time.monotonic()
     assert preview.plan(timeout=0.5) is None
     assert time.monotonic() - t0 < 5
     assert preview._proc.poll() is not None  # not left running
-    assert preview.plan() is None and preview.basics() is not None  # asked again: no second wait
+    assert preview.plan() is None and preview.settings_answer() is not None  # asked again: no second wait
 
 
 def _screen(app: UltraConsoleApp) -> list[str]:
@@ -103,7 +103,7 @@ def _screen(app: UltraConsoleApp) -> list[str]:
 
 async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: Path, config: Path) -> None:
     preview = plan_preview.start()
-    run_id = preview.basics()["run_id"]
+    run_id = preview.settings_answer()["run_id"]
     from backend.settings import load_settings
 
     from_preview = UltraConsoleApp(None, preview=preview, start_workers=False, watchdog=False)

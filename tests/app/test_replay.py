@@ -212,16 +212,16 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
 
 
 async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
-    """The live app's store (console.workers.Runtime) carries the rollout index too: `]` moves the log there."""
+    """The live app's store (console.workers.ConsoleSession) carries the rollout index too: `]` moves the log there."""
     from app_helpers import make_app
 
-    from console.workers import Runtime
+    from console.workers import ConsoleSession
 
     path = tmp_path / "job-driver.log"
     newest_log(path)
     app = make_app(tmp_path / "state")
     async with app.run_test(size=(160, 48)) as pilot:
-        runtime = Runtime(app)
+        runtime = ConsoleSession(app)
         app.runtime = runtime
         store = runtime.new_run_log("live-job").store
         store.append(path.read_bytes())
