@@ -162,9 +162,13 @@ def test_search_is_cancellable_and_runs_in_background(tmp_path) -> None:
     assert done.wait(10) and task.done.is_set() and task.error is None
     assert list(task.matches) == [19999 + 20000 * k for k in range(10)] and sum(map(len, batches)) == 10
 
-    slow = store.search_background("needle", block_bytes=1 << 12)
-    slow.cancel()
-    assert slow.join(10) and slow.cancelled and len(slow.matches) < 200_000
+    # cancelled from its first batch (in the search thread): it stops at the next block, not at the end
+    stop = CancelToken()
+    slow = store.search_background("needle", block_bytes=1 << 12, cancel=stop, on_batch=lambda _batch: stop.cancel())
+    assert slow.join(10) and slow.cancelled and 0 < len(slow.matches) < 200_000
+    late = store.search_background("needle", block_bytes=1 << 12)
+    late.cancel()  # from outside, at any time (it may already have finished: the whole file is small)
+    assert late.join(10) and late.cancelled
     bad = store.search_background("[", regex=True)
     assert bad.join(10) and "bad search pattern" in (bad.error or "")
     store.close()
