@@ -3,7 +3,9 @@
 A metric rule is evaluated on every new point of its series and fires once per episode: when its condition
 becomes true, not again until it has been false (an alert that repeats every rollout is noise). Log rules
 (the NemotronH shim failing to load, CUDA out of memory, an actor that died, NaN) look at sanitised log text,
-found by a literal hint first; each names the line that said it (`Alert.sample`). The shim's own
+found by a literal hint first; each names the line that said it (`Alert.sample`). Failures (an OOM, an actor
+that died, an NCCL timeout, ...) are the failure catalog's (backend.signals.failures): each fires an alert,
+and the diagnosis marks which one is the cause (`Alert.cause` 1) and which its consequences (2). The shim's own
 `applied NemotronH provider fields {...}` line is checked against the expected scaling. Blind spots are
 alerts too, so empty charts are never silent: metric-looking lines that do not parse, a running run with no
 metric for longer than a first rollout takes, a chart's key that never arrives, a run that only prints
@@ -30,7 +32,9 @@ from typing import Any
 from backend.errors import ConsoleError
 from backend.sanitize import one_line
 from backend.signals.actors import TRAIN, role_of
-from backend.signals.grammar import REPEATED, ParsedLine, parse_line
+from backend.signals.failures import Diagnosis, FailureEvent, FailureScanner, diagnose
+from backend.signals.failures.owner import line_label, traceback_owner
+from backend.signals.grammar import REPEATED, parse_line
 from backend.signals.metrics import Point, lines_containing
 from backend.signals.series import Series
 from shim import logline as shim_logline
@@ -65,12 +69,6 @@ class Rule:
     pattern: re.Pattern[str] | None = None
     hints: tuple[str, ...] = ()  # literal text every line the pattern matches holds (found with str.find)
 
-    @property
-    def cause_rank(self) -> int | None:
-        """Rank as the cause of a failed run (1 = the root cause, e.g. OOM before the actor death it causes)."""
-        rank = self.params.get("cause")
-        return int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None
-
     def param(self, name: str, default: float) -> float:
         value = self.params.get(name, default)
         return float(value)
@@ -89,8 +87,9 @@ class Alert:
     last_step: float | None = None
     count: int = 1
     sample: str = ""  # the log line that said it (sanitised, cut), where a line did
-    cause: int | None = None  # rank as a failed run's cause (1 = root cause), from the rule
+    cause: int | None = None  # a failure's place in the diagnosis: 1 the cause, 2 a consequence
     blind: bool = False  # says a chart is blind (unreadable lines, no metric, a missing key, a hang)
+    advice: str = ""  # what to try, for a failure (the catalog's line for its kind and role)
 
     def to_json(self) -> dict[str, Any]:
         step = self.step
@@ -182,6 +181,9 @@ class AlertEngine:
         self.job_status = ""  # the Ray job's status, as the controller last reported it
         self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
         self._ray_reason = ""
+        self.failures = FailureScanner()
+        self.world: int | None = None  # train ranks in the run, where known (names NCCL ranks that did not time out)
+        self._failure_alerts: dict[tuple[str, int], Alert] = {}
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
         self._listeners.append(listener)
@@ -201,16 +203,17 @@ class AlertEngine:
             self._fired.add(once)
         text = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
         alert = Alert(rule.id, rule.severity, text, step, key, last_step=step, sample=_sample(sample),
-                      cause=rule.cause_rank, blind=rule.when in BLIND_CHECKS)
+                      blind=rule.when in BLIND_CHECKS)
+        self._add(alert)
+        return alert
+
+    def _add(self, alert: Alert) -> None:
         if len(self.alerts) >= MAX_ALERTS:
             del self.alerts[: MAX_ALERTS // 10]
         self.alerts.append(alert)
         self.version += 1
-        if alert.cause is not None and self.job_status == "FAILED":
-            self._restate_failure()
         for listener in self._listeners:
             listener(alert)
-        return alert
 
     # ------------------------------------------------------------------ metric rules
 
@@ -283,7 +286,49 @@ class AlertEngine:
                         fired.append(alert)
         for line in lines_containing(text, shim_logline.LINE_PREFIX):
             fired.extend(self._shim_line(line))
+        changed = self.failures.feed(text)
+        if changed:
+            fired.extend(self._on_failures(changed))
         return fired
+
+    # ------------------------------------------------------------------ failures (the catalog's)
+
+    def _on_failures(self, changed: list[FailureEvent]) -> list[Alert]:
+        """An alert per failure (its count and words kept current), then which one is the cause."""
+        fired = []
+        for event in changed:
+            alert = self._failure_alerts.get((event.kind, event.seq))
+            if alert is None:
+                kind = self.failures.catalog.kind(event.kind)
+                alert = Alert(event.kind, "warning" if kind.cascade == "report" else "critical", "", key=event.who,
+                              sample=_sample(event.line))
+                self._failure_alerts[(event.kind, event.seq)] = alert
+                fired.append(alert)
+            alert.count = event.count
+        self._restate_causes()
+        for alert in fired:
+            self._add(alert)
+        self.version += 1
+        if self.job_status == "FAILED":
+            self._restate_failure()
+        return fired
+
+    def _restate_causes(self) -> None:
+        """Words and places in the diagnosis for every failure alert (a later line can change the cause)."""
+        found = self.diagnosis()
+        if found is None:
+            return
+        for rank, finding in ((1, found.cause), *((2, f) for f in found.consequences)):
+            alert = self._failure_alerts.get(finding.key)
+            if alert is not None:
+                alert.message, alert.cause = finding.message, rank
+                alert.advice = finding.try_ if rank == 1 else ""
+
+    def diagnosis(self) -> Diagnosis | None:
+        """Why the run failed (or is failing): the cause and its consequences, from every failure seen."""
+        return diagnose(self.failures.events, self.failures.catalog, world=self.world,
+                        ranks_seen=sorted(self.failures.ranks_seen),
+                        succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED")
 
     def _log_line(self, rule: Rule, line: str, text: str, start: int) -> Alert | None:
         assert rule.pattern is not None
@@ -294,8 +339,8 @@ class AlertEngine:
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         for name in [k for k in groups if k.endswith("_alt")]:  # a second spelling fills the first's field
             groups.setdefault(name[: -len("_alt")], groups.pop(name))
-        owner = parsed if parsed.actor is not None else _traceback_owner(text, start)
-        actor = groups.pop("actor", None) or _actor_label(owner)
+        owner = parsed if parsed.actor is not None else _owner_in(text, start)
+        actor = groups.pop("actor", None) or line_label(owner)
         fields: dict[str, Any] = {k: v.strip()[:200] for k, v in groups.items()}
         fields.setdefault("reason", "no reason given")
         fields["actor"] = actor
@@ -387,9 +432,6 @@ class AlertEngine:
 
     def headline(self) -> str:
         return headline(self.alerts, self.job_status)
-
-    def _ids_of(self, *checks: str) -> set[str]:
-        return {r.id for r in self.rules if r.when in checks}
 
     def blind_spots(self) -> list[Alert]:
         return [a for a in self.alerts if a.blind]
@@ -514,27 +556,31 @@ class AlertEngine:
 
 
 def failure_cause(alerts: Sequence[Alert]) -> Alert | None:
-    """The alert that best says why a run failed: the lowest cause rank (OOM before the actor death it
-    brings), the earliest of equals; None if the log said nothing."""
-    causes = [a for a in alerts if a.cause is not None]
-    return min(causes, key=lambda a: a.cause or 0) if causes else None
+    """The alert the diagnosis names as why the run failed (or is failing); None if the log said nothing."""
+    return next((a for a in alerts if a.cause == 1), None)
 
 
-def cause_in_log(text: str, rules: list[Rule] | None = None) -> Alert | None:
+def cause_in_log(text: str, rules: list[Rule] | None = None, *, succeeded: bool = False) -> Diagnosis | None:
     """Why a run failed, as its log says it (for `status`, which reads only the log's tail)."""
     engine = AlertEngine(rules)
+    if succeeded:
+        engine.job_status = "SUCCEEDED"
     engine.on_log_text(text)
-    return engine.failure_cause()
+    return engine.diagnosis()
 
 
 def headline(alerts: Sequence[Alert], job_state: str) -> str:
-    """The one phrase a run's header adds: a failed run's cause, else the newest blind spot, else ""."""
+    """The one phrase a run's header adds: the failure's cause (the moment its line arrives, not only once
+    Ray says FAILED), else the newest blind spot, else ""."""
+    cause = failure_cause(alerts)
     if job_state.upper() == "FAILED":
-        cause = failure_cause(alerts)
         if cause is not None:
             return f"FAILED: {cause.message}"
         failed = next((a for a in reversed(alerts) if a.id == "job-failed"), None)
         return f"FAILED: {failed.message}" if failed is not None else ""
+    if cause is not None:
+        return f"FAILING: {cause.message}" if job_state.upper() not in ("SUCCEEDED",) else (
+            f"succeeded, but: {cause.message}")
     newest = next((a for a in reversed(alerts) if a.blind), None)
     return newest.message if newest is not None else ""
 
@@ -555,45 +601,10 @@ def _lines_at(text: str, needle: str) -> Iterator[tuple[int, str]]:
         pos = text.find(needle, end)
 
 
-_TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b")
-_TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s")
-_TRACE_LOOKBACK = 200
-# `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
-_REMOTE_TASK = re.compile(r"RayTaskError\([\w.]*\): ray::(?P<actor>\w+)\.\w+\(\) \(pid=(?P<pid>\d+)"
-                          r"(?:, ip=(?P<ip>[\w.:]+))?")
-
-
-def _traceback_owner(text: str, start: int) -> ParsedLine | None:
-    """A traceback's continuation lines carry no Ray prefix: the process a prefix-less line belongs to is
-    that of the prefixed `Traceback` line it continues (None: the driver's own traceback, or not one)."""
-    end = start - 1
-    for _ in range(_TRACE_LOOKBACK):
-        if end <= 0:
-            return None
-        begin = text.rfind("\n", 0, end) + 1
-        line = text[begin:end]
-        if line.startswith("("):
-            parsed = parse_line(line)
-            if parsed.actor is not None:
-                return parsed if _TRACE_HEAD.match(parsed.message) else None
-        remote = _REMOTE_TASK.search(line)
-        if remote is not None:  # the driver's traceback inlines the actor's: Ray names that actor here
-            ip = f", ip={remote['ip']}" if remote["ip"] else ""
-            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
-        if line.startswith("Traceback") or not _TRACE_BODY.match(line):
-            return None
-        end = begin - 1
-    return None
-
-
-def _actor_label(line: ParsedLine | None) -> str:
-    """How an alert names the process of a line: its Ray actor, pid and node, else miles' name, else the driver."""
-    if line is None:
-        return "the driver"
-    if line.actor is not None:
-        role = role_of(line.actor, line.proc)
-        who = f"{line.actor} pid={line.pid}" if line.pid is not None else line.actor
-        if line.ip:
-            who += f" on {line.ip}"
-        return f"{who} ({role})" if role is not None and role not in line.actor.lower() else who
-    return line.proc or "the driver"
+def _owner_in(text: str, start: int) -> Any:
+    """The process a prefix-less line at `start` of `text` belongs to (its traceback's first line)."""
+    head = text[max(0, start - 64 * 1024) : start]
+    lines = head.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return traceback_owner([*lines, ""], len(lines))

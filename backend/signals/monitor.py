@@ -21,6 +21,7 @@ from backend.signals.activity import LogActivity
 from backend.signals.alerts import Alert, AlertEngine, Rule
 from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
 from backend.signals.dump_reader import DumpReader
+from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
@@ -172,6 +173,14 @@ class RunMonitor:
         """The alerts that say a chart is blind (what `metrics` exits non-zero for)."""
         return self.alerts.blind_spots()
 
+    def diagnosis(self) -> Diagnosis | None:
+        """Why the run failed (or is failing), knowing the run's train ranks where its facts say them."""
+        with self.lock:
+            f = self.facts
+            if f.actor_num_nodes and f.actor_num_gpus_per_node:
+                self.alerts.world = f.actor_num_nodes * f.actor_num_gpus_per_node
+            return self.alerts.diagnosis()
+
     # ------------------------------------------------------------------ output
 
     def metrics_snapshot(self, now: float | None = None) -> MetricsSnapshot:
@@ -192,7 +201,8 @@ class RunMonitor:
             self.lock.release()
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """`{"series", "latest", "derived", "alerts", "problems"}`, JSON-ready (non-finite -> null)."""
+        """`{"series", "latest", "derived", "alerts", "cause", "problems"}`, JSON-ready (non-finite -> null);
+        `cause` is the diagnosis (the cause, its consequences) or null."""
         now = self.miles_now() if now is None else now
         frozen = self.collector.series.snapshot()
         problems = [str(p) for p in self.collector.problems]
@@ -205,5 +215,6 @@ class RunMonitor:
             "latest": jsonable(self.collector.latest()),
             "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now)),
             "alerts": [a.to_json() for a in self.alerts.alerts],
+            "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
             "problems": problems,
         }

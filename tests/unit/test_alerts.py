@@ -205,8 +205,10 @@ def test_monitor_end_to_end_on_the_sample_log() -> None:
     later = monitor.snapshot(now=monitor.end_of_log() + 600)["derived"]
     assert later["checkpoint"]["since_s"] == pytest.approx(600) and later["since_last_metric_s"] == pytest.approx(603)
     assert derived["zero_std_frac"] == pytest.approx(0.25)
-    assert [a["id"] for a in snap["alerts"]] == ["loss-nonfinite"] * 3  # loss, pg_loss, grad_norm at step 9
-    assert all(a["step"] == 9 for a in snap["alerts"])
+    # loss, pg_loss, grad_norm at step 9; and the NaN in the step dict is the failure catalog's divergence
+    assert [a["id"] for a in snap["alerts"]] == ["loss-nonfinite"] * 3 + ["nan"]
+    assert all(a["step"] == 9 for a in snap["alerts"][:3])
+    assert snap["cause"]["id"] == "nan" and snap["cause"]["message"].startswith("train/loss is nan in ")
     assert snap["latest"]["train/loss"] == pytest.approx(-0.0003 * 12)
     assert snap["series"]["train/loss"][9] == [9, None]
 

@@ -146,14 +146,17 @@ def test_actor_rank_node_filters_work_on_every_shape(tmp_path) -> None:
 def test_cuda_oom_names_gpu_actor_and_memory_and_is_the_failed_runs_cause() -> None:
     monitor = read("\n".join(OOM_TRACEBACK) + "\n")
     by_id = {a.id: a for a in monitor.alerts.alerts}
-    assert list(by_id) == ["cuda-oom", "memory-saver-oom", "actor-died"]
+    assert list(by_id) == ["memory-saver-oom", "cuda-oom", "ray-task-error"]
     oom = by_id["cuda-oom"]
+    # the OOM is the cause; the memory saver's warning before it and Ray's report after it are consequences
+    assert [(a.id, a.cause) for a in monitor.alerts.alerts] == [("memory-saver-oom", 2), ("cuda-oom", 1),
+                                                                 ("ray-task-error", 2)]
     # the OOM line is a traceback's continuation (no prefix): the traceback's first line names the actor
     assert oom.message == ("CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: asked for "
                            "2.10 GiB, 1.02 GiB free of 139.80 GiB")
     assert oom.sample.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.10 GiB. GPU 3")
-    assert by_id["actor-died"].message.startswith("a Ray actor died (RayTaskError(OutOfMemoryError)) in "
-                                                  "MegatronTrainRayActor: (pid=4101")
+    assert by_id["ray-task-error"].message == ("OutOfMemoryError raised in MegatronTrainRayActor.train() "
+                                               "(pid 4101 on 10.0.0.3)")
     assert by_id["memory-saver-oom"].message.startswith(
         "torch_memory_saver could not allocate GPU memory in MegatronTrainRayActor pid=4101 on 10.0.0.3")
     failed = monitor.on_job_status("FAILED", "Job entrypoint command failed with exit code 1")
@@ -184,15 +187,17 @@ def test_old_torch_oom_and_an_actor_that_died() -> None:
     messages = {a.id: a.message for a in monitor.alerts.alerts}
     assert messages["cuda-oom"] == "CUDA out of memory on GPU 0 in MegatronTrainRayActor pid=4102: asked for 20.00 MiB, " \
                                    "10.12 MiB free of 79.15 GiB"
-    assert messages["actor-died"] == ("a Ray actor died (ActorDiedError) in the driver: The actor died unexpectedly "
-                                      "before finishing this task. class_name: RolloutExecutor")
+    assert messages["actor-died"] == ("a Ray actor died (RolloutExecutor): The actor died unexpectedly "
+                                      "before finishing this task.")
 
 
 def test_nan_result_line_and_nan_values() -> None:
     monitor = read(NAN_RESULT + "\nstep 0: {'train/loss': nan, 'train/ppo_kl': 0.0}\n")
     alerts = [(a.id, a.key) for a in monitor.alerts.alerts]
-    assert alerts == [("loss-nonfinite", "train/loss"), ("nan-result", "RolloutRayActor pid=77")]
-    assert monitor.alerts.alerts[1].message.startswith("NaN in RolloutRayActor pid=77: Unexpected result nan for sample 3")
+    assert alerts == [("loss-nonfinite", "train/loss"), ("nan", "RolloutRayActor pid=77")]
+    assert monitor.alerts.alerts[1].message == ("NaN in RolloutRayActor pid=77: Unexpected result nan for sample 3: "
+                                                "training diverged")
+    assert monitor.alerts.alerts[1].count == 2  # the step dict's nan is the same divergence
 
 
 class FakeClock:

@@ -1,0 +1,180 @@
+"""The failure catalog: every way a real run is known to die, as data (`configs/failures.toml`).
+
+Adding a kind is a table in the TOML file and its tests; this module only checks that a table is
+well-formed and compiles its patterns once.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from backend.errors import ConsoleError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CASCADES = ("root", "symptom", "report")
+DEFAULT_GROUP_BY = ("pid", "text")  # one process saying the same thing again counts once
+
+
+class FailureCatalogError(ConsoleError):
+    """The failure catalog is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindPattern:
+    """One way a kind's line reads: a regex searched in the line's message, and optionally its own message."""
+
+    regex: re.Pattern[str]
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureKind:
+    id: str
+    title: str
+    cascade: str  # root | symptom | report
+    hints: tuple[str, ...]
+    patterns: tuple[KindPattern, ...]
+    message: str
+    tries: tuple[tuple[str, str], ...]  # (role or "default", what to try)
+    yields_to: tuple[str, ...] = ()
+    group_by: tuple[str, ...] = DEFAULT_GROUP_BY
+    collect: tuple[str, ...] = ()
+    needs_exception: bool = False
+    generic: bool = False  # any traceback's exception line that no other kind names
+    examples: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()  # what a placeholder says when the line left its group out
+
+    def what_to_try(self, role: str | None) -> str:
+        by_role = dict(self.tries)
+        return by_role.get(role or "", by_role.get("default", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class FailureCatalog:
+    kinds: tuple[FailureKind, ...]
+    retried: tuple[str, ...]  # a line holding one of these is a caught, retried error
+    succeeded: tuple[str, ...]  # how Ray says a job ended well
+
+    def kind(self, kind_id: str) -> FailureKind:
+        return next(k for k in self.kinds if k.id == kind_id)
+
+    @property
+    def specific(self) -> tuple[FailureKind, ...]:
+        return tuple(k for k in self.kinds if not k.generic)
+
+    @property
+    def generic(self) -> FailureKind | None:
+        return next((k for k in self.kinds if k.generic), None)
+
+    def hints(self) -> tuple[str, ...]:
+        """Every literal a failure line may hold (the cheap test that comes before any parsing)."""
+        seen: dict[str, None] = {}
+        for kind in self.kinds:
+            for hint in kind.hints:
+                seen.setdefault(hint, None)
+        for hint in (*self.succeeded, *EXCEPTION_HINTS):
+            seen.setdefault(hint, None)
+        return tuple(seen)
+
+
+# What an exception line at the end of a traceback holds (the generic kind's cheap test).
+EXCEPTION_HINTS = ("Error", "Exception", "Interrupt")
+
+
+def default_catalog_path() -> Path:
+    return Path(str(resources.files("configs").joinpath("failures.toml")))
+
+
+def _strings(raw: Any, where: str, name: str) -> tuple[str, ...]:
+    value = raw.get(name, ())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise FailureCatalogError(f"{where}: {name} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _pattern(raw: Any, where: str) -> KindPattern:
+    text, message = (raw, None) if isinstance(raw, str) else (raw.get("re"), raw.get("message"))
+    if not isinstance(text, str) or not text or (message is not None and not isinstance(message, str)):
+        raise FailureCatalogError(f"{where}: a pattern is a regex string or {{re = '…', message = '…'}}")
+    try:
+        return KindPattern(re.compile(text), message)
+    except re.error as err:
+        raise FailureCatalogError(f"{where}: bad pattern {text[:60]!r}: {err}") from None
+
+
+def _kind(raw: Any, where: str) -> FailureKind:
+    if not isinstance(raw, dict):
+        raise FailureCatalogError(f"{where}: must be a table")
+    for name in ("id", "title", "message"):
+        if not isinstance(raw.get(name), str) or not raw[name]:
+            raise FailureCatalogError(f"{where}: needs a {name}")
+    if raw.get("cascade") not in CASCADES:
+        raise FailureCatalogError(f"{where}: cascade must be one of {', '.join(CASCADES)}")
+    generic = bool(raw.get("generic", False))
+    patterns = tuple(_pattern(p, where) for p in raw.get("patterns", ()))
+    hints = _strings(raw, where, "hints")
+    if not generic and (not patterns or not hints):
+        raise FailureCatalogError(f"{where}: a kind needs patterns and hints (literal text its lines hold)")
+    tries = raw.get("try", {})
+    if not isinstance(tries, dict) or not all(isinstance(v, str) for v in tries.values()):
+        raise FailureCatalogError(f"{where}: try must map roles to text")
+    group_by = _strings(raw, where, "group_by") if "group_by" in raw else DEFAULT_GROUP_BY
+    return FailureKind(
+        id=raw["id"], title=raw["title"], cascade=raw["cascade"], hints=hints, patterns=patterns,
+        message=raw["message"], tries=tuple(tries.items()), yields_to=_strings(raw, where, "yields_to"),
+        group_by=group_by, collect=_strings(raw, where, "collect"),
+        needs_exception=bool(raw.get("needs_exception", False)), generic=generic,
+        examples=_strings(raw, where, "examples"), defaults=_defaults(raw, where),
+    )
+
+
+def _defaults(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    value = raw.get("defaults", {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise FailureCatalogError(f"{where}: defaults must map placeholders to text")
+    return tuple(value.items())
+
+
+def load_catalog(path: str | Path | None = None) -> FailureCatalog:
+    """Parse and check the catalog; a bad file is one clear error."""
+    path = Path(path) if path is not None else default_catalog_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise FailureCatalogError(f"cannot read the failure catalog {path}: {err}") from None
+    kinds, seen = [], set()
+    for i, raw in enumerate(data.get("kind", [])):
+        kind = _kind(raw, f"failure kind #{i + 1} ({raw.get('id', 'no id') if isinstance(raw, dict) else '?'}) in {path}")
+        if kind.id in seen:
+            raise FailureCatalogError(f"failure kind {kind.id!r} in {path} is defined twice")
+        seen.add(kind.id)
+        kinds.append(kind)
+    for kind in kinds:
+        unknown = [y for y in kind.yields_to if y not in seen]
+        if unknown:
+            raise FailureCatalogError(f"failure kind {kind.id!r} in {path} yields to unknown kinds: {', '.join(unknown)}")
+    if sum(k.generic for k in kinds) > 1:
+        raise FailureCatalogError(f"{path}: at most one generic kind")
+    benign = data.get("benign", {})
+    return FailureCatalog(tuple(kinds), _strings(benign, f"[benign] in {path}", "retried"),
+                          _strings(benign, f"[benign] in {path}", "succeeded"))
+
+
+_DEFAULT: FailureCatalog | None = None
+
+
+def default_catalog() -> FailureCatalog:
+    """The shipped catalog, read once per process."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_catalog()
+    return _DEFAULT

@@ -1,0 +1,80 @@
+"""Whose line is it: the process a failure line belongs to, also when the line carries no Ray prefix.
+
+A traceback's continuation lines often carry no prefix (the driver re-raises an actor's error and inlines
+its traceback; a pasted log lost its prefixes; a terminal hard-wrapped a long line). The owner of such a
+line is the prefixed line its traceback started with, or the actor Ray's `RayTaskError … ray::Actor.method()
+(pid=, ip=)` line names; else the driver.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from backend.signals.actors import role_of
+from backend.signals.grammar import ParsedLine, parse_line
+
+WRAP_MIN = 80  # a line at least this long may have been hard-wrapped by a terminal or a paste
+LOOKBACK = 200
+
+_TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"")
+_TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception")
+# `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
+REMOTE_TASK = re.compile(r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\w+\(\)\s*\(pid=(?P<pid>\d+)"
+                         r"(?:,\s*ip=(?P<ip>[\w.:]+))?")
+# What starts a new line in a log (anything else after a long line is that line's wrapped tail).
+_LINE_START = re.compile(
+    r"\(|\[|Traceback|During handling|The above exception|\s|File \"|`{3}|[\w.]+(?:Error|Exception|Warning)\b"
+    r"|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Job '|Status message|-{3}|\*"
+    r"|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
+)
+_QUOTE = re.compile(r"(?:> ?)+")
+
+
+def unquote(line: str) -> str:
+    """A line without markdown's quote markers (`> `), as pasted logs in issues carry them."""
+    return _QUOTE.sub("", line, count=1) if line.startswith(">") else line
+
+
+def continues(previous: str, line: str) -> bool:
+    """Is `line` the hard-wrapped tail of `previous`?"""
+    return len(previous) >= WRAP_MIN and bool(line) and _LINE_START.match(line) is None
+
+
+def traceback_owner(lines: Sequence[str], index: int) -> ParsedLine | None:
+    """The process the prefix-less line `lines[index]` belongs to (None: the driver, or not a traceback)."""
+    j = index - 1
+    stop = max(-1, index - LOOKBACK)
+    while j > stop:
+        line = unquote(lines[j])
+        if line.startswith("("):
+            parsed = parse_line(line)
+            if parsed.actor is not None and parsed.pid is not None:
+                return parsed if _TRACE_HEAD.match(parsed.message) else None
+        remote = REMOTE_TASK.search(line)
+        if remote is not None:  # the driver's traceback inlines the actor's: Ray names that actor here
+            ip = f", ip={remote['ip']}" if remote["ip"] else ""
+            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
+        if line.startswith("Traceback"):
+            return None
+        if not _TRACE_BODY.match(line) and not (j > 0 and continues(unquote(lines[j - 1]), line)):
+            return None
+        j -= 1
+    return None
+
+
+def label(actor: str | None, pid: int | str | None, ip: str | None, proc: str | None = None) -> str:
+    """How an operator reads a process: its Ray actor, pid and node, else miles' name, else the driver."""
+    if actor is None:
+        return proc or "the driver"
+    role = role_of(actor, proc)
+    who = f"{actor} pid={pid}" if pid is not None else actor
+    if ip:
+        who += f" on {ip}"
+    return f"{who} ({role})" if role is not None and role not in actor.lower() else who
+
+
+def line_label(line: ParsedLine | None) -> str:
+    if line is None:
+        return "the driver"
+    return label(line.actor, line.pid, line.ip, line.proc)
