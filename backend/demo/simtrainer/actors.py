@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from backend.demo.simtrainer import SIM_LABEL, event_checkpoint, metrics, oom
+from backend.demo.simtrainer import SIM_LABEL, deaths, event_checkpoint, metrics, oom
 from backend.demo.simtrainer.args import SimArgs
 from backend.demo.simtrainer.dashboard import DashboardClient, PhaseEvent
 from backend.demo.simtrainer.milog import EventLog, MilesLog
@@ -29,6 +31,14 @@ def _node_ip() -> str:
     import ray
 
     return str(ray.util.get_node_ip_address())
+
+
+def remote(*args: Any, **kwargs: Any) -> Any:
+    """`ray.remote` untyped: Ray's overloads do not cover actor options such as max_concurrency."""
+    import ray
+
+    decorate: Any = ray.remote
+    return decorate(*args, **kwargs)
 
 
 def truncated(line: str) -> str:
@@ -64,6 +74,19 @@ class RolloutManager:
         self.log = MilesLog(self.PROC, args.log_format)
         self.events = EventLog(args.dump_details, self.PROC, {"component": self.PROC}, self.dashboard)
         self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: {type(self).__name__} started (no sglang engines)")
+        if args.fail == "engine-start":
+            self._start_engine(in_ray)
+
+    def _start_engine(self, in_ray: bool) -> None:
+        """miles starts its SGLang engines in the manager's creation task and waits for each engine's init();
+        an engine that dies there fails the manager's creation (`--sim-fail engine-start`)."""
+        if not in_ray:
+            SGLangEngine(self.args).init()
+            return
+        import ray
+
+        engine = remote(num_cpus=0)(SGLangEngine).remote(self.args)
+        ray.get(engine.init.remote())
 
     def generate(self, rollout_id: int) -> int:
         a = self.args
@@ -118,6 +141,11 @@ class MegatronTrainRayActor:
             self.node = _node_ip()
         self.log.at("train_actor.py:53",
                     f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {self.gpu_ids}")
+        if in_ray and args.fail == "host-oom" and node_index == 0:
+            # Ray's memory monitor SIGKILLs the worker while it loads the checkpoint into host memory; the
+            # driver words what Ray reports (driver.py), the simulator cannot really exhaust the host's RAM.
+            self.log.at("train_actor.py:71", "loading the checkpoint into host memory")
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _set_util(self, util: int, mem: int | None = None) -> None:
         for path in self.holdings:
@@ -140,19 +168,40 @@ class MegatronTrainRayActor:
                     path.write_text(json.dumps({"mem": (oom.capacity_bytes() - oom.FREE) // oom.MIB, "util": 100}))
         _allocate(oom.ASKED, a.oom_gpu, rollout_id)
 
+    def _collective_timeout(self) -> None:
+        """`--sim-fail nccl-timeout`: the step's all-reduce never completes because the culprit rank never
+        joins it. Every other rank's watchdog fires after the (short, simulated) timeout and takes its
+        process down; the culprit prints nothing. One actor stands for a node's ranks, so it prints each
+        of its ranks' lines and then aborts once, as the first of its real processes would."""
+        a = self.args
+        self._set_util(100)  # NCCL kernels spin while they wait
+        t0 = time.monotonic()
+        time.sleep(a.nccl_timeout_s)
+        timeout_ms = int(a.nccl_timeout_s * 1000)
+        ran_ms = int((time.monotonic() - t0) * 1000)
+        timed_out = [r for r in self.ranks if r != a.culprit_rank]
+        if not timed_out:  # a node of the culprit alone: it goes when Ray ends the failed job
+            os.kill(os.getpid(), signal.SIGKILL)
+        for rank in timed_out:
+            sys.stderr.write("".join(f"{line}\n" for line in deaths.nccl_timeout_lines(rank, timeout_ms, ran_ms)))
+            sys.stderr.flush()
+        deaths.nccl_abort(timed_out[0], timeout_ms, ran_ms)
+
     def train(self, rollout_id: int) -> None:
         a = self.args
         cls = type(self).__name__
         self.log.at("structured_log.py:41", f"ft cls={cls} fn=train phase=start")
-        if a.fail_at_rollout is not None and rollout_id == a.fail_at_rollout:
+        if a.fails_at("error", rollout_id):
             raise RuntimeError(f"simulated failure at rollout {rollout_id} (--sim-fail-at-rollout)")
         self._set_util(97)
         wall0 = time.time()
         self.phases.phase(PhaseEvent("train", wall0, -1.0, self.node, self.gpu_ids, self.ranks.start, "train"))
         if self.ranks.start == 0:
             self.log.at("timer.py:30", "Timer train start")
-        if a.oom_at_rollout is not None and rollout_id == a.oom_at_rollout:
+        if a.fails_at("train-oom", rollout_id):
             self._out_of_memory(rollout_id)
+        if a.fails_at("nccl-timeout", rollout_id):
+            self._collective_timeout()
         if self.prints_metrics:
             batch = metrics.rollout_batch(rollout_id)
             self._metric_line("log_utils.py:123", f"rollout {rollout_id}: {batch}")
@@ -213,6 +262,25 @@ class MegatronTrainRayActor:
 def _allocate(size: int, gpu: int, rollout_id: int) -> None:
     """Where PyTorch's caching allocator gives up (the frame a real OOM traceback ends in)."""
     raise oom.OutOfMemoryError(oom.oom_message(gpu, os.getpid(), size, oom.FREE))
+
+
+class SGLangEngine:
+    """One SGLang server as miles runs it: `init()` launches the server and waits until it is healthy. The
+    simulator's rollouts are sleeps in the manager, so it starts an engine only to see it die at start
+    (`--sim-fail engine-start`): the scheduler gives up sizing its KV cache, SGLang's engine process gets
+    the child's SIGQUIT, and init() finds its server gone."""
+
+    def __init__(self, args: SimArgs) -> None:
+        self.args = args
+        print(deaths.sglang_line(f"{SIM_LABEL}: SGLangEngine launching a server (no model)"), file=sys.stderr,
+              flush=True)
+
+    def init(self) -> None:
+        if self.args.fail == "engine-start":
+            sys.stderr.write(deaths.scheduler_exception("TP0") + "\n")
+            sys.stderr.flush()
+            print(deaths.sigquit_line(), file=sys.stderr, flush=True)
+            raise RuntimeError(deaths.SERVER_DIED)
 
 
 class RolloutExecutor(RolloutManager):

@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 LOG_FORMATS = ("newest", "2026-04", "bare")  # see milog.py for what each prints
+# how the run dies (`--sim-fail`; deaths.py prints each as the real libraries do): `error` a plain
+# RuntimeError in train(), then the four shapes of miles-log-formats.md §3 the console must name
+FAIL_KINDS = ("error", "train-oom", "engine-start", "host-oom", "nccl-timeout")
+NEEDS_RAY = ("host-oom",)  # Ray's OOM killer has no meaning without Ray (`--sim-log-format bare`)
 
 @dataclass(frozen=True)
 class SimArgs:
@@ -38,7 +42,8 @@ class SimArgs:
     dashboard_gpu_sample_interval: float
     # simulation controls
     step_seconds: float
-    fail_at_rollout: int | None
+    fail: str | None
+    fail_at_rollout: int
     ignore_sigterm: bool
     ignore_sigint: bool
     forever: bool
@@ -46,9 +51,23 @@ class SimArgs:
     hold_gpu_mib: int
     leak_gpu_process: bool
     log_format: str
-    oom_at_rollout: int | None
     oom_gpu: int
+    fail_rank: int | None
+    nccl_timeout_s: float
     unreadable_metrics: bool
+
+    @property
+    def oom_at_rollout(self) -> int | None:
+        """The rollout whose train() dies of CUDA OOM (`--sim-oom-at-rollout N`, `--sim-fail train-oom`)."""
+        return self.fail_at_rollout if self.fail == "train-oom" else None
+
+    def fails_at(self, kind: str, rollout_id: int) -> bool:
+        return self.fail == kind and rollout_id == self.fail_at_rollout
+
+    @property
+    def culprit_rank(self) -> int:
+        """The rank that hangs outside the collective in `nccl-timeout` (the others time out waiting on it)."""
+        return self.world_size - 1 if self.fail_rank is None else self.fail_rank
 
     @property
     def world_size(self) -> int:
@@ -93,7 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dashboard-flush-interval", type=float, default=5.0)
     p.add_argument("--dashboard-gpu-sample-interval", type=float, default=1.0)
     p.add_argument("--sim-step-seconds", dest="step_seconds", type=float, default=1.0)
+    p.add_argument("--sim-fail", dest="fail", choices=FAIL_KINDS, default=None)
     p.add_argument("--sim-fail-at-rollout", dest="fail_at_rollout", type=int, default=None)
+    p.add_argument("--sim-fail-rank", dest="fail_rank", type=int, default=None)
+    p.add_argument("--sim-nccl-timeout-s", dest="nccl_timeout_s", type=float, default=2.0)
     p.add_argument("--sim-ignore-sigterm", dest="ignore_sigterm", action="store_true")
     p.add_argument("--sim-ignore-sigint", dest="ignore_sigint", action="store_true")
     p.add_argument("--sim-forever", dest="forever", action="store_true")
@@ -109,8 +131,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str]) -> SimArgs:
     """miles' argv plus the `--sim-*` controls. A bad value of a `--sim-*` flag exits 2 with argparse's
-    one-line message, like miles' own argument errors."""
-    ns, _unknown = _parser().parse_known_args(list(argv))
+    one-line message, like miles' own argument errors.
+
+    `--sim-fail KIND` dies that way at rollout `--sim-fail-at-rollout` (default 0; the kinds that die at
+    start ignore it); `--sim-fail-at-rollout N` alone is `--sim-fail error`, and `--sim-oom-at-rollout N`
+    is `--sim-fail train-oom --sim-fail-at-rollout N` (both kept from before `--sim-fail`)."""
+    parser = _parser()
+    ns, _unknown = parser.parse_known_args(list(argv))
+    if ns.oom_at_rollout is not None:
+        if ns.fail not in (None, "train-oom") or ns.fail_at_rollout not in (None, ns.oom_at_rollout):
+            parser.error("--sim-oom-at-rollout N is --sim-fail train-oom --sim-fail-at-rollout N: give one of them")
+        ns.fail, ns.fail_at_rollout = "train-oom", ns.oom_at_rollout
+    if ns.fail is None and ns.fail_at_rollout is not None:
+        ns.fail = "error"
+    if ns.fail in NEEDS_RAY and ns.log_format == "bare":
+        parser.error(f"--sim-fail {ns.fail} needs Ray: not with --sim-log-format bare")
+    if ns.nccl_timeout_s <= 0:
+        parser.error("--sim-nccl-timeout-s must be > 0")
+    world = ns.actor_num_nodes * ns.actor_num_gpus_per_node
+    if ns.fail_rank is not None and not 0 <= ns.fail_rank < world:
+        parser.error(f"--sim-fail-rank must be a rank of the {world}-GPU training world")
     eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
-    values = {k: v for k, v in vars(ns).items() if k != "eval_prompt_data"}
-    return SimArgs(eval_name=eval_name, **values)
+    values = {k: v for k, v in vars(ns).items() if k not in ("eval_prompt_data", "oom_at_rollout", "fail_at_rollout")}
+    return SimArgs(eval_name=eval_name, fail_at_rollout=ns.fail_at_rollout or 0, **values)

@@ -61,15 +61,16 @@ def _start_dashboard(args: SimArgs, log: MilesLog) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from backend.demo.simtrainer.actors import remote
     from backend.demo.simtrainer.dashboard import COLLECTOR_NAME, DashboardCollector, GpuSampler, run_args
 
     assert args.dump_details, "--use-miles-dashboard requires --dump-details"
     here = ray.get_runtime_context().get_node_id()
-    collector = _remote(num_cpus=0, max_concurrency=8)(DashboardCollector).options(
+    collector = remote(num_cpus=0, max_concurrency=8)(DashboardCollector).options(
         name=COLLECTOR_NAME, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
         args.dump_details, args.wandb_group or "miles-run", run_args(args), args.dashboard_flush_interval)
     ray.get(collector.__ray_ready__.remote())
-    sampler_cls = _remote(num_cpus=0, max_concurrency=4)(GpuSampler)
+    sampler_cls = remote(num_cpus=0, max_concurrency=4)(GpuSampler)
     samplers = []
     for node in ray.nodes():
         if node.get("Alive") and node.get("Resources", {}).get("GPU"):
@@ -92,7 +93,7 @@ def _stop_dashboard(handles: Any) -> None:
 
 
 def run(args: SimArgs, log: MilesLog) -> int:
-    from backend.demo.simtrainer.actors import ACTOR_CLASSES
+    from backend.demo.simtrainer.actors import ACTOR_CLASSES, remote
     from backend.demo.simtrainer.event_checkpoint import restore
 
     manager_cls, train_cls = ACTOR_CLASSES[args.log_format]
@@ -114,11 +115,11 @@ def run(args: SimArgs, log: MilesLog) -> int:
         if args.use_miles_dashboard:
             dashboard = _start_dashboard(args, log)
         log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
-        manager = _remote(num_cpus=0)(manager_cls).remote(args)
-        remote_train = _remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
+        manager = remote(num_cpus=0)(manager_cls).remote(args)
+        remote_train = remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
         actors = [remote_train.options(scheduling_strategy="SPREAD").remote(args, i)
                   for i in range(args.actor_num_nodes)]
-        ray.get([a.__ray_ready__.remote() for a in [manager, *actors]])
+        _ready(args, log, [manager, *actors])
     else:
         get = _identity
         _signals(args, log)
@@ -150,12 +151,37 @@ def run(args: SimArgs, log: MilesLog) -> int:
     return 0
 
 
-def _remote(*args: Any, **kwargs: Any) -> Any:
-    """`ray.remote` untyped: Ray's overloads do not cover actor options such as max_concurrency."""
+def _ready(args: SimArgs, log: MilesLog, handles: list[Any]) -> None:
+    """Wait for the actors' creation tasks, as miles' train.py does. With `--sim-fail host-oom` the first
+    train actor was killed in its creation task (actors.py): the driver gets Ray's OutOfMemoryError."""
     import ray
 
-    decorate: Any = ray.remote
-    return decorate(*args, **kwargs)
+    try:
+        ray.get([h.__ray_ready__.remote() for h in handles])
+    except ray.exceptions.ActorDiedError as err:
+        if args.fail != "host-oom":
+            raise
+        raise _host_oom(err, log) from err
+
+
+def _host_oom(err: Any, log: MilesLog) -> Exception:
+    """What Ray says of a worker its memory monitor killed: the raylet's report (`(raylet) …`, which the
+    real raylet sends to every driver; the simulator prints its shape from the driver, as it cannot make
+    the raylet exhaust a test machine's memory) and the `ray.exceptions.OutOfMemoryError` the caller gets."""
+    import ray
+    from ray.util.state import get_actor
+
+    from backend.demo.simtrainer import deaths
+
+    actor_id = str(err.actor_id or "")
+    state = get_actor(actor_id) if actor_id else None
+    node_id = str(getattr(state, "node_id", None) or ray.get_runtime_context().get_node_id())
+    ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "127.0.0.1")
+    pid = int(getattr(state, "pid", None) or 0)
+    name = f"{getattr(state, 'class_name', None) or 'MegatronTrainRayActor'}.__init__"
+    worker_id = os.urandom(28).hex()  # the state API does not keep a dead worker's id; Ray's is this shape
+    print(deaths.raylet_oom_line(node_id, ip, os.getpid()), file=sys.stderr, flush=True)  # raylet pid: invented
+    return ray.exceptions.OutOfMemoryError(deaths.host_oom_message(ip, node_id, actor_id, name, pid, worker_id))
 
 
 def _identity(value: Any) -> Any:
