@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend.demo.simtrainer.args import LOG_FORMATS
+from backend.demo.simtrainer.args import FAIL_KINDS, LOG_FORMATS
 from backend.errors import ConsoleError
 
 DEMO_PRESET = "nemotron-3-ultra-550b-a55b-4layer"
@@ -36,6 +36,10 @@ def register(sub: Any) -> None:
                    help="which miles version's log shape the simulated trainer prints (default newest)")
     p.add_argument("--oom-at-rollout", type=int, default=None, metavar="N",
                    help="the simulated run dies of CUDA out of memory at rollout N")
+    p.add_argument("--fail", choices=[k for k in FAIL_KINDS if k != "error"], default=None, metavar="KIND",
+                   help="the simulated run dies this way, as real runs print it: train-oom, engine-start (an SGLang "
+                        "engine at start), host-oom (Ray's OOM killer), nccl-timeout (a hung collective); in its "
+                        "second rollout where that applies")
     p.add_argument("--no-launch", action="store_true", help="start the cluster only; launch from the plan view")
     p.add_argument("--no-tui", action="store_true", help="no app: print progress and follow until done or Ctrl-C")
     p.set_defaults(func=run)
@@ -63,6 +67,8 @@ def sim_flags(args: argparse.Namespace) -> list[str]:
         flags += ["--sim-log-format", args.log_format]
     if getattr(args, "oom_at_rollout", None) is not None:
         flags += ["--sim-oom-at-rollout", str(args.oom_at_rollout)]
+    if getattr(args, "fail", None):
+        flags += ["--sim-fail", args.fail, "--sim-fail-at-rollout", "1"]
     return flags
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from app_helpers import MODELS, RUN_ID
-from runhelp import cli, job_reaches, stop_quietly
+from runhelp import cli, job_reaches, live_app
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
@@ -67,29 +67,21 @@ async def test_simulated_cuda_oom_names_its_gpu_in_header_events_and_status(ray_
 async def test_unreadable_metric_lines_raise_the_blind_spot_within_one_rollout(ray_cluster, tmp_path: Path) -> None:
     payload = _sim_payload("--num-rollout", "6", "--sim-step-seconds", "2", "--sim-unreadable-metrics")
     sid = str(payload["submission_id"])
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
-    async with RayClient(ray_cluster.address, timeout=30.0) as client:
-        await client.submit(payload)
-        try:
-            async with app.run_test(size=(160, 45)) as pilot:
-                await pilot.press("2")
-                run = app.query_one(RunView)
+    async with live_app(ray_cluster.address, tmp_path / "state", payload) as (client, app, pilot):
+        run = app.query_one(RunView)
 
-                def blind() -> bool:
-                    return "metric line(s) in the log could not be read" in str(run.query_one("#run-state").content)
+        def blind() -> bool:
+            return "metric line(s) in the log could not be read" in str(run.query_one("#run-state").content)
 
-                await until(pilot, blind, "the blind-spot alert in the run header", timeout=150)
-                seen = [line async for line in client.read_log(sid)]
-                status = (await client.get_job(sid)).status
-                # said while the run was live, before its second rollout's metrics were printed
-                assert status == "RUNNING", status
-                assert not any(re.search(r" - rollout [1-9]\d*: ", line) for line in seen), seen[-5:]
-                await pilot.press("4")
-                events = app.query_one(EventsView)
-                await until(pilot, lambda: any(a.id == "metrics-unreadable" for a in events.alerts),
-                            "the blind spot in Events", timeout=30)
-                (alert,) = [a for a in events.alerts if a.id == "metrics-unreadable"]
-                assert alert.count >= 1 and re.search(r"(step|rollout|perf) \d+: \{", alert.sample or "")
-        finally:
-            await stop_quietly(client, sid)
+        await until(pilot, blind, "the blind-spot alert in the run header", timeout=150)
+        seen = [line async for line in client.read_log(sid)]
+        status = (await client.get_job(sid)).status
+        # said while the run was live, before its second rollout's metrics were printed
+        assert status == "RUNNING", status
+        assert not any(re.search(r" - rollout [1-9]\d*: ", line) for line in seen), seen[-5:]
+        await pilot.press("4")
+        events = app.query_one(EventsView)
+        await until(pilot, lambda: any(a.id == "metrics-unreadable" for a in events.alerts),
+                    "the blind spot in Events", timeout=30)
+        (alert,) = [a for a in events.alerts if a.id == "metrics-unreadable"]
+        assert alert.count >= 1 and re.search(r"(step|rollout|perf) \d+: \{", alert.sample or "")

@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,29 @@ async def stop_quietly(client: Any, job_id: str) -> None:
         await client.stop_job(job_id)
         await job_reaches(client, job_id, timeout=30)
 
+
+
+@contextlib.asynccontextmanager
+async def live_app(address: str, state_dir: Path, payload: dict[str, Any]) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """Submit `payload` and attach the app to that run while it is live, Run view shown: (client, app, pilot).
+    The job is stopped afterwards if it is still going."""
+    from app_helpers import MODELS, RUN_ID
+
+    from backend.cluster.dashboard import RayClient
+    from backend.settings import Settings
+    from console.app import UltraConsoleApp
+
+    sid = str(payload["submission_id"])
+    app = UltraConsoleApp(Settings(address=address, state_dir=state_dir), job=sid, watchdog=False,
+                          preview_run_id=RUN_ID, model_dir=str(MODELS))
+    async with RayClient(address, timeout=30.0) as client:
+        await client.submit(payload)
+        try:
+            async with app.run_test(size=(160, 45)) as pilot:
+                await pilot.press("2")
+                yield client, app, pilot
+        finally:
+            await stop_quietly(client, sid)
 
 
 class PausableProxy:

@@ -39,7 +39,17 @@ def test_demo_speaks_an_old_miles_and_can_die_of_oom(tmp_path):
     assert (sim.log_format, sim.oom_at_rollout, sim.step_seconds) == ("2026-04", 3, 0.5)
 
 
+def test_demo_can_die_each_way_a_real_run_does(tmp_path):
+    from backend.demo.simtrainer.args import parse
+
+    args = argparse.Namespace(nodes=1, rollouts=3, step_seconds=0.5, fail="nccl-timeout")
+    _path, spec = write_demo_preset(args, tmp_path)
+    sim = parse(spec.run.extra_args.split())
+    assert (sim.fail, sim.fail_at_rollout, sim.culprit_rank) == ("nccl-timeout", 1, 7)
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["demo", "--fail", "meteor"], "invalid choice: 'meteor'"),
     (["demo", "--nodes", "3"], "invalid choice: 3"),
     (["demo", "--rollouts", "0"], "--rollouts must be >= 1"),
     (["demo", "--log-format", "2025"], "invalid choice: '2025'"),

@@ -105,3 +105,52 @@ def test_gpu_sampler_reads_the_same_fake_nvml_as_rays_reporter(tmp_path, monkeyp
         {"ts": 1000.0, "node": "10.0.0.1", "gpu": 1, "util": 97, "mem_mb": 40615, "power_w": 672}]
     [proc] = sampler._buf["gpu_processes"]
     assert (proc["gpu"], proc["pid"], proc["mem_mb"]) == (1, os.getpid(), 40000) and proc["name"]
+
+
+def test_sim_fail_flags_and_their_old_spellings():
+    from backend.demo.simtrainer.args import parse
+
+    assert (parse(["--sim-oom-at-rollout", "2"]).fail, parse(["--sim-oom-at-rollout", "2"]).oom_at_rollout) == (
+        "train-oom", 2)
+    assert parse(["--sim-fail-at-rollout", "1"]).fail == "error"
+    nccl = parse(["--sim-fail", "nccl-timeout", "--actor-num-nodes", "2"])
+    assert (nccl.fail_at_rollout, nccl.culprit_rank, nccl.oom_at_rollout) == (0, 15, None)
+    assert parse([]).fail is None and not parse([]).fails_at("error", 0)
+
+
+def test_sim_fail_refuses_what_cannot_be_simulated(tmp_path):
+    host = _bare(tmp_path, "--sim-fail", "host-oom")
+    assert host.returncode == 2 and host.stderr.splitlines()[-1].endswith("--sim-fail host-oom needs Ray: not with "
+                                                                          "--sim-log-format bare")
+    rank = _bare(tmp_path, "--sim-fail", "nccl-timeout", "--sim-fail-rank", "8")
+    assert rank.returncode == 2 and "--sim-fail-rank must be a rank of the 8-GPU training world" in rank.stderr
+    both = _bare(tmp_path, "--sim-fail", "engine-start", "--sim-oom-at-rollout", "1")
+    assert both.returncode == 2 and "give one of them" in both.stderr
+
+
+def test_bare_engine_start_prints_sglangs_scheduler_death_before_any_metric(tmp_path):
+    out = _bare(tmp_path, "--sim-fail", "engine-start")
+    assert out.returncode == 1
+    lines = out.stderr.splitlines()
+    first = next(i for i, x in enumerate(lines) if "Scheduler hit an exception: Traceback (most recent call last):" in x)
+    assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Scheduler hit an exception", lines[first])
+    tail = lines[first:]
+    assert tail.index("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.") < next(
+        i for i, x in enumerate(tail) if x.endswith("] Received sigquit from a child process. It usually means the "
+                                                    "child failed."))
+    assert lines[-1] == "RuntimeError: Server process terminated unexpectedly."
+    assert not any(re.match(r"^(step|rollout|perf) \d+: \{", x) for x in lines)
+
+
+def test_bare_nccl_timeout_every_rank_but_the_culprit_times_out_then_aborts(tmp_path):
+    out = _bare(tmp_path, "--sim-fail", "nccl-timeout", "--sim-fail-rank", "5", "--sim-nccl-timeout-s", "0.2")
+    assert out.returncode == -6  # SIGABRT, as torch's watchdog takes the process down
+    caught = [m for m in map(re.compile(
+        r"^\[rank(\d+)\]:\[E\d{3,4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:616\] \[Rank (\d+)\] Watchdog caught "
+        r"collective operation timeout: WorkNCCL\(SeqNum=1580, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, "
+        r"Timeout\(ms\)=200\) ran for (\d+) milliseconds before timing out\.$").match, out.stderr.splitlines()) if m]
+    assert [int(m[1]) for m in caught] == [0, 1, 2, 3, 4, 6, 7] and all(m[1] == m[2] for m in caught)
+    assert all(int(m[3]) >= 200 for m in caught)
+    assert out.stderr.count("To avoid data inconsistency, we are taking the entire process down.") == 7
+    assert "last enqueued NCCL work: 1582, last completed NCCL work: 1579." in out.stderr
+    assert "terminate called after throwing an instance of 'c10::DistBackendError'" in out.stderr
