@@ -9,7 +9,8 @@ With `--dump-details` it writes miles' event log, with `--use-miles-dashboard` m
 streams. Its first log line, its actor log lines and its checkpoint markers say it is a simulation.
 Extra `--sim-*` flags (see `args.py`; `run.extra_args` of a spec, or `ultra-console demo` options,
 carry them) pick the miles version's log shape (`--sim-log-format newest|2026-04|bare`), make it
-fail, die of CUDA OOM, print unreadable metric lines, ignore signals, run forever or leak a
+die the ways real runs die, printed as the real libraries print it (`--sim-fail train-oom|engine-start|
+host-oom|nccl-timeout`, deaths.py), print unreadable metric lines, ignore signals, run forever or leak a
 GPU-holding process.
 """
 
