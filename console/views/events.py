@@ -77,6 +77,10 @@ class EventsView(ConsoleView):
             step = alert.step
             shown_step = "" if step is None else str(int(step) if float(step).is_integer() else step)
             message = alert.message + (f"  (×{alert.count})" if alert.count > 1 else "")
+            if alert.cause is not None:  # a failure: the diagnosis' cause, or one of its consequences
+                message = ("CAUSE · " if alert.cause == 1 else "consequence · ") + message
+            if alert.advice:
+                message += f"  → try: {alert.advice}"
             if alert.sample:  # the log line that said it (sanitised, cut)
                 message += f"  ⟨{alert.sample}⟩"
             table.add_row(Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")), shown_step,

@@ -94,7 +94,7 @@ def test_garbage_and_partial_input(tmp_path, capsys) -> None:
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 4000 + b"\x1b]52;c;AAAA\x07")
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(junk))
-    assert code == 1 and "no miles metric found" in err and err.count("\n") == 1
+    assert code == 1 and out == "" and "is binary, not a text log" in err and err.count("\n") == 1
 
     log = tmp_path / "cut.log"
     write(log, SampleRun(rollouts=2))
