@@ -26,9 +26,11 @@ def test_from_log_json_contract(tmp_path, capsys) -> None:
     log = tmp_path / "job.log"
     write(log, SampleRun(rollouts=5, nan_at_step=7, eval_every=2, save_every=2, shim_scaling=1.0))
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(log), "--json")
-    assert code == 0 and err == ""
     snap = json.loads(out)  # strict JSON: no NaN tokens
-    assert set(snap) == {"series", "latest", "derived", "alerts", "problems"}
+    assert set(snap) == {"series", "latest", "derived", "alerts", "cause", "problems"}
+    # a NaN loss is the failure catalog's divergence: the output is printed all the same, stderr says why, exit 4
+    assert code == 4 and snap["cause"]["id"] == "nan" and snap["cause"]["message"].startswith("train/loss is nan")
+    assert err.startswith("ultra-console: the run failed: NaN in training: train/loss is nan") and err.count("\n") == 1
     assert snap["series"]["train/loss"][7] == [7, None] and len(snap["series"]["train/loss"]) == 10
     assert snap["series"]["rollout/raw_reward"] == [[i, pytest.approx(0.125 + 0.05 * i)] for i in range(5)]
     assert snap["series"]["eval/aime"][1][0] == 2
