@@ -15,7 +15,7 @@ Each scenario says what the diagnosis must find; the values are written here, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 ESC_OPEN, ESC_CLOSE = "\x1b[2m\x1b[36m", "\x1b[0m"
 CARET_OPEN, CARET_CLOSE = "^[[36m", "^[[0m"
@@ -94,6 +94,19 @@ def _ray_task(cls: str, method: str, pid: int, ip: str | None, inner: str | None
     for file, line, func, code in frames:
         lines += [f'  File "{file}", line {line}, in {func}', f"    {code}"]
     return _traceback(DRIVER_GET, head) + "\n" + "\n".join([*lines[1:], error])
+
+
+def _nccl_timed_out(r: int) -> tuple[Proc, str]:
+    """What torch's NCCL watchdog prints on a rank whose collective timed out."""
+    return (Proc("MegatronTrainRayActor", 4100 + r, "10.0.0.3"),
+            f"[rank{r}]:[E1201 10:10:05.{100 + r} ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+            f"operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+            f"Timeout(ms)=600000) ran for 60006{r} milliseconds before timing out.\n"
+            f"[rank{r}]:[E1201 10:10:05.{200 + r} ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+            f"Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, "
+            f"last completed NCCL work: 1579.\n"
+            f"[rank{r}]:[E1201 10:10:05.{300 + r} ProcessGroupNCCL.cpp:630] [Rank {r}] To avoid data inconsistency, we "
+            f"are taking the entire process down.")
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -194,18 +207,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         (ENGINE, "[2026-03-02 10:00:06] Received sigquit from a child process. It usually means the child failed."),
     ), Expect("cuda-graph-capture", "engine", "10.0.0.4", "5300", consequences=("cuda-oom", "engine-exit"),
               message_has=("could not capture CUDA graphs", "Tried to allocate 4.00 GiB"))),
-    Scenario("NCCL watchdog timeout", tuple(
-        (Proc("MegatronTrainRayActor", 4100 + r, "10.0.0.3"),
-         f"[rank{r}]:[E1201 10:10:05.{100 + r} ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
-         f"operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
-         f"Timeout(ms)=600000) ran for 60006{r} milliseconds before timing out.\n"
-         f"[rank{r}]:[E1201 10:10:05.{200 + r} ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
-         f"Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, "
-         f"last completed NCCL work: 1579.\n"
-         f"[rank{r}]:[E1201 10:10:05.{300 + r} ProcessGroupNCCL.cpp:630] [Rank {r}] To avoid data inconsistency, we "
-         f"are taking the entire process down.")
-        for r in (0, 1, 3)
-    ) + (
+    Scenario("NCCL watchdog timeout", (
+        *(_nccl_timed_out(r) for r in (0, 1, 3)),
         (Proc("MegatronTrainRayActor", 4102, "10.0.0.3"),
          "[rank2]:[W1201 10:00:01.000 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 2] using GPU 2 to perform "
          "barrier as devices used by this process are currently unknown."),
