@@ -34,6 +34,7 @@ from backend.cluster.controller import RunController
 from backend.cluster.dashboard import DashboardUnreachable
 from backend.cluster.node_job import script_source
 from backend.cluster.prepare import JOB_SCRIPT, MARK
+from backend.sanitize import clean_chunk, sanitize_text
 from backend.settings import Settings
 from console import keymap
 from console.app import UltraConsoleApp
@@ -114,6 +115,13 @@ def test_a_symlink_in_the_target_never_leads_a_download_out(tmp_path):
 
 
 # ---------------------------------------------------------------- 2. text from the network
+
+@pytest.mark.parametrize("clean", [lambda t: sanitize_text(t), lambda t: clean_chunk(t.encode()).decode()])
+def test_the_sanitiser_drops_8_bit_sequences_whole(clean):
+    """C1 controls introduce sequences of their own (CSI 0x9b, OSC 0x9d, DCS 0x90): their payload goes too."""
+    text = "a\x9d0;evil-title\x9cb \x9b2Jc \x90dcs-payload\x9cd \x1b]52;c;ZXZpbA==\x07e \x85\x8ef\n"
+    assert clean(text) == "ab c d e f\n"
+
 
 @pytest.fixture
 def hostile_500():

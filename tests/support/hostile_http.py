@@ -3,9 +3,10 @@ was sent: the dashboard or hub as an attacker, or a broken proxy, would answer."
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from loopback_http import QuietHandler, serve, stop_server
 
 
 @dataclass
@@ -24,12 +25,7 @@ class HostileServer:
     def start(self) -> HostileServer:
         canned = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 canned.requests.append(dict(self.headers.items()))
                 self.send_response(canned.status)
@@ -41,11 +37,8 @@ class HostileServer:
 
             do_GET = do_POST = do_HEAD = do_DELETE = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         return self
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        stop_server(self.server)
