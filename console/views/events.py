@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 
 from backend.cluster.audit import AuditLog
 from backend.errors import ConsoleError
+from backend.redaction import public_line
 from console import keymap
 from console.messages import AlertsChanged, AuditChanged
 from console.views.base import ConsoleView
@@ -114,8 +115,8 @@ class EventsView(ConsoleView):
         table.clear()
         for e in reversed(entries):  # newest first
             time = str(e.get("time", ""))[:19].replace("T", " ")
-            table.add_row(time, str(e.get("user", "")), str(e.get("action", "")), str(e.get("job") or ""),
-                          Text(str(e.get("result", ""))), Text(str(e.get("command", ""))[:200]))
+            cells = [public_line(str(e.get(k) or "")) for k in ("user", "action", "job", "result", "command")]
+            table.add_row(time, *cells[:3], Text(cells[3]), Text(cells[4][:200]))  # a file: text from elsewhere
 
     def action_copy_entry(self) -> None:
         table = self.query_one("#audit", DataTable)
