@@ -8,18 +8,15 @@ $ULTRA_CONSOLE_STATE_DIR or $XDG_STATE_HOME/ultra-console.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from backend.errors import SpecError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from backend.redaction import check_token, remember, shown_url, url_password
+from backend.toml_input import TOMLDecodeError, parse_toml
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
@@ -46,6 +43,17 @@ class Settings(BaseModel):
         return self.model_dump(mode="json", exclude={"token"}) | {"token": "***" if self.token else None}
 
 
+def check_address(address: str) -> None:
+    """An http(s) URL with a host and, if any, a numeric port; else one line (its password hidden)."""
+    try:
+        url = urlsplit(address)
+        url.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError as err:
+        raise SpecError(f"bad dashboard address {shown_url(address)!r}: {err}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise SpecError(f"bad dashboard address {shown_url(address)!r}: want http://HOST:PORT")
+
+
 def config_path() -> Path:
     return Path(os.environ.get("ULTRA_CONSOLE_CONFIG") or _xdg("XDG_CONFIG_HOME", ".config") / "ultra-console/config.toml")
 
@@ -56,8 +64,10 @@ def load_settings(**overrides: Any) -> Settings:
     path = config_path()
     if path.is_file():
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as err:
+            data = parse_toml(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise SpecError(f"cannot read config file {path}: not UTF-8 text (byte {err.start})") from None
+        except (OSError, TOMLDecodeError) as err:
             raise SpecError(f"cannot read config file {path}: {err}") from None
     env = {
         "address": os.environ.get("RAY_ADDRESS"),
@@ -68,6 +78,11 @@ def load_settings(**overrides: Any) -> Settings:
     data.update({k: v for k, v in overrides.items() if v is not None})
     if "address" in data and "://" not in str(data["address"]):
         data["address"] = f"http://{data['address']}"
+    token = data.get("token")
+    remember(str(token) if token is not None else None, url_password(str(data.get("address") or "")))
+    check_token(str(token) if token is not None else None)
+    if "address" in data:
+        check_address(str(data["address"]))
     try:
         return Settings(**data)
     except ValidationError as err:

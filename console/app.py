@@ -9,6 +9,7 @@ handles what it needs and fans each message out to every view.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import os
@@ -24,6 +25,7 @@ from textual.message import Message
 from textual.widget import AwaitMount, Widget
 from textual.widgets import ContentSwitcher, Static
 
+from backend.redaction import public_line
 from console import keymap
 from console.messages import (
     AlertsChanged,
@@ -42,6 +44,7 @@ from console.widgets.key_bar import KeyBar
 
 if TYPE_CHECKING:
     from textual.command import Provider
+    from textual.notifications import SeverityLevel
 
     from backend.cluster.controller import RunController
     from backend.plan.preview_process import Preview
@@ -231,6 +234,8 @@ class UltraConsoleApp(App[int]):
         mounting = self._mount_later_views() if self.is_headless else None
         if mounting is not None:  # no terminal to draw first (tests, snapshots): every view is there at once
             await mounting
+        if not self.is_headless and not self.is_web:
+            self._exit_cleanly_on_signals()
         if self._watchdog and not self.is_headless and not self.is_web:
             self._arm_watchdog()
         self.set_timer(FIRST_FRAME_FALLBACK_S, self.first_frame_drawn)  # if the key bar never got to draw
@@ -405,10 +410,18 @@ class UltraConsoleApp(App[int]):
         for name in VIEW_TITLES:
             self.view(name).post_message(message)
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast (the views' too: Widget.notify lands here) is text from elsewhere until proven
+        otherwise: secrets redacted, escape sequences and controls removed, one line, never markup."""
+        super().notify(public_line(message), title=public_line(title), severity=severity, timeout=timeout,
+                       markup=False)
+
     def on_dashboard_lost(self, message: DashboardLost) -> None:
-        self.dashboard_error = message.error_text
+        """Shown the latest fault's words: every worker posts again when its fault's text changes."""
+        self.dashboard_error = public_line(message.error_text)
         banner = self.query_one("#banner", Static)
-        banner.update(f"⚠ {message.error_text} — retrying by itself; the run is not affected and "
+        banner.update(f"⚠ {self.dashboard_error} — retrying by itself; the run is not affected and "
                       "the console keeps working.")
         banner.add_class("-shown")
         self._draw_state_line()
@@ -441,6 +454,18 @@ class UltraConsoleApp(App[int]):
         self.notify(message.text, severity=message.severity)
 
     # ------------------------------------------------------------------ terminal watchdog
+
+    def _exit_cleanly_on_signals(self) -> None:
+        """SIGTERM and SIGQUIT end the app through Textual's own exit, which gives the terminal back (main
+        screen, no mouse tracking, cursor shown); Python's default would die with the terminal still ours."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
+            try:
+                loop.add_signal_handler(sig, functools.partial(self.exit, 128 + sig, return_code=128 + sig))
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
 
     def _arm_watchdog(self) -> None:
         try:

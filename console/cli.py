@@ -1,7 +1,8 @@
 """`ultra-console`: the headless CLI and the entry point of the app.
 
 Errors are one line on stderr and a non-zero exit status; a traceback is shown only with
-ULTRA_CONSOLE_DEBUG=1.
+ULTRA_CONSOLE_DEBUG=1. Every error line goes through backend.redaction.public_line: no secret, no escape
+sequence, one line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from backend.errors import ConsoleError
+from backend.redaction import public_line, remember, url_password
 from console.commands import COMMANDS
 
 PROG = "ultra-console"
@@ -71,11 +73,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    remember(args.token, url_password(args.address or ""))  # redacted from every line below, whatever fails
     func = getattr(args, "func", None) or _open_app
     try:
         return int(func(args) or 0)
     except ConsoleError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {public_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -85,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # the last line of defence: never a traceback for the operator
         if os.environ.get("ULTRA_CONSOLE_DEBUG"):
             raise
-        print(f"{PROG}: internal error: {type(err).__name__}: {err} (set ULTRA_CONSOLE_DEBUG=1 for details)",
-              file=sys.stderr)
+        print(f"{PROG}: internal error: {type(err).__name__}: {public_line(str(err))} "
+              "(set ULTRA_CONSOLE_DEBUG=1 for details)", file=sys.stderr)
         return 1
 
 

@@ -2,8 +2,9 @@
 
 Why one table: the footer, the `?` help screen, the ctrl+p palette and the operator's remapping in the
 settings file all read it, and the settings are checked before any view module is imported (the views
-after the first are imported only once the first frame is drawn). Remapping (config.toml; unknown ids
-are reported, not fatal):
+after the first are imported only once the first frame is drawn). Remapping (config.toml; an unknown id, or
+a key that another binding of the same view or of the app already has, is reported in one line and left
+out, never fatal):
 
     [keys]
     "plan.launch" = "ctrl+l"
@@ -134,10 +135,44 @@ def mutating_actions(scope: str) -> frozenset[str]:
 
 
 def validate_keymap(keys: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Split the settings' remap into (known ids -> keys, one-line problems for unknown ids)."""
+    """Split the settings' remap into (known ids -> keys, one-line problems): an unknown id, or a key another
+    binding that shares its reach already has (it would leave that view or action unreachable), is refused."""
     known = {s.id for s in specs()}
-    good = {k: v for k, v in keys.items() if k in known and str(v).strip()}
-    return good, [_unknown(k) for k in keys if k not in known]
+    problems = [_unknown(k) for k in keys if k not in known]
+    good: dict[str, str] = {}
+    for binding_id, value in keys.items():
+        if binding_id not in known or not str(value).strip():
+            continue
+        taken = _taken_by(binding_id, str(value), good)
+        if taken is None:
+            good[binding_id] = str(value)
+        else:
+            problems.append(taken)
+    return good, problems
+
+
+def _keys(value: str) -> set[str]:
+    return {k.strip() for k in value.split(",") if k.strip()}
+
+
+def _taken_by(binding_id: str, value: str, remap: Mapping[str, str]) -> str | None:
+    """One line when a key of `value` is already another binding's in a scope `binding_id` shares (its
+    own, or the app's, which every view shares), else None."""
+    scope = scope_of(binding_id)
+    wanted = _keys(value) - _keys(_spec(binding_id).key)  # its own default keys shared as they always were
+    for spec in specs():
+        other = scope_of(spec.id)
+        if spec.id == binding_id or not (other == scope or APP in (scope, other)):
+            continue
+        shared = sorted(wanted & _keys(effective_key(spec, remap)))
+        if shared:
+            return (f"key binding {binding_id!r} = {value!r} refused: {shared[0]!r} is already {spec.id!r} "
+                    f"({spec.description}); it keeps {effective_key(_spec(binding_id), remap)!r}")
+    return None
+
+
+def _spec(binding_id: str) -> BindingSpec:
+    return next(s for s in specs() if s.id == binding_id)
 
 
 def _unknown(binding_id: str) -> str:

@@ -67,9 +67,19 @@ def start(app: UltraConsoleApp, session: ReplaySession) -> OfflineSession:
 def _done(rt: OfflineSession) -> None:
     rt.post(LogAppended(len(rt.session.store)))
     rt.post(HistoryProgress(rt.session.source.name, len(rt.session.store), done=True))
-    rt.maybe_post_metrics(force=True)
     records = sum(rt.monitor.collector.records.values()) if rt.monitor is not None else 0
-    if rt.monitor is not None and records == 0:
+    if rt.monitor is not None:  # read to its end: a log with no metric is a blind spot, said like any other
+        with rt.monitor.lock:
+            rt.monitor.alerts.check_log_without_metrics(f"the log of {rt.session.source.name}",
+                                                        rt.monitor.activity.lines, records,
+                                                        rt.monitor.activity.last_line)
+    rt.maybe_post_metrics(force=True)
+    if rt.monitor is None:
+        return
+    found = rt.monitor.diagnosis()
+    if found is not None:  # why it died: the one answer a replay of a failed run is opened for
+        rt.post(Notice(f"{found.headline}", "error"))
+    if records == 0:
         rt.post(Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning"))
 
 

@@ -61,12 +61,15 @@ STRUCTURED_POLL_S = 1.0
 def run_status(event: RunEvent) -> RunStatus | None:
     job = event.job
     state = event.state.value if event.state is not None else (job.status if job else "?")
+    from backend.redaction import public_line  # a job record is the network's text: clean before any view
+
     if job is None:
-        return RunStatus(event.text.removeprefix("submitting ") or "?", state)
+        return RunStatus(public_line(event.text.removeprefix("submitting ")) or "?", public_line(state))
     meta = job.metadata or {}
     from backend.signals.clock import seconds_from_ms
 
-    return RunStatus(job.id, state, seconds_from_ms(job.start_time), seconds_from_ms(job.end_time), job.message or "",
+    return RunStatus(public_line(job.id), public_line(state), seconds_from_ms(job.start_time),
+                     seconds_from_ms(job.end_time), public_line(job.message or ""),
                      bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
 
 
@@ -317,7 +320,7 @@ async def _telemetry(rt: ConsoleSession) -> None:
     from backend.cluster.telemetry import TelemetryPoller
 
     poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
-    lost = False
+    lost: str | None = None  # the fault's text while the dashboard is lost
     while True:
         if not wants_telemetry(rt.app):
             await asyncio.sleep(0.5)
@@ -327,13 +330,13 @@ async def _telemetry(rt: ConsoleSession) -> None:
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:
-            if not lost:
-                lost = True
-                rt.post(DashboardLost(str(err)))
+            if str(err) != lost:  # a new fault, or the same fault in other words: the banner says the latest
+                lost = str(err)
+                rt.post(DashboardLost(lost))
             await asyncio.sleep(2.0)
             continue
-        if lost:
-            lost = False
+        if lost is not None:
+            lost = None
             rt.post(DashboardBack())
         rt.post(SnapshotArrived(snap))
         if rt.monitor is not None:

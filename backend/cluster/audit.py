@@ -19,6 +19,7 @@ from typing import Any
 
 from backend.errors import ConsoleError
 from backend.plan.submission import REDACTED, SECRET_ENV, redact
+from backend.redaction import public_text
 
 AUDIT_FILE = "audit.jsonl"
 ACTIONS = ("launch", "abort", "force-stop", "cleanup")
@@ -34,7 +35,7 @@ class AuditError(ConsoleError):
 
 def scrub(text: str, secrets: dict[str, str] | None = None) -> str:
     """Last line of defence: no token, key or secret-named value reaches the audit file."""
-    text = redact(text, secrets)
+    text = public_text(redact(text, secrets))  # also the session's remembered secrets; no escape sequence
     text = _BEARER.sub(rf"\1{REDACTED}", text)
     text = _TOKEN_FLAG.sub(rf"\1{REDACTED}", text)
     return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if SECRET_ENV.search(m.group(1)) else m.group(0),

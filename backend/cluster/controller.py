@@ -130,7 +130,7 @@ class RunController:
         self._stop_requested = False
         self._callbacks: list[Callable[[RunEvent], Awaitable[None] | None]] = []
         self._queues: list[asyncio.Queue[RunEvent]] = []
-        self._unreachable = False
+        self._unreachable: str | None = None  # the fault's text while the dashboard is lost
         self.footprint: JobFootprint | None = None
 
     # ---------------------------------------------------------------- events
@@ -205,17 +205,17 @@ class RunController:
         return job
 
     async def watch(self, *, until_terminal: bool = True) -> RunState | None:
-        """Poll the job every `poll_s` and emit state changes; a lost dashboard is reported once
-        and retried until it answers again (then `recovered`). Returns the final state."""
+        """Poll the job every `poll_s` and emit state changes; a lost dashboard is reported once per
+        distinct fault and retried until it answers again (then `recovered`). Returns the final state."""
         while True:
             try:
                 await self.refresh()
-                if self._unreachable:
-                    self._unreachable = False
+                if self._unreachable is not None:
+                    self._unreachable = None
                     await self._emit(RunEvent("recovered", self.state, self.job, "Ray dashboard answers again"))
             except DashboardUnreachable as err:
-                if not self._unreachable:
-                    self._unreachable = True
+                if str(err) != self._unreachable:  # lost, or lost otherwise: said again in the new words
+                    self._unreachable = str(err)
                     await self._emit(RunEvent("error", self.state, self.job, str(err)))
             if until_terminal and self.state is not None and self.state.terminal:
                 return self.state

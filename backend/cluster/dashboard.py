@@ -32,6 +32,7 @@ from httpx_ws import (
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backend.errors import ConsoleError
+from backend.redaction import check_token, public_line, remember, shown_url, url_password
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 USER_AGENT = "ultra-console"  # never a browser UA: Ray refuses POSTs from "browser traffic" (405)
@@ -158,7 +159,10 @@ class RayClient:
                  backoff_s: float = 0.25) -> None:
         if "://" not in address:
             address = f"http://{address}"
-        self.address = address.rstrip("/")
+        check_token(token)
+        remember(token, url_password(address))
+        self.url = address.rstrip("/")
+        self.address = shown_url(self.url)  # what messages name: never the URL's password
         self.retries = max(1, retries)
         self.backoff_s = backoff_s
         self.requests_made = 0
@@ -166,7 +170,7 @@ class RayClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.AsyncClient(
-            base_url=self.address, headers=headers, timeout=httpx.Timeout(timeout), trust_env=False,
+            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout), trust_env=False,
         )
 
     async def __aenter__(self) -> RayClient:
@@ -180,12 +184,12 @@ class RayClient:
 
     # ---------------------------------------------------------------- transport
     def _unreachable(self, err: BaseException) -> DashboardUnreachable:
-        reason = str(err) or type(err).__name__
+        reason = public_line(str(err) or type(err).__name__)  # a library's words may quote the URL or a header
         return DashboardUnreachable(f"Ray dashboard unreachable at {self.address}: {reason}")
 
     def _raise_for(self, status: int, body: str, what: str) -> None:
         """Map an error response to a typed error; `what` names the object (e.g. "job 'x'")."""
-        reason = ray_error_sentence(body)
+        reason = public_line(ray_error_sentence(body))  # the body is the network's text: no escape gets through
         if status == 401:
             raise AuthRequired(
                 f"Ray dashboard at {self.address} requires a token (pass --token or set RAY_AUTH_TOKEN)", status)
@@ -399,7 +403,7 @@ class RayClient:
     async def _tail_into(self, job_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         """Run one websocket tail in its own task (httpx-ws uses anyio task groups, which must
         not be suspended across a generator's `yield`) and report how it ended."""
-        url = f"{self.address}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
+        url = f"{self.url}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
         self.requests_made += 1
         ws: AsyncWebSocketSession
         try:

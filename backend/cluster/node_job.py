@@ -2,7 +2,8 @@
 
 Why a job: only a process on the node can look at the node's own disks and processes, and Ray's job API is
 the one door into every node the console has. The script travels as `python3 -c <source>` (worker nodes
-need no copy of the console), pinned by Ray's `ray.io/node-id` label, with a hundredth of a CPU so it runs
+need no copy of the console; a line `from backend.X import ...  # inlined on the node` is replaced by that
+stdlib-only module's source, so a rule such as backend.safe_paths has one copy), pinned by Ray's `ray.io/node-id` label, with a hundredth of a CPU so it runs
 beside a busy node. Its results are lines `MARK {json}` in the job log, read while it runs (progress) and
 once it ended; the job record is deleted afterwards. Secrets go in `env` (the runtime env), never in argv.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -23,6 +25,19 @@ from backend.cluster.job_identity import CLEANUP_KEY
 from backend.errors import ConsoleError
 
 POLL_S = 0.5
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_INLINED = re.compile(r"^from (backend(?:\.\w+)+) import [\w, ]+  # inlined on the node$", re.MULTILINE)
+_FUTURE = re.compile(r"^from __future__ import annotations$", re.MULTILINE)
+
+
+def script_source(script: Path) -> str:
+    """`script` as it travels to the node: each `# inlined on the node` import replaced by its module's code."""
+
+    def module_code(match: re.Match[str]) -> str:
+        path = REPO_ROOT.joinpath(*match.group(1).split(".")).with_suffix(".py")
+        return _FUTURE.sub("", path.read_text(encoding="utf-8"))
+
+    return _INLINED.sub(module_code, script.read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -59,7 +74,7 @@ async def run_node_job(client: Any, node_id: str, script: Path, args: list[str],
     `on_event` sees each event as soon as the log shows it (the log is re-read every POLL_S while the job
     runs: these jobs print little). Raises ConsoleError when the job cannot be submitted or does not end in
     `timeout_s` (it is stopped then)."""
-    source = script.read_text(encoding="utf-8")
+    source = script_source(script)
     sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
     payload: dict[str, Any] = {
         "entrypoint": shlex.join(["python3", "-c", source, *args]),

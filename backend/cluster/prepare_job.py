@@ -10,8 +10,11 @@ The checkpoint is checked against its own index: `config.json` parses, `model.sa
 the shards, and every shard's size is what its safetensors header says (8 bytes of header length, the JSON
 header, then tensor data up to the largest `data_offsets` end), or what the hub's file listing said when
 this tool fetched it (`.ultra-console-manifest.json`). A fetch never touches a complete file: it downloads
-what is missing, resumes what is short (a `.part` file, or a truncated shard moved aside into one), and
-takes a lock file in the target directory so nodes that share the directory fetch it once.
+what is missing, resumes what is short (its own `.part` file beside it, or a truncated file in place), and
+takes a lock file in the target directory so nodes that share the directory fetch it once. Every name the hub
+lists is checked by backend.safe_paths before anything is written: one that would land outside the target
+(`..`, an absolute path, a symlink out) refuses the fetch with one line naming it; nothing that existed is
+moved, renamed or deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 import socket
 import sys
 import time
+
+from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_PREPARE "
 INDEX = "model.safetensors.index.json"
@@ -273,35 +278,47 @@ def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
 
 
 def _download(what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int) -> int:
-    """One file into `directory`, resuming `name.part` (or a short `name`); returns bytes transferred."""
+    """One file into `directory`, resuming `name.part` (or a short `name`, in place); returns bytes transferred."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
-    final = os.path.join(directory, name)
-    part = final + PART
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    if os.path.exists(final):
-        have = os.path.getsize(final)
-        if have >= size:
-            return 0  # complete (or larger: reported by the check, never overwritten)
-        if not os.path.exists(part):
-            os.replace(final, part)  # a truncated file is a partial download: resume it, do not discard it
-    resume = os.path.getsize(part) if os.path.exists(part) else 0
+    final = lexically_inside(directory, name)
+    if os.path.exists(final) and os.path.getsize(final) >= size:
+        return 0  # complete (or larger: reported by the check, never overwritten)
+    os.makedirs(os.path.dirname(inside(directory, name)), exist_ok=True)
+    final = inside(directory, name)  # again, now that its directories exist: none of them may lead out
+    target = final + PART
+    if os.path.lexists(final) and not os.path.lexists(target):
+        target = final  # a truncated file is a partial download: resumed where it is, never moved
+    resume = os.path.getsize(target) if os.path.lexists(target) else 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)  # never through a symlink
     if resume > size:
-        os.unlink(part)  # a partial download longer than the file: ours, and useless
-        resume = 0
+        flags, resume = flags | os.O_TRUNC, 0  # our own partial download, longer than the file: start it again
     if resume:
         emit(event="resume", what=what, file=name, done=resume, total=size)
     url = hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
-    with open(part, "ab") as fh:
+    with open(os.open(target, flags, 0o644), "ab") as fh:
         http_get(url, fh, resume_size=resume, headers=build_hf_headers(), expected_size=size,
                  displayed_filename=name, tqdm_class=_progress_class(what, name))
-    if os.path.getsize(part) != size:
-        raise OSError(f"{name}: got {os.path.getsize(part)} of {size} bytes")
-    os.replace(part, final)
+    if os.path.getsize(target) != size:
+        raise OSError(f"{name}: got {os.path.getsize(target)} of {size} bytes")
+    if target != final:
+        os.replace(target, final)
     emit(event="file_done", what=what, file=name, total=size)
     return size - resume
+
+
+def refused_entry(directory: str, names: list[str]) -> str | None:
+    """Why a hub listing cannot be written into `directory` (the first bad entry), or None."""
+    try:
+        all_inside(directory, names)
+    except UnsafePath as err:
+        return str(err)
+    own = [n for n in names if os.path.basename(n) in (MANIFEST, LOCK) or n.endswith(PART)]
+    if own:
+        return f"refused entry {own[0][:200]!r}: the name of a file prepare keeps for itself"
+    return None
 
 
 def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, only: list[str] | None,
@@ -339,6 +356,10 @@ def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, o
             if missing:
                 emit(event="error", what=what, message=f"{repo} has no {', '.join(missing)}")
                 return
+        refused = refused_entry(directory, list(files))
+        if refused is not None:
+            emit(event="error", what=what, message=f"{repo_type} {repo}: {refused}; nothing fetched")
+            return
         with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
             json.dump({"repo": repo, "repo_type": repo_type, "revision": revision, "files": files,
                        "node": node, "token": token}, fh)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from backend.errors import SpecError
 from backend.plan.run_modes import RunMode
+from backend.toml_input import parse_toml
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -267,7 +268,7 @@ def preset_dir() -> Path:
 def _parsed_toml(path: Path, _stamp: tuple[int, int]) -> dict[str, Any]:
     """One parse per file version (`_stamp` = mtime, size): listing the variants reads every preset
     several times, and the plan form's first frame waits for that."""
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return parse_toml(path.read_text(encoding="utf-8"))
 
 
 def _read_toml(path: Path, *, copied: bool = True) -> dict[str, Any]:
@@ -347,7 +348,7 @@ def _parse_value(text: str) -> Any:
     if text.strip().lower() in ("none", "null", "unset"):
         return None
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return parse_toml(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backend.demo.simtrainer import is_simulated
 from backend.errors import SpecError
+from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
 from shim.logline import LINE_PREFIX as SHIM_LINE_PREFIX
 

@@ -46,7 +46,7 @@ else:  # pragma: no cover
 
 SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
-BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "key_missing", "hang")
+BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "log_without_metrics", "key_missing", "hang")
 OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS)
 MAX_ALERTS = 1000
 SAMPLE_CHARS = 200
@@ -503,6 +503,13 @@ class AlertEngine:
             return None
         return self._update(rule, "no-metrics", {"minutes": round(logged_s / 60), "count": lines}, lines, sample)
 
+    def check_log_without_metrics(self, source: str, lines: int, records: int, sample: str) -> Alert | None:
+        """A whole log (or dump) read to its end with no metric: the charts are empty, and this says so."""
+        rule = self._rule("log_without_metrics")
+        if rule is None or records > 0:
+            return None
+        return self._update(rule, "log-without-metrics", {"reason": source, "count": lines}, lines, sample)
+
     def check_quiet(self, running: bool, quiet_s: float, noise_lines: int, sample: str) -> Alert | None:
         """A hang: while running, only health/metrics noise for `min_s` seconds."""
         rule = self._rule("hang")
@@ -578,9 +585,9 @@ def headline(alerts: Sequence[Alert], job_state: str) -> str:
             return f"FAILED: {cause.message}"
         failed = next((a for a in reversed(alerts) if a.id == "job-failed"), None)
         return f"FAILED: {failed.message}" if failed is not None else ""
-    if cause is not None:
-        return f"FAILING: {cause.message}" if job_state.upper() not in ("SUCCEEDED",) else (
-            f"succeeded, but: {cause.message}")
+    if cause is not None:  # a live run says it is failing; a finished or replayed one what killed it
+        live = job_state.upper() in ("PENDING", "RUNNING")
+        return f"{'FAILING' if live else 'failure'}: {cause.message}"
     newest = next((a for a in reversed(alerts) if a.blind), None)
     return newest.message if newest is not None else ""
 

@@ -19,6 +19,7 @@ from typing import Any
 from backend.signals.dump_reader import DumpBatch, num
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
+from backend.signals.run_signals import CheckpointState, Progress, RunSignals, Throughput, TimePerRollout
 
 FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
              "global_batch_size", "save_interval", "actor_num_nodes", "actor_num_gpus_per_node")
@@ -267,49 +268,39 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
     return None
 
 
-def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> dict[str, Any]:
-    """The derived-signals block of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
-    series, out = collector.series, dict[str, Any]()
+def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> RunSignals:
+    """The derived signals of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
+    series = collector.series
+    throughput = None
     tpgs = series.latest("perf/tokens_per_gpu_per_sec")
     if tpgs is not None:
         gpus = facts.rollout_num_gpus
-        out["throughput"] = {
-            "tokens_per_gpu_per_sec": tpgs, "rollout_gpus": gpus,
-            "cluster_tokens_per_sec": tpgs * gpus if gpus else None,
-            "effective_tokens_per_gpu_per_sec": series.latest("perf/effective_tokens_per_gpu_per_sec"),
-        }
+        throughput = Throughput(tpgs, gpus, tpgs * gpus if gpus else None,
+                                series.latest("perf/effective_tokens_per_gpu_per_sec"))
+    timing = None
     rollout_s, train_s = series.latest("perf/rollout_time"), series.latest("perf/train_time")
     if rollout_s is not None or train_s is not None:
-        out["time_per_rollout"] = {
-            "rollout_s": rollout_s, "train_s": train_s, "step_s": series.latest("perf/step_time"),
-            "wait_time_ratio": series.latest("perf/wait_time_ratio"),
-            "rollout_over_train": rollout_s / train_s if rollout_s is not None and train_s else None,
-        }
+        timing = TimePerRollout(rollout_s, train_s, series.latest("perf/step_time"), series.latest("perf/wait_time_ratio"),
+                                rollout_s / train_s if rollout_s is not None and train_s else None)
     done = max((collector.last_step.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1) + 1
     step_s = median_step_seconds(collector)
+    progress = None
     if done > 0 or facts.num_rollout:
         total = facts.num_rollout
         remaining = max(0, total - done) if total else None
-        out["progress"] = {
-            "rollouts_done": done, "num_rollout": total,
-            "fraction": done / total if total else None,
-            "train_steps_done": collector.last_step.get("step", -1) + 1,
-            "steps_per_rollout": collector.steps_per_rollout(),
-            "median_rollout_s": step_s,
-            "eta_s": remaining * step_s if remaining is not None and step_s else None,
-        }
+        progress = Progress(done, total, done / total if total else None, collector.last_step.get("step", -1) + 1,
+                            collector.steps_per_rollout(), step_s,
+                            remaining * step_s if remaining is not None and step_s else None)
     if facts.checkpoints:
         last_ts, iteration = max(facts.checkpoints, key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf)
-        out["checkpoint"] = {"count": len(facts.checkpoints), "last_iteration": iteration,
-                             "since_s": now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None}
+        checkpoint = CheckpointState(len(facts.checkpoints), iteration,
+                                     now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None)
     else:
-        out["checkpoint"] = {"count": 0, "last_iteration": None, "since_s": None,
-                             "save_interval": facts.save_interval}
-    zstd = series.latest("derived/zero_std_frac")
-    if zstd is not None:
-        out["zero_std_frac"] = zstd
-    if math.isfinite(collector.last_ts):
-        out["since_last_metric_s"] = now - collector.last_ts if math.isfinite(now) else None
-    if telemetry is not None:
-        out.update(telemetry.summary(now))
-    return out
+        checkpoint = CheckpointState(0, None, None, facts.save_interval)
+    has_last = math.isfinite(collector.last_ts)
+    return RunSignals(
+        checkpoint=checkpoint, throughput=throughput, time_per_rollout=timing, progress=progress,
+        zero_std_frac=series.latest("derived/zero_std_frac"), has_last_metric=has_last,
+        since_last_metric_s=now - collector.last_ts if has_last and math.isfinite(now) else None,
+        telemetry=telemetry.summary(now) if telemetry is not None else {},
+    )

@@ -23,6 +23,7 @@ from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.run_signals import RunSignals
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
 
@@ -33,7 +34,7 @@ class MetricsSnapshot:
     each snapshot, shared with nobody)."""
 
     series: SeriesSetSnapshot
-    derived: dict[str, Any]
+    derived: RunSignals
     sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
 
 
@@ -213,7 +214,7 @@ class RunMonitor:
         return {
             "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
             "latest": jsonable(self.collector.latest()),
-            "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now)),
+            "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now).to_json()),
             "alerts": [a.to_json() for a in self.alerts.alerts],
             "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
             "problems": problems,

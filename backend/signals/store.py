@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
+from backend.safe_paths import UnsafePath, inside
 from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
 from backend.signals import grammar
 from backend.signals.filters import FilteredLines, LineFilter
@@ -130,7 +131,10 @@ class LogStore:
         self.path = directory / f"{safe_id}.log"
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            inside(str(directory), self.path.name)  # a job id names it: never outside the spool directory
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except UnsafePath as err:
+            raise LogStoreError(f"cannot create the log spool: {err}") from None
         except OSError as err:
             raise LogStoreError(f"cannot create the log spool {self.path}: {err.strerror}") from None
         self.line_cap = line_cap

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from backend.errors import RefusedError
-from backend.sanitize import sanitize_text
+from backend.redaction import public_text
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` and the other commands never pay for httpx
     from backend.cluster.controller import RunController
@@ -75,9 +75,9 @@ def confirm(question: str, yes: bool, action: str) -> bool:
 
 
 def say(text: str, *, err: bool = False) -> None:
-    """Print text that may come from Ray or the trainer: escape sequences and controls removed."""
+    """Print text that may come from Ray or the trainer: secrets redacted, escape sequences and controls removed."""
     stream = sys.stderr if err else sys.stdout
-    stream.write(sanitize_text(text) + "\n")
+    stream.write(public_text(text) + "\n")
     stream.flush()
 
 

@@ -2,11 +2,14 @@
 Ray job log, or a miles `--dump-details` directory.
 
 Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
-backend.signals.derived, backend.signals.alerts); this module only picks the input and prints. `--json` prints one object
-`{"series", "latest", "derived", "alerts", "problems"}` with non-finite values as null. Bad or partial input
-is reported on one line (stderr), never as a traceback. When a blind-spot alert fired (metric lines that
-cannot be read, a chart key that never arrives) the output is still printed, stderr carries the alert's words
-and a sample line, and the exit status is 3.
+backend.signals.derived, backend.signals.alerts, backend.signals.failures); this module only picks the input and
+prints. `--json` prints one object `{"series", "latest", "derived", "alerts", "cause", "problems"}` with non-finite
+values as null; `cause` is why the run failed (the cause, its consequences) or null.
+
+A failure is a diagnosis, never an error: the result is always printed, also for a run that died before its
+first metric. Exit status: 0 healthy; 3 a blind spot (metric lines that cannot be read, a chart key that never
+arrives, no metric at all: stderr says which, with a sample line); 4 the run failed, and stderr says why in one
+line; 1 bad input (a file that is missing, empty or binary), one line, nothing else.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backend.errors import ConsoleError
 from backend.sanitize import one_line, sanitize_text
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
+from backend.signals.textlog import check_text_log
+from console.commands._cause import cause_lines
 
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
@@ -30,11 +34,8 @@ SUMMARY_KEYS = (
     "perf/step_time", "perf/actor_train_mfu",
 )
 BLIND_EXIT = 3  # read, but some chart is blind: the output is printed, and the alert says why on stderr
+FAILED_EXIT = 4  # the run failed: the output is printed, and stderr names the cause
 _DUMP_FLAG = re.compile(r"--dump-details[ =](\S+)")
-
-
-class NoMetricsError(ConsoleError):
-    """The input holds no miles metric at all."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +66,7 @@ def _monitor(args: argparse.Namespace) -> RunMonitor:
 
 def read_log_file(monitor: RunMonitor, path: Path) -> int:
     """Stream a saved log through a throw-away run log (the same sanitising path as a live run)."""
+    check_text_log(path)
     with RunLog.scratch(monitor, "from-log") as run_log:
         return run_log.add_file(path)
 
@@ -107,15 +109,22 @@ def run(args: argparse.Namespace) -> int:
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
     else:
         monitor.tick()
-    snap = monitor.snapshot(now=now)
     records = sum(monitor.collector.records.values())
-    if records == 0 and not args.sub_job and not getattr(args, "job", None) and (args.from_log or args.from_dump):
-        raise NoMetricsError(f"no miles metric found in {what} (is it the Ray job log or dump of a miles run?)")
+    if args.from_log or args.from_dump or now is not None:  # read to its end (a running job may not have begun)
+        monitor.alerts.check_log_without_metrics(f"the {what}", monitor.activity.lines, records,
+                                                 monitor.activity.last_line)
+    snap = monitor.snapshot(now=now)
     if args.json:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
         _print_summary(what, snap)
+    cause = snap["cause"]
+    if cause is not None:  # the one answer the operator came for, on one line
+        where = f" (line: {cause['line']})" if cause["line"] else ""
+        sys.stderr.write(one_line(f"ultra-console: the run failed: {cause['title']}: {cause['message']}{where}")[:600]
+                         + "\n")
+        return FAILED_EXIT
     blind = monitor.blind_spots()
     if blind:  # the same words as the alert the app shows, and its sample line
         first = blind[0]
@@ -162,9 +171,13 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
         if key in latest:
             series = snap["series"].get(key) or [[None]]
             out.append(f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})")
+    cause = snap["cause"]
+    if cause is not None:
+        out += cause_lines(cause, "  ")
     alerts = snap["alerts"]
     out.append(f"  alerts: {len(alerts) or 'none'}")
     for a in alerts:
         step = f" step {a['step']}" if a.get("step") is not None else ""
         out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
+

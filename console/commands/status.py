@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backend.sanitize import sanitize_text
+from console.commands._cause import cause_lines
 from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         job = await ctl.attach(job_of(args))
         snap = await snapshot(ctl.client)
         info = describe(job, snap, ctl.state)
-        info["cause"] = await _cause(ctl, job) if job.status == "FAILED" else None
+        # why it failed; for a run Ray calls a success, a traceback in its log casts a doubt on that
+        info["cause"] = await _cause(ctl, job) if job.status in ("FAILED", "SUCCEEDED") else None
         info["nodes"] = {"alive": len(snap.alive_nodes), "dead": [
             {"node_id": n.node_id, "name": n.name, "reason": n.death_reason} for n in snap.dead_nodes]}
         if args.json:
@@ -52,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if info["message"]:
             lines.append(f"message  {info['message']}")
         if info["cause"]:
-            lines.append(f"cause    {info['cause']['message']}")
-            lines.append(f"  line   {info['cause']['line']}")
+            lines += cause_lines(info["cause"])
         if info["failure_reason"]:
             lines.append(f"reason   {info['failure_reason']}")
         lines.append(f"stop     {info['stop']['signal']}, grace {info['stop']['grace_s']} s")
@@ -66,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     return run_with(args, body)
 
 
-async def _cause(ctl: RunController, job: JobInfo) -> dict[str, str] | None:
-    """What the failed run's log says killed it (CUDA OOM, an actor died, NaN), with the line; None if the
+async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
+    """What the run's log says killed it (the diagnosis: cause, where, the line, consequences); None if the
     log says nothing or cannot be read (Ray's own reason is printed either way)."""
     from backend.errors import ConsoleError
     from backend.signals.alerts import cause_in_log
@@ -79,5 +80,5 @@ async def _cause(ctl: RunController, job: JobInfo) -> dict[str, str] | None:
             text.append(chunk.text)
     except ConsoleError:
         return None
-    cause = cause_in_log(sanitize_text("".join(text)))
-    return {"id": cause.id, "message": cause.message, "line": cause.sample} if cause is not None else None
+    found = cause_in_log(sanitize_text("".join(text)), succeeded=job.status == "SUCCEEDED")
+    return found.to_json() if found is not None else None

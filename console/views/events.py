@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 
 from backend.cluster.audit import AuditLog
 from backend.errors import ConsoleError
+from backend.redaction import public_line
 from console import keymap
 from console.messages import AlertsChanged, AuditChanged
 from console.views.base import ConsoleView
@@ -77,6 +78,10 @@ class EventsView(ConsoleView):
             step = alert.step
             shown_step = "" if step is None else str(int(step) if float(step).is_integer() else step)
             message = alert.message + (f"  (×{alert.count})" if alert.count > 1 else "")
+            if alert.cause is not None:  # a failure: the diagnosis' cause, or one of its consequences
+                message = ("CAUSE · " if alert.cause == 1 else "consequence · ") + message
+            if alert.advice:
+                message += f"  → try: {alert.advice}"
             if alert.sample:  # the log line that said it (sanitised, cut)
                 message += f"  ⟨{alert.sample}⟩"
             table.add_row(Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")), shown_step,
@@ -110,8 +115,8 @@ class EventsView(ConsoleView):
         table.clear()
         for e in reversed(entries):  # newest first
             time = str(e.get("time", ""))[:19].replace("T", " ")
-            table.add_row(time, str(e.get("user", "")), str(e.get("action", "")), str(e.get("job") or ""),
-                          Text(str(e.get("result", ""))), Text(str(e.get("command", ""))[:200]))
+            cells = [public_line(str(e.get(k) or "")) for k in ("user", "action", "job", "result", "command")]
+            table.add_row(time, *cells[:3], Text(cells[3]), Text(cells[4][:200]))  # a file: text from elsewhere
 
     def action_copy_entry(self) -> None:
         table = self.query_one("#audit", DataTable)

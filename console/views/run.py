@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -19,6 +19,7 @@ from textual.widgets import Static
 
 from backend.cluster.durations import RunTiming, fmt_duration
 from backend.cluster.lost_work import LostWork
+from backend.signals.run_signals import RunSignals
 from console import keymap
 from console.messages import (
     AlertsChanged,
@@ -60,8 +61,8 @@ def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[floa
     return series.finite_points() if series is not None else ()
 
 
-def _derived(metrics: MetricsSnapshot | None) -> dict[str, Any]:
-    return metrics.derived if metrics is not None else {}
+def _derived(metrics: MetricsSnapshot | None) -> RunSignals:
+    return metrics.derived if metrics is not None else RunSignals()
 
 
 def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
@@ -79,14 +80,14 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
     terminal = state.state in TERMINAL_STATES
     timing = RunTiming(state.started_at, state.ended_at, now)
     d = _derived(metrics)
-    prog = d.get("progress") or {}
-    done, total = prog.get("rollouts_done"), prog.get("num_rollout")
+    prog = d.progress
+    done, total = (prog.rollouts_done, prog.num_rollout) if prog is not None else (None, None)
     if done is not None and total:
         progress = f"rollout {int(done)}/{int(total)}"
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
-    eta = "" if terminal else fmt_duration(prog.get("eta_s"))
-    ckpt = fmt_duration((d.get("checkpoint") or {}).get("since_s"))
+    eta = "" if terminal else fmt_duration(prog.eta_s if prog is not None else None)
+    ckpt = fmt_duration(d.checkpoint.since_s)
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
@@ -241,15 +242,10 @@ class RunView(ConsoleView):
     def loss_text(self) -> str:
         """What an abort loses (backend.cluster.lost_work), from the run monitor's derived numbers."""
         d = _derived(self.metrics)
-        ckpt, prog = d.get("checkpoint") or {}, d.get("progress") or {}
-        gpus = (d.get("throughput") or {}).get("rollout_gpus")
-        return LostWork(since_checkpoint_s=ckpt.get("since_s"), rollouts_done=_int(prog.get("rollouts_done")),
-                        last_checkpoint_rollout=_int(ckpt.get("last_iteration")),
-                        checkpoints_saved=_int(ckpt.get("count")), gpus=_int(gpus)).text()
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return LostWork(since_checkpoint_s=d.checkpoint.since_s,
+                        rollouts_done=d.progress.rollouts_done if d.progress is not None else None,
+                        last_checkpoint_rollout=d.checkpoint.last_iteration, checkpoints_saved=d.checkpoint.count,
+                        gpus=d.throughput.rollout_gpus if d.throughput is not None else None).text()
 
 
 def abort_actions(controller: RunController) -> AbortActions:

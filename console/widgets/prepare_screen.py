@@ -18,7 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Log, Static
 
 from backend.errors import ConsoleError
-from backend.sanitize import sanitize_text
+from backend.redaction import public_line, public_text
 from console import keymap
 from console.messages import PreflightDone
 
@@ -96,7 +96,7 @@ class PrepareScreen(ModalScreen[None]):
                 report = await prepare(self.spec, client, snap, fetch=fetch,
                                        on_event=progress)
         except ConsoleError as err:
-            self.post_message(PrepareFinished(f"prepare could not run: {err}", []))
+            self.post_message(PrepareFinished(f"prepare could not run: {public_line(str(err))}", []))
             return
         for line in table(report):
             self.post_message(PrepareLine(line))
@@ -106,7 +106,7 @@ class PrepareScreen(ModalScreen[None]):
                                           + report.findings()))
 
     def on_prepare_line(self, message: PrepareLine) -> None:
-        self.query_one(Log).write_line(sanitize_text(message.text))
+        self.query_one(Log).write_line(public_text(message.text).replace("\n", " "))
 
     def on_prepare_finished(self, message: PrepareFinished) -> None:
         self.running = False

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import struct
 import termios
+import time
 
 from test_app_watchdog import _read_until
 from test_app_watchdog import _spawn as _spawn_80x24
@@ -20,9 +22,18 @@ def _spawn(tmp_path):
 
 
 def _close(proc, master: int) -> None:
+    """SIGTERM ends the app through Textual's exit, which writes the terminal's restore sequences: read the
+    pty meanwhile, as a terminal does (an unread pty would block that last write)."""
     if proc.poll() is None:
         proc.terminate()
-        proc.wait(timeout=15)
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    break
+        proc.wait(timeout=5)
     os.close(master)
 
 

@@ -26,9 +26,11 @@ def test_from_log_json_contract(tmp_path, capsys) -> None:
     log = tmp_path / "job.log"
     write(log, SampleRun(rollouts=5, nan_at_step=7, eval_every=2, save_every=2, shim_scaling=1.0))
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(log), "--json")
-    assert code == 0 and err == ""
     snap = json.loads(out)  # strict JSON: no NaN tokens
-    assert set(snap) == {"series", "latest", "derived", "alerts", "problems"}
+    assert set(snap) == {"series", "latest", "derived", "alerts", "cause", "problems"}
+    # a NaN loss is the failure catalog's divergence: the output is printed all the same, stderr says why, exit 4
+    assert code == 4 and snap["cause"]["id"] == "nan" and snap["cause"]["message"].startswith("train/loss is nan")
+    assert err.startswith("ultra-console: the run failed: NaN in training: train/loss is nan") and err.count("\n") == 1
     assert snap["series"]["train/loss"][7] == [7, None] and len(snap["series"]["train/loss"]) == 10
     assert snap["series"]["rollout/raw_reward"] == [[i, pytest.approx(0.125 + 0.05 * i)] for i in range(5)]
     assert snap["series"]["eval/aime"][1][0] == 2
@@ -94,7 +96,7 @@ def test_garbage_and_partial_input(tmp_path, capsys) -> None:
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 4000 + b"\x1b]52;c;AAAA\x07")
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(junk))
-    assert code == 1 and "no miles metric found" in err and err.count("\n") == 1
+    assert code == 1 and out == "" and "is binary, not a text log" in err and err.count("\n") == 1
 
     log = tmp_path / "cut.log"
     write(log, SampleRun(rollouts=2))

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+
+from loopback_http import QuietHandler, serve, stop_server
 
 MODEL_REPO = "nvidia/Tiny-Ultra-2layer"
 DATASET_REPO = "tests/tiny-math"
@@ -84,12 +85,7 @@ class FakeHub:
     def start(self) -> FakeHub:
         hub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _file(self) -> tuple[bytes, str] | None:
                 path = self.path.split("?", 1)[0]
                 kind = "model"
@@ -175,11 +171,8 @@ class FakeHub:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         return self
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        stop_server(self.server)

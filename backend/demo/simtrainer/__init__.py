@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backend.plan.simulation import is_simulated
+
+__all__ = ["FAKEGPU_PATH", "SIM_LABEL", "SIM_TRAIN_SCRIPT", "is_simulated"]
+
 SIM_TRAIN_SCRIPT = str(Path(__file__).resolve().with_name("train.py"))
 SIM_LABEL = "SIMULATED TRAINER (ultra-console simtrainer, not miles)"
 FAKEGPU_PATH = str(Path(__file__).resolve().with_name("fakegpu"))
 
-
-def is_simulated(train_script: str | None) -> bool:
-    """True when a spec's `paths.train_script` points at this simulator (label runs and jobs)."""
-    return bool(train_script) and Path(str(train_script)).parent.name == "simtrainer"

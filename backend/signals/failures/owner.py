@@ -9,7 +9,9 @@ line is the prefixed line its traceback started with, or the actor Ray's `RayTas
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from backend.signals.actors import role_of
 from backend.signals.grammar import ParsedLine, parse_line
@@ -24,9 +26,10 @@ REMOTE_TASK = re.compile(r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\
                          r"(?:,\s*ip=(?P<ip>[\w.:]+))?")
 # What starts a new line in a log (anything else after a long line is that line's wrapped tail).
 _LINE_START = re.compile(
-    r"\(|\[|Traceback|During handling|The above exception|\s|File \"|`{3}|[\w.]+(?:Error|Exception|Warning)\b"
+    r"\(|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File \"|`{3}|[\w.]+(?:Error|Exception|Warning)\b"
     r"|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Job '|Status message|-{3}|\*"
     r"|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
+    r"|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
 )
 _QUOTE = re.compile(r"(?:> ?)+")
 
@@ -36,12 +39,30 @@ def unquote(line: str) -> str:
     return _QUOTE.sub("", line, count=1) if line.startswith(">") else line
 
 
-def continues(previous: str, line: str) -> bool:
-    """Is `line` the hard-wrapped tail of `previous`?"""
-    return len(previous) >= WRAP_MIN and bool(line) and _LINE_START.match(line) is None
+@dataclass(frozen=True, slots=True)
+class Wraps:
+    """The widths a terminal hard-wrapped a pasted log at: lengths (of lines at least WRAP_MIN long) that
+    several lines share. A wrapped line is exactly that long and its tail is no longer than it; a long line of
+    another length is taken as wrapped only when a shorter line that starts like no log line follows it."""
+
+    widths: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, lines: Sequence[str]) -> Wraps:
+        counts = Counter(len(line) for line in lines if len(line) >= WRAP_MIN)
+        return cls(frozenset(width for width, n in counts.items() if n >= 2))
+
+    def continues(self, previous: str, line: str) -> bool:
+        """Is `line` the hard-wrapped tail of `previous` (both as the log holds them)?"""
+        if len(previous) < WRAP_MIN or not line or (len(previous) not in self.widths and len(line) > len(previous)):
+            return False
+        return _LINE_START.match(unquote(line) if line.startswith(">") else line) is None
 
 
-def traceback_owner(lines: Sequence[str], index: int) -> ParsedLine | None:
+NO_WRAPS = Wraps()
+
+
+def traceback_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> ParsedLine | None:
     """The process the prefix-less line `lines[index]` belongs to (None: the driver, or not a traceback)."""
     j = index - 1
     stop = max(-1, index - LOOKBACK)
@@ -57,7 +78,7 @@ def traceback_owner(lines: Sequence[str], index: int) -> ParsedLine | None:
             return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
         if line.startswith("Traceback"):
             return None
-        if not _TRACE_BODY.match(line) and not (j > 0 and continues(unquote(lines[j - 1]), line)):
+        if not _TRACE_BODY.match(line) and not (j > 0 and wraps.continues(lines[j - 1], lines[j])):
             return None
         j -= 1
     return None

@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from backend.signals.actors import ENGINE, role_of
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureCatalog, FailureKind, default_catalog
 from backend.signals.failures.events import FailureEvent
-from backend.signals.failures.owner import LOOKBACK, continues, label, line_label, traceback_owner, unquote
+from backend.signals.failures.owner import (
+    LOOKBACK,
+    NO_WRAPS,
+    Wraps,
+    label,
+    line_label,
+    traceback_owner,
+    unquote,
+)
 from backend.signals.grammar import METRIC_LOOKING, METRIC_NEEDLES, ParsedLine, parse_line
 
 MAX_WRAPPED = 6  # physical lines one logical line may span
@@ -52,7 +60,13 @@ class FailureScanner:
 
     def feed(self, text: str) -> list[FailureEvent]:
         """Scan one chunk; returns the events it added or changed (copies)."""
-        flat = text.replace("\n", "")
+        quoted = text.startswith(">") or "\n>" in text
+        lines: list[str] | None = None
+        if quoted:  # a paste quoted in markdown: its markers would split a wrapped hint
+            lines = _split(text)
+            flat = "".join(unquote(line) for line in lines)
+        else:
+            flat = text.replace("\n", "")
         hits: dict[int, list[FailureKind | None]] = {}  # flat position -> kinds whose hint starts there
         for hint, kind in self._hints:
             for pos in _find_all(flat, hint):
@@ -67,10 +81,10 @@ class FailureScanner:
         if not hits and not census and not ended_well:
             self._advance(text)
             return []
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        starts = list(itertools.accumulate((len(line) for line in lines), initial=0))
+        if lines is None:
+            lines = _split(text)
+        lengths = (len(unquote(line)) for line in lines) if quoted else map(len, lines)
+        starts = list(itertools.accumulate(lengths, initial=0))
         if census:
             self._count_ranks(lines)
         if ended_well:
@@ -82,15 +96,16 @@ class FailureScanner:
         first_metric = self._first_metric_line(text, starts) if not self.started else -1
         context = self._tail + lines
         base = len(self._tail)
+        wraps = Wraps.of(context)
         changed: dict[int, FailureEvent] = {}
         done: set[int] = set()
         for i in sorted(by_line):
-            first, last = _logical_bounds(context, base + i)
+            first, last = _logical_bounds(context, base + i, wraps)
             if first in done:
                 continue
             done.add(first)
             at_start = not self.started and (first_metric < 0 or i < first_metric)
-            for event in self._scan_line(context, first, last, by_line[i], at_start):
+            for event in self._scan_line(context, first, last, by_line[i], at_start, wraps):
                 changed[id(event)] = event
         if first_metric >= 0:
             self.started = True
@@ -127,7 +142,7 @@ class FailureScanner:
     # ------------------------------------------------------------------ one logical line
 
     def _scan_line(self, context: list[str], first: int, last: int, kinds: list[FailureKind | None],
-                   at_start: bool) -> list[FailureEvent]:
+                   at_start: bool, wraps: Wraps) -> list[FailureEvent]:
         pieces = [unquote(context[j]) for j in range(first, last + 1)]
         if self._retried(context, last):
             return []
@@ -143,23 +158,23 @@ class FailureScanner:
                 continue
             matched = True
             parsed, m, template = found
-            event = self._record(kind, parsed, m, template, context, first, at_start)
+            event = self._record(kind, parsed, m, template, context, first, at_start, wraps)
             if event is not None:
                 out.append(event)
         if None in kinds:
             parsed = parse_line("".join(pieces))
             message = parsed.message.strip()
-            if EXCEPTION_LINE.match(message) and _in_traceback(context, first, last):
-                owner = parsed if parsed.actor is not None else traceback_owner(context, first)
+            if EXCEPTION_LINE.match(message) and _in_traceback(context, first, last, wraps):
+                owner = parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
                 waiting = self._open.pop(_process_key(owner), None)
                 if waiting is not None:
                     waiting.error = message[:LINE_CHARS]
-                    waiting.frame = waiting.frame or innermost_frame(context, first)
+                    waiting.frame = waiting.frame or innermost_frame(context, first, wraps)
                     self.version += 1
                     out.append(waiting)
                 elif not matched and self.catalog.generic is not None:
                     event = self._record(self.catalog.generic, parsed, None, None, context, first, at_start,
-                                         error=message)
+                                         wraps, error=message)
                     if event is not None:
                         out.append(event)
         return out
@@ -170,8 +185,9 @@ class FailureScanner:
         return any(word in line for line in window for word in self.catalog.retried)
 
     def _record(self, kind: FailureKind, parsed: ParsedLine, m: re.Match[str] | None, template: str | None,
-                context: list[str], first: int, at_start: bool, *, error: str | None = None) -> FailureEvent | None:
-        owner = parsed if parsed.actor is not None else traceback_owner(context, first)
+                context: list[str], first: int, at_start: bool, wraps: Wraps, *,
+                error: str | None = None) -> FailureEvent | None:
+        owner = parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
         groups = {k: v.strip() for k, v in (m.groupdict() if m else {}).items() if v is not None}
         for name in [k for k in groups if k.endswith("_alt")]:  # a second spelling fills the first's field
             groups.setdefault(name[: -len("_alt")], groups.pop(name))
@@ -208,7 +224,7 @@ class FailureScanner:
         event = FailureEvent(
             kind=kind.id, seq=self._lines_before - len(self._tail) + first, fields=fields, role=role, who=who,
             time=_time_of(parsed, joined), line=" ".join(parsed.message.split())[:LINE_CHARS] or joined[:LINE_CHARS],
-            frame=innermost_frame(context, first), error=error[:LINE_CHARS] if error else None,
+            frame=innermost_frame(context, first, wraps), error=error[:LINE_CHARS] if error else None,
             at_start=at_start, count=parsed.repeat, template=template,
         )
         self._collect(kind, event, fields)
@@ -240,6 +256,13 @@ class FailureScanner:
 # ---------------------------------------------------------------- helpers
 
 
+def _split(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def _find_all(text: str, needle: str) -> list[int]:
     out = []
     pos = text.find(needle)
@@ -249,14 +272,13 @@ def _find_all(text: str, needle: str) -> list[int]:
     return out
 
 
-def _logical_bounds(lines: Sequence[str], index: int) -> tuple[int, int]:
+def _logical_bounds(lines: Sequence[str], index: int, wraps: Wraps) -> tuple[int, int]:
     """The physical lines of the logical line `lines[index]` belongs to (a terminal's hard wraps undone)."""
     first = index
-    while first > 0 and index - first < MAX_WRAPPED and continues(unquote(lines[first - 1]), unquote(lines[first])):
+    while first > 0 and index - first < MAX_WRAPPED and wraps.continues(lines[first - 1], lines[first]):
         first -= 1
     last = index
-    while last + 1 < len(lines) and last - first < MAX_WRAPPED and continues(unquote(lines[last]),
-                                                                            unquote(lines[last + 1])):
+    while last + 1 < len(lines) and last - first < MAX_WRAPPED and wraps.continues(lines[last], lines[last + 1]):
         last += 1
     return first, last
 
@@ -274,9 +296,12 @@ def _match(kind: FailureKind, pieces: list[str]) -> tuple[ParsedLine, re.Match[s
     return None
 
 
-def _in_traceback(lines: Sequence[str], first: int, last: int) -> bool:
+def _in_traceback(lines: Sequence[str], first: int, last: int, wraps: Wraps) -> bool:
     """An exception line ends a traceback (a frame or code line before it), or starts one pasted newest-first."""
-    for j in (first - 1, last + 1):
+    before = first - 1
+    while before > 0 and first - before < MAX_WRAPPED and wraps.continues(lines[before - 1], lines[before]):
+        before -= 1  # the start of the (wrapped) line before
+    for j in (before, last + 1):
         if 0 <= j < len(lines):
             message = parse_line(unquote(lines[j])).message
             if _TRACE_CONTEXT.match(message):
@@ -284,7 +309,7 @@ def _in_traceback(lines: Sequence[str], first: int, last: int) -> bool:
     return False
 
 
-def innermost_frame(lines: Sequence[str], index: int) -> str | None:
+def innermost_frame(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> str | None:
     """The traceback's innermost frame (`file:line in func`) above the exception line, or below it when the
     log was pasted newest-first."""
     for step in (-1, 1):
@@ -292,7 +317,9 @@ def innermost_frame(lines: Sequence[str], index: int) -> str | None:
         for _ in range(FRAME_LOOK):
             if not 0 <= j < len(lines):
                 break
-            line = lines[j]
+            line = unquote(lines[j])
+            if j + 1 < len(lines) and wraps.continues(lines[j], lines[j + 1]):
+                line += unquote(lines[j + 1])  # a frame line a terminal wrapped
             m = FRAME.search(line)
             if m is not None:
                 return f"{m['file']}:{m['lineno']} in {m['func']}"

@@ -1,0 +1,193 @@
+"""Why it died: every failure catalog kind, in every shape a real log holds it, through the same path the CLI
+reads a saved log (store -> sanitiser -> monitor), and the `metrics` command's answer for runs that died."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from failure_shapes import SCENARIOS, Scenario, cases, render
+
+from backend.sanitize import sanitize_text
+from backend.signals.failures import FailureScanner, diagnose
+from backend.signals.failures.catalog import FailureCatalogError, default_catalog, load_catalog
+from backend.signals.monitor import RunMonitor
+from console.cli import main
+from console.commands.metrics import read_log_file
+
+
+def read(tmp_path: Path, text: str) -> RunMonitor:
+    log = tmp_path / "job.log"
+    log.write_text(text, encoding="utf-8")
+    monitor = RunMonitor()
+    read_log_file(monitor, log)
+    return monitor
+
+
+@pytest.mark.parametrize(("scenario", "shape"), cases(), ids=[f"{s.name}-{shape}" for s, shape in cases()])
+def test_every_kind_in_every_shape(tmp_path: Path, scenario: Scenario, shape: str) -> None:
+    monitor = read(tmp_path, render(scenario, shape))
+    found = monitor.diagnosis()
+    want = scenario.expect
+    if want is None:
+        assert found is None, found and found.to_json()
+        return
+    assert found is not None
+    cause = found.cause
+    assert (cause.id, cause.role, cause.node, cause.pid, cause.rank, cause.gpu) == (
+        want.id, want.role, want.node, want.pid, want.rank, want.gpu)
+    for needle in want.message_has:
+        assert needle in cause.message, cause.message
+    assert tuple(c.id for c in found.consequences) == want.consequences
+    if want.frame is not None:
+        assert cause.frame == want.frame
+    assert (found.doubt is not None) == want.doubt
+    assert cause.line and "\x1b" not in cause.line and "^[[" not in cause.line
+    assert cause.try_  # every kind says what to try
+    # the alerts agree: the cause is marked 1, its consequences 2, and the header says the cause
+    marked = {(a.id, a.cause) for a in monitor.alerts.alerts if a.cause is not None}
+    assert (cause.id, 1) in marked
+    monitor.on_job_status("FAILED", "Job entrypoint command failed with exit code 1")
+    assert monitor.alerts.headline() == f"FAILED: {cause.message}"
+
+
+def test_a_repeat_counts_once() -> None:
+    """A replayed tail, Ray's `[repeated Nx]` and the same traceback printed twice are one failure each."""
+    scenario = next(s for s in SCENARIOS if s.name == "train OOM")
+    scanner = FailureScanner()
+    text = sanitize_text(render(scenario, "replayed"))  # as the store hands it on
+    scanner.feed(text)
+    scanner.feed(text)  # the whole log printed a second time
+    found = diagnose(scanner.events)
+    assert found is not None
+    assert [f.id for f in (found.cause, *found.consequences)] == ["cuda-oom", "memory-saver-oom", "ray-task-error",
+                                                                   "job-failed"]
+    saver = found.consequences[0]
+    assert saver.count == 2 * 3  # Ray's "[repeated 3x]", twice
+
+
+def test_newest_first_paste_is_read_by_its_timestamps() -> None:
+    """Pasted newest line first: with stamps on the failures, the earliest is still the cause."""
+    lines = [
+        "(RolloutManager pid=5100) [2026-10-02 10:00:09.000 rollout_manager] rollout.py:1 - "
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. class_name: X",
+        "(MegatronTrainRayActor pid=4101) [2026-10-02 10:00:03.000 actor_cell0_rank5] log_utils.py:1 - "
+        "[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=a.cpp",
+        "(SGLangEngine pid=5300) [2026-10-02 10:00:01.500 TP0] Capture cuda graph failed: RuntimeError: boom",
+    ]
+    scanner = FailureScanner()
+    scanner.feed("\n".join(lines) + "\n")
+    found = diagnose(scanner.events)
+    assert found is not None and found.cause.id == "cuda-graph-capture" and found.cause.time == "2026-10-02 10:00:01.500"
+    assert [c.id for c in found.consequences] == ["actor-died", "memory-saver-oom"]  # the rest, in log order
+
+
+def test_chunks_never_change_the_answer() -> None:
+    """A live tail delivers a few lines at a time: the diagnosis is the one of the whole log."""
+    for scenario in SCENARIOS:
+        if scenario.expect is None:
+            continue
+        text = sanitize_text(render(scenario, "ray"))
+        whole = FailureScanner()
+        whole.feed(text)
+        lines = text.splitlines(keepends=True)
+        pieces = FailureScanner()
+        for i in range(0, len(lines), 2):
+            pieces.feed("".join(lines[i : i + 2]))
+        a, b = diagnose(whole.events), diagnose(pieces.events)
+        assert a is not None and b is not None
+        assert a.to_json() == b.to_json(), scenario.name
+
+
+def test_a_metric_before_the_error_means_not_at_start() -> None:
+    scanner = FailureScanner()
+    scanner.feed("step 0: {'train/loss': 0.5}\n")
+    scanner.feed("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\nKeyError: 'k'\n")
+    found = diagnose(scanner.events)
+    assert found is not None and found.cause.message == "KeyError: 'k' in the driver"
+
+
+def test_not_failures() -> None:
+    """Stack dumps at a clean exit, a retried error, `succeeded`, prose that mentions errors: nothing."""
+    scanner = FailureScanner()
+    scanner.feed("Thread 0x00007f (most recent call first):\n  File \"a.py\", line 3 in run\n"
+                 "WARNING: ConnectionError: peer reset, will retry in 1 s\n"
+                 "(RolloutManager pid=1) the ErrorRate metric is 0.0; no Exception raised\n"
+                 "Job 'raysubmit_1' succeeded\n")
+    assert scanner.events == [] and diagnose(scanner.events) is None and scanner.succeeded
+
+
+def test_every_catalog_example_is_recognised() -> None:
+    """The catalog's own examples (also what a prefilter must let through) each raise their kind."""
+    catalog = default_catalog()
+    for kind in catalog.kinds:
+        assert kind.examples, f"{kind.id} has no example"
+        for example in kind.examples:
+            scanner = FailureScanner(catalog)
+            context = "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n" if kind.generic else ""
+            scanner.feed(context + example + "\n")
+            assert kind.id in {e.kind for e in scanner.events}, (kind.id, example)
+
+
+def test_the_catalog_is_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "failures.toml"
+    bad.write_text('[[kind]]\nid = "x"\ntitle = "x"\ncascade = "root"\nmessage = "m"\nhints = ["a"]\n'
+                   'patterns = ["(unclosed"]\n', encoding="utf-8")
+    with pytest.raises(FailureCatalogError, match=r"bad pattern"):
+        load_catalog(bad)
+    bad.write_text('[[kind]]\nid = "x"\ntitle = "x"\ncascade = "sideways"\nmessage = "m"\n', encoding="utf-8")
+    with pytest.raises(FailureCatalogError, match=r"cascade must be one of"):
+        load_catalog(bad)
+
+
+# ---------------------------------------------------------------- the metrics command
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_run_that_died_before_its_first_metric(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = next(s for s in SCENARIOS if s.name == "SGLang engine failed at start")
+    log = tmp_path / "job.log"
+    log.write_text(render(scenario, "pasted"), encoding="utf-8")
+    code, out, err = run(capsys, "metrics", "--from-log", str(log), "--json")
+    snap = json.loads(out)
+    assert code == 4 and snap["series"] == {}
+    assert snap["cause"]["id"] == "sglang-scheduler" and snap["cause"]["role"] == "engine"
+    assert [c["id"] for c in snap["cause"]["consequences"]] == ["engine-exit", "ray-task-error", "python-error"]
+    assert "no-metrics-in-log" in {a["id"] for a in snap["alerts"]}  # no metric: one alert among the others
+    assert err.count("\n") == 1 and err.startswith("ultra-console: the run failed: SGLang scheduler exception: ")
+    code, out, err = run(capsys, "metrics", "--from-log", str(log))
+    assert code == 4 and "cause    SGLang scheduler TP3 in SGLangEngine pid=5300 on 10.0.0.4" in out
+    assert "  try    " in out and "rollout.mem_fraction" in out and "then   SGLang engine exited" in out
+
+
+def test_a_log_with_no_metric_and_no_failure_is_a_blind_spot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("[2026-03-02 10:00:00] train.py:24 - Creating placement group with 8 GPUs...\n", encoding="utf-8")
+    code, out, err = run(capsys, "metrics", "--from-log", str(log), "--json")
+    assert code == 3 and json.loads(out)["cause"] is None
+    assert err.startswith(f"ultra-console: error: the log {log} holds 1 lines and no miles metric")
+
+
+@pytest.mark.parametrize(("content", "needle"), [(b"", "is empty"), (b"  \n\n", "is empty"),
+                                                  (b"\x00\x01\x02ELF" * 100, "is binary")])
+def test_empty_or_binary_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
+                                      needle: str) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes(content)
+    code, out, err = run(capsys, "metrics", "--from-log", str(log))
+    assert code == 1 and out == "" and needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_clean_log_with_faulthandler_dumps_is_healthy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from miles_log_shapes import Shape, text
+
+    log = tmp_path / "job.log"
+    log.write_text(text(Shape("newest", rollouts=2)) + render(SCENARIOS[-1], "ray"), encoding="utf-8")
+    code, out, err = run(capsys, "metrics", "--from-log", str(log), "--json")
+    assert json.loads(out)["cause"] is None and code == 0, err
