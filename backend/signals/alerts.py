@@ -567,15 +567,6 @@ def failure_cause(alerts: Sequence[Alert]) -> Alert | None:
     return next((a for a in alerts if a.cause == 1), None)
 
 
-def cause_in_log(text: str, rules: list[Rule] | None = None, *, succeeded: bool = False) -> Diagnosis | None:
-    """Why a run failed, as its log says it (for `status`, which reads only the log's tail)."""
-    engine = AlertEngine(rules)
-    if succeeded:
-        engine.job_status = "SUCCEEDED"
-    engine.on_log_text(text)
-    return engine.diagnosis()
-
-
 def headline(alerts: Sequence[Alert], job_state: str) -> str:
     """The one phrase a run's header adds: the failure's cause (the moment its line arrives, not only once
     Ray says FAILED), else the newest blind spot, else ""."""

@@ -71,8 +71,8 @@ async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
     """What the run's log says killed it (the diagnosis: cause, where, the line, consequences); None if the
     log says nothing or cannot be read (Ray's own reason is printed either way)."""
     from backend.errors import ConsoleError
-    from backend.signals.alerts import cause_in_log
     from backend.signals.ingest import text_chunks
+    from backend.signals.monitor import RunMonitor
 
     text: list[str] = []
     try:
@@ -80,5 +80,9 @@ async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
             text.append(chunk.text)
     except ConsoleError:
         return None
-    found = cause_in_log(sanitize_text("".join(text)), succeeded=job.status == "SUCCEEDED")
+    monitor = RunMonitor()
+    monitor.facts.scan_text(" " + (job.entrypoint or ""))  # the run's shape (train ranks: who did not time out)
+    monitor.on_job_status(job.status)
+    monitor.feed_text(sanitize_text("".join(text)))
+    found = monitor.diagnosis()
     return found.to_json() if found is not None else None

@@ -45,7 +45,8 @@ class FailureKind:
     patterns: tuple[KindPattern, ...]
     message: str
     tries: tuple[tuple[str, str], ...]  # (role or "default", what to try)
-    yields_to: tuple[str, ...] = ()
+    yields_to: tuple[str, ...] = ()  # the better name for the same failure, seen for the same process
+    yields_to_any: tuple[str, ...] = ()  # the same, seen for any process
     group_by: tuple[str, ...] = DEFAULT_GROUP_BY
     collect: tuple[str, ...] = ()
     needs_exception: bool = False
@@ -131,6 +132,7 @@ def _kind(raw: Any, where: str) -> FailureKind:
     return FailureKind(
         id=raw["id"], title=raw["title"], cascade=raw["cascade"], hints=hints, patterns=patterns,
         message=raw["message"], tries=tuple(tries.items()), yields_to=_strings(raw, where, "yields_to"),
+        yields_to_any=_strings(raw, where, "yields_to_any"),
         group_by=group_by, collect=_strings(raw, where, "collect"),
         needs_exception=bool(raw.get("needs_exception", False)), generic=generic,
         examples=_strings(raw, where, "examples"), defaults=_defaults(raw, where),
@@ -159,7 +161,7 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
         seen.add(kind.id)
         kinds.append(kind)
     for kind in kinds:
-        unknown = [y for y in kind.yields_to if y not in seen]
+        unknown = [y for y in (*kind.yields_to, *kind.yields_to_any) if y not in seen]
         if unknown:
             raise FailureCatalogError(f"failure kind {kind.id!r} in {path} yields to unknown kinds: {', '.join(unknown)}")
     if sum(k.generic for k in kinds) > 1:

@@ -91,7 +91,7 @@ def render(event: FailureEvent, kind: FailureKind, *, world: int | None = None,
     ranks = event.collected.get("rank", [])
     if ranks:
         fields["ranks"] = _ranks_text(ranks)
-        fields["others"] = _others(ranks, world, ranks_seen)
+        fields["others"] = _others(ranks, world, ranks_seen, folded=event.max_repeat - 1)
     template = event.template or kind.message
     message = one_line(template.format_map(fields))
     return Finding(
@@ -108,9 +108,17 @@ def _ranks_text(ranks: Sequence[str]) -> str:
     return shown + (f" and {len(ordered) - MAX_RANKS_SHOWN} more" if len(ordered) > MAX_RANKS_SHOWN else "")
 
 
-def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int]) -> str:
-    """The ranks that did NOT time out: in a collective that hung, they are the suspects."""
+def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int], *, folded: int = 0) -> str:
+    """The ranks that did NOT time out: in a collective that hung, they are the suspects. Ray folds identical
+    lines of other processes into `[repeated Nx]`: then the log holds how many timed out, not which."""
     timed_out = {int(r) for r in ranks if r.isdigit()}
+    if folded > 0:
+        quiet_n = world - len(timed_out) - folded if world else 0
+        if quiet_n > 0:
+            return (f"; about {quiet_n} of {world} rank(s) did not time out, but Ray folded {folded} watchdog "
+                    "line(s), so the log cannot say which: dump the job's stacks")
+        return (f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the log: "
+                "dump the job's stacks")
     known = set(ranks_seen) | (set(range(world)) if world else set())
     quiet = sorted(known - timed_out)
     if not quiet:
@@ -141,8 +149,9 @@ def diagnose(events: Sequence[FailureEvent], catalog: FailureCatalog | None = No
     kinds = {k.id: k for k in catalog.kinds}
 
     def yields(event: FailureEvent) -> bool:
-        better = kinds[event.kind].yields_to
-        return any(o is not event and o.kind in better and _same_process(event, o) for o in events)
+        kind = kinds[event.kind]
+        return any(o is not event and ((o.kind in kind.yields_to and _same_process(event, o))
+                                       or o.kind in kind.yields_to_any) for o in events)
 
     tiers = (
         [e for e in events if kinds[e.kind].cascade == "root" and not yields(e)],

@@ -22,6 +22,8 @@ class FailureEvent:
     error: str | None = None  # the exception line that completed a kind that opens a traceback
     at_start: bool = False  # before the run's first metric line
     count: int = 1
+    max_repeat: int = 1  # the most lines Ray folded into one sighting (`[repeated Nx across cluster]`)
+    named: bool = False  # the line named the failing actor itself (not only the process that printed it)
     template: str | None = None  # the matched pattern's own message, where it has one
     collected: dict[str, list[str]] = field(default_factory=dict)
 

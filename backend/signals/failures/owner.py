@@ -84,6 +84,26 @@ def traceback_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -
     return None
 
 
+def remote_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> ParsedLine | None:
+    """The actor whose error a traceback re-raises: the one Ray's `RayTaskError … ray::Actor.method() (pid=)`
+    line above names, when the exception line at `index` ends such a traceback (whoever printed it: the
+    driver, or an actor that called the failing one)."""
+    j = index - 1
+    stop = max(-1, index - LOOKBACK)
+    while j > stop:
+        line = unquote(lines[j])
+        message = parse_line(line).message if line.startswith("(") else line
+        remote = REMOTE_TASK.search(message)
+        if remote is not None:
+            ip = f", ip={remote['ip']}" if remote["ip"] else ""
+            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
+        if message.startswith("Traceback") or not (_TRACE_BODY.match(message)
+                                                   or (j > 0 and wraps.continues(lines[j - 1], lines[j]))):
+            return None
+        j -= 1
+    return None
+
+
 def label(actor: str | None, pid: int | str | None, ip: str | None, proc: str | None = None) -> str:
     """How an operator reads a process: its Ray actor, pid and node, else miles' name, else the driver."""
     if actor is None:

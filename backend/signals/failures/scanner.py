@@ -21,6 +21,7 @@ from backend.signals.failures.owner import (
     Wraps,
     label,
     line_label,
+    remote_owner,
     traceback_owner,
     unquote,
 )
@@ -35,7 +36,7 @@ EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<lineno>\d+), in (?P<func>\S+)')
 _TRACE_CONTEXT = re.compile(r"\s|File \"|Traceback \(most recent call last\)")
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?")
-_GLOG_STAMP = re.compile(r"\[[EWIF]\d{4} (\d\d:\d\d:\d\d(?:\.\d+)?)")
+_GLOG_STAMP = re.compile(r"\[[EWIF]\d{3,4} (\d\d:\d\d:\d\d(?:\.\d+)?)")  # torch pads no month: `[E301 …`
 _RANK_TAG = re.compile(r"\[rank(\d+)\]:")
 FRAME_LOOK = 60
 
@@ -165,7 +166,8 @@ class FailureScanner:
             parsed = parse_line("".join(pieces))
             message = parsed.message.strip()
             if EXCEPTION_LINE.match(message) and _in_traceback(context, first, last, wraps):
-                owner = parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
+                owner = remote_owner(context, first, wraps) or (
+                    parsed if parsed.actor is not None else traceback_owner(context, first, wraps))
                 waiting = self._open.pop(_process_key(owner), None)
                 if waiting is not None:
                     waiting.error = message[:LINE_CHARS]
@@ -187,7 +189,8 @@ class FailureScanner:
     def _record(self, kind: FailureKind, parsed: ParsedLine, m: re.Match[str] | None, template: str | None,
                 context: list[str], first: int, at_start: bool, wraps: Wraps, *,
                 error: str | None = None) -> FailureEvent | None:
-        owner = parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
+        owner = remote_owner(context, first, wraps) or (
+            parsed if parsed.actor is not None else traceback_owner(context, first, wraps))
         groups = {k: v.strip() for k, v in (m.groupdict() if m else {}).items() if v is not None}
         for name in [k for k in groups if k.endswith("_alt")]:  # a second spelling fills the first's field
             groups.setdefault(name[: -len("_alt")], groups.pop(name))
@@ -213,6 +216,10 @@ class FailureScanner:
         existing = self._by_key.get(key) or self._covering(kind, key)
         if existing is not None:
             existing.count += parsed.repeat
+            existing.max_repeat = max(existing.max_repeat, parsed.repeat)
+            if named and not existing.named:  # this sighting names the actor that failed: it says more
+                existing.fields, existing.who, existing.role, existing.named = {**existing.fields, **fields}, who, role, True
+                existing.template, existing.line = template, " ".join(parsed.message.split())[:LINE_CHARS]
             self._collect(kind, existing, fields)
             if error and not existing.error:
                 existing.error = error[:LINE_CHARS]
@@ -225,7 +232,7 @@ class FailureScanner:
             kind=kind.id, seq=self._lines_before - len(self._tail) + first, fields=fields, role=role, who=who,
             time=_time_of(parsed, joined), line=" ".join(parsed.message.split())[:LINE_CHARS] or joined[:LINE_CHARS],
             frame=innermost_frame(context, first, wraps), error=error[:LINE_CHARS] if error else None,
-            at_start=at_start, count=parsed.repeat, template=template,
+            at_start=at_start, count=parsed.repeat, max_repeat=parsed.repeat, named=named, template=template,
         )
         self._collect(kind, event, fields)
         if kind.needs_exception:
