@@ -264,11 +264,14 @@ def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
     """Read the job's `--dump-details` files (named in its entrypoint) alongside its log."""
     from backend.signals.structured import StructuredFeed, dump_dir_of
 
-    path = dump_dir_of(job.entrypoint)
-    if rt.monitor is None or path is None:
+    if rt.monitor is None:
         return
-    # The run's shape (rollout GPUs, batch) from its argv before the first record, whichever source comes first.
+    # The run's shape (rollout GPUs, batch, train ranks) from its argv before the first record or failure line,
+    # whichever source comes first; also without a dump dir (NCCL's suspects are the ranks that did not time out).
     rt.monitor.facts.scan_text(" " + job.entrypoint)
+    path = dump_dir_of(job.entrypoint)
+    if path is None:
+        return
     feed = rt.structured = StructuredFeed(rt.monitor, path)
     rt.app.run_worker(_structured(rt, feed, job.id), group="structured", exclusive=True, exit_on_error=False,
                       description=f"structured outputs of {job.id}")

@@ -182,7 +182,8 @@ class AlertEngine:
         self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
         self._ray_reason = ""
         self.failures = FailureScanner()
-        self.world: int | None = None  # train ranks in the run, where known (names NCCL ranks that did not time out)
+        # train ranks in the run, where known (names the NCCL ranks that did not time out); the monitor's facts
+        self.world_of: Callable[[], int | None] = lambda: None
         self._failure_alerts: dict[tuple[str, int], Alert] = {}
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
@@ -326,7 +327,7 @@ class AlertEngine:
 
     def diagnosis(self) -> Diagnosis | None:
         """Why the run failed (or is failing): the cause and its consequences, from every failure seen."""
-        return diagnose(self.failures.events, self.failures.catalog, world=self.world,
+        return diagnose(self.failures.events, self.failures.catalog, world=self.world_of(),
                         ranks_seen=sorted(self.failures.ranks_seen),
                         succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED")
 

@@ -69,6 +69,7 @@ class RunMonitor:
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
         self.collector.subscribe(self._on_point)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
+        self.alerts.world_of = self._train_world
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -177,10 +178,11 @@ class RunMonitor:
     def diagnosis(self) -> Diagnosis | None:
         """Why the run failed (or is failing), knowing the run's train ranks where its facts say them."""
         with self.lock:
-            f = self.facts
-            if f.actor_num_nodes and f.actor_num_gpus_per_node:
-                self.alerts.world = f.actor_num_nodes * f.actor_num_gpus_per_node
             return self.alerts.diagnosis()
+
+    def _train_world(self) -> int | None:
+        f = self.facts
+        return f.actor_num_nodes * f.actor_num_gpus_per_node if f.actor_num_nodes and f.actor_num_gpus_per_node else None
 
     # ------------------------------------------------------------------ output
 
