@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from backend.errors import SpecError
+from backend.regular_files import read_regular_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,9 +55,9 @@ def load_settings(**overrides: Any) -> Settings:
     """File, then environment, then non-None `overrides` (the CLI flags)."""
     data: dict[str, Any] = {}
     path = config_path()
-    if path.is_file():
+    if path.exists():  # a FIFO or device there is refused by its type, never opened (it would block)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(read_regular_text(path, "config file"))
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise SpecError(f"cannot read config file {path}: {err}") from None
     env = {

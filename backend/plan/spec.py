@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from backend.errors import SpecError
 from backend.plan.run_modes import RunMode
+from backend.regular_files import NotRegularFileError, read_regular_text, refuse_special
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -267,7 +268,7 @@ def preset_dir() -> Path:
 def _parsed_toml(path: Path, _stamp: tuple[int, int]) -> dict[str, Any]:
     """One parse per file version (`_stamp` = mtime, size): listing the variants reads every preset
     several times, and the plan form's first frame waits for that."""
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return tomllib.loads(read_regular_text(path, "preset"))
 
 
 def _read_toml(path: Path, *, copied: bool = True) -> dict[str, Any]:
@@ -282,7 +283,7 @@ def _is_preset(path: Path) -> bool:
     """configs/ also holds other data (alerts.toml): a preset is a TOML file with a [model] table."""
     try:
         return isinstance(_read_toml(path, copied=False).get("model"), dict)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, NotRegularFileError):
         return False
 
 
@@ -314,8 +315,9 @@ def resolve_preset_path(name_or_path: str | None) -> Path:
     name = name_or_path or DEFAULT_PRESET
     as_path = Path(name).expanduser()
     if as_path.suffix == ".toml" or "/" in name:
-        if not as_path.is_file():
+        if not as_path.exists():
             raise SpecError(f"preset file {name} does not exist")
+        refuse_special(as_path, "preset file")  # a FIFO would block the plan, a device never end
         return as_path
     candidate = preset_dir() / f"{name}.toml"
     if not candidate.is_file() or not _is_preset(candidate):

@@ -22,6 +22,7 @@ from backend.errors import ConsoleError
 from backend.sanitize import one_line, sanitize_text
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
+from shim.package import carries_shim
 
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
@@ -75,6 +76,7 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
     async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
         monitor.facts.scan_text(" " + job.entrypoint)
+        monitor.expect_shim(carries_shim(job.runtime_env))
         dump = _DUMP_FLAG.search(job.entrypoint)
         if dump and Path(dump.group(1)).is_dir():
             monitor.attach_dump(dump.group(1))
@@ -103,14 +105,17 @@ def run(args: argparse.Namespace) -> int:
             now = monitor.collector.last_ts
     else:
         what, now = _from_job(args, monitor)
-    if now is not None:
+    if now is not None:  # a saved log, a dump, a finished job: the whole input is in
+        monitor.input_ended()
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
     else:
         monitor.tick()
     snap = monitor.snapshot(now=now)
     records = sum(monitor.collector.records.values())
     if records == 0 and not args.sub_job and not getattr(args, "job", None) and (args.from_log or args.from_dump):
-        raise NoMetricsError(f"no miles metric found in {what} (is it the Ray job log or dump of a miles run?)")
+        why = f"; {snap['problems'][0]}" if snap["problems"] else ""  # e.g. a refused FIFO, a line past the limits
+        raise NoMetricsError(one_line(f"no miles metric found in {what} (is it the Ray job log or dump of a miles "
+                                      f"run?){why}")[:600])
     if args.json:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
