@@ -9,6 +9,7 @@ are kept as the strings the recipe writes, validated as numbers.
 from __future__ import annotations
 
 import copy
+import math
 import re
 import sys
 from functools import lru_cache
@@ -16,7 +17,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from backend.errors import SpecError
 from backend.plan.run_modes import RunMode
@@ -35,22 +44,40 @@ def _as_number_text(value: Any) -> str:
     if isinstance(value, bool):
         raise ValueError("expected a number, got a boolean")
     if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
+        number, text = float(value) if abs(value) < 1e308 else math.inf, repr(value)
+    elif isinstance(value, str):
         try:
-            float(value)
+            number, text = float(value), value.strip()
         except ValueError:
-            raise ValueError(f"expected a number, got {value!r}") from None
-        return value.strip()
-    raise ValueError(f"expected a number, got {type(value).__name__}")
+            raise ValueError(f"expected a number, got {value[:40]!r}") from None
+    else:
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(number):  # the job would get `--lr nan`
+        raise ValueError(f"expected a finite number, got {text[:40]!r}")
+    return text
 
 
 NumberText = Annotated[str, BeforeValidator(_as_number_text)]
-"""A number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+"""A finite number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+
+# Caps on what a value can be: no real cluster or recipe is bigger, and every rule's arithmetic (divisors,
+# legal-value lists, stage splits) stays bounded -- a keystroke in the plan form never runs for seconds.
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+MAX_SPEC_INT = 1 << 24  # any other whole number (layers, widths, vocab, batch sizes, degrees of parallelism)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
+    """Unknown keys refused, NaN/Infinity refused in every float, whole numbers at most MAX_SPEC_INT."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SPEC_INT:
+            raise ValueError(f"at most {MAX_SPEC_INT} (no recipe value is larger; it would make the checks unbounded)")
+        return value
 
 
 class ModelFacts(_Strict):
@@ -95,8 +122,8 @@ class ModelFacts(_Strict):
 
 
 class Cluster(_Strict):
-    nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(default=8, gt=0)
+    nodes: int = Field(gt=0, le=MAX_NODES, description=f"at most {MAX_NODES}")
+    gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_NODE, description=f"at most {MAX_GPUS_PER_NODE}")
     gpu_memory_gb: float = Field(default=141.0, gt=0, description="HBM per GPU (H200: 141)")
     host_memory_gb: float = Field(default=2048.0, gt=0, description="host RAM per node")
     gpu_nvlink: bool | None = Field(default=None, description="NCCL_NVLS_ENABLE; None = probe the head")
@@ -291,6 +318,10 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in preset_dir().glob("*.toml") if _is_preset(p))
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
@@ -300,7 +331,7 @@ def _format_error(err: ValidationError, source: str) -> str:
     if kind == "missing":
         return f"{source}: missing key {where!r}"
     value = first.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+    shown = f" (got {_cut(repr(value))})" if not isinstance(value, (dict, list)) else ""
     return f"{source}: {where}: {first['msg']}{shown}"
 
 
@@ -350,7 +381,7 @@ def _parse_value(text: str) -> Any:
         return None
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, ValueError):  # ValueError: an integer of thousands of digits
         return text
 
 
