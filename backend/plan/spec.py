@@ -64,7 +64,9 @@ NumberText = Annotated[str, BeforeValidator(_as_number_text)]
 # legal-value lists, stage splits) stays bounded -- a keystroke in the plan form never runs for seconds.
 MAX_NODES = 4096
 MAX_GPUS_PER_NODE = 64
-MAX_SPEC_INT = 1 << 24  # any other whole number (layers, widths, vocab, batch sizes, degrees of parallelism)
+MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_DEGREE = 1024  # TP, PP, CP, ETP, VPP, rollout DP: per-stage work (memory per stage, splits) stays small
+MAX_SPEC_INT = 1 << 24  # any other whole number (layers, widths, vocab, batch sizes)
 
 
 class _Strict(BaseModel):
@@ -136,12 +138,12 @@ class Cluster(_Strict):
 class Train(_Strict):
     """Megatron layout and performance flags of the train actors."""
 
-    tp: int = Field(gt=0)
-    pp: int = Field(gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(gt=0)
-    etp: int | None = Field(default=1, gt=0, description="None = unset (Megatron defaults it to TP)")
-    vpp: int | None = Field(default=None, gt=0)
+    tp: int = Field(gt=0, le=MAX_DEGREE)
+    pp: int = Field(gt=0, le=MAX_DEGREE)
+    cp: int = Field(default=1, gt=0, le=MAX_DEGREE)
+    ep: int = Field(gt=0, le=MAX_GPUS)
+    etp: int | None = Field(default=1, gt=0, le=MAX_DEGREE, description="None = unset (Megatron defaults it to TP)")
+    vpp: int | None = Field(default=None, gt=0, le=MAX_DEGREE)
     sequence_parallel: bool | None = Field(default=None, description="None = on iff TP > 1 (the launcher's rule)")
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
@@ -159,12 +161,13 @@ class Train(_Strict):
 class Rollout(_Strict):
     """SGLang engines (colocated with training in this recipe)."""
 
-    gpus_per_engine: int = Field(gt=0)
-    ep: int = Field(gt=0)
-    dp: int = Field(default=1, gt=0)
+    gpus_per_engine: int = Field(gt=0, le=MAX_GPUS)
+    ep: int = Field(gt=0, le=MAX_GPUS)
+    dp: int = Field(default=1, gt=0, le=MAX_DEGREE)
     enable_dp_attention: bool = True
     mem_fraction: float = Field(gt=0, le=1)
-    num_gpus: int | None = Field(default=None, gt=0, description="None = all GPUs (colocate forces it anyway)")
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS,
+                                 description="None = all GPUs (colocate forces it anyway)")
     colocate: bool = True
     max_response_len: int = Field(default=8192, gt=0)
     debug_max_response_len: int = Field(default=256, gt=0)

@@ -49,6 +49,7 @@ class SimArgs:
     oom_at_rollout: int | None
     oom_gpu: int
     unreadable_metrics: bool
+    shim_off_rank: int | None = None  # this train actor's worker starts without the shim's setup hook
 
     @property
     def world_size(self) -> int:
@@ -104,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-oom-at-rollout", dest="oom_at_rollout", type=int, default=None)
     p.add_argument("--sim-oom-gpu", dest="oom_gpu", type=int, default=3)
     p.add_argument("--sim-unreadable-metrics", dest="unreadable_metrics", action="store_true")
+    p.add_argument("--sim-shim-off-rank", dest="shim_off_rank", type=int, default=None)
     return p
 
 
