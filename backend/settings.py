@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from backend.errors import SpecError
 from backend.redaction import check_token, remember, shown_url, url_password
+from backend.regular_files import read_regular_text
 from backend.toml_input import TOMLDecodeError, parse_toml
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -62,9 +63,9 @@ def load_settings(**overrides: Any) -> Settings:
     """File, then environment, then non-None `overrides` (the CLI flags)."""
     data: dict[str, Any] = {}
     path = config_path()
-    if path.is_file():
+    if path.exists():  # a FIFO or device there is refused by its type, never opened (it would block)
         try:
-            data = parse_toml(path.read_text(encoding="utf-8"))
+            data = parse_toml(read_regular_text(path, "config file"))
         except UnicodeDecodeError as err:
             raise SpecError(f"cannot read config file {path}: not UTF-8 text (byte {err.start})") from None
         except (OSError, TOMLDecodeError) as err:

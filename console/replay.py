@@ -109,6 +109,10 @@ async def _job(rt: OfflineSession) -> None:
     try:
         async with RayClient(settings.address, token) as client:
             job = await client.get_job(job_id)
+            if rt.monitor is not None:
+                from shim.package import carries_shim
+
+                rt.monitor.expect_shim(carries_shim(job.runtime_env))
             rt.post(RunStateChanged(RunStatus(job.id, f"REPLAY {job.status}")))
             if not job.is_terminal:
                 rt.post(Notice(f"job {job.id} is still {job.status}: replaying its log so far (attach with "

@@ -236,6 +236,10 @@ async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
     from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
 
     run_log = rt.new_run_log(job.id)
+    if rt.monitor is not None:
+        from shim.package import carries_shim
+
+        rt.monitor.expect_shim(carries_shim(job.runtime_env))
     _start_structured(rt, job)
     rt.post(HistoryProgress(job.id, 0, done=False))
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,11 +50,13 @@ def not_applied(reason: str) -> str:
     return NOT_APPLIED_PREFIX + (_one_line(reason) or "unknown reason")
 
 
-def parse(line: str) -> ShimLine | None:
+def parse(line: str, loads: Callable[[str], Any] = json.loads) -> ShimLine | None:
     """The shim line inside one log line (Ray prefixes like '(pid=1, ip=x)' are allowed), else None.
 
     A line that starts like a shim line but carries unreadable JSON parses as not_applied, so a
-    garbled line is never mistaken for a good one.
+    garbled line is never mistaken for a good one. `loads` reads the JSON: the console passes one with
+    depth, size and item limits (backend.signals.bounded_json; this package is shipped alone to every
+    worker, so it cannot import the console's); any ValueError or RecursionError it raises is "unreadable".
     """
     match = _ANY.search(line)
     if match is None:
@@ -66,9 +69,9 @@ def parse(line: str) -> ShimLine | None:
     if body.startswith(MAPPING_ONLY_MARK):
         status, body = "mapping_only", body[len(MAPPING_ONLY_MARK):]
     try:
-        fields = json.loads(body.strip())
-    except json.JSONDecodeError:
-        return ShimLine("not_applied", reason="unreadable shim line")
+        fields = loads(body.strip())
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5000-digit number, deep nesting, limits
+        return ShimLine("not_applied", reason=f"unreadable shim line ({_one_line(str(err))[:120]})")
     if not isinstance(fields, dict):
         return ShimLine("not_applied", reason="unreadable shim line")
     return ShimLine(status, fields=fields)

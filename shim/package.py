@@ -54,3 +54,8 @@ def runtime_env_additions(hf_checkpoint: str | None = None) -> dict[str, Any]:
     if hf_checkpoint:
         out["env_vars"][CHECKPOINT_ENV] = hf_checkpoint
     return out
+
+
+def carries_shim(runtime_env: Any) -> bool:
+    """Whether a job's runtime env (as Ray reports it) runs the shim's setup hook in its workers."""
+    return isinstance(runtime_env, dict) and runtime_env.get("worker_process_setup_hook") == SETUP_HOOK

@@ -9,6 +9,7 @@ are kept as the strings the recipe writes, validated as numbers.
 from __future__ import annotations
 
 import copy
+import math
 import re
 import sys
 from functools import lru_cache
@@ -16,10 +17,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from backend.errors import SpecError
 from backend.plan.run_modes import RunMode
+from backend.regular_files import NotRegularFileError, read_regular_text, refuse_special
 from backend.toml_input import parse_toml
 
 if sys.version_info >= (3, 11):
@@ -35,22 +45,42 @@ def _as_number_text(value: Any) -> str:
     if isinstance(value, bool):
         raise ValueError("expected a number, got a boolean")
     if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
+        number, text = float(value) if abs(value) < 1e308 else math.inf, repr(value)
+    elif isinstance(value, str):
         try:
-            float(value)
+            number, text = float(value), value.strip()
         except ValueError:
-            raise ValueError(f"expected a number, got {value!r}") from None
-        return value.strip()
-    raise ValueError(f"expected a number, got {type(value).__name__}")
+            raise ValueError(f"expected a number, got {value[:40]!r}") from None
+    else:
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(number):  # the job would get `--lr nan`
+        raise ValueError(f"expected a finite number, got {text[:40]!r}")
+    return text
 
 
 NumberText = Annotated[str, BeforeValidator(_as_number_text)]
-"""A number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+"""A finite number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+
+# Caps on what a value can be: no real cluster or recipe is bigger, and every rule's arithmetic (divisors,
+# legal-value lists, stage splits) stays bounded -- a keystroke in the plan form never runs for seconds.
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_DEGREE = 1024  # TP, PP, CP, ETP, VPP, rollout DP: per-stage work (memory per stage, splits) stays small
+MAX_SPEC_INT = 1 << 24  # any other whole number (layers, widths, vocab, batch sizes)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False)
+    """Unknown keys refused, NaN/Infinity refused in every float, whole numbers at most MAX_SPEC_INT."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SPEC_INT:
+            raise ValueError(f"at most {MAX_SPEC_INT} (no recipe value is larger; it would make the checks unbounded)")
+        return value
 
 
 class ModelFacts(_Strict):
@@ -95,8 +125,8 @@ class ModelFacts(_Strict):
 
 
 class Cluster(_Strict):
-    nodes: int = Field(gt=0)
-    gpus_per_node: int = Field(default=8, gt=0)
+    nodes: int = Field(gt=0, le=MAX_NODES, description=f"at most {MAX_NODES}")
+    gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_NODE, description=f"at most {MAX_GPUS_PER_NODE}")
     gpu_memory_gb: float = Field(default=141.0, gt=0, description="HBM per GPU (H200: 141)")
     host_memory_gb: float = Field(default=2048.0, gt=0, description="host RAM per node")
     gpu_nvlink: bool | None = Field(default=None, description="NCCL_NVLS_ENABLE; None = probe the head")
@@ -109,12 +139,12 @@ class Cluster(_Strict):
 class Train(_Strict):
     """Megatron layout and performance flags of the train actors."""
 
-    tp: int = Field(gt=0)
-    pp: int = Field(gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(gt=0)
-    etp: int | None = Field(default=1, gt=0, description="None = unset (Megatron defaults it to TP)")
-    vpp: int | None = Field(default=None, gt=0)
+    tp: int = Field(gt=0, le=MAX_DEGREE)
+    pp: int = Field(gt=0, le=MAX_DEGREE)
+    cp: int = Field(default=1, gt=0, le=MAX_DEGREE)
+    ep: int = Field(gt=0, le=MAX_GPUS)
+    etp: int | None = Field(default=1, gt=0, le=MAX_DEGREE, description="None = unset (Megatron defaults it to TP)")
+    vpp: int | None = Field(default=None, gt=0, le=MAX_DEGREE)
     sequence_parallel: bool | None = Field(default=None, description="None = on iff TP > 1 (the launcher's rule)")
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
@@ -132,12 +162,13 @@ class Train(_Strict):
 class Rollout(_Strict):
     """SGLang engines (colocated with training in this recipe)."""
 
-    gpus_per_engine: int = Field(gt=0)
-    ep: int = Field(gt=0)
-    dp: int = Field(default=1, gt=0)
+    gpus_per_engine: int = Field(gt=0, le=MAX_GPUS)
+    ep: int = Field(gt=0, le=MAX_GPUS)
+    dp: int = Field(default=1, gt=0, le=MAX_DEGREE)
     enable_dp_attention: bool = True
     mem_fraction: float = Field(gt=0, le=1)
-    num_gpus: int | None = Field(default=None, gt=0, description="None = all GPUs (colocate forces it anyway)")
+    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS,
+                                 description="None = all GPUs (colocate forces it anyway)")
     colocate: bool = True
     max_response_len: int = Field(default=8192, gt=0)
     debug_max_response_len: int = Field(default=256, gt=0)
@@ -268,7 +299,7 @@ def preset_dir() -> Path:
 def _parsed_toml(path: Path, _stamp: tuple[int, int]) -> dict[str, Any]:
     """One parse per file version (`_stamp` = mtime, size): listing the variants reads every preset
     several times, and the plan form's first frame waits for that."""
-    return parse_toml(path.read_text(encoding="utf-8"))
+    return parse_toml(read_regular_text(path, "preset"))
 
 
 def _read_toml(path: Path, *, copied: bool = True) -> dict[str, Any]:
@@ -283,12 +314,16 @@ def _is_preset(path: Path) -> bool:
     """configs/ also holds other data (alerts.toml): a preset is a TOML file with a [model] table."""
     try:
         return isinstance(_read_toml(path, copied=False).get("model"), dict)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, NotRegularFileError):
         return False
 
 
 def list_presets() -> list[str]:
     return sorted(p.stem for p in preset_dir().glob("*.toml") if _is_preset(p))
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -300,7 +335,7 @@ def _format_error(err: ValidationError, source: str) -> str:
     if kind == "missing":
         return f"{source}: missing key {where!r}"
     value = first.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+    shown = f" (got {_cut(repr(value))})" if not isinstance(value, (dict, list)) else ""
     return f"{source}: {where}: {first['msg']}{shown}"
 
 
@@ -315,8 +350,9 @@ def resolve_preset_path(name_or_path: str | None) -> Path:
     name = name_or_path or DEFAULT_PRESET
     as_path = Path(name).expanduser()
     if as_path.suffix == ".toml" or "/" in name:
-        if not as_path.is_file():
+        if not as_path.exists():
             raise SpecError(f"preset file {name} does not exist")
+        refuse_special(as_path, "preset file")  # a FIFO would block the plan, a device never end
         return as_path
     candidate = preset_dir() / f"{name}.toml"
     if not candidate.is_file() or not _is_preset(candidate):
@@ -349,7 +385,7 @@ def _parse_value(text: str) -> Any:
         return None
     try:
         return parse_toml(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, ValueError):  # ValueError: an integer of thousands of digits
         return text
 
 

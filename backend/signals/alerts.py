@@ -32,11 +32,14 @@ from typing import Any
 from backend.errors import ConsoleError
 from backend.sanitize import one_line
 from backend.signals.actors import TRAIN, role_of
+from backend.signals.bounded_json import SHIM_LINE
+from backend.signals.bounded_json import loads as bounded_loads
 from backend.signals.failures import Diagnosis, FailureEvent, FailureScanner, diagnose
 from backend.signals.failures.owner import line_label, traceback_owner
-from backend.signals.grammar import REPEATED, parse_line
+from backend.signals.grammar import REPEATED, parse_line, parse_prefix_inner
 from backend.signals.metrics import Point, lines_containing
 from backend.signals.series import Series
+from backend.signals.shim_reports import ShimLedger
 from shim import logline as shim_logline
 
 if sys.version_info >= (3, 11):
@@ -46,7 +49,7 @@ else:  # pragma: no cover
 
 SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
-BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "log_without_metrics", "key_missing", "hang")
+BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "log_without_metrics", "key_missing", "hang", "series_cap")
 OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS)
 MAX_ALERTS = 1000
 SAMPLE_CHARS = 200
@@ -168,7 +171,7 @@ class AlertEngine:
         self.rules = rules if rules is not None else load_rules()
         self.expected_scaling = expected_scaling
         self.alerts: list[Alert] = []
-        self.shim_reports: dict[str, dict[str, Any]] = {}  # train actor -> fields it logged
+        self.shim = ShimLedger()  # train actors and the shim reports their processes made
         self.shim_lines_seen = 0  # how many actors logged the line, counting Ray's dedup
         self._by_metric: dict[str, list[Rule]] = {}
         for rule in self.rules:
@@ -352,28 +355,37 @@ class AlertEngine:
         """`LogStore.subscribe` signature."""
         self.on_log_text(text)
 
+    @property
+    def shim_reports(self) -> dict[str, dict[str, Any]]:
+        """Train actor -> the fields it logged: only reports its own process made (backend.signals.shim_reports)."""
+        return self.shim.trusted()
+
     def _shim_line(self, line: str) -> list[Alert]:
-        """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them)."""
+        """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them, within
+        bounded_json's limits: an oversized or deeply nested line is an unreadable one, never a crash)."""
         repeat = REPEATED.search(line)
         if repeat is not None:
             line = line[: repeat.start()]
-        parsed = shim_logline.parse(line)
+        parsed = shim_logline.parse(line, _load_shim_fields)
         if parsed is None:
             return []
         prefix = _LINE_PREFIX.match(line)
-        actor = prefix["prefix"] if prefix else "driver"
-        named = parse_line(line).actor if prefix else None  # a worker setup hook's `(pid=N)` names no class
+        if prefix is None:
+            return []  # the driver's own line (or one without Ray's prefix) is no train actor's report
+        actor = prefix["prefix"]
+        named, pid, ip = parse_prefix_inner(actor)  # a worker setup hook's `(pid=N)` names no class
         role = role_of(named) if named is not None else None
-        if role is not None and role != TRAIN:
+        if pid is None or (role is not None and role != TRAIN):
             return []  # the hook runs in every Ray worker; only train actors' lines say what a model got
         # Ray folds identical lines of other actors into one "[repeated Nx across cluster]" line.
-        self.shim_lines_seen += int(repeat.group(1)) if repeat else 1
+        repeats = int(repeat.group(1)) if repeat else 1
+        self.shim_lines_seen += repeats
+        self.shim.report((pid, ip or ""), parsed, repeats)
         if parsed.status == "not_applied":
             rule = next((r for r in self._log_rules if r.id == "shim-not-loaded"), None)
             alert = rule and self._fire(rule, {"reason": parsed.reason[:200] or "no reason given", "actor": actor},
                                         key=actor, once=(rule.id, actor), sample=line)
             return [alert] if alert else []
-        self.shim_reports[actor] = dict(parsed.fields)
         rule = self._rule("shim_fields")
         if rule is None:
             return []
@@ -390,7 +402,8 @@ class AlertEngine:
     # ------------------------------------------------------------------ what the run controller reports
 
     def on_shim_missing(self, actors: Iterable[str]) -> Alert | None:
-        """The controller knows which train actors exist; these never logged the shim line."""
+        """Train actors that never logged the shim line (`self.shim.missing()` once they trained, or the
+        controller's own list)."""
         names = sorted(set(actors))
         rule = self._rule("shim_missing")
         if not names or rule is None:
@@ -469,6 +482,14 @@ class AlertEngine:
         if rule is None or count < int(rule.param("min_count", 1)):
             return None
         return self._update(rule, "unreadable", {"count": count}, count, sample)
+
+    def check_series_cap(self, dropped: int, limit: int, sample: list[str]) -> Alert | None:
+        """Metric keys dropped because the run has more series than the cap: their charts stay empty."""
+        rule = self._rule("series_cap")
+        if rule is None or dropped <= 0:
+            return None
+        shown = ", ".join(sample[:3]) + (" …" if dropped > 3 else "")
+        return self._update(rule, "series-cap", {"count": dropped, "threshold": limit, "key": shown}, dropped, shown)
 
     def check_missing_keys(self, records_by_prefix: dict[str, int], present: Callable[[str], bool],
                            keys_seen: Callable[[str], list[str]]) -> list[Alert]:
@@ -582,6 +603,10 @@ def headline(alerts: Sequence[Alert], job_state: str) -> str:
         return f"{'FAILING' if live else 'failure'}: {cause.message}"
     newest = next((a for a in reversed(alerts) if a.blind), None)
     return newest.message if newest is not None else ""
+
+
+def _load_shim_fields(text: str) -> Any:
+    return bounded_loads(text, SHIM_LINE)
 
 
 def _sample(line: str) -> str:

@@ -4,8 +4,9 @@ Why: these are the same numbers as the log's metric lines without any text parsi
 says (per-GPU utilisation, open phases, SGLang engine gauges). Files are read by byte offset and only
 complete (newline-terminated) lines are consumed, because miles appends while we read; the dashboard's
 hour-partitioned streams (`{stream}/YYYYMMDD_HH.jsonl`) and their legacy flat `{stream}.jsonl` are both read.
-A malformed line is counted and skipped, never fatal. Python's json accepts the `NaN` token the dashboard
-writes. The directory may not exist yet when a live run is attached: polls find nothing until it appears.
+A malformed line, or one past backend.signals.bounded_json's limits (size, depth, items, digits), is
+counted with a sample and skipped, never fatal; a FIFO, device or socket among the files is refused by its type
+(backend.regular_files), never opened. Python's json accepts the `NaN` token the dashboard writes. The directory may not exist yet when a live run is attached: polls find nothing until it appears.
 
 A resumed run swaps `events/` for a checkpoint's copy (miles moves the live one aside as `.trash_*` and
 copies the snapshot in): the new files begin with lines already read. Event files are therefore read with
@@ -17,7 +18,6 @@ what the old files gained since the last poll is first read from the `.trash_*` 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -25,12 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
+from backend.regular_files import NotRegularFileError, open_regular
+from backend.signals.bounded_json import DUMP_LINE, JsonLimitError
+from backend.signals.bounded_json import loads as bounded_loads
 from backend.signals.metrics import MetricRecord, record_from_dashboard, record_from_event
 
 STREAMS = ("gpu_util", "gpu_processes", "phases", "engine_series")
 EVENTS = "events"
 TRASH_PREFIX = ".trash_"
 MAX_READ = 64 << 20  # bytes per file per poll, so one poll of a huge backlog stays bounded
+SAMPLE_CHARS = 160
 
 
 class DumpError(ConsoleError):
@@ -44,6 +48,8 @@ class JsonlTail:
         self.path = path
         self.offset = 0
         self.bad = 0
+        self.bad_sample = ""  # why the first bad line was bad, and its head
+        self.refused = ""  # why the file itself was not read (a FIFO, a device, a socket)
         self.skipped = 0  # lines seen before (a restored copy), not returned
         self.ident: tuple[int, int] | None = None  # (device, inode) of the file last read
         self._seen: set[bytes] | None = set() if dedup else None
@@ -51,7 +57,7 @@ class JsonlTail:
     def read_new(self, path: Path | None = None) -> list[dict[str, Any]]:
         """What the file gained since the last read; `path` reads the same file where it was moved to."""
         try:
-            with open(path or self.path, "rb") as fh:
+            with open_regular(path or self.path, "dump file") as fh:
                 st = os.fstat(fh.fileno())
                 ident = (st.st_dev, st.st_ino)
                 if path is not None and self.ident is not None and ident != self.ident:
@@ -61,6 +67,9 @@ class JsonlTail:
                 self.ident = ident
                 fh.seek(self.offset)
                 data = fh.read(min(MAX_READ, st.st_size - self.offset))
+        except NotRegularFileError as err:
+            self.refused = str(err)
+            return []
         except OSError:
             return []
         cut = data.rfind(b"\n")
@@ -78,15 +87,21 @@ class JsonlTail:
                     continue
                 self._seen.add(digest)
             try:
-                obj = json.loads(raw)
-            except ValueError:
-                self.bad += 1
+                obj = bounded_loads(raw, DUMP_LINE)
+            except JsonLimitError as err:
+                self._bad(str(err), raw)
                 continue
             if isinstance(obj, dict):
                 out.append(obj)
             else:
-                self.bad += 1
+                self._bad("not a JSON object", raw)
         return out
+
+    def _bad(self, why: str, raw: bytes) -> None:
+        self.bad += 1
+        if not self.bad_sample:
+            head = raw[:SAMPLE_CHARS].decode("utf-8", errors="replace")
+            self.bad_sample = f"{self.path.name}: {why}: {head}" + ("…" if len(raw) > SAMPLE_CHARS else "")
 
 
 @dataclass
@@ -127,6 +142,16 @@ class DumpReader:
     @property
     def bad_lines(self) -> int:
         return sum(t.bad for t in self._tails.values())
+
+    @property
+    def bad_sample(self) -> str:
+        """Why the first malformed line was skipped, with its head (sanitise before showing it)."""
+        return next((t.bad_sample for t in self._tails.values() if t.bad_sample), "")
+
+    @property
+    def refused(self) -> list[str]:
+        """The files not read because of their type (a FIFO, a device, a socket), one line each."""
+        return [t.refused for t in self._tails.values() if t.refused]
 
     @property
     def repeated_lines(self) -> int:
@@ -203,8 +228,9 @@ class DumpReader:
             mtime = path.stat().st_mtime
             if mtime == self._meta_mtime:
                 return None
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            with open_regular(path, "dump file") as fh:
+                meta = bounded_loads(fh.read(DUMP_LINE.max_chars + 1), DUMP_LINE)
+        except (OSError, ValueError, NotRegularFileError):  # unreadable, malformed, past the limits, a FIFO
             return None
         self._meta_mtime = mtime
         return meta if isinstance(meta, dict) else None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import ConsoleError
+from backend.regular_files import open_regular
 from backend.signals.monitor import RunMonitor
 from backend.signals.store import LogStore
 
@@ -107,11 +108,12 @@ def _chunk(batch: list[str]) -> LogChunk:
 
 
 def file_chunks(path: Path, size: int = FILE_CHUNK) -> Iterator[bytes]:
-    """A saved log in pieces of `size` bytes (split anywhere: the store joins partial lines)."""
-    if not path.is_file():
+    """A saved log in pieces of `size` bytes (split anywhere: the store joins partial lines); a FIFO, device
+    or socket is refused by its type before it is opened (it would block, or never end)."""
+    if not path.exists():
         raise ConsoleError(f"no such log file: {path}")
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "log file") as fh:
             while piece := fh.read(size):
                 yield piece
     except OSError as err:

@@ -128,8 +128,13 @@ def scalar(value: Any) -> float | None:
         return math.nan  # events write NaN/Inf as null
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, int | float):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):  # an integer beyond a float's range (a 400-digit "metric") reads as +-inf
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
     return None
 
 
@@ -284,6 +289,7 @@ class MetricsCollector:
         self.problems: list[Unreadable] = []
         self.problem_count = 0  # metric-looking lines that could not be read
         self.duplicates = 0  # step dicts printed a second time, dropped
+        self.bad_steps = 0  # points dropped for a non-finite step
         self.records_by_prefix: dict[str, int] = {}  # "train/" -> records holding a key with that prefix
         self.last_ts = math.nan  # newest miles timestamp of any metric record
         self.last_step: dict[str, int] = {}  # kind -> highest n
@@ -357,7 +363,8 @@ class MetricsCollector:
             self.duplicates += 1
             return []
         self._note_axes(rec)
-        for prefix in {key.split("/", 1)[0] + "/" for key in rec.values}:
+        admits = self.series.admits  # past the series cap, a new key's prefix is not remembered either
+        for prefix in {key.split("/", 1)[0] + "/" for key in rec.values if admits(key)}:
             self.records_by_prefix[prefix] = self.records_by_prefix.get(prefix, 0) + 1
         for enricher in self.enrichers:
             enricher(rec)
@@ -372,6 +379,9 @@ class MetricsCollector:
             if key in STEP_KEYS:
                 continue
             step = rec.values.get(axis_for(key), float(rec.n))
+            if not math.isfinite(step):  # a NaN/Infinity step (a dump's `"train/step": Infinity`) has no place
+                self.bad_steps += 1
+                continue
             if self.series.add(key, step, value, rec.ts, priority):
                 points.append(Point(key, step, value, rec.ts, rec.source))
         for point in points:

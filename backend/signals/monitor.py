@@ -27,6 +27,8 @@ from backend.signals.run_signals import RunSignals
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
 
+_JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
@@ -38,14 +40,19 @@ class MetricsSnapshot:
     sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
 
 
-def jsonable(value: Any) -> Any:
-    """Non-finite floats become None, recursively (JSON has no NaN)."""
+def jsonable(value: Any, nulled: list[int] | None = None) -> Any:
+    """Non-finite floats become None, recursively (JSON has no NaN), so `json.dump(..., allow_nan=False)` never
+    stops half-way; `nulled[0]` counts them."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        if math.isfinite(value):
+            return value
+        if nulled is not None:
+            nulled[0] += 1
+        return None
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, nulled) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, nulled) for v in value]
     return value
 
 
@@ -65,6 +72,7 @@ class RunMonitor:
         self._clock = clock
         self._offset: float | None = None  # wall clock minus miles clock
         self._seen_ts = math.nan
+        self._shim_judged: tuple[int, bool] = (-1, False)  # the shim ledger's version last judged, and armed
         self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
         self.collector.subscribe(self._on_point)
@@ -89,8 +97,10 @@ class RunMonitor:
         self.facts.scan_text(text)
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
+        self.alerts.shim.note_lines(text)
         self.activity.note(text)
         self._check_blind_spots()
+        self._check_shim()
         newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
             self.collector.last_ts) else self.facts.last_log_ts
         if math.isfinite(newest) and not newest <= self._seen_ts:
@@ -116,6 +126,7 @@ class RunMonitor:
                 self.facts.learn_meta(batch.meta)
             self.collector.add_records(batch.records)
             self.telemetry.add(batch)
+            self._check_blind_spots()
         return len(batch.records)
 
     def _check_blind_spots(self) -> None:
@@ -125,10 +136,15 @@ class RunMonitor:
             self.alerts.check_unreadable(c.problem_count, c.problems[0].line if c.problems else "")
         self.alerts.check_missing_keys(c.records_by_prefix, lambda key: c.series.get(key) is not None,
                                        lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)])
+        if c.series.dropped_keys:
+            self.alerts.check_series_cap(c.series.dropped_keys, c.series.max_series, c.series.dropped_sample)
 
     def on_job_status(self, status: str, message: str | None = None) -> Alert | None:
         with self.lock:
-            return self.alerts.on_job_status(status, message)
+            alert = self.alerts.on_job_status(status, message)
+            if str(status).upper() in _JOB_ENDED:
+                self._check_shim(ended=True)
+            return alert
 
     def on_node_dead(self, node_id: str, reason: str | None = None) -> Alert | None:
         with self.lock:
@@ -136,6 +152,31 @@ class RunMonitor:
 
     def on_shim_missing(self, actors: list[str]) -> Alert | None:
         return self.alerts.on_shim_missing(actors)
+
+    def expect_shim(self, expected: bool = True) -> None:
+        """The run was submitted with the shim's setup hook (`shim.package.carries_shim` of its runtime env):
+        train actors without a shim line are missing even if no actor logged one."""
+        with self.lock:
+            self.alerts.shim.expected = expected
+            self.alerts.shim.version += 1
+
+    def _check_shim(self, *, ended: bool = False) -> Alert | None:
+        """Once the train actors have trained, every one whose process never logged the shim line is named
+        (critical `shim-missing`). Judged at the second train step, not the first: Ray tails each worker's
+        stdout (the hook's line) and stderr (miles' logging) separately, so an actor's stderr can overtake
+        its shim line by a moment, never by a whole train step; and at the end of the input (`input_ended`)."""
+        steps = self.collector.records.get("step", 0)
+        ledger = self.alerts.shim
+        state = (ledger.version, steps >= (1 if ended else 2))
+        if not state[1] or state == self._shim_judged:
+            return None
+        self._shim_judged = state
+        return self.alerts.on_shim_missing(ledger.missing())
+
+    def input_ended(self) -> Alert | None:
+        """The whole log is in (a saved log read, a finished job's log): judge what waits for more lines."""
+        with self.lock:
+            return self._check_shim(ended=True)
 
     # ------------------------------------------------------------------ time
 
@@ -204,20 +245,31 @@ class RunMonitor:
             self.lock.release()
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """`{"series", "latest", "derived", "alerts", "cause", "problems"}`, JSON-ready (non-finite -> null);
-        `cause` is the diagnosis (the cause, its consequences) or null."""
+        """`{"series", "latest", "derived", "alerts", "cause", "problems"}` and, where a NaN/Infinity became null,
+        `"notes"` saying so: strict JSON, every float finite. `cause` is the diagnosis (the cause, its
+        consequences) or null."""
         now = self.miles_now() if now is None else now
         frozen = self.collector.series.snapshot()
         problems = [str(p) for p in self.collector.problems]
         if self.collector.problem_count > len(problems):
             problems.append(f"... and {self.collector.problem_count - len(problems)} more")
         if self.dump is not None and self.dump.bad_lines:
-            problems.append(f"{self.dump.bad_lines} malformed lines skipped in {self.dump.root}")
-        return {
+            sample = f" (e.g. {self.dump.bad_sample})" if self.dump.bad_sample else ""
+            problems.append(f"{self.dump.bad_lines} malformed lines skipped in {self.dump.root}{sample}")
+        if self.dump is not None:
+            problems.extend(self.dump.refused)
+        if self.collector.bad_steps:
+            problems.append(f"{self.collector.bad_steps} point(s) with a NaN/Infinity step skipped")
+        nulled = [0]
+        out: dict[str, Any] = jsonable({
             "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
-            "latest": jsonable(self.collector.latest()),
-            "derived": jsonable(derive(self.collector, self.facts, self.telemetry, now).to_json()),
+            "latest": self.collector.latest(),
+            "derived": derive(self.collector, self.facts, self.telemetry, now).to_json(),
             "alerts": [a.to_json() for a in self.alerts.alerts],
             "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
             "problems": problems,
-        }
+        }, nulled)
+        # series points carry None for NaN/Infinity already (Series.points): those say so too
+        if nulled[0] or any(v is None for pts in out["series"].values() for _, v in pts):
+            out["notes"] = ["null stands for a non-finite number (NaN or Infinity) in the input: JSON has none"]
+        return out

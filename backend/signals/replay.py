@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from backend.errors import ConsoleError
+from backend.regular_files import NotRegularFileError, open_regular
 from backend.signals.dump_reader import DumpError, DumpReader
 from backend.signals.metrics import MetricRecord
 
@@ -62,8 +63,10 @@ def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
     if not p.exists():
         raise ReplayError(f"no such file or directory: {p}")
     try:
-        with open(p, "rb") as fh:
+        with open_regular(p, "log file") as fh:
             fh.read(1)
+    except NotRegularFileError as err:
+        raise ReplayError(str(err)) from None
     except OSError as err:
         raise ReplayError(f"cannot read {p}: {err.strerror}") from None
     return ReplaySource("log", p)
@@ -131,8 +134,10 @@ class RolloutIndex:
 def read_first(path: Path, size: int = FIRST_CHUNK) -> bytes:
     """The small first piece of a log, shown on the app's first frame."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "log file") as fh:
             return fh.read(size)
+    except NotRegularFileError as err:
+        raise ReplayError(str(err)) from None
     except OSError as err:
         raise ReplayError(f"cannot read {path}: {err.strerror}") from None
 
@@ -197,9 +202,12 @@ class ReplaySession:
             self._done = True
             return False
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, "log file") as fh:
                 fh.seek(self._offset)
                 chunk = fh.read(size)
+        except NotRegularFileError as err:
+            self._done = True
+            raise ReplayError(str(err)) from None
         except OSError as err:
             self._done = True
             raise ReplayError(f"cannot read {path}: {err.strerror}") from None
@@ -225,6 +233,7 @@ class ReplaySession:
         monitor = self.monitor
         if monitor is None:
             return
+        monitor.input_ended()
         now = monitor.end_of_log()
         if not math.isfinite(now):
             now = monitor.telemetry.last_ts if math.isfinite(monitor.telemetry.last_ts) else monitor.collector.last_ts

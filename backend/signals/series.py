@@ -162,11 +162,20 @@ class SeriesSetSnapshot:
         return series.last if series is not None else None
 
 
-class SeriesSet:
-    """All series of a run, created on first point. One writer thread adds; any thread may snapshot."""
+MAX_SERIES = 2000  # metric keys per run; miles logs ~150, a log inventing keys per line must not grow forever
 
-    def __init__(self, max_points: int = 4096) -> None:
+
+class SeriesSet:
+    """All series of a run, created on first point, at most `max_series` of them: a point of a key past the cap
+    is dropped and counted (`dropped_keys`, a few named in `dropped_sample`), and says so as a blind spot.
+    One writer thread adds; any thread may snapshot."""
+
+    def __init__(self, max_points: int = 4096, max_series: int = MAX_SERIES) -> None:
         self.max_points = max_points
+        self.max_series = max_series
+        self.dropped_keys = 0  # distinct keys refused (counted once each while few; see _note_dropped)
+        self.dropped_sample: list[str] = []
+        self._dropped_seen: set[str] = set()
         self.by_key: dict[str, Series] = {}
         self._lock = threading.Lock()
         self._frozen: dict[str, tuple[int, SeriesSnapshot]] = {}  # key -> (version, its last snapshot)
@@ -175,8 +184,25 @@ class SeriesSet:
         with self._lock:
             series = self.by_key.get(key)
             if series is None:
+                if len(self.by_key) >= self.max_series:
+                    self._note_dropped(key)
+                    return False
                 series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
             return series.add(step, value, ts, priority)
+
+    def admits(self, key: str) -> bool:
+        """Whether a point of `key` would be kept (an existing series, or room for a new one)."""
+        return key in self.by_key or len(self.by_key) < self.max_series
+
+    def _note_dropped(self, key: str) -> None:
+        """Count a refused key once; past a bounded memory of names, every refusal counts (an upper bound)."""
+        if key in self._dropped_seen:
+            return
+        if len(self._dropped_seen) < 4 * self.max_series:
+            self._dropped_seen.add(key)
+        self.dropped_keys += 1
+        if len(self.dropped_sample) < 5:
+            self.dropped_sample.append(key)
 
     def snapshot(self) -> SeriesSetSnapshot:
         """Frozen copies of every series, taken under the lock (so no half-added point is seen)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.errors import ConsoleError
+from backend.regular_files import read_regular_bytes
 from backend.sanitize import one_line
 
 SNIFF_BYTES = 64 * 1024
@@ -21,11 +22,8 @@ def check_text_log(path: Path) -> None:
     name = one_line(str(path))
     if not path.exists():
         raise NotALogError(f"no such log file: {name}")
-    if not path.is_file():  # a FIFO or a device would block or never end
-        raise NotALogError(f"{name} is not a regular file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+    try:  # refused by type first: a FIFO would block, a device never end
+        head = read_regular_bytes(path, "log", SNIFF_BYTES)
     except OSError as err:
         raise NotALogError(f"cannot read {name}: {err.strerror}") from None
     if not head.strip():

@@ -26,6 +26,7 @@ from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
+from shim.package import carries_shim
 
 SUMMARY_KEYS = (
     "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
@@ -77,6 +78,7 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
     async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
         monitor.facts.scan_text(" " + job.entrypoint)
+        monitor.expect_shim(carries_shim(job.runtime_env))
         dump = _DUMP_FLAG.search(job.entrypoint)
         if dump and Path(dump.group(1)).is_dir():
             monitor.attach_dump(dump.group(1))
@@ -105,14 +107,16 @@ def run(args: argparse.Namespace) -> int:
             now = monitor.collector.last_ts
     else:
         what, now = _from_job(args, monitor)
-    if now is not None:
+    if now is not None:  # a saved log, a dump, a finished job: the whole input is in
+        monitor.input_ended()
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
     else:
         monitor.tick()
     records = sum(monitor.collector.records.values())
     if args.from_log or args.from_dump or now is not None:  # read to its end (a running job may not have begun)
+        refused = monitor.dump.refused if monitor.dump is not None else []  # e.g. a FIFO in the dump dir
         monitor.alerts.check_log_without_metrics(f"the {what}", monitor.activity.lines, records,
-                                                 monitor.activity.last_line)
+                                                 monitor.activity.last_line or (refused[0] if refused else ""))
     snap = monitor.snapshot(now=now)
     if args.json:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))

@@ -78,8 +78,12 @@ def test_shim_applied_lines_checked_and_recorded() -> None:
         ("MegatronTrainRayActor pid=52004", "shim-not-loaded")]  # unreadable JSON is never taken as applied
     assert all(a.severity == "critical" for a in fired)
     assert "moe_router_topk_scaling_factor=1" in fired[0].message and "needs 5" in fired[0].message
+    assert engine.shim_reports == {}  # no process has been seen as a train actor beyond its shim line yet
+    engine.shim.note_lines("".join(f"(MegatronTrainRayActor pid={pid}) [2026-03-02 10:00:00] actor.py:1 - up\n"
+                                   for pid in (52002, 52003, 52005)) + f"{TRAIN}[2026-03-02 10:00:00] x.py:1 - up\n")
     assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=52001, ip=10.0.0.2", "MegatronTrainRayActor pid=52002",
                                         "MegatronTrainRayActor pid=52003"}
+    assert engine.shim.missing() == ["MegatronTrainRayActor pid=52005"]
     # the controller knows all train actors; these never logged the line
     missing = engine.on_shim_missing(["MegatronTrainRayActor pid=52005", "MegatronTrainRayActor pid=52006"])
     assert missing is not None and missing.id == "shim-missing" and "pid=52005" in missing.message
@@ -101,7 +105,8 @@ def test_every_form_of_the_shim_line_is_understood() -> None:
                                               ("shim-not-loaded", "MegatronTrainRayActor pid=7003")]
     assert "bridge has no NemotronH provider" in fired[1].message
     assert engine.shim_lines_seen == 1 + 1 + 1 + 3
-    assert engine.shim_reports["pid=7001"] == fields
+    engine.shim.note_lines("(MegatronTrainRayActor pid=7001) [2026-03-02 10:00:00] actor.py:1 - up\n")
+    assert engine.shim_reports == {"MegatronTrainRayActor pid=7001": fields}  # the hook's `(pid=N)` line, trusted
 
 
 def test_logprob_diff_high_and_climbing() -> None:
@@ -244,4 +249,6 @@ def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
         f"(MegatronTrainRayActor pid=9) ultra-console shim: applied NemotronH provider fields {fields}"
         " [repeated 127x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n")
     assert engine.shim_lines_seen == 128 and engine.alerts == []
+    engine.shim.note_lines("".join(f"(MegatronTrainRayActor pid={pid}) x.py:1 - up\n" for pid in range(1, 129)))
     assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=1", "MegatronTrainRayActor pid=9"}
+    assert engine.shim.missing() == []  # the 126 others are inside Ray's fold

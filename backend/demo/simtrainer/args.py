@@ -55,6 +55,7 @@ class SimArgs:
     fail_rank: int | None
     nccl_timeout_s: float
     unreadable_metrics: bool
+    shim_off_rank: int | None = None  # this train actor's worker starts without the shim's setup hook
 
     @property
     def oom_at_rollout(self) -> int | None:
@@ -126,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-oom-at-rollout", dest="oom_at_rollout", type=int, default=None)
     p.add_argument("--sim-oom-gpu", dest="oom_gpu", type=int, default=3)
     p.add_argument("--sim-unreadable-metrics", dest="unreadable_metrics", action="store_true")
+    p.add_argument("--sim-shim-off-rank", dest="shim_off_rank", type=int, default=None)
     return p
 
 

@@ -117,7 +117,7 @@ def run(args: SimArgs, log: MilesLog) -> int:
         log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
         manager = remote(num_cpus=0)(manager_cls).remote(args)
         remote_train = remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
-        actors = [remote_train.options(scheduling_strategy="SPREAD").remote(args, i)
+        actors = [remote_train.options(scheduling_strategy="SPREAD", **_shim_off(args, i)).remote(args, i)
                   for i in range(args.actor_num_nodes)]
         _ready(args, log, [manager, *actors])
     else:
@@ -149,6 +149,18 @@ def run(args: SimArgs, log: MilesLog) -> int:
             _stop_dashboard(dashboard)
     log.at("train.py:150", f"{SIM_LABEL}: training finished after {rollout_id - start} rollouts")
     return 0
+
+
+# Ray hands a job's worker_process_setup_hook to its workers in this variable; empty, a worker runs no hook.
+_SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+
+
+def _shim_off(args: SimArgs, index: int) -> dict[str, Any]:
+    """`--sim-shim-off-rank N`: train actor N's worker starts without the job's setup hook, so it never logs the
+    shim line (its own runtime env, merged over the job's, empties the hook; everything else is inherited)."""
+    if args.shim_off_rank != index:
+        return {}
+    return {"runtime_env": {"env_vars": {_SETUP_HOOK_VAR: ""}}}
 
 
 def _ready(args: SimArgs, log: MilesLog, handles: list[Any]) -> None:

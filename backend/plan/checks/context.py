@@ -222,7 +222,7 @@ class LayoutContext:
                 and (not self.has_mamba or (self.m_heads % v == 0 and self.m_groups % v == 0)))
 
     def legal_tp(self) -> list[int]:
-        return [v for v in range(1, max(self.heads, 8) + 1) if self.tp_ok_model(v)]
+        return [v for v in divisors(self.heads) if self.tp_ok_model(v)]  # B1: heads % tp == 0
 
     def legal_pp(self) -> list[int]:
         fits = [p for p in divisors(self.layers)

@@ -8,7 +8,24 @@ from functools import lru_cache
 
 @lru_cache(maxsize=512)
 def divisors(n: int) -> tuple[int, ...]:
-    return tuple(d for d in range(1, n + 1) if n % d == 0) if n > 0 else ()
+    """Every divisor of n, ascending, from its prime factors: trial division to sqrt(n), not a loop to n
+    (the spec caps its numbers, so sqrt(n) stays in the thousands)."""
+    if n <= 0:
+        return ()
+    out = [1]
+    rest, p = n, 2
+    while p * p <= rest:
+        if rest % p == 0:
+            power, powers = 1, []
+            while rest % p == 0:
+                rest //= p
+                power *= p
+                powers.append(power)
+            out += [d * q for d in out for q in powers]
+        p += 1 if p == 2 else 2
+    if rest > 1:
+        out += [d * rest for d in out]
+    return tuple(sorted(out))
 
 
 def near(values: Iterable[int], current: int, k: int = 4) -> list[int]:
