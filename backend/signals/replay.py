@@ -16,11 +16,15 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from backend.errors import ConsoleError
 from backend.signals.dump_reader import DumpError, DumpReader
+from backend.signals.launch_flags import ArgumentDump, LaunchFlags, flags_from_command
 from backend.signals.metrics import MetricRecord
+
+if TYPE_CHECKING:
+    from backend.signals.compare import RunSide
 
 FIRST_CHUNK = 64 << 10
 CHUNK = 4 << 20
@@ -168,6 +172,10 @@ class ReplaySession:
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
         self.rollouts = RolloutIndex()
         self.store.subscribe(self.rollouts.on_lines)
+        self.arguments = ArgumentDump()  # what it was launched with, when its log says (a comparison shows it)
+        self.store.subscribe(self.arguments.on_lines)
+        self.entrypoint: str | None = None  # a job's command line, from Ray's record of it
+        self.job_status: str | None = None
         self.problem: str | None = None
         try:
             self.monitor: RunMonitor | None = RunMonitor()
@@ -229,6 +237,28 @@ class ReplaySession:
         if not math.isfinite(now):
             now = monitor.telemetry.last_ts if math.isfinite(monitor.telemetry.last_ts) else monitor.collector.last_ts
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
+
+    def launch_flags(self) -> LaunchFlags | None:
+        """The flags it was launched with: the job's entrypoint where known, else the log's argument dump."""
+        flags = flags_from_command(self.entrypoint) if self.entrypoint else None
+        return flags or self.arguments.flags()
+
+    def state(self) -> str:
+        """FAILED when the log names a cause, else the job's final status, else SAVED (a log or dump)."""
+        if self.monitor is not None and self.monitor.diagnosis() is not None:
+            return "FAILED"
+        return self.job_status or "SAVED"
+
+    def side(self, label: str | None = None) -> RunSide:
+        """This run as one side of a comparison (backend.signals.compare), as of now."""
+        from types import MappingProxyType
+
+        from backend.signals.compare import RunSide
+        from backend.signals.series import SeriesSetSnapshot
+
+        series = (self.monitor.metrics_snapshot().series if self.monitor is not None
+                  else SeriesSetSnapshot(MappingProxyType({})))
+        return RunSide(label or self.source.name, self.state(), series, self.launch_flags())
 
     def close(self) -> None:
         self.store.close()
