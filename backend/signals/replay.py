@@ -73,6 +73,16 @@ def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
     return ReplaySource("log", p)
 
 
+_JOB_ID = re.compile(r"^[A-Za-z0-9_:-]+$")
+
+
+def source_of(target: str) -> ReplaySource:
+    """A path that exists is a log or a dump; a bare name (no `/`, no dot) that is no file is a job's id."""
+    if not Path(target).expanduser().exists() and _JOB_ID.match(target):
+        return ReplaySource("job", job_id=target)
+    return detect_source(target)
+
+
 @dataclass(frozen=True)
 class RolloutMark:
     """Where rollout `n` starts in the log, and its first optimizer step (the KL chart's x axis)."""
@@ -217,6 +227,12 @@ class ReplaySession:
         self._offset += len(chunk)
         self.store.append(chunk)
         return True
+
+    def read_all(self) -> None:
+        """Read a log file or dump to its end and finish (blocking: a worker thread or the CLI)."""
+        while self.load_step():
+            pass
+        self.finish()
 
     @property
     def bytes_read(self) -> int:

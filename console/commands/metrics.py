@@ -167,9 +167,7 @@ def _baselines(paths: list[str]) -> list[RunSide]:
         with tempfile.TemporaryDirectory(prefix="uc-compare-") as spool:
             session = ReplaySession(source, spool)
             try:
-                while session.load_step():
-                    pass
-                session.finish()
+                session.read_all()
                 sides.append(session.side())
             finally:
                 session.close()
