@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 FIRST_COLOUR = "cyan"  # the view's own run (the live one): drawn last, over the others
 OTHER_COLOURS = ("orange", "magenta", "green", "yellow", "blue", "white")
 RICH_COLOUR = {"orange": "dark_orange"}  # plotext's colour names that Rich spells differently
-MAX_CHANGES_SHOWN = 6  # flag changes listed under the headers; `metrics --compare` lists them all
+MAX_CHANGES_SHOWN = 6
+LEGEND_MARGIN = 16  # a chart's columns that are not its legend's text (axis ticks, frame, the line sample)  # flag changes listed under the headers; `metrics --compare` lists them all
 
 
 def colours(count: int) -> list[str]:
@@ -35,10 +36,20 @@ def colours(count: int) -> list[str]:
     return [FIRST_COLOUR] + [OTHER_COLOURS[i % len(OTHER_COLOURS)] for i in range(count - 1)]
 
 
-def overlay_series(overlay: MetricOverlay) -> list[Series]:
-    """The chart's lines: the other runs in order, then the first run (drawn on top)."""
+def legend_label(label: str, room: int) -> str:
+    """A label cut in the middle to `room` characters (plotext drops the whole legend when one does not fit);
+    the ends stay, where run ids and file names differ."""
+    if room <= 0 or len(label) <= room:
+        return label
+    head = (room - 1) // 2
+    return label[:head] + "…" + label[len(label) - (room - 1 - head):]
+
+
+def overlay_series(overlay: MetricOverlay, width: int = 0) -> list[Series]:
+    """The chart's lines: the other runs in order, then the first run (drawn on top); labels fit `width`."""
     palette = colours(len(overlay.lines))
-    drawn = [Series(line.label, line.points, palette[i]) for i, line in enumerate(overlay.lines)]
+    room = max(6, width - LEGEND_MARGIN) if width > 0 else 0
+    drawn = [Series(legend_label(line.label, room), line.points, palette[i]) for i, line in enumerate(overlay.lines)]
     return drawn[1:] + drawn[:1]
 
 
@@ -131,10 +142,11 @@ class RunComparison:
             self.baselines = ()
             return False
         self.comparison = comparison = compare((self._first(), *self.baselines), self._config)
+        width = self.view.query_one("#run-charts").size.width // max(1, len(comparison.overlays)) - 1
         for overlay in comparison.overlays:
             chart = self._chart(overlay)
             chart.set_labels("rollout" if overlay.metric.axis == ROLLOUT_AXIS else "step")
-            chart.set_series(overlay_series(overlay))
+            chart.set_series(overlay_series(overlay, width))
             chart.set_title(overlay.metric.title)
         self._panel().update(panel_text(comparison, self.mark))
         return True

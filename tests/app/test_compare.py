@@ -7,19 +7,27 @@ as `metrics --from-log A --compare B --json`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
+from types import MappingProxyType
 
 import miles_log_shapes as shapes
 import pytest
+from app_helpers import make_app
+from run_fixtures import T0, metrics_view, status
 from waiting import until
 
 from backend.demo import sample_log
 from backend.settings import Settings
-from backend.signals.replay import ReplaySession, detect_source
+from backend.signals.compare import RunSide
+from backend.signals.launch_flags import flags_from_command
+from backend.signals.replay import ReplaySession, RolloutMark, detect_source
+from backend.signals.series import SeriesSetSnapshot
 from console.app import UltraConsoleApp
 from console.cli import main as cli_main
+from console.messages import BaselineAdded, MetricsArrived, RolloutCursor, RunStateChanged
 from console.views.run import RunView
 from console.widgets.charts import LineChart
 from console.widgets.compare_prompt import ComparePrompt
@@ -144,3 +152,31 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
         await until(pilot, lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,
                     "the run overlaid")
         assert re.search(r"run-april\.log SAVED", str(run.query_one("#run-compare").content))
+
+
+def _scaled(snap: SeriesSetSnapshot, factor: float) -> SeriesSetSnapshot:
+    return SeriesSetSnapshot(MappingProxyType({k: dataclasses.replace(s, values=tuple(v * factor for v in s.values))
+                                               for k, s in snap.by_key.items()}))
+
+
+def test_compare_run_view_snapshot(snap_compare, tmp_path):
+    """The Run view of a live run with a finished baseline overlaid: the header per run, what changed (a W&B key
+    hidden), each chart with both runs and a legend, the cursor on rollout 3."""
+    app = make_app(tmp_path)
+    live = metrics_view(rollouts=10)
+    base = RunSide("baseline-0412.log", "SUCCEEDED", _scaled(metrics_view(rollouts=12).series, 1.3),
+                   flags_from_command(f"python3 train.py --rollout-batch-size 32 --wandb-key {SECRET_B} --lr 1e-6"))
+    mine = flags_from_command(f"python3 train.py --rollout-batch-size 64 --wandb-key {SECRET_A} --lr 1e-6")
+
+    async def run_before(pilot) -> None:
+        app.query_one(RunView).clock = lambda: T0 + 3723
+        await pilot.press("2")
+        app.post_message(MetricsArrived(live))
+        app.post_message(RunStateChanged(status()))
+        app.post_message(BaselineAdded(base, mine))
+        await pilot.pause()
+        app.post_message(RolloutCursor(RolloutMark(3, 0, 3)))
+        await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 45), run_before=run_before)
