@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 from pathlib import Path
 from types import MappingProxyType
 
@@ -180,3 +181,57 @@ def test_compare_run_view_snapshot(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(160, 45), run_before=run_before)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_path):
+    """A live run of the simulated trainer on the real Ray cluster, "compare with…" a saved 2026-04 log: both
+    overlaid, the live run last in its own colour, the flags both name compared (argv vs the log's dump)."""
+    from app_helpers import MODELS, RUN_ID
+    from runhelp import launch_when_free, sim_spec, stop_quietly
+
+    from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import RayClient
+
+    saved = tmp_path / "baseline.log"
+    april_log(saved)
+    dump = {"--num-rollout": 30, "--rollout-num-gpus": 8, "--rollout-batch-size": 64, "--n-samples-per-prompt": 8,
+            "--global-batch-size": 256}
+    state = tmp_path / "state"
+    async with RayClient(ray_cluster.address, timeout=30.0) as client:
+        job = await launch_when_free(RunController(client, state_dir=state), sim_spec(tmp_path, nodes=1))
+        try:
+            app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=state), job=job.id, watchdog=False,
+                                  preview_run_id=RUN_ID, model_dir=str(MODELS))
+            async with app.run_test(size=(200, 50)) as pilot:
+                run = app.query_one(RunView)
+                await until(pilot, lambda: app.current_view == "run", "the run view of the active run", timeout=90)
+                await until(pilot, lambda: run.metrics is not None and run.metrics.series.get("train/ppo_kl"),
+                            "live metrics", timeout=120)
+                await pilot.press("C")
+                await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt")
+                await pilot.press(*str(saved), "enter")
+                kl = run.query_one("#chart-kl", LineChart)
+                await until(pilot, lambda: run.query("#chart-reward") and len(kl.series) == 2, "both runs overlaid",
+                            timeout=60)
+                assert [s.label for s in kl.series] == ["baseline.log", job.id]  # the live run last
+                assert [s.color for s in kl.series] == ["orange", "cyan"]
+                await until(pilot, lambda: len(kl.series[1].points) >= 4, "the live line growing", timeout=60)
+                live = dict(run.metrics.series.get("train/ppo_kl").finite_points())
+                assert all(live.get(s) == v for s, v in kl.series[1].points)  # the live run's own numbers
+                panel = str(run.query_one("#run-compare").content)
+                assert panel.splitlines()[0].startswith(f"■ {job.id} RUNNING"), panel
+                argv = shlex.split(job.entrypoint)
+                said = {tok: argv[i + 1] for i, tok in enumerate(argv[:-1]) if tok in dump}
+                expected = sorted(f for f, v in said.items() if float(v) != dump[f])
+                assert expected and "--rollout-batch-size" in expected
+                changed = re.search(r"\(args-dump vs argv\): (.*)", panel)
+                assert changed is not None, panel
+                assert re.findall(r"(--[a-z-]+) \S+ → ", changed.group(1)) == expected
+                assert SECRET_B not in panel
+                await pilot.press("right_square_bracket")
+                await until(pilot, lambda: all(run.query_one(f"#chart-{c}", LineChart).marker is not None
+                                               for c in CHARTS), "the cursor on every chart")
+        finally:
+            await stop_quietly(client, job.id)
