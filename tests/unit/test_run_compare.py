@@ -132,3 +132,24 @@ def test_audit_log_launch_gives_the_flags():
     flags = flags_from_audit(entries, "j1")
     assert flags is not None and flags.source == "audit" and flags.flags["--num-rollout"].shown == "3"
     assert flags_from_audit(entries, "j2") is None
+
+
+def test_metrics_compare_keeps_the_first_runs_exit_status(tmp_path, capsys):
+    """`metrics --from-log A --compare B --json`: A failed (CUDA OOM) -> exit 4 as before, the comparison is
+    printed all the same; a --compare path that is no run is one line, exit 1, before any work."""
+    import miles_log_shapes as shapes
+
+    from console.cli import main
+
+    failed, good = tmp_path / "failed.log", tmp_path / "good.log"
+    failed.write_text(shapes.text(shapes.Shape("2026-04", rollouts=2)) + "\n".join(shapes.OOM_TRACEBACK) + "\n")
+    good.write_text(shapes.text(shapes.Shape("newest", rollouts=3)))
+    assert main(["metrics", "--from-log", str(failed), "--compare", str(good), "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert {"series", "latest", "derived", "alerts", "cause", "problems", "compare"} <= set(out)
+    runs = out["compare"]["runs"]
+    assert [(r["label"], r["state"], r["last_step"]) for r in runs] == [("failed.log", "FAILED", 3),
+                                                                       ("good.log", "SAVED", 5)]
+    assert main(["metrics", "--from-log", str(good), "--compare", str(tmp_path / "nope.log")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file or directory" in err
