@@ -104,6 +104,7 @@ class RunComparison:
         self.comparison: Comparison | None = None
         self.mark: RolloutMark | None = None
         self._config: CompareConfig | None = None
+        self._drawn: tuple[object, ...] | None = None  # what the drawn comparison was computed from
 
     @property
     def active(self) -> bool:
@@ -141,7 +142,13 @@ class RunComparison:
             self.view.notify(str(err), severity="error")
             self.baselines = ()
             return False
-        self.comparison = comparison = compare((self._first(), *self.baselines), self._config)
+        first = self._first()
+        inputs = (self.view.metrics, self.baselines, first.label, first.state, self.view.size)
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is inputs[0] and drawn[1:] == inputs[1:]:
+            return True  # the view's 1 s tick: nothing the comparison reads has changed
+        self._drawn = inputs
+        self.comparison = comparison = compare((first, *self.baselines), self._config)
         width = self.view.query_one("#run-charts").size.width // max(1, len(comparison.overlays)) - 1
         for overlay in comparison.overlays:
             chart = self._chart(overlay)
