@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from backend.redaction import SECRET_NAME, shown_value
+from backend.sanitize import one_line
 
 FlagSource = Literal["argv", "audit", "args-dump"]
 BOOL_FLAG = "True"  # a bare `--use-kl-loss` is what the dump prints as `use_kl_loss ... True`
@@ -105,7 +106,7 @@ def flag_value(name: str, raw: str) -> FlagValue:
 
 
 def _flags(pairs: Iterable[tuple[str, str]], source: FlagSource) -> LaunchFlags:
-    return LaunchFlags(source, MappingProxyType({name: flag_value(name, raw) for name, raw in pairs}))
+    return LaunchFlags(source, MappingProxyType({one_line(name): flag_value(name, raw) for name, raw in pairs}))
 
 
 def _tokens(command: str) -> list[str]:

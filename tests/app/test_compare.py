@@ -147,7 +147,7 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
         await pilot.press(*str(tmp_path / "nope.log"), "enter")
         await until(pilot, lambda: any("no such file" in n.message for n in app._notifications), "one notice")
         assert not run.comparison.active and not run.query("#run-compare")
-        await pilot.press("C")
+        await app.run_binding("run.compare")  # what the palette's "Run: Compare with…" entry runs
         await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt again")
         await pilot.press(*str(b), "enter")
         await until(pilot, lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,

@@ -101,6 +101,8 @@ def test_argv_flags_and_their_diff_name_exactly_what_differs_and_no_secret():
         "--hf-token *** → ***", "--rollout-batch-size 32 → 64", "--use-kl-loss True → (unset)"]
     shown = json.dumps(diff.to_json()) + repr(before) + repr(after)
     assert SECRET not in shown and WANDB not in shown
+    hostile = flags_from_command("python3 train.py '--x\x1b]52;c;ZXZpbA==\x07' 1 --y '\x1b[2Jv'")
+    assert hostile is not None and "\x1b" not in repr(hostile.flags)  # no escape sequence from a command line
 
 
 def test_a_dump_compares_with_an_argv_on_the_flags_both_name():
