@@ -23,6 +23,8 @@ _known: set[str] = set()
 # `scheme://user:password@` and `Bearer <token>` wherever they appear, whoever's they are.
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/@\s]*@")
 _BEARER = re.compile(r"(\bBearer\s+)[^\s'\"]+", re.IGNORECASE)
+# A flag or variable whose name says it holds a secret (`--wandb-key`, `WANDB_API_KEY`, `hf_token`).
+SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 
 
 class BadToken(ConsoleError):
@@ -54,6 +56,11 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return _BEARER.sub(rf"\1{REDACTED}", shown_url(text))
+
+
+def shown_value(name: str, value: str) -> str:
+    """A flag's or variable's value fit to show: *** when its name says secret, else redacted and one line."""
+    return REDACTED if SECRET_NAME.search(name) else public_line(value)
 
 
 def public_text(text: str) -> str:

@@ -15,6 +15,7 @@ import importlib.util
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -146,13 +147,15 @@ class UltraConsoleApp(App[int]):
                  start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
                  controller: RunController | None = None, model_dir: str | None = None,
                  preview: Preview | None = None, overrides: dict[str, Any] | None = None,
-                 replay: ReplaySession | None = None) -> None:
+                 replay: ReplaySession | None = None, compare: Sequence[str] = ()) -> None:
         """preview: a backend.plan.preview_process.Preview whose settings_answer() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
         view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
-        opens on its log, read-only, and talks to no cluster (console/replay.py feeds it)."""
+        opens on its log, read-only, and talks to no cluster (console/replay.py feeds it). compare: runs (paths
+        or job ids) the replay overlays on its charts once its own log is read (`replay A B C`)."""
         super().__init__()
         self.replay = replay
+        self.compare_targets = tuple(compare)
         self.model_dir = model_dir  # where the variant picker looks for checkpoints; None = the preset's
         self._settings = settings
         self._overrides = overrides or {}

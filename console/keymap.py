@@ -81,6 +81,7 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     ),
     "run": (
         BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
+        BindingSpec("run.compare", "C", "compare", "Compare with…", show=False),
     ),
     "logs": (
         BindingSpec("logs.search", "slash", "search", "Search"),

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.plan.finding import Finding
     from backend.signals.alerts import Alert
+    from backend.signals.compare import RunSide
+    from backend.signals.launch_flags import LaunchFlags
     from backend.signals.monitor import MetricsSnapshot
     from backend.signals.replay import RolloutMark
 
@@ -145,3 +147,15 @@ class RolloutCursor(ConsoleMessage):
     def __init__(self, mark: RolloutMark) -> None:
         super().__init__()
         self.mark = mark
+
+
+class BaselineAdded(ConsoleMessage):
+    """A run to compare with was read to its end (`replay A B`, "compare with…"): `side` is its
+    backend.signals.compare.RunSide; `flags` and `state` are what is known of the view's own run's launch and
+    end (None: not known, or its live state says it)."""
+
+    def __init__(self, side: RunSide, flags: LaunchFlags | None, state: str | None = None) -> None:
+        super().__init__()
+        self.side = side
+        self.flags = flags
+        self.state = state

@@ -16,6 +16,9 @@ from console.messages import HistoryProgress, LogAppended, Notice, RunStateChang
 from console.workers import ConsoleSession
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from backend.cluster.dashboard import JobInfo, RayClient
     from backend.signals.replay import ReplaySession
     from console.app import UltraConsoleApp
 
@@ -95,6 +98,32 @@ async def _load(rt: OfflineSession) -> None:
         rt.post(Notice(f"replay stopped: {err}", "error"))
     await asyncio.to_thread(rt.session.finish)
     _done(rt)
+    await _compare_with(rt)
+
+
+async def _compare_with(rt: OfflineSession) -> None:
+    """`replay A B C`: once A is read, B and C, each overlaid as it is read."""
+    from console.compare import add_run
+
+    for target in rt.app.compare_targets:
+        await add_run(rt.app, target)
+
+async def read_job_log(session: ReplaySession, client: RayClient, job: JobInfo,
+                       progress: Callable[[], None] | None = None) -> None:
+    """A job's whole log from the cluster into `session`, with its entrypoint and status (a replay does not
+    follow)."""
+    import asyncio
+
+    session.entrypoint, session.job_status = job.entrypoint, job.status
+    batch: list[str] = []
+    async for line in client.read_log(job.id):
+        batch.append(line)
+        if len(batch) >= JOB_BATCH_LINES:
+            await asyncio.to_thread(session.append_lines, batch)
+            batch = []
+            if progress is not None:
+                progress()
+    await asyncio.to_thread(session.append_lines, batch)
 
 
 async def _job(rt: OfflineSession) -> None:
@@ -117,15 +146,9 @@ async def _job(rt: OfflineSession) -> None:
             if not job.is_terminal:
                 rt.post(Notice(f"job {job.id} is still {job.status}: replaying its log so far (attach with "
                                f"`ultra-console --job {job.id}` to follow it)", "warning"))
-            batch: list[str] = []
-            async for line in client.read_log(job.id):
-                batch.append(line)
-                if len(batch) >= JOB_BATCH_LINES:
-                    await asyncio.to_thread(rt.session.append_lines, batch)
-                    batch = []
-                    rt.progress(len(rt.session.store))
-            await asyncio.to_thread(rt.session.append_lines, batch)
+            await read_job_log(rt.session, client, job, lambda: rt.progress(len(rt.session.store)))
     except ConsoleError as err:
         rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))
     await asyncio.to_thread(rt.session.finish)
     _done(rt)
+    await _compare_with(rt)

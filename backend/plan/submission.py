@@ -26,9 +26,10 @@ from pydantic import BaseModel, Field
 from backend.errors import SpecError
 from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
+from backend.redaction import SECRET_NAME
 from shim.logline import LINE_PREFIX as SHIM_LINE_PREFIX
 
-SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+SECRET_ENV = SECRET_NAME  # one pattern for every secret-looking name (backend.redaction)
 FORBIDDEN_EXTRA = ("--wandb-key",)
 INHERITED_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
 WANDB_PROJECT = "miles-run_nemotron_3_ultra_550b_a55b"

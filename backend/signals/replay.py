@@ -16,12 +16,16 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from backend.errors import ConsoleError
 from backend.regular_files import NotRegularFileError, open_regular
 from backend.signals.dump_reader import DumpError, DumpReader
+from backend.signals.launch_flags import ArgumentDump, LaunchFlags, flags_from_command
 from backend.signals.metrics import MetricRecord
+
+if TYPE_CHECKING:
+    from backend.signals.compare import RunSide
 
 FIRST_CHUNK = 64 << 10
 CHUNK = 4 << 20
@@ -70,6 +74,16 @@ def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
     except OSError as err:
         raise ReplayError(f"cannot read {p}: {err.strerror}") from None
     return ReplaySource("log", p)
+
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9_:-]+$")
+
+
+def source_of(target: str) -> ReplaySource:
+    """A path that exists is a log or a dump; a bare name (no `/`, no dot) that is no file is a job's id."""
+    if not Path(target).expanduser().exists() and _JOB_ID.match(target):
+        return ReplaySource("job", job_id=target)
+    return detect_source(target)
 
 
 @dataclass(frozen=True)
@@ -173,6 +187,10 @@ class ReplaySession:
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
         self.rollouts = RolloutIndex()
         self.store.subscribe(self.rollouts.on_lines)
+        self.arguments = ArgumentDump()  # what it was launched with, when its log says (a comparison shows it)
+        self.store.subscribe(self.arguments.on_lines)
+        self.entrypoint: str | None = None  # a job's command line, from Ray's record of it
+        self.job_status: str | None = None
         self.problem: str | None = None
         try:
             self.monitor: RunMonitor | None = RunMonitor()
@@ -218,6 +236,12 @@ class ReplaySession:
         self.store.append(chunk)
         return True
 
+    def read_all(self) -> None:
+        """Read a log file or dump to its end and finish (blocking: a worker thread or the CLI)."""
+        while self.load_step():
+            pass
+        self.finish()
+
     @property
     def bytes_read(self) -> int:
         return self._offset
@@ -238,6 +262,28 @@ class ReplaySession:
         if not math.isfinite(now):
             now = monitor.telemetry.last_ts if math.isfinite(monitor.telemetry.last_ts) else monitor.collector.last_ts
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
+
+    def launch_flags(self) -> LaunchFlags | None:
+        """The flags it was launched with: the job's entrypoint where known, else the log's argument dump."""
+        flags = flags_from_command(self.entrypoint) if self.entrypoint else None
+        return flags or self.arguments.flags()
+
+    def state(self) -> str:
+        """FAILED when the log names a cause, else the job's final status, else SAVED (a log or dump)."""
+        if self.monitor is not None and self.monitor.diagnosis() is not None:
+            return "FAILED"
+        return self.job_status or "SAVED"
+
+    def side(self, label: str | None = None) -> RunSide:
+        """This run as one side of a comparison (backend.signals.compare), as of now."""
+        from types import MappingProxyType
+
+        from backend.signals.compare import RunSide
+        from backend.signals.series import SeriesSetSnapshot
+
+        series = (self.monitor.metrics_snapshot().series if self.monitor is not None
+                  else SeriesSetSnapshot(MappingProxyType({})))
+        return RunSide(label or self.source.name, self.state(), series, self.launch_flags())
 
     def close(self) -> None:
         self.store.close()

@@ -4,7 +4,9 @@ Ray job log, or a miles `--dump-details` directory.
 Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
 backend.signals.derived, backend.signals.alerts, backend.signals.failures); this module only picks the input and
 prints. `--json` prints one object `{"series", "latest", "derived", "alerts", "cause", "problems"}` with non-finite
-values as null; `cause` is why the run failed (the cause, its consequences) or null.
+values as null; `cause` is why the run failed (the cause, its consequences) or null. `--compare B` (a saved log or
+a dump dir, repeatable) adds `"compare"`: the same comparison `replay A B` draws (backend.signals.compare), the
+run read first being the one compared with; the exit status stays the first run's.
 
 A failure is a diagnosis, never an error: the result is always printed, also for a run that died before its
 first metric. Exit status: 0 healthy; 3 a blind spot (metric lines that cannot be read, a chart key that never
@@ -22,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from backend.sanitize import one_line, sanitize_text
+from backend.signals.compare import Comparison, RunSide, compare, load_config
 from backend.signals.ingest import RunLog, text_chunks
+from backend.signals.launch_flags import ArgumentDump, flags_from_command
 from backend.signals.monitor import RunMonitor
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
@@ -48,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--from-log", metavar="FILE", help="a saved Ray job driver log")
     src.add_argument("--from-dump", metavar="DIR", help="a miles --dump-details directory (events/, dashboard/)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--compare", action="append", default=[], metavar="PATH",
+                   help="a baseline run (saved log or dump dir) to compare with, step-aligned; repeatable")
     p.add_argument("--num-rollout", type=int, default=None, metavar="N", help="total rollouts, when the log does not say")
     p.add_argument("--rollout-gpus", type=int, default=None, metavar="N",
                    help="rollout GPUs for cluster throughput, when the log does not say")
@@ -65,10 +71,13 @@ def _monitor(args: argparse.Namespace) -> RunMonitor:
     return monitor
 
 
-def read_log_file(monitor: RunMonitor, path: Path) -> int:
-    """Stream a saved log through a throw-away run log (the same sanitising path as a live run)."""
+def read_log_file(monitor: RunMonitor, path: Path, arguments: ArgumentDump | None = None) -> int:
+    """Stream a saved log through a throw-away run log (the same sanitising path as a live run); `arguments`
+    collects its Megatron argument dump on the way."""
     check_text_log(path)
     with RunLog.scratch(monitor, "from-log") as run_log:
+        if arguments is not None:
+            run_log.store.subscribe(arguments.on_lines)
         return run_log.add_file(path)
 
 
@@ -77,6 +86,7 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
 
     async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
+        args.primary_side = (job.id, job.status, job.entrypoint)
         monitor.facts.scan_text(" " + job.entrypoint)
         monitor.expect_shim(carries_shim(job.runtime_env))
         dump = _DUMP_FLAG.search(job.entrypoint)
@@ -96,8 +106,10 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
 def run(args: argparse.Namespace) -> int:
     monitor = _monitor(args)
     now: float | None
+    arguments = ArgumentDump()
+    baselines = _baselines(args.compare)  # bad input is one line before any work
     if args.from_log:
-        read_log_file(monitor, Path(args.from_log))
+        read_log_file(monitor, Path(args.from_log), arguments)
         what, now = f"log {args.from_log}", monitor.end_of_log()
     elif args.from_dump:
         monitor.attach_dump(args.from_dump)
@@ -118,11 +130,16 @@ def run(args: argparse.Namespace) -> int:
         monitor.alerts.check_log_without_metrics(f"the {what}", monitor.activity.lines, records,
                                                  monitor.activity.last_line or (refused[0] if refused else ""))
     snap = monitor.snapshot(now=now)
+    comparison = _compare(args, monitor, arguments, snap, baselines) if baselines else None
+    if comparison is not None:
+        snap["compare"] = comparison.to_json()
     if args.json:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
         _print_summary(what, snap)
+        if comparison is not None:
+            _print_comparison(comparison)
     cause = snap["cause"]
     if cause is not None:  # the one answer the operator came for, on one line
         where = f" (line: {cause['line']})" if cause["line"] else ""
@@ -140,6 +157,53 @@ def run(args: argparse.Namespace) -> int:
         shown = "; ".join(snap["problems"][:3])
         sys.stderr.write(sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400] + "\n")
     return 0
+
+
+def _baselines(paths: list[str]) -> list[RunSide]:
+    """Each `--compare` run read to its end (a log or a dump dir, as `replay` reads them)."""
+    import tempfile
+
+    from backend.signals.replay import ReplaySession, detect_source
+
+    sources = [detect_source(path) for path in paths]
+    sides = []
+    for source in sources:
+        with tempfile.TemporaryDirectory(prefix="uc-compare-") as spool:
+            session = ReplaySession(source, spool)
+            try:
+                session.read_all()
+                sides.append(session.side())
+            finally:
+                session.close()
+    return sides
+
+
+def _compare(args: argparse.Namespace, monitor: RunMonitor, arguments: ArgumentDump, snap: dict[str, Any],
+             baselines: list[RunSide]) -> Comparison:
+    """The first run (the one read above) against the baselines, as the app's charts show it."""
+    job = getattr(args, "primary_side", None)
+    if job is not None:
+        label, status, entrypoint = job
+        flags = flags_from_command(entrypoint)
+    else:
+        label = Path(args.from_log or args.from_dump).name
+        status, flags = "SAVED", arguments.flags()
+    state = "FAILED" if snap["cause"] is not None else status
+    first = RunSide(label, state, monitor.metrics_snapshot().series, flags)
+    return compare([first, *baselines], load_config())
+
+
+def _print_comparison(comparison: Comparison) -> None:
+    out = ["compared (step-aligned):"]
+    out += [f"  {run.text()}" for run in comparison.runs]
+    first = comparison.runs[0].label
+    for label, diff in comparison.changes:
+        if diff is None:
+            out.append(f"  changed {label} → {first}: launch flags unknown for one of them")
+            continue
+        out.append(f"  changed {label} → {first} ({diff.before_source} vs {diff.after_source}): "
+                   + (", ".join(c.text() for c in diff.changes) or "no flag"))
+    sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -23,6 +23,7 @@ from backend.signals.run_signals import RunSignals
 from console import keymap
 from console.messages import (
     AlertsChanged,
+    BaselineAdded,
     HistoryProgress,
     MetricsArrived,
     RolloutCursor,
@@ -31,6 +32,7 @@ from console.messages import (
     SnapshotArrived,
 )
 from console.views.base import ConsoleView
+from console.views.run_compare import RunComparison
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.gpu_fleet import GpuFleet
@@ -127,6 +129,7 @@ class RunView(ConsoleView):
         self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._dirty = {"state", "fleet", "charts"}
+        self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
 
     def compose(self) -> ComposeResult:
         yield Static("", id="run-state", markup=False)
@@ -186,6 +189,17 @@ class RunView(ConsoleView):
         self.query_one("#chart-throughput", LineChart).set_marker(mark.n)
         self.query_one("#chart-time", LineChart).set_marker(mark.n)
         self.query_one("#chart-kl", LineChart).set_marker(mark.first_step)
+        self.comparison.cursor(mark)
+
+    def on_baseline_added(self, message: BaselineAdded) -> None:
+        self.comparison.add(message)
+        self._mark("charts")
+
+    def action_compare(self) -> None:
+        """"Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
+        from console.compare import ask_and_add
+
+        ask_and_add(self.console)
 
     def _mark(self, *parts: str) -> None:
         self._dirty.update(parts)
@@ -215,7 +229,8 @@ class RunView(ConsoleView):
                 widget.update(text, layout=False)
         if "fleet" in self._dirty:
             self.query_one(GpuFleet).update_snapshot(self.snapshot, self.clock())
-        if "charts" in self._dirty:
+        compared = bool(self._dirty & {"charts", "state"}) and self.comparison.draw()
+        if "charts" in self._dirty and not compared:
             sources = self.metrics.sources if self.metrics is not None else {}
             for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
                 chart = self.query_one(chart_id, LineChart)

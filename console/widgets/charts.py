@@ -115,6 +115,13 @@ class LineChart(Widget, can_focus=False):
             self._key = None
             self.refresh()
 
+    def set_labels(self, x_label: str = "", y_label: str = "", right_label: str = "") -> None:
+        """Change the axis labels (a comparison's chart names its unit in the title); redraws if they changed."""
+        if (x_label, y_label, right_label) != (self.x_label, self.y_label, self.right_label):
+            self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
+            self._key = None
+            self.refresh()
+
     def set_series(self, series: Sequence[Series]) -> bool:
         """Replace the data; returns False (and repaints nothing) if it is unchanged."""
         new = tuple(series)
