@@ -131,7 +131,7 @@ def headline(thread: ThreadStack | None) -> str:
     shown = names[:SHOWN_FRAMES]
     if own and own[-1] not in shown:
         shown += ["…", own[-1]] if names.index(own[-1]) > SHOWN_FRAMES else [own[-1]]
-    elif len(names) > SHOWN_FRAMES:
+    elif not own and len(names) > SHOWN_FRAMES:
         shown.append("…")
     return " ← ".join(shown)
 
@@ -202,7 +202,7 @@ def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
 def parse_process(node_id: str, node_label: str, item: Mapping[str, Any], ranks: Mapping[int, int]
                   ) -> ProcessStack | Unreadable:
     """One result line of the node's dumper, sanitised."""
-    pid = _int(item.get("pid"))
+    pid, node_label = _int(item.get("pid")), clean(node_label, 80)
     command = clean(item.get("cmd") or "", 400)
     if "threads" not in item:
         return Unreadable(node_id, node_label, pid, command, clean(item.get("kind") or "error", 20),

@@ -23,6 +23,7 @@ from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.rank_phases import PhaseView
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
 
@@ -35,6 +36,7 @@ class MetricsSnapshot:
     series: SeriesSetSnapshot
     derived: dict[str, Any]
     sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
+    phases: PhaseView | None = None  # per-rank phases (the timeline), on their source's clock
 
 
 def jsonable(value: Any) -> Any:
@@ -87,6 +89,7 @@ class RunMonitor:
         self.facts.scan_text(text)
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
+        self.telemetry.ranks.add_log_text(text)
         self.activity.note(text)
         self._check_blind_spots()
         newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
@@ -159,6 +162,13 @@ class RunMonitor:
         dash_now = self._clock() if dashboard_now is None else dashboard_now
         fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
         running = self.alerts.job_status == "RUNNING"
+        ranks = self.telemetry.ranks
+        fired.extend(self.alerts.check_stragglers(ranks))
+        phase_now = dash_now if ranks.source == "dashboard" else now
+        metric_idle = now - self.collector.last_ts if math.isfinite(self.collector.last_ts) else math.nan
+        hang = self.alerts.check_no_progress(running, ranks, phase_now, metric_idle, median_step_seconds(self.collector))
+        if hang is not None:
+            fired.append(hang)
         act = self.activity
         for alert in (
             self.alerts.check_no_metrics(running, act.logged_s(now), act.lines, sum(self.collector.records.values()),
@@ -189,7 +199,7 @@ class RunMonitor:
         with self.lock:
             return MetricsSnapshot(self.collector.series.snapshot(),
                                    derive(self.collector, self.facts, self.telemetry, now),
-                                   sources_by_key(self.collector.series))
+                                   sources_by_key(self.collector.series), self.telemetry.ranks.view())
 
     def metrics_snapshot_if_free(self) -> MetricsSnapshot | None:
         """`metrics_snapshot`, or None at once while a feed holds the monitor (the UI thread never waits)."""
