@@ -53,7 +53,7 @@ async def _node_stacks(client: RayClient, node_id: str, label: str, fp: JobFootp
     if summary is None:
         return [], NodeFailure(node_id, label, clean(f"its stacks job ended {result.status} without an answer: "
                                                      f"{result.message or 'no message'}"))
-    by_pid = {pid: rank for (ip, pid), rank in ranks.items() if ip == node_ip}
+    by_pid = {pid: rank for (ip, pid), rank in ranks.items() if ip == node_ip}  # "" is the driver's node
     found = [parse_process(node_id, label, e, by_pid) for e in result.events if e.get("pid") != -1]
     problem = summary.get("problem")
     return found, NodeFailure(node_id, label, clean(problem)) if problem else None
@@ -65,7 +65,8 @@ async def collect_stacks(client: RayClient, footprint: JobFootprint, nodes: Iter
                          node_ips: Mapping[str, str] | None = None, gone: Iterable[str] = ()) -> StacksReport:
     """Dump the job's processes on each of `nodes` ((id, label), alive), all nodes at once, each bounded by
     `budget_s` on the node plus its job's start-up; `gone` are nodes the job ran on that are dead (named).
-    `ranks` maps (node IP, pid) to a training rank where the log said which process is which rank."""
+    `ranks` maps (node IP, pid) to a training rank where the log said which process is which rank (the IP
+    as `node_ips` gives it per node: "" for the driver's node, whose lines Ray prints without one)."""
     asked, gone = list(nodes), list(gone)
     started = time.monotonic()
     answers = await asyncio.gather(*(_node_stacks(client, n, label, footprint, native=native, budget_s=budget_s,
@@ -112,6 +113,9 @@ async def job_stacks(client: RayClient, job: JobInfo, state_dir: Path | str, *, 
         gone = [n for n in fp.node_ids if n not in alive]
     else:
         nodes, gone = [(n.node_id, n.label) for n in alive.values()], []
-    report = await collect_stacks(client, fp, nodes, native=native, budget_s=budget_s, ranks=ranks,
-                                  node_ips={n: node.ip for n, node in alive.items()}, gone=gone)
+    # as Ray's prefixes say: `ip=` only for a node whose IP is not the driver's node's
+    driver_ip = alive[job.driver_node_id].ip if job.driver_node_id in alive else ""
+    ips = {n: "" if n == job.driver_node_id or node.ip == driver_ip else node.ip for n, node in alive.items()}
+    report = await collect_stacks(client, fp, nodes, native=native, budget_s=budget_s, ranks=ranks, node_ips=ips,
+                                  gone=gone)
     return dataclasses.replace(report, saved_to=str(save_report(report, state_dir)))

@@ -12,6 +12,7 @@ with `problem` set when nothing could be dumped here at all (py-spy missing).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,20 +42,46 @@ def find_py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def job_processes(job_id: str, submission_id: str, workers: set[int]) -> list[tuple[int, str]]:
-    """(pid, command line) of every process of this node that is provably the job's, by the reaper's rule."""
+def raylet_of(proc) -> str | None:  # type: ignore[no-untyped-def]
+    """The raylet a process works for: `RAY_RAYLET_PID` in its own environment or its nearest ancestor's
+    (a job's driver and its shell carry none, their JobSupervisor does); None when no ancestor says."""
     import psutil
 
+    try:
+        for p in [proc, *proc.parents()]:
+            with contextlib.suppress(psutil.AccessDenied, OSError):
+                found = p.environ().get("RAY_RAYLET_PID")
+                if found:
+                    return str(found)
+    except psutil.Error:
+        return None
+    return None
+
+
+def job_processes(job_id: str, submission_id: str, workers: set[int]) -> list[tuple[int, str, str]]:
+    """(pid, command line, why) of every process of this node that is the job's: by the reaper's rule
+    (backend/cluster/process_identity.py), or listed by Ray as one of the job's actors on this node a moment
+    ago (an actor in a worker Ray started before the job keeps `RAY_JOB_ID=ffffffff` in the environment the
+    kernel shows). A process of another raylet (another node sharing this host's PIDs, as in a test cluster)
+    is that node's to dump."""
+    import psutil
+
+    mine = raylet_of(psutil.Process())
     out = []
     for proc in psutil.process_iter():
-        identity, _why, _name, found = identify(proc.pid, job_id, submission_id, workers)
+        identity, why, _name, found = identify(proc.pid, job_id, submission_id, workers)
+        if identity == "unidentified" and found is not None and proc.pid in workers:
+            identity, why = "job", "Ray lists it as an actor of the job on this node"
         if identity != "job" or found is None:
+            continue
+        theirs = raylet_of(found)
+        if mine and theirs and theirs != mine:
             continue
         try:
             cmd = " ".join(found.cmdline())
         except (psutil.Error, OSError):
             cmd = ""
-        out.append((proc.pid, cmd[:400]))
+        out.append((proc.pid, cmd[:400], why))
     return out
 
 
@@ -135,12 +162,14 @@ def main(argv: list[str]) -> int:
     else:
         summary["py_spy"] = py_spy
 
-        def one(item: tuple[int, str]) -> dict[str, object]:
+        def one(item: tuple[int, str, str]) -> dict[str, object]:
             left = deadline - time.monotonic()
             if left <= 0:
-                return {"pid": item[0], "cmd": item[1], "kind": "timeout",
-                        "error": f"not dumped: the node's budget of {budget_s:.0f} s ran out"}
-            return dump(py_spy, item[0], item[1], native, min(per_process_s, left))
+                out: dict[str, object] = {"pid": item[0], "cmd": item[1], "kind": "timeout",
+                                          "error": f"not dumped: the node's budget of {budget_s:.0f} s ran out"}
+            else:
+                out = dump(py_spy, item[0], item[1], native, min(per_process_s, left))
+            return {**out, "why": item[2]}
 
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(procs)))) as pool:
             for result in pool.map(one, procs):

@@ -1,0 +1,124 @@
+"""`stacks` on the real loopback Ray cluster (head + 2 workers): a simulated run of 8 train actors over the 3
+nodes, one blocked in a function the other 7 are not in (`--sim-hang-rank`), dumped with the real py-spy.
+
+Asserts: a group of 7 and a group of 1 that names the odd actor's node and pid; processes on those nodes that
+are not the job's (one carrying no job id, one carrying another job's id) are never dumped; the saved file
+holds every stack; a node whose dump cannot run (its stacks job cannot be scheduled there) is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from runhelp import cli, job_reaches
+from waiting import until
+
+from backend.cluster.dashboard import RayClient
+from backend.cluster.stacks import job_stacks
+from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
+
+pytestmark = [pytest.mark.ray, pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(420)]
+
+HANG_RANK = 9  # rank 9 lives on the 5th actor (2 ranks each)
+
+# Takes every CPU of one node, so a stacks job (0.01 CPU) cannot start there: the node does not answer.
+BLOCKER = textwrap.dedent("""\
+    import sys, time, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init()
+    @ray.remote
+    class Hog:
+        def ready(self): return True
+    cpus = int(next(n for n in ray.nodes() if n["NodeID"] == sys.argv[1])["Resources"]["CPU"])
+    hog = Hog.options(num_cpus=cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(sys.argv[1], soft=False)).remote()
+    ray.get(hog.ready.remote())
+    print("HOGGING", flush=True)
+    time.sleep(600)
+""")
+
+
+async def submit_hung_run(client: RayClient, tmp: Path) -> str:
+    sid = f"stacks-{uuid.uuid4().hex[:8]}"
+    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "8", "--actor-num-gpus-per-node", "2",
+            "--num-rollout", "3", "--rollout-batch-size", "8", "--n-samples-per-prompt", "2",
+            "--global-batch-size", "16", "--sim-step-seconds", "0.3", "--sim-hold-gpu-mib", "1000",
+            "--sim-hang-rank", str(HANG_RANK)]
+    await client.submit({"entrypoint": shlex.join(argv), "submission_id": sid})
+    return sid
+
+
+def hang_groups(doc: dict) -> tuple[list[dict], list[dict]]:
+    def holding(fn: str) -> list[dict]:
+        return [g for g in doc["groups"] if any(fn == f[0] for t in g["stack"] for f in t["frames"])]
+
+    return holding("simulated_allreduce_wait"), holding("simulated_stuck_recv")
+
+
+async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClient, ray_cluster,
+                                                             tmp_path: Path) -> None:
+    other_job = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                             env={**os.environ, "RAY_JOB_ID": "7f000000"})
+    bystander = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    state = tmp_path / "state"
+    try:
+        sid = await submit_hung_run(ray_client, tmp_path)
+        await job_reaches(ray_client, sid, {"RUNNING"}, timeout=120)
+        docs: list[dict] = []
+
+        def both_blocked() -> bool:
+            out = cli(ray_cluster.address, state, "stacks", "--json", "--job", sid, timeout=180)
+            assert out.returncode in (0, 3) and "Traceback" not in out.stderr, out.stderr
+            docs[:] = [json.loads(out.stdout)]
+            waiting, stuck = hang_groups(docs[0])
+            return [g["size"] for g in waiting] == [7] and [g["size"] for g in stuck] == [1]
+
+        await until(None, both_blocked, "7 actors in simulated_allreduce_wait and 1 in simulated_stuck_recv", 240,
+                    interval=1.0)
+        doc = docs[0]
+        (seven,), (one,) = hang_groups(doc)
+        (odd,) = one["members"]
+        assert odd["actor"] == "MegatronTrainRayActor" and odd["pid"] > 0
+        assert odd["node_id"] in ray_cluster.node_ids and odd["node"]
+        assert odd["pid"] not in {m["pid"] for m in seven["members"]}
+        groups = [g["size"] for g in doc["groups"]]
+        assert groups.index(1) < groups.index(7)  # the small groups first
+        nodes = {m["node_id"] for g in (seven, one) for m in g["members"]}
+        assert len(nodes) == 3  # 8 actors spread over the head and both workers
+        dumped = {m["pid"] for g in doc["groups"] for m in g["members"]} | {u["pid"] for u in doc["unreadable"]}
+        assert other_job.pid not in dumped and bystander.pid not in dumped
+        assert doc["failed_nodes"] == []
+
+        saved = Path(doc["saved_to"]).read_text()
+        assert saved.count("simulated_allreduce_wait (") == 7 and saved.count("simulated_stuck_recv (") == 1
+        assert all(f"pid {m['pid']}:" in saved for g in doc["groups"] for m in g["members"])
+
+        # a node where the dump cannot run is named, and the others still answer
+        hogged = next(n for n in ray_cluster.node_ids[1:] if n != odd["node_id"])
+        blocker = f"stacks-hog-{uuid.uuid4().hex[:6]}"
+        await ray_client.submit({"entrypoint": shlex.join(["python3", "-c", BLOCKER, hogged]),
+                                 "submission_id": blocker})
+
+        async def hogging() -> bool:
+            return any("HOGGING" in line async for line in ray_client.read_log(blocker))
+
+        await until(None, hogging, "the CPU hog on one worker", 60, interval=0.5)
+        started = time.monotonic()
+        report = await job_stacks(ray_client, await ray_client.get_job(sid), state, budget_s=3)
+        assert [f.node_id for f in report.failed_nodes] == [hogged]
+        assert report.failed_nodes[0].reason.startswith("no answer in 33 s (its stacks job was still PENDING")
+        assert any(p.pid == odd["pid"] for p in report.processes)
+        assert time.monotonic() - started < 90
+        await ray_client.stop_job(blocker)
+    finally:
+        for proc in (other_job, bystander):
+            proc.kill()
+            proc.wait(10)
