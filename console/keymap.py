@@ -81,6 +81,8 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     ),
     "run": (
         BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
+        BindingSpec("run.stacks", "S", "stacks", "Stacks of every rank"),
+        BindingSpec("run.phases", "T", "phases", "Phase timeline"),
     ),
     "logs": (
         BindingSpec("logs.search", "slash", "search", "Search"),
@@ -102,6 +104,14 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     "events": (
         BindingSpec("events.refresh", "r", "refresh", "Refresh"),
         BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
+    ),
+    "stacks": (  # the stacks screen the run view's S opens
+        BindingSpec("stacks.open", "enter", "open_group", "Open the group's stack"),
+        BindingSpec("stacks.again", "r", "again", "Dump again"),
+        BindingSpec("stacks.close", "escape", "close", "Close"),
+    ),
+    "phases": (  # the full-screen timeline the run view's T opens
+        BindingSpec("phases.close", "escape", "close", "Close"),
     ),
     "prepare": (  # the prepare screen the plan view's P opens
         BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),

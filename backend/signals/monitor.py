@@ -23,6 +23,7 @@ from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.rank_map import ProcessRanks, add_ranks
 from backend.signals.rank_phases import PhaseView
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
@@ -70,6 +71,7 @@ class RunMonitor:
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
         self.collector.subscribe(self._on_point)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
+        self.process_ranks: ProcessRanks = {}  # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -90,6 +92,7 @@ class RunMonitor:
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
         self.telemetry.ranks.add_log_text(text)
+        add_ranks(self.process_ranks, text)
         self.activity.note(text)
         self._check_blind_spots()
         newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
@@ -199,7 +202,12 @@ class RunMonitor:
         with self.lock:
             return MetricsSnapshot(self.collector.series.snapshot(),
                                    derive(self.collector, self.facts, self.telemetry, now),
-                                   sources_by_key(self.collector.series), self.telemetry.ranks.view())
+                                   sources_by_key(self.collector.series), self._phase_view(now))
+
+    def _phase_view(self, miles_now: float) -> PhaseView:
+        """Per-rank phases, with the offset from the wall clock to their source's (miles' clock for the log)."""
+        ranks = self.telemetry.ranks
+        return ranks.view(miles_now - self._clock() if ranks.source == "log" else 0.0)
 
     def metrics_snapshot_if_free(self) -> MetricsSnapshot | None:
         """`metrics_snapshot`, or None at once while a feed holds the monitor (the UI thread never waits)."""

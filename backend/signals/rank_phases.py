@@ -62,6 +62,7 @@ class PhaseView:
     source: str  # "dashboard", "log" or "" (no phase seen)
     lanes: tuple[LaneView, ...]
     last_change: float  # newest t0/t1 seen: when any rank last changed phase (nan before any)
+    offset: float = 0.0  # the source's clock minus the wall clock when the view was made ("now" = time() + offset)
 
 
 @dataclass(frozen=True)
@@ -180,20 +181,25 @@ class RankPhases:
         name, t0 = max(lane.open, key=lambda o: o[1])
         return name, t0
 
-    def view(self) -> PhaseView:
+    def view(self, offset: float = 0.0) -> PhaseView:
         lanes = []
-        for key in sorted(self.lanes, key=lambda k: (k[0], k[1] < 0, k[1], k[2])):
+        for key in sorted(self.lanes, key=lambda k: (_natural(k[0]), k[1] < 0, k[1], k[2])):
             lane = self.lanes[key]
             opened = [Span(name, t0, math.nan) for name, t0 in lane.open]
             now = self.current(key)
             lanes.append(LaneView(key[0], key[1], key[2], tuple(sorted([*lane.spans, *opened], key=lambda s: s.t0)),
                                   now[0] if now else None, now[1] if now else math.nan))
-        return PhaseView(self.source, tuple(lanes), self.last_change)
+        return PhaseView(self.source, tuple(lanes), self.last_change, offset if math.isfinite(offset) else 0.0)
 
     def longest_in_phase(self, now: float, count: int = 3) -> list[tuple[LaneKey, str, float]]:
         """The lanes that have been in their current phase longest: (lane, phase, seconds)."""
         found = [(key, cur[0], now - cur[1]) for key in self.lanes if (cur := self.current(key)) is not None]
         return sorted(found, key=lambda f: -f[2])[:count]
+
+
+def _natural(text: str) -> tuple[tuple[int, str], ...]:
+    """`10.0.0.9` before `10.0.0.12`: numbers compared as numbers."""
+    return tuple((int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def lane_name(key: LaneKey) -> str:
