@@ -81,8 +81,8 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     ),
     "run": (
         BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-        BindingSpec("run.stacks", "S", "stacks", "Stacks of every rank"),
-        BindingSpec("run.phases", "T", "phases", "Phase timeline"),
+        BindingSpec("run.stacks", "S", "stacks", "Stacks of every rank", show=False),
+        BindingSpec("run.phases", "T", "phases", "Phase timeline", show=False),
     ),
     "logs": (
         BindingSpec("logs.search", "slash", "search", "Search"),
