@@ -238,6 +238,7 @@ class StacksReport:
     seconds: float = 0.0
     saved_to: str = ""
     groups: tuple[StackGroup, ...] = field(default=())
+    notes: tuple[str, ...] = ()  # what may be missing, and why
 
     @classmethod
     def build(cls, job: str, taken_at: float, processes: Iterable[ProcessStack], **kwargs: Any) -> StacksReport:
@@ -261,6 +262,7 @@ class StacksReport:
             names = sorted({u.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "?" for u in other})
             out.append(f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}")
         out += [f"failed: {n.line()}" for n in self.failed_nodes]
+        out += [f"note: {n}" for n in self.notes]
         return out
 
     def full_text(self) -> str:
@@ -280,4 +282,4 @@ class StacksReport:
                                          "actor": p.actor} for p in g.processes],
                             "stack": g.processes[0].to_json()["threads"]} for g in self.groups],
                 "unreadable": [vars(u) for u in self.unreadable],
-                "failed_nodes": [vars(n) for n in self.failed_nodes]}
+                "failed_nodes": [vars(n) for n in self.failed_nodes], "notes": list(self.notes)}

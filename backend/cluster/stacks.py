@@ -36,6 +36,7 @@ PER_PROCESS_S = 10.0  # one py-spy dump
 NODE_BUDGET_S = 30.0  # every dump of one node, on that node
 STARTUP_S = 30.0  # what the node job's own start (Ray schedules it, python starts) may add before it answers
 STACKS_DIR = "stacks"
+LIST_RETRIES = 3
 
 
 async def _node_stacks(client: RayClient, node_id: str, label: str, fp: JobFootprint, *, native: bool,
@@ -101,21 +102,30 @@ def save_report(report: StacksReport, state_dir: Path | str) -> Path:
 async def job_stacks(client: RayClient, job: JobInfo, state_dir: Path | str, *, native: bool = False,
                      budget_s: float = NODE_BUDGET_S, ranks: Mapping[tuple[str, int], int] | None = None
                      ) -> StacksReport:
-    """The stacks of a running job on every alive node Ray lists a process of it on (every alive node when
-    Ray cannot list its actors), saved under `state_dir`; refused once the job ended (nothing to dump)."""
+    """The stacks of a running job on every alive node, saved under `state_dir`; refused once the job ended.
+
+    Every alive node, not only those Ray's actor list names: that list can lag just after actors start (their
+    pid not yet filled in), and a node where the job has no process answers with nothing. Nodes the list
+    names that are dead are named as such."""
     if job.is_terminal:
         raise RefusedError(f"stacks are read while the job runs: {job.id} is {job.status}")
     fp = await record_footprint(client, job)
+    for _ in range(LIST_RETRIES):  # the state API can fail its first call on a busy head
+        if fp.listed or not job.job_id:
+            break
+        await asyncio.sleep(1.0)
+        fp = await record_footprint(client, job)
     snap = await snapshot(client)
     alive = {n.node_id: n for n in snap.alive_nodes}
-    if fp.complete and fp.node_ids:
-        nodes = [(n, alive[n].label) for n in fp.node_ids if n in alive]
-        gone = [n for n in fp.node_ids if n not in alive]
-    else:
-        nodes, gone = [(n.node_id, n.label) for n in alive.values()], []
+    nodes = [(n.node_id, n.label) for n in alive.values()]
+    gone = [n for n in fp.node_ids if n not in alive]
     # as Ray's prefixes say: `ip=` only for a node whose IP is not the driver's node's
     driver_ip = alive[job.driver_node_id].ip if job.driver_node_id in alive else ""
     ips = {n: "" if n == job.driver_node_id or node.ip == driver_ip else node.ip for n, node in alive.items()}
     report = await collect_stacks(client, fp, nodes, native=native, budget_s=budget_s, ranks=ranks, node_ips=ips,
                                   gone=gone)
+    if not fp.listed and job.job_id:
+        report = dataclasses.replace(report, notes=(
+            "Ray's actor list did not answer: an actor in a worker Ray started before the job (its environment "
+            "says RAY_JOB_ID=ffffffff) cannot be recognised as the job's and is missing",))
     return dataclasses.replace(report, saved_to=str(save_report(report, state_dir)))

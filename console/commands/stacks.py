@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             for line in report.lines():
                 say(line)
             say(f"every stack saved to {report.saved_to}")
-        return 3 if report.failed_nodes or any(u.kind != "not_python" for u in report.unreadable) else 0
+        unreadable = any(u.kind != "not_python" for u in report.unreadable)
+        return 3 if report.failed_nodes or report.notes or unreadable else 0
 
     return run_with(args, body)

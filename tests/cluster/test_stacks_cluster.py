@@ -8,6 +8,7 @@ holds every stack; a node that does not answer (its stacks job cannot be placed)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -23,8 +24,11 @@ from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.cluster.leftovers import record_footprint
-from backend.cluster.stacks import collect_stacks
+from backend.cluster.stacks import collect_stacks, job_stacks
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
+from backend.signals.alerts import load_rules
+from backend.signals.monitor import RunMonitor
+from backend.signals.structured import StructuredFeed
 
 pytestmark = [pytest.mark.ray, pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(420)]
 
@@ -104,3 +108,50 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClie
         for proc in (other_job, bystander):
             proc.kill()
             proc.wait(10)
+
+
+def _rules(**hang: float) -> list:
+    """The shipped rules, the hang rule's floor lowered so a test need not wait five minutes."""
+    return [dataclasses.replace(r, params={**r.params, **hang}) if r.when == "no_progress" else r
+            for r in load_rules()]
+
+
+async def _watch(monitor: RunMonitor, feed: StructuredFeed, want: str, timeout: float) -> list:
+    async def fired() -> list:
+        feed.poll()
+        return [a for a in monitor.tick() if a.id == want]
+
+    return await until(None, fired, f"the {want} alert", timeout, interval=0.5)
+
+
+async def test_a_straggler_run_names_the_rank_and_a_hung_run_raises_the_hang_alert(ray_client: RayClient,
+                                                                                   ray_cluster, tmp_path: Path
+                                                                                   ) -> None:
+    common = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
+              "--rollout-batch-size", "8", "--n-samples-per-prompt", "2", "--global-batch-size", "16",
+              "--sim-step-seconds", "0.5", "--sim-hold-gpu-mib", "1000", "--use-miles-dashboard",
+              "--dashboard-flush-interval", "1"]
+    slow = f"straggler-{uuid.uuid4().hex[:6]}"
+    await ray_client.submit({"entrypoint": shlex.join([*common, "--num-rollout", "6", "--sim-straggler-rank", "5",
+                                                       "--dump-details", str(tmp_path / slow)]),
+                             "submission_id": slow})
+    monitor = RunMonitor(rules=_rules())
+    feed = StructuredFeed(monitor, str(tmp_path / slow))
+    (alert,) = await _watch(monitor, feed, "rank-straggler", 120)
+    assert alert.message.startswith("rank 5 on 127.0.0.1 is a straggler: its train ended 3")
+    assert all("rank 5 " in a.message for a in monitor.alerts.alerts if a.id == "rank-straggler")
+
+    hung = f"hung-{uuid.uuid4().hex[:6]}"
+    await ray_client.submit({"entrypoint": shlex.join([*common, "--num-rollout", "3", "--sim-hang-rank", "6",
+                                                       "--dump-details", str(tmp_path / hung)]),
+                             "submission_id": hung})
+    monitor = RunMonitor(rules=_rules(min_s=8.0))
+    monitor.on_job_status("RUNNING")
+    feed = StructuredFeed(monitor, str(tmp_path / hung))
+    (alert,) = await _watch(monitor, feed, "rank-hang", 120)
+    assert alert.action == "stacks" and "longest in one phase: rank " in alert.message
+    assert "in train for" in alert.message
+    report = await job_stacks(ray_client, await ray_client.get_job(hung), tmp_path / "state")
+    stuck = [g for g in report.groups if g.headline.startswith("simulated_stuck_recv")]
+    waiting = [g for g in report.groups if g.headline.startswith("simulated_allreduce_wait")]
+    assert [g.size for g in stuck] == [1] and [g.size for g in waiting] == [1]  # 2 actors of 4 ranks each
