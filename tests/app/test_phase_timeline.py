@@ -127,3 +127,27 @@ async def test_stacks_screen_lists_small_groups_first_and_opens_the_odd_stack() 
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, StacksScreen)
+
+
+async def test_the_hang_alert_offers_stacks_once_and_T_opens_the_timeline(tmp_path) -> None:
+    from app_helpers import make_app
+
+    from backend.signals.alerts import Alert
+    from console.messages import AlertsChanged
+    from console.widgets.phase_timeline import PhasesScreen
+
+    app = make_app(tmp_path, keys={"run.stacks": "ctrl+s"})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        hang = Alert("rank-hang", "critical", "no progress for 6 min", action="stacks")
+        app.post_message(AlertsChanged([hang]))
+        app.post_message(AlertsChanged([hang]))
+        offers = lambda: [n for n in app._notifications if "every rank's stack" in n.message]  # noqa: E731
+        await until(pilot, offers, "the stacks offer")
+        await pilot.pause()
+        assert len(offers()) == 1 and "press ctrl+s in the Run view" in offers()[0].message
+        await pilot.press("T")
+        await until(pilot, lambda: isinstance(app.screen, PhasesScreen), "the timeline screen")
+        assert "no per-rank phases yet" in str(app.screen.query_one(PhaseTimeline).render())
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, PhasesScreen), "back to the run view")
