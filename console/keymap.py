@@ -82,6 +82,8 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     "run": (
         BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
         BindingSpec("run.compare", "C", "compare", "Compare with…", show=False),
+        BindingSpec("run.stacks", "S", "stacks", "Stacks of every rank", show=False),
+        BindingSpec("run.phases", "T", "phases", "Phase timeline", show=False),
     ),
     "logs": (
         BindingSpec("logs.search", "slash", "search", "Search"),
@@ -103,6 +105,14 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     "events": (
         BindingSpec("events.refresh", "r", "refresh", "Refresh"),
         BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
+    ),
+    "stacks": (  # the stacks screen the run view's S opens
+        BindingSpec("stacks.open", "enter", "open_group", "Open the group's stack"),
+        BindingSpec("stacks.again", "r", "again", "Dump again"),
+        BindingSpec("stacks.close", "escape", "close", "Close"),
+    ),
+    "phases": (  # the full-screen timeline the run view's T opens
+        BindingSpec("phases.close", "escape", "close", "Close"),
     ),
     "prepare": (  # the prepare screen the plan view's P opens
         BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),

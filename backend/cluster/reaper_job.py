@@ -27,9 +27,9 @@ import os
 import sys
 import time
 
+from backend.cluster.process_identity import carries_job, identify  # inlined on the node
+
 MARK = "ULTRA_CONSOLE_REAP "
-RAY_DAEMONS = ("raylet", "gcs_server", "dashboard", "DashboardAgent", "runtime_env/agent", "log_monitor",
-               "monitor.py", "ray_client_server")
 UNLISTED_SHARE = 0.10  # a GPU this full with no process listed: NVML cannot name its holder here
 
 
@@ -51,69 +51,6 @@ def gpu_reading() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]
             if mem > 0:
                 holders.append((index, int(pid), mem))
     return holders, gpus
-
-
-def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]
-    import psutil
-
-    me = psutil.Process()
-    if proc.pid in {me.pid, *(p.pid for p in me.parents())}:
-        return "it is this reaper job or one of its parents"
-    try:
-        cmd = " ".join(proc.cmdline())
-    except (psutil.AccessDenied, psutil.ZombieProcess):
-        cmd = ""
-    if any(name in cmd for name in RAY_DAEMONS):
-        return "it is a Ray daemon"
-    return None
-
-
-def _carries_job(env: dict[str, str], job_id: str, submission_id: str) -> str | None:
-    if job_id and env.get("RAY_JOB_ID") == job_id:
-        return f"its environment carries the job's Ray job id {job_id}"
-    if submission_id:
-        try:
-            config = json.loads(env.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
-        except ValueError:
-            config = {}
-        meta = config.get("metadata") if isinstance(config, dict) else None
-        if isinstance(meta, dict) and meta.get("job_submission_id") == submission_id:
-            return f"its environment carries the job's submission id {submission_id}"
-    return None
-
-
-def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
-    """(identity, why, process name, the psutil process or None) of `pid`: identity is "job", "unidentified"
-    or "exempt". A signal goes to that same process object: psutil refuses it if the PID was reused since."""
-    import psutil
-
-    unknown = "held by a process this node cannot identify as the job's"
-    try:
-        proc = psutil.Process(pid)
-        name = proc.name()
-    except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: pid {pid} is not visible in this node's PID namespace", "", None
-    except psutil.AccessDenied:
-        name = ""
-    why = _protected(proc)
-    if why:
-        return "exempt", f"refused: {why}", name, proc
-    try:
-        env = proc.environ()
-    except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: it exited while being checked", name, None
-    except (psutil.AccessDenied, OSError) as err:
-        return "unidentified", f"{unknown}: its environment cannot be read ({type(err).__name__})", name, proc
-    carried = _carries_job(env, job_id, submission_id)
-    if carried:
-        return "job", carried, name, proc
-    try:
-        ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
-    except psutil.NoSuchProcess:
-        ancestor = None
-    if ancestor is not None:
-        return "job", f"it descends from the job's worker pid {ancestor}", name, proc
-    return "unidentified", f"{unknown}: no job id in its environment", name, proc
 
 
 def list_holders(job_id: str, submission_id: str, worker_pids: set[int]) -> tuple[list[dict[str, object]],
@@ -204,7 +141,7 @@ def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
         return [{"pid": pid, "action": "skipped", "reason": "already exited"}]
     except psutil.AccessDenied as err:
         return [{"pid": pid, "action": "failed", "reason": f"cannot read its environment: {err!r}"}]
-    if _carries_job(env, "", submission_id) is None:
+    if carries_job(env, "", submission_id) is None:
         return [{"pid": pid, "action": "skipped", "reason": f"its environment does not name job {submission_id!r}"}]
     tree = [proc, *proc.children(recursive=True)]
     out: list[dict[str, object]] = []

@@ -78,6 +78,9 @@ class Submission(BaseModel):
 
 # --------------------------------------------------------------------------- argv groups
 
+DASHBOARD_FLAGS = ("--use-miles-dashboard", "--dashboard-flush-interval", "1")  # run.miles_dashboard
+
+
 def _flag(cond: bool, *tokens: str) -> list[str]:
     return list(tokens) if cond else []
 
@@ -238,7 +241,17 @@ def misc_args(spec: RunSpec, run_id: str) -> list[str]:
             "--actor-num-nodes", str(c.nodes), "--actor-num-gpus-per-node", str(c.gpus_per_node),
             "--rollout-num-gpus", str(r.num_gpus or c.total_gpus),
             "--dump-details", f"{_run_dir(spec, run_id)}/dump_details",
-            *_flag(spec.run.miles_dashboard, "--use-miles-dashboard", "--dashboard-flush-interval", "1")]
+            *_flag(spec.run.miles_dashboard, *DASHBOARD_FLAGS)]
+
+
+def phases_note(command: str) -> str:
+    """What the plan view says about per-rank phases (the timeline, stragglers, the ranks a hang names): they
+    come from miles' dashboard stream, which `run.miles_dashboard` turns on with DASHBOARD_FLAGS."""
+    flags = " ".join(DASHBOARD_FLAGS)
+    if DASHBOARD_FLAGS[0] in command.split():
+        return f"per-rank phases: on (run.miles_dashboard adds {flags})"
+    return (f"per-rank phases (timeline, stragglers, which ranks a hang holds) need run.miles_dashboard = true, "
+            f"which adds {flags} to argv; without it only rank 0's Timer lines in the log")
 
 
 def split_extra_args(text: str) -> list[str]:

@@ -38,6 +38,7 @@ from backend.signals.failures import Diagnosis, FailureEvent, FailureScanner, di
 from backend.signals.failures.owner import line_label, traceback_owner
 from backend.signals.grammar import REPEATED, parse_line, parse_prefix_inner
 from backend.signals.metrics import Point, lines_containing
+from backend.signals.rank_phases import LaneKey, RankPhases, lane_name, rounds_after
 from backend.signals.series import Series
 from backend.signals.shim_reports import ShimLedger
 from shim import logline as shim_logline
@@ -49,8 +50,10 @@ else:  # pragma: no cover
 
 SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
+RANK_CHECKS = ("straggler", "no_progress")  # per-rank phases (backend.signals.rank_phases)
 BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "log_without_metrics", "key_missing", "hang", "series_cap")
-OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS)
+OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS,
+                *RANK_CHECKS)
 MAX_ALERTS = 1000
 SAMPLE_CHARS = 200
 _LINE_PREFIX = re.compile(r"^\((?P<prefix>[^()\n]*)\) ")
@@ -93,13 +96,15 @@ class Alert:
     cause: int | None = None  # a failure's place in the diagnosis: 1 the cause, 2 a consequence
     blind: bool = False  # says a chart is blind (unreadable lines, no metric, a missing key, a hang)
     advice: str = ""  # what to try, for a failure (the catalog's line for its kind and role)
+    action: str = ""  # what the console offers to do about it ("stacks": dump every rank's stack)
 
     def to_json(self) -> dict[str, Any]:
         step = self.step
         if isinstance(step, float) and step.is_integer():
             step = int(step)
         return {"id": self.id, "severity": self.severity, "message": self.message, "step": step,
-                "key": self.key, "count": self.count, "sample": self.sample}
+                "key": self.key, "count": self.count, "sample": self.sample,
+                **({"action": self.action} if self.action else {})}
 
 
 def default_rules_path() -> Path:
@@ -188,6 +193,8 @@ class AlertEngine:
         # train ranks in the run, where known (names the NCCL ranks that did not time out); the monitor's facts
         self.world_of: Callable[[], int | None] = lambda: None
         self._failure_alerts: dict[tuple[str, int], Alert] = {}
+        self._straggles: dict[tuple[LaneKey, str], int] = {}  # (lane, phase) -> late rounds in a row
+        self._rounds_seen = 0
 
     def subscribe(self, listener: Callable[[Alert], None]) -> None:
         self._listeners.append(listener)
@@ -582,6 +589,58 @@ class AlertEngine:
             if alert:
                 fired.append(alert)
         return fired
+
+    # ------------------------------------------------------------------ per-rank phases
+
+    def check_stragglers(self, phases: RankPhases) -> list[Alert]:
+        """A rank whose phase ends later than its peers' median end by more than max(factor x the phase's
+        median length, min_s), `times` rounds in a row, is named (once per episode)."""
+        rule, fired = self._rule("straggler"), list[Alert]()
+        if rule is None:
+            return fired
+        for rnd in rounds_after(phases, self._rounds_seen):
+            self._rounds_seen = rnd.seq
+            if len(rnd.ends) < int(rule.param("min_peers", 3)):
+                continue
+            median_end = statistics.median(t1 for _, _, t1 in rnd.ends)
+            length = statistics.median(t1 - t0 for _, t0, t1 in rnd.ends)
+            limit = max(rule.param("factor", 0.5) * length, rule.param("min_s", 2.0))
+            for lane, _t0, t1 in rnd.ends:
+                episode = (lane, rnd.name)
+                if t1 - median_end <= limit:
+                    if self._straggles.pop(episode, 0) >= int(rule.param("times", 3)):
+                        self._end(rule.id, f"{lane_name(lane)}:{rnd.name}")
+                    continue
+                streak = self._straggles[episode] = self._straggles.get(episode, 0) + 1
+                if streak < int(rule.param("times", 3)):
+                    continue
+                alert = self._update(rule, f"{lane_name(lane)}:{rnd.name}",
+                                     {"node": lane_name(lane), "key": rnd.name, "value": round(t1 - median_end, 1),
+                                      "count": streak, "threshold": round(limit, 1)}, streak, "")
+                if alert is not None:
+                    fired.append(alert)
+        return fired
+
+    def check_no_progress(self, running: bool, phases: RankPhases, phase_now: float, metric_idle_s: float,
+                          median_step_s: float | None) -> Alert | None:
+        """No metric and no phase change for more than max(factor x the median step time, min_s): a hang;
+        names the ranks longest in one phase and offers `stacks`."""
+        rule = self._rule("no_progress")
+        if rule is None or not phases.lanes or not math.isfinite(phases.last_change) or not math.isfinite(phase_now):
+            return None
+        idle = min(phase_now - phases.last_change, metric_idle_s if math.isfinite(metric_idle_s) else math.inf)
+        limit = max(rule.param("factor", 5.0) * (median_step_s or 0.0), rule.param("min_s", 300.0))
+        if not running or idle <= limit:
+            self._end(rule.id, "no-progress")
+            return None
+        longest = phases.longest_in_phase(phase_now)
+        names = ", ".join(f"{lane_name(k)} in {name} for {round(s / 60, 1)} min" for k, name, s in longest)
+        alert = self._update(rule, "no-progress", {"minutes": round(idle / 60, 1), "factor": rule.param("factor", 5.0),
+                                                   "threshold": round(limit / 60, 1),
+                                                   "reason": names or "no rank in an open phase"}, 1, "")
+        if alert is not None:
+            alert.action = "stacks"
+        return alert
 
 
 def failure_cause(alerts: Sequence[Alert]) -> Alert | None:

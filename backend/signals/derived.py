@@ -19,6 +19,7 @@ from typing import Any
 from backend.signals.dump_reader import DumpBatch, num
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
+from backend.signals.rank_phases import RankPhases
 from backend.signals.run_signals import CheckpointState, Progress, RunSignals, Throughput, TimePerRollout
 
 FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
@@ -167,6 +168,7 @@ class Telemetry:
         self.phase_durations: dict[str, deque[float]] = {}
         self.open_phases: dict[tuple[str, int, str, str], float] = {}
         self.engines: dict[tuple[str, str, str], float] = {}
+        self.ranks = RankPhases()  # per-rank spans and rounds (the timeline, stragglers)
         self.last_ts = math.nan
         self._history = history
 
@@ -180,11 +182,13 @@ class Telemetry:
             name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
             phase = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
                      str(p.get("role")), name)
+            self.ranks.add_event(p)
             if t1 == -1.0:
                 self.open_phases[phase] = t0
                 self._seen(t0)
             elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-                self.open_phases.pop(phase, None)
+                if self.open_phases.get(phase) == t0:  # a late close of the previous one leaves the new open
+                    self.open_phases.pop(phase)
                 self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
                 self._seen(t1)
         for e in batch.engine_series:

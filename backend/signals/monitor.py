@@ -23,6 +23,8 @@ from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.rank_map import ProcessRanks, add_ranks
+from backend.signals.rank_phases import PhaseView
 from backend.signals.run_signals import RunSignals
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.structured import sources_by_key
@@ -38,6 +40,7 @@ class MetricsSnapshot:
     series: SeriesSetSnapshot
     derived: RunSignals
     sources: dict[str, str] = field(default_factory=dict)  # metric key -> "events" | "dashboard" | "log"
+    phases: PhaseView | None = None  # per-rank phases (the timeline), on their source's clock
 
 
 def jsonable(value: Any, nulled: list[int] | None = None) -> Any:
@@ -78,6 +81,7 @@ class RunMonitor:
         self.collector.subscribe(self._on_point)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
         self.alerts.world_of = self._train_world
+        self.process_ranks: ProcessRanks = {}  # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -98,6 +102,8 @@ class RunMonitor:
         self.collector.feed_text(text)
         self.alerts.on_log_text(text)
         self.alerts.shim.note_lines(text)
+        self.telemetry.ranks.add_log_text(text)
+        add_ranks(self.process_ranks, text)
         self.activity.note(text)
         self._check_blind_spots()
         self._check_shim()
@@ -202,6 +208,13 @@ class RunMonitor:
         dash_now = self._clock() if dashboard_now is None else dashboard_now
         fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
         running = self.alerts.job_status == "RUNNING"
+        ranks = self.telemetry.ranks
+        fired.extend(self.alerts.check_stragglers(ranks))
+        phase_now = dash_now if ranks.source == "dashboard" else now
+        metric_idle = now - self.collector.last_ts if math.isfinite(self.collector.last_ts) else math.nan
+        hang = self.alerts.check_no_progress(running, ranks, phase_now, metric_idle, median_step_seconds(self.collector))
+        if hang is not None:
+            fired.append(hang)
         act = self.activity
         for alert in (
             self.alerts.check_no_metrics(running, act.logged_s(now), act.lines, sum(self.collector.records.values()),
@@ -233,7 +246,12 @@ class RunMonitor:
         with self.lock:
             return MetricsSnapshot(self.collector.series.snapshot(),
                                    derive(self.collector, self.facts, self.telemetry, now),
-                                   sources_by_key(self.collector.series))
+                                   sources_by_key(self.collector.series), self._phase_view(now))
+
+    def _phase_view(self, miles_now: float) -> PhaseView:
+        """Per-rank phases, with the offset from the wall clock to their source's (miles' clock for the log)."""
+        ranks = self.telemetry.ranks
+        return ranks.view(miles_now - self._clock() if ranks.source == "log" else 0.0)
 
     def metrics_snapshot_if_free(self) -> MetricsSnapshot | None:
         """`metrics_snapshot`, or None at once while a feed holds the monitor (the UI thread never waits)."""

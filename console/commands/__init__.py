@@ -18,4 +18,5 @@ COMMANDS: tuple[str, ...] = (
     "serve",
     "prepare",
     "replay",
+    "stacks",
 )

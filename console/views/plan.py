@@ -217,11 +217,14 @@ class PlanView(ConsoleView):
         return notes
 
     def _draw(self) -> None:
+        from backend.plan.submission import phases_note
+
         ev = self.evaluation
         self.query_one(LayoutForm).mark(self._field_notes())
         self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
         self.query_one(DerivedPanel).set_derived(ev.derived)
-        self.query_one(CommandPanel).set_command(ev.command or "(no command until the spec is valid)")
+        self.query_one(CommandPanel).set_command(ev.command or "(no command until the spec is valid)",
+                                                 phases_note(ev.command) if ev.command else "")
         self.query_one(PreflightPanel).set_preflight(self.preflight_state, self.preflight_findings,
                                                     self.preflight_note)
         self.query_one("#plan-summary", Static).update(Text(ev.summary), layout=False)

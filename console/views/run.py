@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -128,6 +128,7 @@ class RunView(ConsoleView):
         self.alerts: tuple[Alert, ...] = ()
         self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
+        self._offered: set[str] = set()  # alerts whose `stacks` offer was made
         self._dirty = {"state", "fleet", "charts"}
         self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
 
@@ -170,6 +171,10 @@ class RunView(ConsoleView):
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.metrics = message.payload
         self._mark("charts", "state")
+        from console.widgets.phase_timeline import PhasesScreen
+
+        if isinstance(self.app.screen, PhasesScreen):
+            self.app.screen.update_view(self.metrics.phases if self.metrics else None)
 
     def on_run_state_changed(self, message: RunStateChanged) -> None:
         self.run_state = message.state
@@ -182,6 +187,13 @@ class RunView(ConsoleView):
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = message.alerts
         self._mark("state")
+        for alert in self.alerts:
+            if alert.action == "stacks" and alert.id not in self._offered:
+                self._offered.add(alert.id)
+                key = keymap.effective_key(next(s for s in keymap.specs("run") if s.id == "run.stacks"),
+                                           getattr(self.app, "keymap_overrides", {}) or {})
+                self.notify(f"{alert.message} — press {key} in the Run view for every rank's stack",
+                            severity="error", timeout=30)
 
     def on_rollout_cursor(self, message: RolloutCursor) -> None:
         """The rollout charts mark the rollout, the KL chart (train steps) its first step."""
@@ -240,6 +252,38 @@ class RunView(ConsoleView):
                 base = chart.title.split(" · from ")[0]
                 chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
+
+    # ------------------------------------------------------------ stacks and phases
+    def action_stacks(self) -> None:
+        """Every rank's Python stack, grouped (read-only: py-spy dumps, nothing is signalled)."""
+        controller = getattr(self.app, "controller", None)
+        if controller is None or controller.job is None:
+            self.notify("no run attached: no stacks to dump", severity="warning")
+            return
+        if controller.state is not None and controller.state.terminal:
+            self.notify(f"run {controller.job.id} ended {controller.state.value}: no process left to dump",
+                        severity="warning")
+            return
+        runtime = getattr(self.app, "runtime", None)
+        monitor = getattr(runtime, "monitor", None)
+        ranks = dict(getattr(monitor, "process_ranks", None) or {})
+        state_dir = self.app.settings.state_dir  # type: ignore[attr-defined]
+
+        async def collect() -> Any:
+            from backend.cluster.stacks import job_stacks
+
+            job = await controller.refresh()
+            return await job_stacks(controller.client, job, state_dir, ranks=ranks)
+
+        from console.widgets.stacks_screen import StacksScreen
+
+        self.app.push_screen(StacksScreen(controller.job.id, collect))
+
+    def action_phases(self) -> None:
+        """The per-rank phase timeline over the whole terminal."""
+        from console.widgets.phase_timeline import PhasesScreen
+
+        self.app.push_screen(PhasesScreen(self.metrics.phases if self.metrics else None, self.clock))
 
     # ------------------------------------------------------------ abort
     def action_abort(self) -> None:

@@ -145,10 +145,13 @@ class CommandPanel(VerticalScroll, can_focus=True):
     text: str = ""
 
     def compose(self):  # type: ignore[no-untyped-def]
-        yield Static("", markup=False)
+        yield Static("", markup=False, id="command-text")
+        yield Static("", markup=False, id="command-note")
 
-    def set_command(self, text: str) -> None:
+    def set_command(self, text: str, note: str = "") -> None:
+        """The command, and below it (never copied) a note on what it turns on."""
         if text == self.text:
             return
         self.text = text
-        self.query_one(Static).update(Text(text))
+        self.query_one("#command-text", Static).update(Text(text))
+        self.query_one("#command-note", Static).update(Text(f"# {note}", "dim") if note else "")

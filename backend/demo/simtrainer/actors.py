@@ -195,7 +195,11 @@ class MegatronTrainRayActor:
             raise RuntimeError(f"simulated failure at rollout {rollout_id} (--sim-fail-at-rollout)")
         self._set_util(97)
         wall0 = time.time()
-        self.phases.phase(PhaseEvent("train", wall0, -1.0, self.node, self.gpu_ids, self.ranks.start, "train"))
+        self._rank_phases("train", wall0, -1.0)
+        if a.hang_rank is not None and rollout_id == min(1, a.num_rollout - 1):
+            if a.hang_rank in self.ranks:
+                simulated_stuck_recv()
+            simulated_allreduce_wait()
         if self.ranks.start == 0:
             self.log.at("timer.py:30", "Timer train start")
         if a.fails_at("train-oom", rollout_id):
@@ -217,13 +221,24 @@ class MegatronTrainRayActor:
                 self.events.metric(step, rollout_id)
         if self.ranks.start == 0:
             self.log.at("timer.py:41", f"Timer train end (elapsed: {a.step_seconds:.1f}s)")
-        self.phases.phase(PhaseEvent("train", wall0, time.time(), self.node, self.gpu_ids, self.ranks.start, "train"))
+        end = time.time()
+        if a.straggler_rank in self.ranks:
+            time.sleep(a.straggler_seconds)
+        self._rank_phases("train", wall0, end)
         if self.prints_metrics:
             perf = metrics.train_perf(rollout_id, a.step_seconds, spr)
             self._metric_line("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
             self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         self._set_util(0)
         self.log.at("structured_log.py:41", f"ft cls={cls} fn=train phase=end")
+
+    def _rank_phases(self, name: str, t0: float, t1: float) -> None:
+        """One phase event per rank this actor stands for, as miles' Timer sink sends per train rank; the
+        straggler rank's close comes `--sim-straggler-seconds` later."""
+        for i, rank in enumerate(self.ranks):
+            gpus = [self.gpu_ids[i]] if i < len(self.gpu_ids) else []
+            late = self.args.straggler_seconds if t1 != -1.0 and rank == self.args.straggler_rank else 0.0
+            self.phases.phase(PhaseEvent(name, t0, t1 + late if t1 != -1.0 else t1, self.node, gpus, rank, "train"))
 
     def save_model(self, rollout_id: int) -> None:
         """Megatron's checkpoint lines and layout (`iter_XXXXXXX/`, tracker file) plus a marker, and
@@ -257,6 +272,18 @@ class MegatronTrainRayActor:
         _hold_gpus(gpu_ids, pid, mib, 0)
         self.log.at("sglang_engine.py:76", f"{SIM_LABEL}: leaked GPU holder pid={pid} on GPUs {gpu_ids}")
         return pid
+
+
+def simulated_stuck_recv() -> None:
+    """Where the hung rank blocks (`--sim-hang-rank`): a name no other rank's stack holds."""
+    while True:
+        time.sleep(60)
+
+
+def simulated_allreduce_wait() -> None:
+    """Where every other train rank blocks while one hangs: the collective that waits for it."""
+    while True:
+        time.sleep(60)
 
 
 def _allocate(size: int, gpu: int, rollout_id: int) -> None:

@@ -56,6 +56,9 @@ class SimArgs:
     nccl_timeout_s: float
     unreadable_metrics: bool
     shim_off_rank: int | None = None  # this train actor's worker starts without the shim's setup hook
+    straggler_rank: int | None = None
+    straggler_seconds: float = 3.0
+    hang_rank: int | None = None
 
     @property
     def oom_at_rollout(self) -> int | None:
@@ -128,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-oom-gpu", dest="oom_gpu", type=int, default=3)
     p.add_argument("--sim-unreadable-metrics", dest="unreadable_metrics", action="store_true")
     p.add_argument("--sim-shim-off-rank", dest="shim_off_rank", type=int, default=None)
+    # rank N's train phase ends this much later than its peers' (its actor stretches the step for everyone)
+    p.add_argument("--sim-straggler-rank", dest="straggler_rank", type=int, default=None)
+    p.add_argument("--sim-straggler-seconds", dest="straggler_seconds", type=float, default=3.0)
+    # from the second rollout on, the actor of rank N blocks in simulated_stuck_recv, every other train actor
+    # in simulated_allreduce_wait (what a real hang looks like: one rank elsewhere, the rest in the collective)
+    p.add_argument("--sim-hang-rank", dest="hang_rank", type=int, default=None)
     return p
 
 

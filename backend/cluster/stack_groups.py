@@ -1,0 +1,285 @@
+"""Every rank's Python stack, normalised and grouped: the odd one out of a hung run, first.
+
+Why group: on a 128-GPU run that hangs, 127 ranks wait in the same collective and one is somewhere else;
+128 dumps are unreadable, "127: allreduce ← … ← train_step; 1 (node 12, rank 97, pid 4411): recv ← …"
+is the answer. Two processes are in the same group when their threads hold the same frames, compared
+without what differs between identical stacks (thread ids, addresses, line numbers within one function,
+the digits of a pool thread's name). Groups are listed smallest first. Every text field came from a
+process on a node: it is sanitised here, once, before anything shows or saves it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.sanitize import one_line
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_DIGITS = re.compile(r"\d+")
+_RAY_TITLE = re.compile(r"^ray::(?P<actor>[A-Za-z_][\w]*)(?:\.(?P<task>[\w<>]+))?")
+# threads of every Ray worker that say nothing about the run, and the frame a worker idles in between tasks
+BACKGROUND_THREADS = frozenset({"PythonGCThread", "ray_print_logs", "ray_listen_error_messages"})
+IDLE_FRAMES = frozenset({"Worker.main_loop", "main_loop"})
+FRAMEWORK_FILES = ("ray/", "threading.py", "concurrent/", "asyncio/", "selectors.py")
+SHOWN_FRAMES = 3  # innermost frames a group's one-line headline shows before "…" and the task's own frame
+
+
+def clean(text: object, limit: int = 300) -> str:
+    """A field from a node, fit for a line: sanitised, one line, bounded."""
+    out = one_line(str(text))
+    return out if len(out) <= limit else out[:limit] + "…"
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str
+    line: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What identifies the frame across processes: no line number, no address."""
+        return _ADDRESS.sub("0x…", self.function), self.file
+
+    def text(self) -> str:
+        return f"{self.function} ({self.file}:{self.line})"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    name: str
+    tid: int
+    active: bool
+    frames: tuple[Frame, ...]  # innermost first, as py-spy gives them
+    cut: int = 0  # frames py-spy gave beyond what the node kept
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return _DIGITS.sub("N", self.name), tuple(f.key for f in self.frames)
+
+    @property
+    def telling(self) -> bool:
+        """Whether this thread says what the process is doing (not a Ray helper thread, not the idle loop)."""
+        if not self.frames or self.name in BACKGROUND_THREADS:
+            return False
+        return self.frames[0].function not in IDLE_FRAMES
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    """One process of the job, on one node, as py-spy read it."""
+
+    node_id: str
+    node_label: str
+    pid: int
+    command: str
+    threads: tuple[ThreadStack, ...]
+    rank: int | None = None
+
+    @property
+    def actor(self) -> str:
+        """The Ray actor class from the process title (`ray::MegatronTrainRayActor.train`), else the command."""
+        m = _RAY_TITLE.match(self.command)
+        if m:
+            return m["actor"]
+        return self.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "process"
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return tuple(sorted(t.key for t in self.threads if t.frames))
+
+    @property
+    def main(self) -> ThreadStack | None:
+        """The thread that tells what the process is doing: the main thread if it works, else the deepest
+        telling thread (an actor with concurrency groups runs its tasks off the main thread)."""
+        telling = [t for t in self.threads if t.telling]
+        if not telling:
+            return next((t for t in self.threads if t.frames), None)
+        main = next((t for t in telling if t.name == "MainThread"), None)
+        return main or max(telling, key=lambda t: len(t.frames))
+
+    def who(self) -> str:
+        rank = f", rank {self.rank}" if self.rank is not None else ""
+        return f"node {self.node_label}{rank}, {self.actor} pid {self.pid}"
+
+    def text(self) -> str:
+        """The whole dump of this process, every thread, innermost frame first."""
+        lines = [f"{self.who()}: {self.command}"]
+        for t in self.threads:
+            lines.append(f"  thread {t.name or '?'} (tid {t.tid}{', active' if t.active else ''})")
+            lines += [f"    {f.text()}" for f in t.frames]
+            if t.cut:
+                lines.append(f"    … {t.cut} outer frame(s) not kept")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "node": self.node_label, "pid": self.pid, "rank": self.rank,
+                "actor": self.actor, "command": self.command,
+                "threads": [{"name": t.name, "tid": t.tid, "active": t.active,
+                             "frames": [[f.function, f.file, f.line] for f in t.frames]} for t in self.threads]}
+
+
+def headline(thread: ThreadStack | None) -> str:
+    """`innermost ← next ← … ← the task's own outermost frame`, in one line."""
+    if thread is None or not thread.frames:
+        return "no Python frame"
+    names = [f.function for f in thread.frames]
+    own = [f.function for f in thread.frames if not f.file.startswith(FRAMEWORK_FILES) and f.function != "<module>"]
+    shown = names[:SHOWN_FRAMES]
+    if own and own[-1] not in shown:
+        shown += ["…", own[-1]] if names.index(own[-1]) > SHOWN_FRAMES else [own[-1]]
+    elif not own and len(names) > SHOWN_FRAMES:
+        shown.append("…")
+    return " ← ".join(shown)
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Processes whose stacks are the same once normalised."""
+
+    processes: tuple[ProcessStack, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.processes)
+
+    @property
+    def headline(self) -> str:
+        return headline(self.processes[0].main)
+
+    def line(self, members_shown: int = 3) -> str:
+        """`7 ranks: allreduce ← … ← train_step`, naming the members of a small group."""
+        first = self.processes[0]
+        count = f"{self.size} process{'es' if self.size != 1 else ''}"
+        if first.rank is not None and all(p.rank is not None for p in self.processes):
+            count = f"{self.size} rank{'s' if self.size != 1 else ''}"
+        if self.size <= members_shown:
+            count += " (" + "; ".join(p.who() for p in self.processes) + ")"
+        return f"{count}: {self.headline}"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A process of the job whose stack py-spy could not read, and why (kind: ptrace, not_python, gone,
+    timeout, error)."""
+
+    node_id: str
+    node_label: str
+    pid: int
+    command: str
+    kind: str
+    reason: str
+
+    def line(self) -> str:
+        return f"pid {self.pid} on node {self.node_label} ({self.command[:60] or '?'}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """A node where no stack could be read: it did not answer, or py-spy cannot run there."""
+
+    node_id: str
+    node_label: str
+    reason: str
+
+    def line(self) -> str:
+        return f"node {self.node_label}: {self.reason}"
+
+
+def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
+    """Identical stacks together; the smallest groups first (the odd one out is usually the culprit), then by
+    node and pid."""
+    by_key: dict[tuple[Any, ...], list[ProcessStack]] = {}
+    for proc in processes:
+        by_key.setdefault(proc.key, []).append(proc)
+    groups = [StackGroup(tuple(sorted(ps, key=lambda p: (p.node_label, p.pid)))) for ps in by_key.values()]
+    return sorted(groups, key=lambda g: (g.size, g.processes[0].node_label, g.processes[0].pid))
+
+
+def parse_process(node_id: str, node_label: str, item: Mapping[str, Any], ranks: Mapping[int, int]
+                  ) -> ProcessStack | Unreadable:
+    """One result line of the node's dumper, sanitised."""
+    pid, node_label = _int(item.get("pid")), clean(node_label, 80)
+    command = clean(item.get("cmd") or "", 400)
+    if "threads" not in item:
+        return Unreadable(node_id, node_label, pid, command, clean(item.get("kind") or "error", 20),
+                          clean(item.get("error") or "py-spy gave no reason"))
+    threads = []
+    for raw in item.get("threads") or ():
+        if not isinstance(raw, Mapping):
+            continue
+        frames = tuple(Frame(clean(f.get("name") or "?", 200), clean(f.get("file") or "", 200), _int(f.get("line")))
+                       for f in raw.get("frames") or () if isinstance(f, Mapping))
+        threads.append(ThreadStack(clean(raw.get("name") or "", 80), _int(raw.get("tid")), bool(raw.get("active")),
+                                   frames, _int(raw.get("cut"))))
+    return ProcessStack(node_id, node_label, pid, command, tuple(threads), ranks.get(pid))
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True)
+class StacksReport:
+    """Every readable stack of the job's processes, what could not be read, and where nothing answered."""
+
+    job: str
+    taken_at: float
+    processes: tuple[ProcessStack, ...]
+    unreadable: tuple[Unreadable, ...] = ()
+    failed_nodes: tuple[NodeFailure, ...] = ()
+    nodes_asked: int = 0
+    seconds: float = 0.0
+    saved_to: str = ""
+    groups: tuple[StackGroup, ...] = field(default=())
+    notes: tuple[str, ...] = ()  # what may be missing, and why
+
+    @classmethod
+    def build(cls, job: str, taken_at: float, processes: Iterable[ProcessStack], **kwargs: Any) -> StacksReport:
+        procs = tuple(processes)
+        return cls(job, taken_at, procs, groups=tuple(group(procs)), **kwargs)
+
+    def summary(self) -> str:
+        answered = self.nodes_asked - len(self.failed_nodes)
+        out = (f"{len(self.processes)} stack(s) in {len(self.groups)} group(s) from {answered} of "
+               f"{self.nodes_asked} node(s) in {self.seconds:.1f} s")
+        if self.unreadable:
+            out += f"; {len(self.unreadable)} process(es) unreadable"
+        return out
+
+    def lines(self) -> list[str]:
+        """The report in lines: the groups, small first, then what could not be read and which nodes failed."""
+        out = [g.line() for g in self.groups]
+        out += [f"unreadable: {u.line()}" for u in self.unreadable if u.kind != "not_python"]
+        other = [u for u in self.unreadable if u.kind == "not_python"]
+        if other:
+            names = sorted({u.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "?" for u in other})
+            out.append(f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}")
+        out += [f"failed: {n.line()}" for n in self.failed_nodes]
+        out += [f"note: {n}" for n in self.notes]
+        return out
+
+    def full_text(self) -> str:
+        """Everything, for the saved file: the summary, the groups, then every stack in full."""
+        parts = [f"stacks of job {self.job} taken at {self.taken_at:.0f}: {self.summary()}", *self.lines(), ""]
+        for i, g in enumerate(self.groups, 1):
+            parts.append(f"=== group {i} of {len(self.groups)}: {g.line(members_shown=0)}")
+            parts += [p.text() for p in g.processes]
+            parts.append("")
+        return "\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "taken_at": self.taken_at, "seconds": self.seconds, "saved_to": self.saved_to,
+                "nodes_asked": self.nodes_asked,
+                "groups": [{"size": g.size, "headline": g.headline,
+                            "members": [{"node_id": p.node_id, "node": p.node_label, "pid": p.pid, "rank": p.rank,
+                                         "actor": p.actor} for p in g.processes],
+                            "stack": g.processes[0].to_json()["threads"]} for g in self.groups],
+                "unreadable": [vars(u) for u in self.unreadable],
+                "failed_nodes": [vars(n) for n in self.failed_nodes], "notes": list(self.notes)}
