@@ -23,7 +23,7 @@ import shlex
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,18 @@ def probe_submission(head_node_id: str, lease_dir: Path, *, lease_timeout_s: flo
         "metadata": {PROBE_KEY: "gpu-probe", "node_id": head_node_id},
         "entrypoint_label_selector": {"ray.io/node-id": head_node_id},
     }
+
+
+async def _bounded_on_cancel(coro: Coroutine[Any, Any, None], grace_s: float = 2.0) -> None:
+    """Await `coro` in a task of its own; once cancelled, give it `grace_s` to wind down and no more (closing a
+    log follow's websocket waits for a close frame Ray's tail may never send: quitting must not hang on it)."""
+    task = asyncio.create_task(coro)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait({task}, timeout=grace_s)
+        raise
 
 
 def _claim(path: Path) -> bool:
@@ -307,7 +319,7 @@ class GpuProbe:
                 try:
                     job = await self._acquire()
                     if job is not None:
-                        await self._follow(job)
+                        await _bounded_on_cancel(self._follow(job))
                 except ConsoleError as err:
                     self._say(f"GPU probe unavailable: {err}")
                 await asyncio.sleep(RETRY_S)
