@@ -250,9 +250,9 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         print(" ".join(line[:1]) + " " + ", ".join(line[1:]), flush=True)
     report(lags, flips, gap, real)
     n_nodes = len([i for i in range(len(rc.node_ids)) if i not in rc.dead])
-    samplers = cost["samplers"] / max(1, len(procs["samplers"]))
-    print(f"\nprobe CPU over {wall:.0f} s (% of one core): each sampler actor {samplers:.2f} % "
-          f"({len(procs['samplers'])} on the {n_nodes - 1} other node(s)); on the head its driver {cost['driver']:.2f} % "
+    samplers = (f"each sampler actor {cost['samplers'] / len(procs['samplers']):.2f} % ({len(procs['samplers'])} "
+                f"on the {n_nodes - 1} other node(s))" if procs["samplers"] else "no other node")
+    print(f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver {cost['driver']:.2f} % "
           f"+ Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
           f"= {cost['driver'] + cost['JobSupervisor']:.2f} %")
     if nvml is not None:

@@ -1,8 +1,9 @@
-"""The console's GPU probe: one Ray job that reads NVML on every alive node once a second and prints each reading.
+"""The console's GPU probe: one Ray job that reads NVML on every alive node and prints what it reads, at once.
 
 Why: Ray's reporter reads NVML every 5 s and the node summary is cached 2 s more, so the GPU pane lagged NVML by
-5-10 s (ray.md §8); miles' own streams are no fresher at miles' defaults. This job prints one compact line per
-node per second, and the console follows its log as it follows a run's (about 1.5 s from print to pane).
+5-10 s (ray.md §8); miles' own streams are no fresher at miles' defaults. This job reads NVML four times a second and prints a
+compact line per node as soon as something changed (utilisation, memory, a process) and at least once a second;
+the console follows its log as it follows a run's (Ray's tail reads the file once a second).
 
 Self-contained (stdlib + ray, which every Ray node has), sent as `python3 -c <source> --gpu-probe ...`. The driver
 runs on the head (pinned by the console) and samples the head itself; every other alive node gets a sampler actor
@@ -15,7 +16,7 @@ by itself once no lease is fresher than `--lease-timeout` (also when its last co
 SSH session), and after `--max-age` at the latest (its log grows with every line; a console starts a fresh one).
 One probe per cluster: the first takes an exclusive lock in the lease directory; a second one says so and ends.
 
-Lines (`ULTRA_CONSOLE_GPU {json}`): `hello`, one `s` per node and sample
+Lines (`ULTRA_CONSOLE_GPU {json}`): `hello`, one `s` per node and reading sent
 (`g`: [[index, util % or -1, MiB used, MiB total, W or -1, °C or -1, [[pid, MiB], ...]], ...]; `nvml`: why there
 is no reading; `c`: the sampling process's CPU seconds), `leases` (the fresh lease names, on change), `bye`.
 """
@@ -34,13 +35,31 @@ NODE_ENV = "ULTRA_CONSOLE_GPU_PROBE_NODE"  # marks a sampler actor's process (an
 LOCK_NAME = "probe.lock"
 LEASE_SUFFIX = ".lease"
 RELIST_S = 5.0
+READ_S = 0.25  # NVML is read this often; a line goes out at once on a change, else every `--interval`
+UTIL_STEP, MEM_STEP_MIB = 5, 256  # what counts as a change worth a line of its own
+
+
+def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether `new` says something `old` did not: utilisation or memory moved, a process came or went."""
+    if old is None or ("g" in old) != ("g" in new) or len(old.get("g", ())) != len(new.get("g", ())):
+        return True
+    for a, b in zip(old.get("g", ()), new.get("g", ()), strict=True):
+        if abs(a[1] - b[1]) >= UTIL_STEP or abs(a[2] - b[2]) >= MEM_STEP_MIB or a[6] != b[6]:
+            return True
+    return False
 
 
 _PRINT = threading.Lock()
 
 
+# Ray 2.60's log tail (dashboard/modules/job/utils.py, file_tail_iterator) sends a chunk at once when it holds 10
+# lines, else only after its next 1 s sleep at the end of the file: every line padded to 10 reaches the console
+# a second sooner (measured: pane lag median 1.7 s -> see bench/gpu_pane_lag.py), for 9 bytes.
+TAIL_CHUNK_LINES = 10
+
+
 def emit(obj: dict[str, Any]) -> None:
-    line = MARK + json.dumps(obj, separators=(",", ":")) + "\n"
+    line = MARK + json.dumps(obj, separators=(",", ":")) + "\n" * TAIL_CHUNK_LINES
     with _PRINT:  # one whole line at a time: the relay threads print too
         sys.stdout.write(line)
         sys.stdout.flush()
@@ -59,6 +78,8 @@ class NodeSampler:
     def __init__(self) -> None:
         self.why = ""
         self.provider: Any = None
+        self._sent: dict[str, Any] | None = None
+        self._sent_at = -float("inf")
         try:
             from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
@@ -88,13 +109,24 @@ class NodeSampler:
         out["c"] = round(times.user + times.system, 2)
         return out
 
+    def due(self, reading: dict[str, Any], interval: float) -> bool:
+        """Whether `reading` goes out: a change since the last one sent, or `interval` without a line."""
+        now = time.monotonic()
+        if now - self._sent_at >= interval or changed(self._sent, reading):
+            self._sent, self._sent_at = reading, now
+            return True
+        return False
+
     def stream(self, interval: float) -> Any:
-        """A reading every `interval` seconds, for ever: one streaming call (each reading costs one report to the
-        driver, not a task: a third of the CPU of a call per second, measured)."""
+        """The node's readings for ever, each as soon as it shows a change (NVML read every READ_S) and at least one
+        every `interval`: one streaming call (a reading costs one report to the driver, not a task: a third of the
+        CPU of a call per second, measured)."""
         tick = time.monotonic()
         while True:
-            yield self.read()
-            tick += interval
+            reading = self.read()
+            if self.due(reading, interval):
+                yield reading
+            tick += READ_S
             time.sleep(max(0.0, tick - time.monotonic()))
 
 
@@ -163,7 +195,7 @@ def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max
     started = time.monotonic()
     listed_at = -RELIST_S
     said_leases: list[str] | None = None
-    tick = started
+    tick = checked_at = started
     while True:
         if time.monotonic() - listed_at >= RELIST_S:
             listed_at = time.monotonic()
@@ -172,17 +204,21 @@ def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), enable_task_events=False,
                     runtime_env={"env_vars": {NODE_ENV: node}}).remote()
                 threading.Thread(target=_relay, args=(ray, node, actor, interval, actors), daemon=True).start()
-        emit({"k": "s", "n": node_id, **head.read()})
-        leases = fresh_leases(lease_dir, lease_timeout)
-        if leases != said_leases:
-            said_leases = leases
-            emit({"k": "leases", "ids": leases})
-        age = time.monotonic() - started
-        if not leases and age > lease_timeout:
-            return f"no console renewed a lease in {lease_timeout:.0f} s"
-        if age > max_age:
-            return f"lifetime of {max_age:.0f} s reached (a console starts a fresh probe)"
-        tick += interval
+        reading = head.read()
+        if head.due(reading, interval):
+            emit({"k": "s", "n": node_id, **reading})
+        if time.monotonic() - checked_at >= interval:
+            checked_at = time.monotonic()
+            leases = fresh_leases(lease_dir, lease_timeout)
+            if leases != said_leases:
+                said_leases = leases
+                emit({"k": "leases", "ids": leases})
+            age = time.monotonic() - started
+            if not leases and age > lease_timeout:
+                return f"no console renewed a lease in {lease_timeout:.0f} s"
+            if age > max_age:
+                return f"lifetime of {max_age:.0f} s reached (a console starts a fresh probe)"
+        tick += READ_S
         time.sleep(max(0.0, tick - time.monotonic()))
 
 

@@ -124,3 +124,15 @@ def test_one_probe_per_lease_dir_by_its_lock(tmp_path: Path) -> None:
     again = gpu_probe_job.take_lock(str(tmp_path))
     assert again is not None
     again.close()
+
+
+def test_a_reading_goes_out_at_once_on_a_change_else_once_an_interval() -> None:
+    sampler = gpu_probe_job.NodeSampler.__new__(gpu_probe_job.NodeSampler)
+    sampler._sent, sampler._sent_at = None, -float("inf")
+    idle = {"t": 1.0, "g": [[0, 3, 615, 143771, 90, 30, []]]}
+    assert sampler.due(idle, 1.0)  # the first one
+    assert not sampler.due({**idle, "t": 1.25}, 1.0)  # nothing new within the interval
+    assert not sampler.due({"t": 1.5, "g": [[0, 6, 700, 143771, 95, 31, []]]}, 1.0)  # below the steps
+    assert sampler.due({"t": 1.5, "g": [[0, 97, 700, 143771, 95, 31, []]]}, 1.0)  # utilisation moved: at once
+    assert sampler.due({"t": 1.75, "g": [[0, 97, 700, 143771, 95, 31, [[4242, 40000]]]]}, 1.0)  # a new holder
+    assert not gpu_probe_job.changed({"nvml": "x"}, {"nvml": "x"}) and gpu_probe_job.changed({"nvml": "x"}, idle)

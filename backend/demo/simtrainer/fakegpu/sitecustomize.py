@@ -12,7 +12,6 @@ every report (every 5 s); the simulated trainer's miles-dashboard sampler reads 
 import sys
 from typing import Any
 
-
 PROBE_NODE_ENV = "ULTRA_CONSOLE_GPU_PROBE_NODE"  # the console's GPU probe's sampler actors (gpu_probe_job.py)
 
 
