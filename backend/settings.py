@@ -39,6 +39,10 @@ class Settings(BaseModel):
     # binding id -> key(s), e.g. {"launch": "L", "abort": "A"}: remaps the app's keys.
     keys: dict[str, str] = Field(default_factory=dict)
     poll_interval_s: float = Field(default=1.0, ge=0.5, le=60.0)
+    # The console's GPU probe (backend.cluster.gpu_probe): NVML once a second on every node, shared by consoles;
+    # it ends this long after the last console stopped renewing its lease (SIGKILL, lost SSH session).
+    gpu_probe: bool = True
+    gpu_probe_lease_timeout_s: float = Field(default=45.0, ge=3.0, le=60.0)
 
     def redacted(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"token"}) | {"token": "***" if self.token else None}
@@ -74,6 +78,7 @@ def load_settings(**overrides: Any) -> Settings:
         "address": os.environ.get("RAY_ADDRESS"),
         "token": os.environ.get("RAY_AUTH_TOKEN"),
         "state_dir": os.environ.get("ULTRA_CONSOLE_STATE_DIR"),
+        "gpu_probe": os.environ.get("ULTRA_CONSOLE_GPU_PROBE"),
     }
     data.update({k: v for k, v in env.items() if v})
     data.update({k: v for k, v in overrides.items() if v is not None})

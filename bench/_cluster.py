@@ -20,10 +20,11 @@ def reexec_in_loopback_netns() -> None:
     os.execvp("unshare", ["unshare", "-n", "--", "bash", "-c", script, sys.executable, *sys.argv])
 
 
-def run_on_fresh_cluster(workers: int, bench: Callable[[LocalRayCluster], Awaitable[None]]) -> None:
+def run_on_fresh_cluster(workers: int, bench: Callable[[LocalRayCluster], Awaitable[None]], *, gpus: int = 8,
+                         fake_gpus: bool = True) -> None:
     """What every bench does: private netns, a fresh cluster checked for loopback, run, tear down."""
     reexec_in_loopback_netns()
-    with LocalRayCluster.start(workers=workers) as rc:
+    with LocalRayCluster.start(workers=workers, gpus=gpus, fake_gpus=fake_gpus) as rc:
         rc.assert_loopback_only()
         print(f"cluster: {len(rc.node_ids)} node(s) up in {rc.start_seconds:.1f} s")
         asyncio.run(bench(rc))

@@ -15,8 +15,11 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
 - structured: the run's `--dump-details` files (miles' events and dashboard streams; the driver runs on the
              head, so they are local) polled every second into the same monitor, off the UI thread; a lock
              keeps that and the log feed from changing the monitor at once.
-- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible (miles' GPU streams of
-             the attached run first, where it writes them; Ray's reporter second).
+- probe:     the console's GPU probe (backend.cluster.gpu_probe): adopted or started (never by a --readonly
+             console), its lease renewed, its log followed into the newest NVML reading per node.
+- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible, and at once when the probe
+             has a new reading (per node: the probe first, miles' GPU streams of the attached run second, Ray's
+             reporter third).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from console.messages import (
 if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
     from backend.cluster.controller import RunController, RunEvent
     from backend.cluster.dashboard import JobInfo
+    from backend.cluster.gpu_probe import GpuProbe
     from backend.signals.ingest import LogChunk, RunLog
     from backend.signals.monitor import RunMonitor
     from backend.signals.replay import RolloutIndex
@@ -56,6 +60,7 @@ TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
 TICK_S = 5.0
 STRUCTURED_POLL_S = 1.0
+ROLES_EVERY_S = 15.0  # the attached run's actors (one request), to name the GPU holders the probe lists
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -94,6 +99,7 @@ class ConsoleSession:
         self.monitor: RunMonitor | None = None
         self.structured: StructuredFeed | None = None
         self.rollouts: RolloutIndex | None = None
+        self.probe: GpuProbe | None = None
         self.job_id: str | None = None
         self._alerts_posted = 0
         self._metrics_seen = 0
@@ -173,6 +179,14 @@ def _start(app: UltraConsoleApp) -> ConsoleSession:
     runtime = ConsoleSession(app)
     app.runtime = runtime
     runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
+    if app.settings.gpu_probe:
+        from backend.cluster.gpu_probe import GpuProbe
+
+        runtime.probe = GpuProbe(runtime.client, readonly=app.settings.readonly,
+                                 lease_timeout_s=app.settings.gpu_probe_lease_timeout_s,
+                                 on_status=lambda text: runtime.post(Notice(text)))
+        app.run_worker(runtime.probe.run(), group="probe", exclusive=True, exit_on_error=False,
+                       description="the console's GPU probe")
     app.run_worker(_telemetry(runtime), group="telemetry", exclusive=True, exit_on_error=False,
                    description="cluster telemetry")
     app.run_worker(_run(runtime, app.job), group="run", exclusive=True, exit_on_error=False,
@@ -327,6 +341,8 @@ async def _telemetry(rt: ConsoleSession) -> None:
     from backend.cluster.telemetry import TelemetryPoller
 
     poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
+    poller.use_probe(rt.probe)
+    roles_at = -ROLES_EVERY_S
     lost: str | None = None  # the fault's text while the dashboard is lost
     while True:
         if not wants_telemetry(rt.app):
@@ -334,6 +350,13 @@ async def _telemetry(rt: ConsoleSession) -> None:
             continue
         started = time.monotonic()
         poller.watch_job(rt.controller.job)  # miles' own GPU streams first, where the run writes them
+        job = rt.controller.job
+        if rt.probe is not None and job is not None and not job.is_terminal and started - roles_at >= ROLES_EVERY_S:
+            from backend.cluster.leftovers import job_roles
+
+            roles_at = started
+            with contextlib.suppress(ConsoleError):  # the pane names the PIDs holding GPUs by the run's roles
+                poller.set_roles(await job_roles(rt.client, job))
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:
@@ -350,4 +373,4 @@ async def _telemetry(rt: ConsoleSession) -> None:
             for node in snap.dead_nodes:
                 rt.monitor.on_node_dead(node.node_id, node.death_reason)
             rt.maybe_post_alerts()
-        await asyncio.sleep(max(0.1, TELEMETRY_INTERVAL_S - (time.monotonic() - started)))
+        await poller.wait_next(max(0.1, TELEMETRY_INTERVAL_S - (time.monotonic() - started)))

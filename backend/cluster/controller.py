@@ -44,7 +44,7 @@ from backend.cluster.abort_policy import (
 )
 from backend.cluster.audit import AuditLog
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
-from backend.cluster.job_identity import active_runs, job_kind, latest_run
+from backend.cluster.job_identity import active_runs, is_console_tool, latest_run
 from backend.cluster.leftovers import (
     JobFootprint,
     Leftover,
@@ -428,7 +428,7 @@ class RunController:
         the PID still holds GPU memory and is the job's; refused while a run is active."""
         self._require_writable("cleanup")
         jobs = await self.client.list_jobs()
-        busy = [j for j in jobs if not j.is_terminal and job_kind(j) != "cleanup" and j.type != "DRIVER"]
+        busy = [j for j in jobs if not j.is_terminal and not is_console_tool(j) and j.type != "DRIVER"]
         if busy:
             raise RefusedError(f"cleanup refused: job {busy[0].id} is still {busy[0].status}; its processes "
                                "hold GPU memory legitimately (abort it first)")

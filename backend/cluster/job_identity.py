@@ -15,9 +15,11 @@ from typing import Literal
 
 from backend.cluster.dashboard import JobInfo
 
-JobKind = Literal["ours", "miles", "cleanup", "other"]
+JobKind = Literal["ours", "miles", "cleanup", "probe", "other"]
 OURS_KEY = "ultra_console"
 CLEANUP_KEY = "ultra_console_cleanup"
+PROBE_KEY = "ultra_console_probe"
+CONSOLE_TOOLS: frozenset[JobKind] = frozenset({"cleanup", "probe"})
 TRAIN_SCRIPTS = ("train.py", "train_async.py")
 # Flags only miles' train.py takes; two of them make a python3 train.py entrypoint a miles run.
 MILES_FLAGS = frozenset({
@@ -48,11 +50,18 @@ def job_kind(job: JobInfo) -> JobKind:
     meta = job.metadata or {}
     if meta.get(CLEANUP_KEY):
         return "cleanup"
+    if meta.get(PROBE_KEY):
+        return "probe"
     if meta.get(OURS_KEY):
         return "ours"
     if is_miles_entrypoint(job.entrypoint or ""):
         return "miles"
     return "other"
+
+
+def is_console_tool(job: JobInfo) -> bool:
+    """One of the console's own helper jobs: it holds no GPU memory and is never a reason to wait."""
+    return job_kind(job) in CONSOLE_TOOLS
 
 
 def is_run(job: JobInfo) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
+from backend.sanitize import sanitize_text
 
 REAP_MARK = "ULTRA_CONSOLE_REAP "
 Identity = Literal["job", "unidentified", "exempt"]
@@ -78,13 +79,13 @@ class JobFootprint:
         return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers), listed)
 
 
-async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
-    """The job's footprint now: its driver and every actor Ray lists for it (state API), with their nodes and
-    PIDs; only the driver's node when Ray cannot say."""
-    workers: list[tuple[str, int]] = []
+async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[str, int, str]], bool]:
+    """(node id, pid, role) of the job's driver and of every actor Ray lists for it (state API), and whether Ray
+    answered the actor list."""
+    found: list[tuple[str, int, str]] = []
     driver = (job.model_extra or {}).get("driver_info")
     if job.driver_node_id and isinstance(driver, dict) and str(driver.get("pid") or "").isdigit():
-        workers.append((job.driver_node_id, int(driver["pid"])))
+        found.append((job.driver_node_id, int(driver["pid"]), "driver"))
     listed = False
     if job.job_id:
         with contextlib.suppress(ConsoleError):
@@ -92,10 +93,24 @@ async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
                 "detail": 1, "limit": 10000, "filter_keys": "job_id", "filter_predicates": "=",
                 "filter_values": job.job_id}, what=f"the actors of job {job.id}")
             rows = ((data or {}).get("data") or {}).get("result", {}).get("result") or []
-            workers += [(str(a["node_id"]), int(a["pid"])) for a in rows
-                        if isinstance(a, dict) and a.get("node_id") and a.get("pid")]
+            found += [(str(a["node_id"]), int(a["pid"]), str(a.get("class_name") or "actor")) for a in rows
+                      if isinstance(a, dict) and a.get("node_id") and a.get("pid")]
             listed = True
-    return JobFootprint.of(job, workers, listed=listed)
+    return found, listed
+
+
+async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
+    """The job's footprint now: its driver and every actor Ray lists for it (state API), with their nodes and
+    PIDs; only the driver's node when Ray cannot say."""
+    found, listed = await _job_processes(client, job)
+    return JobFootprint.of(job, [(node, pid) for node, pid, _ in found], listed=listed)
+
+
+async def job_roles(client: RayClient, job: JobInfo) -> dict[str, str]:
+    """"<node id>:<pid>" -> role (the driver, or its actor's class) of the job's processes Ray lists now: how the
+    GPU pane names the PIDs holding GPUs."""
+    found, _ = await _job_processes(client, job)
+    return {f"{node}:{pid}": sanitize_text(role)[:40] for node, pid, role in found}
 
 
 @dataclass(frozen=True)

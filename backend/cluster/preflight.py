@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backend.cluster.dashboard import JobInfo
-from backend.cluster.job_identity import active_runs, job_kind, run_id_of
+from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
 from backend.cluster.telemetry import ClusterSnapshot, snapshot
 from backend.plan.checks import Finding
 from backend.plan.spec import RunSpec
@@ -64,7 +64,7 @@ def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
 
 
 def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
-    if any(not j.is_terminal and job_kind(j) != "cleanup" for j in jobs):
+    if any(not j.is_terminal and not is_console_tool(j) for j in jobs):
         return []  # memory held now may be that job's; P3 speaks about it
     out: list[Finding] = []
     for node_id, held in snap.gpu_holders().items():

@@ -16,9 +16,11 @@ project's test machines the logical GPUs exist without any NVML behind them. Rea
 age (`telemetry_age_s`, `stale`, and `age_at(now)` as time passes): on a real H200 the summary lags
 5-8 s behind NVML and can freeze, so a reading older than two reporter periods (10 s) is stale.
 
-Where a run writes miles' own per-GPU samples (`--use-miles-dashboard`, 1 s; backend.cluster.
-miles_gpu_streams), a node's GPUs come from those first and from Ray's reporter second, and the node
-says which (`gpu_source`).
+A node's GPUs come from the freshest source it has, in this order, and the node says which (`gpu_source`):
+the console's own GPU probe (NVML once a second, followed through its job log; backend.cluster.gpu_probe),
+miles' own per-GPU samples where a run writes them (`--use-miles-dashboard`; backend.cluster.miles_gpu_streams),
+Ray's reporter. Each source is stale past its own normal cadence (`STALE_LIMITS_S`): miles' sampler hands samples
+over every 5 s and its store flushes every 5 s, so a 10 s old sample is normal there, not stale.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo
+    from backend.cluster.gpu_probe import GpuProbe, ProbeReading
     from backend.cluster.miles_gpu_streams import GpuSample, MilesGpuStreams
 
 REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
@@ -42,8 +45,12 @@ STALE_AFTER_S = 2 * REPORTER_PERIOD_S
 # Where the GPU numbers come from, shown with them: NVML's memory info counts reserved memory, so
 # it reads higher than nvidia-smi's per-process figures (ray.md §8: 1625 vs 1011 MiB).
 GPU_SOURCE = "Ray reporter (NVML, every 5 s; memory incl. reserved, MiB)"
-GpuSource = Literal["ray", "miles"]
-SOURCE_LABELS: dict[str, str] = {"ray": "Ray reporter", "miles": "miles dashboard"}
+GpuSource = Literal["ray", "miles", "probe"]
+SOURCE_LABELS: dict[str, str] = {"ray": "Ray reporter", "miles": "miles dashboard", "probe": "GPU probe"}
+# Past these ages a reading is stale: two periods of each source's normal cadence (the probe samples every 1 s;
+# miles' newest sample on disk is normally up to 5 s push + 5 s flush old; Ray's reporter reads every 5 s).
+STALE_LIMITS_S: dict[str, float] = {"probe": 5.0, "miles": 20.0, "ray": STALE_AFTER_S}
+PROBE_COALESCE_S = 0.05  # one probe print carries every node within a few ms: one snapshot for the burst
 DEFAULT_INTERVAL_S = 2.5
 # Ray's reporter refreshes every 5 s and the summary is cached 2 s: asking more often than this
 # returns the last snapshot without a request, whatever interval a caller polls at.
@@ -72,6 +79,8 @@ class GpuSnapshot(BaseModel):
     mem_used_mb: int = 0
     mem_total_mb: int = 0
     processes: list[GpuProcess] = Field(default_factory=list)
+    power_w: int | None = None
+    temp_c: int | None = None
 
 
 class NodeSnapshot(BaseModel):
@@ -93,6 +102,7 @@ class NodeSnapshot(BaseModel):
     telemetry_age_s: float | None = None  # seconds since the reading was taken, as of the snapshot
     stale: bool = False
     gpu_source: GpuSource = "ray"
+    gpu_note: str = ""  # why there are no GPU readings (e.g. the probe found no NVML there)
 
     @property
     def short_id(self) -> str:
@@ -114,6 +124,10 @@ class ClusterSnapshot(BaseModel):
     taken_at: float = 0.0  # epoch seconds (console clock)
     ray_version: str | None = None
     gpu_source: str = GPU_SOURCE
+    roles: dict[str, str] = Field(default_factory=dict)  # "<node id>:<pid>" -> the attached job's role for it
+
+    def role_of(self, node_id: str, pid: int) -> str:
+        return self.roles.get(f"{node_id}:{pid}", "")
 
     @property
     def alive_nodes(self) -> list[NodeSnapshot]:
@@ -134,7 +148,7 @@ class ClusterSnapshot(BaseModel):
 
     def stale_at(self, node: NodeSnapshot, now: float) -> bool:
         age = self.age_at(node, now)
-        return node.stale or (age is not None and age > STALE_AFTER_S)
+        return node.stale or (age is not None and age > STALE_LIMITS_S[node.gpu_source])
 
     def oldest_age(self, now: float) -> float | None:
         """The age of the oldest GPU reading of an alive node at `now` (None: no reading carries an age)."""
@@ -261,19 +275,46 @@ def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] |
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
 
-def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
-                       ) -> ClusterSnapshot:
-    """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh (one
-    source per node, so the pane never flips between them); Ray's memory totals and process lists are kept.
-    Pure."""
+def with_probe_readings(snap: ClusterSnapshot, readings: dict[str, ProbeReading], now: float) -> ClusterSnapshot:
+    """`snap` with each alive node's GPUs from the console's probe (by node id) wherever its reading is fresh:
+    utilisation, memory, power, temperature and the processes holding each GPU as NVML read them a moment ago.
+    A node where the probe found no NVML says so. Pure."""
     nodes = []
     for node in snap.nodes:
-        mine = samples.get(node.ip) if node.alive and node.ip else None
+        mine = readings.get(node.node_id) if node.alive else None
+        age = max(0.0, now - mine.ts) if mine is not None else None
+        if mine is None or age is None or age > STALE_LIMITS_S["probe"]:
+            nodes.append(node)
+            continue
+        gpus = None if mine.gpus is None else [
+            GpuSnapshot(index=g.index, name=known.name if (known := _gpu(node, g.index)) else "",
+                        uuid=known.uuid if known else "", utilization_pct=g.util, mem_used_mb=g.mem_used_mb,
+                        mem_total_mb=g.mem_total_mb, processes=[GpuProcess(p.pid, p.mem_mb) for p in g.processes],
+                        power_w=g.power_w, temp_c=g.temp_c)
+            for g in mine.gpus]
+        nodes.append(node.model_copy(update={
+            "gpus": gpus or None, "telemetry_age_s": age, "stale": False, "gpu_source": "probe",
+            "gpu_note": f"no NVML: {mine.nvml}" if mine.gpus is None else ""}))
+    return snap.model_copy(update={"nodes": nodes, "taken_at": now})
+
+
+def _gpu(node: NodeSnapshot, index: int) -> GpuSnapshot | None:
+    return next((g for g in node.gpus or () if g.index == index), None)
+
+
+def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
+                       ) -> ClusterSnapshot:
+    """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh and no
+    fresher source (the probe) has the node (one source per node, so the pane never flips between them); Ray's
+    memory totals and process lists are kept. Pure."""
+    nodes = []
+    for node in snap.nodes:
+        mine = samples.get(node.ip) if node.alive and node.ip and node.gpu_source == "ray" else None
         if not mine:
             nodes.append(node)
             continue
         age = max(0.0, now - min(s.ts for s in mine.values()))
-        if age > STALE_AFTER_S:  # miles' samples stopped: Ray's reporter, with its own age
+        if age > STALE_LIMITS_S["miles"]:  # miles' samples stopped: Ray's reporter, with its own age
             nodes.append(node)
             continue
         known = {g.index: g for g in node.gpus or []}
@@ -319,6 +360,27 @@ class TelemetryPoller:
         self._ray_snap: ClusterSnapshot | None = None
         self._streams: MilesGpuStreams | None = None
         self._dump_dir: Path | None = None
+        self._probe: GpuProbe | None = None
+        self._roles: dict[str, str] = {}
+
+    def set_roles(self, roles: dict[str, str]) -> None:
+        """Name the attached job's processes ("<node id>:<pid>" -> role) wherever the snapshot lists them."""
+        self._roles = dict(roles)
+
+    def use_probe(self, probe: GpuProbe | None) -> None:
+        """Take each node's GPUs from the console's probe first, wherever its reading is fresh."""
+        self._probe = probe
+
+    async def wait_next(self, timeout_s: float) -> None:
+        """Sleep until the probe has a new reading (then a few ms more, for the rest of its burst) or `timeout_s`."""
+        probe = self._probe
+        if probe is None:
+            await asyncio.sleep(timeout_s)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(probe.updated.wait(), timeout_s)
+            await asyncio.sleep(PROBE_COALESCE_S)
+        probe.updated.clear()
 
     def watch_job(self, job: JobInfo | None) -> None:
         """Read miles' GPU streams of `job`'s dump directory, when it writes them, before Ray's reporter."""
@@ -330,10 +392,15 @@ class TelemetryPoller:
             self._streams = MilesGpuStreams(found) if found is not None else None
 
     def _merged(self, snap: ClusterSnapshot) -> ClusterSnapshot:
-        streams = self._streams
-        if streams is None or not streams.present:
-            return snap
-        return with_miles_samples(snap, streams.poll(), time.time())
+        now = time.time()
+        probe, streams = self._probe, self._streams
+        if probe is not None and probe.readings:
+            snap = with_probe_readings(snap, probe.readings, now)
+        if streams is not None and streams.present:
+            snap = with_miles_samples(snap, streams.poll(), now)
+        if self._roles != snap.roles:
+            snap = snap.model_copy(update={"roles": self._roles})
+        return snap
 
     def stop(self) -> None:
         self._stopped.set()

@@ -42,8 +42,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cluster_env(tmp: Path, token: str | None = None) -> dict[str, str]:
-    """Environment of the server and thereby of every Ray process it starts."""
+def cluster_env(tmp: Path, token: str | None = None, *, fake_gpus: bool = True) -> dict[str, str]:
+    """Environment of the server and thereby of every Ray process it starts (`fake_gpus=False`: the host's real
+    NVML, for a bench on a GPU machine)."""
     env = dict(os.environ)
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
@@ -57,7 +58,8 @@ def cluster_env(tmp: Path, token: str | None = None) -> dict[str, str]:
         "RAY_health_check_period_ms": "1000",
         "RAY_health_check_failure_threshold": "5",
         "RAY_DEDUP_LOGS": env.get("RAY_DEDUP_LOGS", "1"),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(FAKEGPU_DIR), str(REPO), env.get("PYTHONPATH")) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(FAKEGPU_DIR) if fake_gpus else "", str(REPO),
+                                                  env.get("PYTHONPATH")) if p),
         "PATH": bindir + os.pathsep + env.get("PATH", ""),  # `python3` in entrypoints = this venv
         "FAKE_GPU_DIR": str(tmp / "fakegpu"),
         "FAKE_GPU_COUNT": env.get("FAKE_GPU_COUNT", "8"),
@@ -82,8 +84,8 @@ class LocalRayCluster:
 
     @classmethod
     def start(cls, *, workers: int = 2, gpus: int = 8, token: str | None = None,
-              timeout: float = 180.0) -> LocalRayCluster:
-        """Start head + `workers` nodes with `gpus` logical (fake) GPUs each."""
+              timeout: float = 180.0, fake_gpus: bool = True) -> LocalRayCluster:
+        """Start head + `workers` nodes with `gpus` logical (fake, unless `fake_gpus=False`) GPUs each."""
         t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: unix socket paths <= 107 chars
         (tmp / "fakegpu").mkdir()
@@ -91,7 +93,7 @@ class LocalRayCluster:
                "--gpus", str(gpus), "--tmp", str(tmp)]
         log = open(tmp / "server.log", "w")
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                text=True, env=cluster_env(tmp, token), start_new_session=True)
+                                text=True, env=cluster_env(tmp, token, fake_gpus=fake_gpus), start_new_session=True)
         log.close()
         try:
             info = _read_reply(proc, timeout, tmp)

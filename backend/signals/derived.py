@@ -160,13 +160,43 @@ def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float |
     return (zero_pct or 0.0) + (one_pct or 0.0)
 
 
+# Engine gauges that are fractions or per-request latencies: a mean over an engine's dp ranks, then over the
+# engines, never a sum (three engines at 40 % token usage are at 40 %, not 120 %; miles-run-output.md §4.3).
+AVERAGED_ENGINE_GAUGES = ("token_usage", "cache_hit_rate", "kv_transfer_latency")
+
+
+def is_averaged_gauge(metric: str) -> bool:
+    """True for an engine metric (`sglang_token_usage`, `sglang_kv_transfer_latency_ms`, ...) that is averaged."""
+    return metric.removeprefix("sglang_").startswith(AVERAGED_ENGINE_GAUGES)
+
+
+def engine_totals(values: dict[tuple[str, str, str], float]) -> dict[str, float]:
+    """(engine addr, metric, labels) -> newest value, folded per metric: averaged gauges as the mean of each
+    engine's mean over its dp ranks, every other gauge or counter summed over engines and ranks."""
+    per_engine: dict[str, dict[str, list[float]]] = {}
+    for (addr, metric, _labels), value in values.items():
+        if math.isfinite(value):
+            per_engine.setdefault(metric, {}).setdefault(addr, []).append(value)
+    out: dict[str, float] = {}
+    for metric, engines in per_engine.items():
+        if is_averaged_gauge(metric):
+            out[metric] = statistics.fmean(statistics.fmean(v) for v in engines.values())
+        else:
+            out[metric] = sum(sum(v) for v in engines.values())
+    return dict(sorted(out.items()))
+
+
 class Telemetry:
-    """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges."""
+    """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges.
+
+    A phase's close is matched to its open by `t0`: miles sends an open marker at once and closes in batches, so a
+    close can arrive after the next open of the same name on the same rank (miles-run-output.md §4.3)."""
 
     def __init__(self, history: int = 256) -> None:
         self.gpus: dict[tuple[str, int], dict[str, float]] = {}
         self.phase_durations: dict[str, deque[float]] = {}
         self.open_phases: dict[tuple[str, int, str, str], float] = {}
+        self._closed_t0: dict[tuple[str, int, str, str], float] = {}  # the newest closed t0 per phase key
         self.engines: dict[tuple[str, str, str], float] = {}
         self.ranks = RankPhases()  # per-rank spans and rounds (the timeline, stragglers)
         self.last_ts = math.nan
@@ -184,11 +214,13 @@ class Telemetry:
                      str(p.get("role")), name)
             self.ranks.add_event(p)
             if t1 == -1.0:
-                self.open_phases[phase] = t0
+                if t0 > self._closed_t0.get(phase, -math.inf):  # not an open whose close came first
+                    self.open_phases[phase] = t0
                 self._seen(t0)
             elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-                if self.open_phases.get(phase) == t0:  # a late close of the previous one leaves the new open
-                    self.open_phases.pop(phase)
+                if self.open_phases.get(phase) == t0:  # the close of this open, not of an earlier one
+                    del self.open_phases[phase]
+                self._closed_t0[phase] = max(t0, self._closed_t0.get(phase, -math.inf))
                 self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
                 self._seen(t1)
         for e in batch.engine_series:
@@ -224,11 +256,7 @@ class Telemetry:
                                    "open_s": now - t0 if math.isfinite(now) else None}
                                   for k, t0 in sorted(self.open_phases.items())]
         if self.engines:
-            sums: dict[str, float] = {}
-            for (_addr, metric, _labels), value in self.engines.items():
-                if math.isfinite(value):
-                    sums[metric] = sums.get(metric, 0.0) + value
-            out["engines"] = {"count": len({k[0] for k in self.engines}), "totals": dict(sorted(sums.items()))}
+            out["engines"] = {"count": len({k[0] for k in self.engines}), "totals": engine_totals(self.engines)}
         return out
 
 

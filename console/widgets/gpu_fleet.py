@@ -68,10 +68,12 @@ class NodeRow:
 
 @dataclass(frozen=True)
 class FleetHeader:
-    """What the header says about the readings themselves: where they come from and how old the oldest is."""
+    """What the header says about the readings themselves: where they come from and how old the oldest is; and,
+    where the console's probe reads a node, which processes hold its GPUs (drawn below the rows when room is left)."""
 
     sources: tuple[str, ...] = ()
     oldest_age_s: int | None = None
+    holders: tuple[str, ...] = ()
 
 
 def fleet_rows(snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
@@ -86,7 +88,7 @@ def fleet_rows(snapshot: ClusterSnapshot | None, now: float | None = None, gpus_
         gpus = None if node.gpus is None else tuple(
             GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
         expected = len(gpus) if gpus else int(node.logical_gpus_total) or gpus_per_node
-        note = "" if node.alive else (node.death_reason or "dead")
+        note = node.gpu_note if node.alive else (node.death_reason or "dead")
         age, stale = snapshot.age_at(node, at), snapshot.stale_at(node, at)
         rows.append(NodeRow(label, node.alive, gpus, note, expected, stale,
                             int(age) if stale and age is not None else None))
@@ -97,7 +99,36 @@ def fleet_header(snapshot: ClusterSnapshot | None, now: float | None = None) -> 
     if snapshot is None:
         return FleetHeader()
     oldest = snapshot.oldest_age(snapshot.taken_at if now is None else now)
-    return FleetHeader(snapshot.sources, None if oldest is None else int(oldest))
+    return FleetHeader(snapshot.sources, None if oldest is None else int(oldest), gpu_holders(snapshot))
+
+
+def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    """"<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest first,
+    named by the attached job's role for it where Ray lists one (only the probe's list: Ray's reporter's is seconds
+    old and, on some drivers, empty; ray.md §8)."""
+    found: list[tuple[int, str]] = []
+    for node in snapshot.alive_nodes:
+        if node.gpu_source != "probe":
+            continue
+        label = node.name or node.hostname or node.ip or node.short_id
+        for gpu in node.gpus or ():
+            for proc in gpu.processes:
+                if proc.mem_mb > 0:
+                    role = snapshot.role_of(node.node_id, proc.pid)
+                    found.append((proc.mem_mb, f"{label} g{gpu.index} pid {proc.pid}{f' {role}' if role else ''} "
+                                               f"{proc.mem_mb / 1024:.0f}G"))
+    return tuple(text for _, text in sorted(found, key=lambda item: -item[0]))
+
+
+def _holders_line(holders: Sequence[str], width: int) -> list[Segment]:
+    """As many holders as `width` takes, then how many more."""
+    text = "GPU holders (probe): "
+    for i, item in enumerate(holders):
+        more = f" +{len(holders) - i} more"
+        if len(text) + len(item) + 2 + (len(more) if i + 1 < len(holders) else 0) > width:
+            return [Segment(text.rstrip(", ") + more, _DIM)]
+        text += item + ", "
+    return [Segment(text.rstrip(", "), _DIM)]
 
 
 # ---------------------------------------------------------------- styles (built once)
@@ -231,7 +262,8 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
         return [Segment(("✗" + label)[:lw], _LABEL_DEAD), Segment(f" dead: {row.note} "[: g * FULL.cell], _DEAD)]
     segs = [Segment(label, _UNKNOWN if row.stale else _LABEL)]
     if row.gpus is None or row.stale:
-        text = " no telemetry " if row.gpus is None else f" stale: last reading {_age(row)} ago "
+        text = (f" {row.note} " if row.note else " no telemetry ") if row.gpus is None else (
+            f" stale: last reading {_age(row)} ago ")
         segs.append(Segment(text.ljust(g * FULL.cell - 1)[: g * FULL.cell - 1], _UNKNOWN))
         return segs
     for cell in row.gpus:
@@ -303,6 +335,8 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int, header: FleetH
     if mode is FULL:
         lw = _label_width(rows)
         lines.extend(_full_row(r, lw, g) for r in rows)
+        if header is not None and header.holders and len(lines) < height:  # only into room left over
+            lines.append(_holders_line(header.holders, width))
         return mode, lines
     iw = _index_width(len(rows))
     segs: list[Segment]
@@ -353,7 +387,7 @@ class GpuFleet(ScrollView, can_focus=False):
         self._key: tuple[tuple[NodeRow, ...], FleetHeader, int, int] | None = None
         self.mode: Mode = FULL
         self._wanted = -1  # the height last asked for (see _check_height)
-        self._shape: tuple[int, ...] = ()
+        self._shape: tuple[int | bool, ...] = ()
 
     @property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -377,11 +411,12 @@ class GpuFleet(ScrollView, can_focus=False):
             return
         room = max(3, int(parent.size.height * self.max_share))
         rows = self._rows
-        shape = (len(rows), _gpus_per_node(rows), _label_width(rows), self.size.width, room)
+        holders = bool(self._header.holders)  # a holders line below the rows, where room is left
+        shape = (len(rows), _gpus_per_node(rows), _label_width(rows), self.size.width, room, holders)
         if shape == self._shape:
             return
         self._shape = shape
-        wanted = min(len(build_lines(rows, self.size.width or 80, room)[1]), room)
+        wanted = min(len(build_lines(rows, self.size.width or 80, room, self._header)[1]), room)
         if wanted != self._wanted:
             self._wanted = wanted
             self.refresh(layout=True)
@@ -391,7 +426,7 @@ class GpuFleet(ScrollView, can_focus=False):
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """As tall as the richest layout that fits `max_share` of the room offered (`height: auto`)."""
-        _, lines = build_lines(self._rows, width or 80, max(3, int(container.height * self.max_share)))
+        _, lines = build_lines(self._rows, width or 80, max(3, int(container.height * self.max_share)), self._header)
         return min(len(lines), max(3, int(container.height * self.max_share)))
 
     def _rebuild(self) -> bool:

@@ -111,3 +111,30 @@ def test_a_stale_node_is_drawn_stale_not_as_its_last_values():
     assert all("stale: last reading" in row for row in later[1:])
     _, compact = _lines(snap, 80, 4)  # one character per node: a stale node is "~"
     assert "~" in "".join(compact[1:])
+
+
+def test_the_probe_names_the_processes_holding_gpus_and_a_node_without_nvml():
+    """Where the console's probe reads a node, the pane lists which PIDs hold its GPUs (biggest first, named by the
+    run's role for them), in the room left below the rows; a node where the probe found no NVML says so."""
+    from backend.cluster.gpu_probe import parse_reading
+    from backend.cluster.telemetry import with_probe_readings
+
+    snap = snapshot(4, 8, dead=(), no_telemetry=())
+    head, other = snap.nodes[0], snap.nodes[1]
+    now = snap.taken_at
+    readings = {
+        head.node_id: parse_reading({"k": "s", "n": head.node_id, "t": now, "g": [
+            [0, 97, 61440, 143771, 612, 45, [[52001, 60825]]], [1, 90, 41440, 143771, 600, 44, [[52002, 40960]]]]}),
+        other.node_id: parse_reading({"k": "s", "n": other.node_id, "t": now, "nvml": "no NVML (or AMD SMI) answers"}),
+    }
+    merged = with_probe_readings(snap, readings, now).model_copy(
+        update={"roles": {f"{head.node_id}:52001": "MegatronTrainRayActor"}})
+    _, lines = build_lines(fleet_rows(merged), 80, 10, fleet_header(merged))
+    text = [line_text(segs) for segs in lines]
+    assert "GPU probe" in text[0] and "Ray reporter" in text[0]
+    assert "no NVML" in text[2] and "%" not in text[2]
+    assert text[-1] == "GPU holders (probe): node-00 g0 pid 52001 MegatronTrainRayActor 59G +1 more"
+    _, wide = build_lines(fleet_rows(merged), 120, 10, fleet_header(merged))
+    assert line_text(wide[-1]).endswith("MegatronTrainRayActor 59G, node-00 g1 pid 52002 40G")  # biggest first
+    _, tight = build_lines(fleet_rows(merged), 80, 5, fleet_header(merged))
+    assert not any("GPU holders" in line_text(segs) for segs in tight)  # never at the cost of a node's row

@@ -87,8 +87,11 @@ def test_miles_samples_first_ray_second(tmp_path: Path) -> None:
     assert [g.utilization_pct for g in node.gpus or []] == [97, 50]
     assert node.gpus and node.gpus[0].mem_total_mb == 143771  # Ray's total kept
     assert merged.sources == ("miles dashboard",)
-    # miles' samples gone quiet for longer than two reporter periods: Ray's fresher reading is shown
-    late = with_miles_samples(_snap(3.0, taken_at=T + 12), streams.poll(), T + 12)
+    # 13 s old is normal at miles' defaults (sampler push 5 s + store flush 5 s): still miles', not stale
+    normal = with_miles_samples(_snap(3.0, taken_at=T + 12), streams.poll(), T + 12)
+    assert normal.nodes[0].gpu_source == "miles" and not normal.stale_at(normal.nodes[0], T + 12)
+    # miles' samples gone quiet for longer than two of its periods: Ray's fresher reading is shown
+    late = with_miles_samples(_snap(3.0, taken_at=T + 22), streams.poll(), T + 22)
     assert late.nodes[0].gpu_source == "ray" and late.sources == ("Ray reporter",)
 
 

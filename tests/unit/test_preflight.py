@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from backend.cluster.dashboard import JobInfo
 from backend.cluster.job_identity import active_runs, is_miles_entrypoint, job_kind, latest_run
 from backend.cluster.preflight import ClusterFacts, check_cluster
@@ -122,3 +124,19 @@ def test_job_identity() -> None:
     cleanup = JobInfo(submission_id="k", status="RUNNING", metadata={"ultra_console_cleanup": "cleanup"},
                       entrypoint="python3 -c ...", start_time=100)
     assert job_kind(cleanup) == "cleanup" and latest_run([*jobs, cleanup]).id == "b"
+
+
+def test_the_console_gpu_probe_is_no_run_and_no_reason_to_wait() -> None:
+    """The console's GPU probe runs for as long as consoles are attached: preflight must still allow a launch (no
+    P3), and still say what holds GPU memory (old code: any active non-cleanup job silenced P2)."""
+    from backend.cluster.gpu_probe import probe_submission
+
+    payload = probe_submission("00" + "ab" * 27, Path("/tmp/leases"), lease_timeout_s=45, interval_s=1, max_age_s=3600)
+    probe = JobInfo(submission_id=payload["submission_id"], status="RUNNING", entrypoint=payload["entrypoint"],
+                    metadata=payload["metadata"], start_time=5, type="SUBMISSION")
+    assert job_kind(probe) == "probe" and latest_run([probe]) is None and active_runs([probe]) == []
+    assert probe.id.startswith("ultra-console-gpu-probe-")  # visibly the console's in `ray job list`
+    nodes = [node(0, procs=[GpuProcess(4242, 50000)]), node(1)]
+    out = check_cluster(spec(), facts(nodes, [probe]), exists=everything_exists)
+    assert "P3" not in rules(out) and not [f for f in out if f.severity == "error"]
+    assert any(f.rule == "P2" and "pid 4242" in f.message for f in out)

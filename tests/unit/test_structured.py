@@ -98,3 +98,62 @@ def test_sources_per_chart(tmp_path):
     assert chart_source(sources, ["train/ppo_kl", "rollout/raw_reward"]) == "events+log"
     assert chart_source(sources, ["rollout/raw_reward"]) == "events"
     assert chart_source(sources, ["perf/step_time"]) == ""
+
+
+def _telemetry_of(dump, writes):
+    """The run's dashboard streams written through the simulated trainer's copy of miles' store (one flush per
+    group of `writes`, as miles' collector flushes), read back as the console reads them."""
+    from backend.demo.simtrainer.dashboard import DashboardStore
+    from backend.signals.derived import Telemetry
+    from backend.signals.dump_reader import DumpReader
+
+    store, reader, tel = DashboardStore(dump / "dashboard"), DumpReader(dump, wait=True), Telemetry()
+    for group in writes:
+        for stream, record in group:
+            store.append(stream, record)
+        store.flush()
+        tel.add(reader.poll())
+    return tel
+
+
+def test_a_late_close_never_closes_the_next_open_of_the_same_phase(tmp_path):
+    """miles sends an open marker at once and closes in batches: the close of rollout 1 can land after the open of
+    rollout 2 (old code: popped the phase on any close, so rollout 2 read as closed while it ran)."""
+    lane = {"node": "10.0.0.1", "gpus": [], "rank": -1, "role": "rollout_manager"}
+    tel = _telemetry_of(tmp_path, [
+        [("phases", {"name": "rollout", "t0": 100.0, "t1": -1.0, **lane})],
+        [("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane}),     # rollout 2 opens ...
+         ("phases", {"name": "rollout", "t0": 100.0, "t1": 129.5, **lane})],   # ... before rollout 1's close
+    ])
+    assert tel.open_phases == {("10.0.0.1", -1, "rollout_manager", "rollout"): 130.0}
+    assert list(tel.phase_durations["rollout"]) == [29.5]
+    tel2 = _telemetry_of(tmp_path / "b", [
+        [("phases", {"name": "rollout", "t0": 130.0, "t1": 160.0, **lane})],
+        [("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane})],  # an open read after its own close
+    ])
+    assert tel2.open_phases == {}
+
+
+def test_fraction_gauges_are_averaged_over_engines_and_dp_ranks_never_summed(tmp_path):
+    """token_usage, cache_hit_rate and kv_transfer_latency are per-engine fractions/latencies: two engines (one with
+    two dp ranks) at 0.4/0.6 and 0.5 read 0.5 (mean of the engine means), not 1.5 (old code summed everything);
+    counters and request gauges are still summed."""
+    ts = 1755771600.0
+
+    def row(addr: str, metric: str, value: float, dp: str) -> tuple[str, dict[str, object]]:
+        return ("engine_series", {"ts": ts, "addr": addr, "metric": metric, "labels": {"dp_rank": dp}, "value": value})
+
+    a, b = "http://10.0.0.1:15000", "http://10.0.0.2:15000"
+    tel = _telemetry_of(tmp_path, [[
+        row(a, "sglang_token_usage", 0.4, "0"), row(a, "sglang_token_usage", 0.6, "1"),
+        row(b, "sglang_token_usage", 0.5, "0"),
+        row(a, "sglang_cache_hit_rate", 0.2, "0"), row(b, "sglang_cache_hit_rate", 0.8, "0"),
+        row(a, "sglang_kv_transfer_latency_ms", 10.0, "0"), row(b, "sglang_kv_transfer_latency_ms", 30.0, "0"),
+        row(a, "sglang_num_running_reqs", 16.0, "0"), row(a, "sglang_num_running_reqs", 4.0, "1"),
+        row(b, "sglang_num_running_reqs", 8.0, "0"),
+    ]])
+    totals = tel.summary(ts)["engines"]["totals"]
+    assert math.isclose(totals["sglang_token_usage"], 0.5)
+    assert math.isclose(totals["sglang_cache_hit_rate"], 0.5)
+    assert math.isclose(totals["sglang_kv_transfer_latency_ms"], 20.0)
+    assert totals["sglang_num_running_reqs"] == 28.0

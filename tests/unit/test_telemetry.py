@@ -107,7 +107,7 @@ def test_json_round_trip_is_stable() -> None:
     snap = parse_nodes_summary(load("nodes_summary_fakegpu.json"), taken_at=5.0, ray_version="2.60.0")
     text = snap.to_json()
     data = json.loads(text)
-    assert set(data) == {"nodes", "taken_at", "ray_version", "gpu_source"}
+    assert set(data) == {"nodes", "taken_at", "ray_version", "gpu_source", "roles"}
     assert set(data["nodes"][0]) >= {"node_id", "ip", "hostname", "alive", "state", "death_reason", "is_head",
                                      "gpus", "logical_gpus_total", "logical_gpus_used"}
     assert set(data["nodes"][0]["gpus"][0]) >= {"index", "name", "utilization_pct", "mem_used_mb",

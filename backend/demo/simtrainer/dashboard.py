@@ -29,7 +29,7 @@ from typing import Any
 from backend.demo.simtrainer.fakegpu.fakenvml import fake_gpus
 
 COLLECTOR_NAME = "miles_dashboard_collector"
-PARTITIONED = ("gpu_util", "gpu_processes", "phases")
+PARTITIONED = ("gpu_util", "gpu_processes", "phases", "engine_series")  # miles store.py: hour partitions
 FLAT = ("metrics",)
 PROCESS_SAMPLE_S = 5.0
 SAMPLER_PUSH_S = 5.0

@@ -12,8 +12,14 @@ every report (every 5 s); the simulated trainer's miles-dashboard sampler reads 
 import sys
 from typing import Any
 
+PROBE_NODE_ENV = "ULTRA_CONSOLE_GPU_PROBE_NODE"  # the console's GPU probe's sampler actors (gpu_probe_job.py)
+
 
 def _node_id_from_argv(argv: list[str]) -> str:
+    import os
+
+    if os.environ.get(PROBE_NODE_ENV):
+        return os.environ[PROBE_NODE_ENV]
     for i, arg in enumerate(argv):
         if arg.startswith("--node-id="):
             return arg.split("=", 1)[1]
@@ -39,9 +45,18 @@ def _install() -> None:
     cls.get_gpu_utilization = lambda self: fake_gpus(node_id)
 
 
-# The dashboard agent (telemetry), and the console's GPU kill job (backend/cluster/reaper_job.py, marked
-# `--gpu-reaper`), which asks NVML through Ray's same provider before killing a PID: both see one fake.
-if sys.argv and (sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py") or "--gpu-reaper" in sys.argv):
+def _reads_nvml() -> bool:
+    """The dashboard agent (telemetry), the console's GPU kill job (backend/cluster/reaper_job.py, marked
+    `--gpu-reaper`) and its GPU probe (backend/cluster/gpu_probe_job.py: the driver marked `--gpu-probe`, its sampler
+    actors by their environment) ask NVML through Ray's same provider: all see one fake."""
+    import os
+
+    return bool(sys.argv) and (sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py")
+                               or "--gpu-reaper" in sys.argv or "--gpu-probe" in sys.argv
+                               or bool(os.environ.get(PROBE_NODE_ENV)))
+
+
+if _reads_nvml():
     try:
         _install()
     except Exception as err:  # never keep the agent from starting
