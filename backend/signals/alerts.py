@@ -228,6 +228,10 @@ class AlertEngine:
 
     # ------------------------------------------------------------------ metric rules
 
+    def watches(self, key: str) -> bool:
+        """Whether any metric rule judges `key` (on_point does nothing for the others)."""
+        return key in self._by_metric
+
     def on_point(self, point: Point, series: Series | None) -> list[Alert]:
         """Evaluate the rules of `point.key`; call for every new or changed point."""
         fired = []

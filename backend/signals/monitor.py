@@ -92,7 +92,8 @@ class RunMonitor:
         return cls(facts=RunFacts.from_spec(spec), **kwargs)
 
     def _on_point(self, point: Point) -> None:
-        self.alerts.on_point(point, self.collector.series.get(point.key))
+        if self.alerts.watches(point.key):  # most keys have no rule: skip the call
+            self.alerts.on_point(point, self.collector.series.get(point.key))
 
     # ------------------------------------------------------------------ inputs
 

@@ -3,13 +3,16 @@ miles' newest bracket its rank (`actor_cell0_rank3`).
 
 Why: a stack dump knows a process by node and pid; the operator thinks in ranks. Keyed by (node IP, pid),
 because containers give processes on different nodes the same PIDs; a line from the driver's own node has no
-`ip=` in its prefix, so its IP is "" (the caller knows which node that is). One regex over a whole chunk.
+`ip=` in its prefix, so its IP is "" (the caller knows which node that is). The regex runs only on the lines
+holding `_cell` (found with str.find): a match never spans lines, so that finds the same matches.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from backend.signals.metrics import lines_containing
 
 _PREFIX_RANK = re.compile(r"\((?:\x1b\[[0-9;]*m)*[\w.]+ pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)(?:\x1b\[[0-9;]*m)* "
                           r"\[[^\]\n]* (?:actor|critic)_cell\d+_rank(?P<rank>\d+)\]")
@@ -19,10 +22,9 @@ ProcessRanks = dict[tuple[str, int], int]
 
 def add_ranks(into: ProcessRanks, text: str) -> None:
     """Learn (ip or "", pid) -> rank from every prefixed, ranked line of `text`."""
-    if "_rank" not in text:
-        return
-    for m in _PREFIX_RANK.finditer(text):
-        into[(m["ip"] or "", int(m["pid"]))] = int(m["rank"])
+    for line in lines_containing(text, "_cell"):
+        for m in _PREFIX_RANK.finditer(line):
+            into[(m["ip"] or "", int(m["pid"]))] = int(m["rank"])
 
 
 def process_ranks(lines: Iterable[str]) -> ProcessRanks:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 
 from backend.signals.actors import ENGINE, role_of
+from backend.signals.failures.anchors import AnchoredHints
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureCatalog, FailureKind, default_catalog
 from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.owner import (
@@ -56,6 +57,7 @@ class FailureScanner:
         self._tail: list[str] = []  # the previous chunk's last lines, for tracebacks that span chunks
         self._lines_before = 0
         self._hints = [(hint, kind) for kind in self.catalog.specific for hint in kind.hints]
+        self._anchors = AnchoredHints([hint for hint, _ in self._hints])
 
     # ------------------------------------------------------------------ input
 
@@ -69,8 +71,9 @@ class FailureScanner:
         else:
             flat = text.replace("\n", "")
         hits: dict[int, list[FailureKind | None]] = {}  # flat position -> kinds whose hint starts there
+        found = self._anchors.find_all(flat)
         for hint, kind in self._hints:
-            for pos in _find_all(flat, hint):
+            for pos in found.get(hint, ()):
                 hits.setdefault(pos, []).append(kind)
         generic = self.catalog.generic is not None
         if generic:
