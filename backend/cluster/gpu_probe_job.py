@@ -247,4 +247,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    # Past this point only Ray's driver teardown runs, with sampler streams still open on other nodes; it can end
+    # the process non-zero, and the job would read FAILED although the probe ended as it should.
+    os._exit(code)
