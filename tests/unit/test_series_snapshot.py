@@ -24,7 +24,8 @@ def test_reading_snapshots_while_a_thread_appends_for_seconds() -> None:
         n = 0
         # steps arrive out of order too (late workers): inserts in the middle, not only appends
         while not stop.is_set():
-            monitor.feed_text(_step_line(n) + _step_line(n // 2 if n % 3 == 0 else n + 1))
+            # as the store's listener feeds it (under the monitor's lock); the snapshots are read after it
+            monitor.on_log_lines(0, 2, _step_line(n) + _step_line(n // 2 if n % 3 == 0 else n + 1))
             n += 2
 
     old = sys.getswitchinterval()
