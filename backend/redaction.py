@@ -80,5 +80,7 @@ def check_token(token: str | None) -> None:
     bad = next((i for i, c in enumerate(token) if not 0x21 <= ord(c) <= 0x7E), None)
     if bad is not None:
         where = "ends with" if bad >= len(token.rstrip()) else "holds"
-        raise BadToken(f"the Ray auth token {where} a space or control character (at position {bad + 1} of "
-                       f"{len(token)}), which an HTTP header cannot carry; check --token / RAY_AUTH_TOKEN")
+        raise BadToken(
+            f"the Ray auth token {where} a space or control character (at position {bad + 1} of "
+            f"{len(token)}), which an HTTP header cannot carry; check --token / RAY_AUTH_TOKEN"
+        )

@@ -16,8 +16,13 @@ from typing import BinaryIO
 
 from backend.errors import ConsoleError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 class NotRegularFileError(ConsoleError):
@@ -26,16 +31,19 @@ class NotRegularFileError(ConsoleError):
 
 def kind_of(mode: int) -> str:
     """What a file of this mode is, in words ("a regular file" for one)."""
-    return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else
-                "not a regular file")
+    return next(
+        (name for test, name in _KINDS if test(mode)),
+        "a regular file" if stat.S_ISREG(mode) else "not a regular file",
+    )
 
 
 def refuse_special(path: str | os.PathLike[str], what: str = "file") -> None:
     """Raise NotRegularFileError unless `path` is a regular file (following symlinks); OSError as it comes."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise NotRegularFileError(f"{what} {path} is {kind_of(mode)}, not a regular file: refused (it could "
-                                  "block or never end)")
+        raise NotRegularFileError(
+            f"{what} {path} is {kind_of(mode)}, not a regular file: refused (it could block or never end)"
+        )
 
 
 def is_regular(path: str | os.PathLike[str]) -> bool:

@@ -79,7 +79,9 @@ def decode_bytes(data: bytes) -> str:
 # line carries (Ray's SGR colour around its prefix) goes with one literal-prefixed regex; if anything
 # unsafe is left, only the lines holding it go through `sanitize_text`.
 
-_SGR_BYTES = re.compile(rb"\x1b\[(?:2m\x1b\[36m|[0-9;]*m)")  # Ray wraps every prefix in \e[2m\e[36m: one match, not two
+_SGR_BYTES = re.compile(
+    rb"\x1b\[(?:2m\x1b\[36m|[0-9;]*m)"
+)  # Ray wraps every prefix in \e[2m\e[36m: one match, not two
 _UNSAFE_BYTES = frozenset((*range(0, 9), *range(11, 32), 0x7F))
 # UTF-8 of C1 controls (U+0080-U+009F) is 0xC2 0x80-0x9F; the bidi overrides start with 0xE2.
 _C1_LEAD, _BIDI_LEAD = 0xC2, 0xE2
@@ -142,4 +144,3 @@ def clean_chunk(data: bytes) -> bytes:
         last = end
     out.append(data[last:])
     return b"".join(out)
-

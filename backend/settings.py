@@ -60,7 +60,10 @@ def check_address(address: str) -> None:
 
 
 def config_path() -> Path:
-    return Path(os.environ.get("ULTRA_CONSOLE_CONFIG") or _xdg("XDG_CONFIG_HOME", ".config") / "ultra-console/config.toml")
+    return Path(
+        os.environ.get("ULTRA_CONSOLE_CONFIG")
+        or _xdg("XDG_CONFIG_HOME", ".config") / "ultra-console/config.toml"
+    )
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -20,8 +20,13 @@ def reexec_in_loopback_netns() -> None:
     os.execvp("unshare", ["unshare", "-n", "--", "bash", "-c", script, sys.executable, *sys.argv])
 
 
-def run_on_fresh_cluster(workers: int, bench: Callable[[LocalRayCluster], Awaitable[None]], *, gpus: int = 8,
-                         fake_gpus: bool = True) -> None:
+def run_on_fresh_cluster(
+    workers: int,
+    bench: Callable[[LocalRayCluster], Awaitable[None]],
+    *,
+    gpus: int = 8,
+    fake_gpus: bool = True,
+) -> None:
     """What every bench does: private netns, a fresh cluster checked for loopback, run, tear down."""
     reexec_in_loopback_netns()
     with LocalRayCluster.start(workers=workers, gpus=gpus, fake_gpus=fake_gpus) as rc:

@@ -57,8 +57,12 @@ def console(mode: str, nodes: int, hz: float):
             self.post_message(SnapshotArrived(snapshot(nodes, 8, phase=self.phase)))
 
     state = Path(tempfile.mkdtemp(prefix="uc-bench-"))
-    return Fed(Settings(state_dir=state, address="http://127.0.0.1:9"), start_workers=False, watchdog=False,
-               preview_run_id="260101-120000-000")
+    return Fed(
+        Settings(state_dir=state, address="http://127.0.0.1:9"),
+        start_workers=False,
+        watchdog=False,
+        preview_run_id="260101-120000-000",
+    )
 
 
 if __name__ == "__main__":
@@ -66,4 +70,8 @@ if __name__ == "__main__":
     if kind == "bare":
         Bare().run()
     else:
-        console(kind, int(sys.argv[2]) if len(sys.argv) > 2 else 16, float(sys.argv[3]) if len(sys.argv) > 3 else 1.0).run()
+        console(
+            kind,
+            int(sys.argv[2]) if len(sys.argv) > 2 else 16,
+            float(sys.argv[3]) if len(sys.argv) > 3 else 1.0,
+        ).run()

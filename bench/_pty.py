@@ -20,7 +20,9 @@ import psutil
 
 
 class PtyApp:
-    def __init__(self, argv: Sequence[str], *, cols: int = 200, rows: int = 50, env: dict[str, str] | None = None):
+    def __init__(
+        self, argv: Sequence[str], *, cols: int = 200, rows: int = 50, env: dict[str, str] | None = None
+    ):
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         full_env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", TEXTUAL_ANIMATIONS="none")
@@ -28,8 +30,15 @@ class PtyApp:
         full_env.pop("LINES", None)
         full_env.update(env or {})
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, env=full_env,
-                                     start_new_session=True, close_fds=True)
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=full_env,
+            start_new_session=True,
+            close_fds=True,
+        )
         os.close(slave)
         self.master = master
         self.bytes = 0

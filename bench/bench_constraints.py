@@ -27,8 +27,16 @@ from backend.plan.derived import derive  # noqa: E402
 from backend.plan.spec import RunSpec, build_spec  # noqa: E402
 
 TARGET_US = 1000.0
-BROKEN = ["train.tp=16", "train.pp=5", "train.ep=64", "rollout.dp=3", "batch.global_batch_size=130",
-          "train.sequence_parallel=false", "rollout.gpus_per_engine=8", "rollout.ep=8"]
+BROKEN = [
+    "train.tp=16",
+    "train.pp=5",
+    "train.ep=64",
+    "rollout.dp=3",
+    "batch.global_batch_size=130",
+    "train.sequence_parallel=false",
+    "rollout.gpus_per_engine=8",
+    "rollout.ep=8",
+]
 
 
 def median_us(fn: Callable[[], object], runs: int, batch: int = 10) -> float:
@@ -53,7 +61,9 @@ def main() -> int:
         "full, 8 rules broken": build_spec("nemotron-3-ultra-550b-a55b", BROKEN),
     }
     worst = 0.0
-    print(f"{'spec':24} {'findings':>8} {'check':>9} {'derive':>9} {'both':>9} {'vs copy':>8} {'vs validate':>11}")
+    print(
+        f"{'spec':24} {'findings':>8} {'check':>9} {'derive':>9} {'both':>9} {'vs copy':>8} {'vs validate':>11}"
+    )
     for name, spec in cases.items():
         dump = spec.model_dump()
         for _ in range(200):  # warm caches (pattern counts, divisors)
@@ -65,11 +75,15 @@ def main() -> int:
         t_copy = median_us(lambda s=spec: s.model_copy(deep=True), args.runs)
         t_valid = median_us(lambda d=dump: RunSpec.model_validate(d), args.runs)
         worst = max(worst, t_both)
-        print(f"{name:24} {len(check(spec)):>8} {t_check:>7.1f}µs {t_derive:>7.1f}µs {t_both:>7.1f}µs "
-              f"{t_both / t_copy:>7.2f}x {t_both / t_valid:>10.2f}x")
+        print(
+            f"{name:24} {len(check(spec)):>8} {t_check:>7.1f}µs {t_derive:>7.1f}µs {t_both:>7.1f}µs "
+            f"{t_both / t_copy:>7.2f}x {t_both / t_valid:>10.2f}x"
+        )
         print(f"{'':24} baselines: model_copy(deep) {t_copy:.1f}µs, model_validate {t_valid:.1f}µs")
     verdict = "OK" if worst <= TARGET_US else "OVER TARGET"
-    print(f"worst check+derive {worst:.1f}µs = {worst / TARGET_US:.3f} of the {TARGET_US:.0f}µs target: {verdict}")
+    print(
+        f"worst check+derive {worst:.1f}µs = {worst / TARGET_US:.3f} of the {TARGET_US:.0f}µs target: {verdict}"
+    )
     return 0 if worst <= TARGET_US else 1
 
 

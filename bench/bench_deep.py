@@ -40,8 +40,10 @@ def main(n: int = 40) -> None:
     deep.run_deep_checks(specs[0])  # warm-up: library imports
     base = per_call(constraints.check, specs)
     full = per_call(deep.run_deep_checks, specs)
-    print(f"layouts {len(specs)}: constraints.check {base * 1e3:.2f} ms, run_deep_checks {full * 1e3:.1f} ms "
-          f"(x{full / base:.0f})")
+    print(
+        f"layouts {len(specs)}: constraints.check {base * 1e3:.2f} ms, run_deep_checks {full * 1e3:.1f} ms "
+        f"(x{full / base:.0f})"
+    )
     for name, fn in deep.CHECKS:
         t = per_call(lambda s, fn=fn, name=name: deep.run_one(name, fn, s), specs)
         print(f"  {name:26} {t * 1e3:7.1f} ms  (x{t / base:.0f} of the engine)")
@@ -61,9 +63,12 @@ def main(n: int = 40) -> None:
         times = {}
         for with_shim in (False, True):
             times[with_shim] = statistics.median(
-                per_call(lambda _, w=with_shim: run_check(ckpt, with_shim=w), range(5)) for _ in range(3))
-        print(f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim {times[True] * 1e3:.1f} ms "
-              f"(x{times[True] / times[False]:.2f})")
+                per_call(lambda _, w=with_shim: run_check(ckpt, with_shim=w), range(5)) for _ in range(3)
+            )
+        print(
+            f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim {times[True] * 1e3:.1f} ms "
+            f"(x{times[True] / times[False]:.2f})"
+        )
 
 
 if __name__ == "__main__":

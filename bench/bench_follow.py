@@ -42,11 +42,29 @@ async def naive_poll(address: str, sid: str, seconds: float) -> tuple[int, int]:
 
 
 async def bench(rc: LocalRayCluster, seconds: float) -> None:
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "2", "--sim-forever", "--sim-step-seconds", "0.5",
-            "--rollout-batch-size", "32", "--n-samples-per-prompt", "8", "--global-batch-size", "128"]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "2",
+        "--sim-forever",
+        "--sim-step-seconds",
+        "0.5",
+        "--rollout-batch-size",
+        "32",
+        "--n-samples-per-prompt",
+        "8",
+        "--global-batch-size",
+        "128",
+    ]
     async with RayClient(rc.address, timeout=60.0) as client:
-        sid = await client.submit({"entrypoint": shlex.join(argv), "submission_id": "follow-bench",
-                                   "runtime_env": {"env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGINT"}}})
+        sid = await client.submit(
+            {
+                "entrypoint": shlex.join(argv),
+                "submission_id": "follow-bench",
+                "runtime_env": {"env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGINT"}},
+            }
+        )
         while (await client.get_job(sid)).status == "PENDING":
             await asyncio.sleep(0.5)
         base_requests = client.requests_made
@@ -69,10 +87,14 @@ async def bench(rc: LocalRayCluster, seconds: float) -> None:
     naive_rate = naive_requests / seconds
     print(f"followed {lines:,} lines; {seconds:.0f} s live + {total_s - seconds:.1f} s stop/drain")
     print(f"follow_log while live   : {phase_requests} requests = {follow_rate:.3f} req/s")
-    print(f"follow_log incl. stop   : {total_requests} requests over {total_s:.1f} s = "
-          f"{total_requests / total_s:.3f} req/s (stop call included)")
-    print(f"baseline naive 1 Hz poll: {naive_requests} requests = {naive_rate:.2f} req/s, "
-          f"{naive_bytes / 1e6:.1f} MB re-downloaded")
+    print(
+        f"follow_log incl. stop   : {total_requests} requests over {total_s:.1f} s = "
+        f"{total_requests / total_s:.3f} req/s (stop call included)"
+    )
+    print(
+        f"baseline naive 1 Hz poll: {naive_requests} requests = {naive_rate:.2f} req/s, "
+        f"{naive_bytes / 1e6:.1f} MB re-downloaded"
+    )
     print(f"ratio follow/naive      : {follow_rate / naive_rate:.3f}")
     print(f"target <= 1 req/s: {'MET' if follow_rate <= 1 else 'MISSED'}")
 

@@ -42,21 +42,37 @@ async def trial(client: RayClient, reader: DumpReader, override: Path, value: in
     t0 = time.time()
     dump_lag = ray_lag = None
     while (dump_lag is None or ray_lag is None) and time.time() - t0 < TIMEOUT_S:
-        if dump_lag is None and any(g["gpu"] == GPU and g["util"] == value and g["ts"] >= t0
-                                    for g in reader.poll().gpu_util):
+        if dump_lag is None and any(
+            g["gpu"] == GPU and g["util"] == value and g["ts"] >= t0 for g in reader.poll().gpu_util
+        ):
             dump_lag = time.time() - t0
         if ray_lag is None:
             snap = await snapshot(client, include_dead=False)
             if any(g.index == GPU and g.utilization_pct == value for n in snap.nodes for g in n.gpus or ()):
                 ray_lag = time.time() - t0
         await asyncio.sleep(0.1)
-    return (dump_lag if dump_lag is not None else float("inf"), ray_lag if ray_lag is not None else float("inf"))
+    return (
+        dump_lag if dump_lag is not None else float("inf"),
+        ray_lag if ray_lag is not None else float("inf"),
+    )
 
 
 async def bench(rc: LocalRayCluster, trials: int) -> None:
     dump = rc.tmp / "bench-dump"
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--sim-forever", "--sim-step-seconds", "1",
-            "--dump-details", str(dump), "--use-miles-dashboard", "--dashboard-flush-interval", "1"]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "1",
+        "--sim-forever",
+        "--sim-step-seconds",
+        "1",
+        "--dump-details",
+        str(dump),
+        "--use-miles-dashboard",
+        "--dashboard-flush-interval",
+        "1",
+    ]
     async with RayClient(rc.address, timeout=60.0) as client:
         sid = await client.submit({"entrypoint": shlex.join(argv), "submission_id": "gpu-streams-bench"})
         reader = DumpReader(dump, wait=True)
@@ -73,8 +89,10 @@ async def bench(rc: LocalRayCluster, trials: int) -> None:
     print("  miles streams (1 s flush): " + " ".join(f"{x:.2f}" for x in dump_lags))
     print("  Ray reporter (baseline)  : " + " ".join(f"{x:.2f}" for x in ray_lags))
     med_d, med_r = statistics.median(dump_lags), statistics.median(ray_lags)
-    print(f"median lag: streams {med_d:.2f} s, Ray {med_r:.2f} s; max: streams {max(dump_lags):.2f} s, "
-          f"Ray {max(ray_lags):.2f} s")
+    print(
+        f"median lag: streams {med_d:.2f} s, Ray {med_r:.2f} s; max: streams {max(dump_lags):.2f} s, "
+        f"Ray {max(ray_lags):.2f} s"
+    )
     print(f"ratio streams/Ray (median): {med_d / med_r:.2f}")
     print(f"target <= 2 s (streams, max): {'MET' if max(dump_lags) <= 2.0 else 'MISSED'}")
 

@@ -29,14 +29,17 @@ from _cluster import run_on_fresh_cluster  # noqa: E402
 from backend.cluster.dashboard import RayClient  # noqa: E402
 from backend.demo.local_cluster import LocalRayCluster  # noqa: E402
 
-WRITER = ("import sys\nw = sys.stdout.write\nfor i in range({n}):\n"
-          "    w(f'epoch 3 step {{i:07d}} loss=0.123456 lr=3.0e-04 tok/s=123456\\n')\n")
+WRITER = (
+    "import sys\nw = sys.stdout.write\nfor i in range({n}):\n"
+    "    w(f'epoch 3 step {{i:07d}} loss=0.123456 lr=3.0e-04 tok/s=123456\\n')\n"
+)
 
 
 async def bench(rc: LocalRayCluster, n: int) -> None:
     async with RayClient(rc.address, timeout=120.0) as client:
-        sid = await client.submit({"entrypoint": shlex.join(["python3", "-c", WRITER.format(n=n)]),
-                                   "submission_id": f"hist-{n}"})
+        sid = await client.submit(
+            {"entrypoint": shlex.join(["python3", "-c", WRITER.format(n=n)]), "submission_id": f"hist-{n}"}
+        )
         while not (job := await client.get_job(sid)).is_terminal:
             await asyncio.sleep(0.5)
         assert job.status == "SUCCEEDED", job.message
@@ -71,9 +74,13 @@ async def bench(rc: LocalRayCluster, n: int) -> None:
     print(f"log: {local_lines:,} lines, {size / 1e6:.1f} MB")
     print(f"baseline cat            : {cat_s:7.3f} s")
     print(f"baseline python lines   : {py_s:7.3f} s  ({py_s / cat_s:.1f}x cat)")
-    print(f"read_log (median of 3)  : {read_s:7.3f} s  ({read_s / cat_s:.1f}x cat, {read_s / py_s:.1f}x python lines), "
-          f"{requests} requests, runs {', '.join(f'{r:.2f}' for r in runs)}")
-    print(f"GET /api/jobs/id/logs   : {jobs_logs_s:7.3f} s  (reference, one-shot, 3.5-4x log size in head RAM)")
+    print(
+        f"read_log (median of 3)  : {read_s:7.3f} s  ({read_s / cat_s:.1f}x cat, {read_s / py_s:.1f}x python lines), "
+        f"{requests} requests, runs {', '.join(f'{r:.2f}' for r in runs)}"
+    )
+    print(
+        f"GET /api/jobs/id/logs   : {jobs_logs_s:7.3f} s  (reference, one-shot, 3.5-4x log size in head RAM)"
+    )
     print(f"target <= 5 s: {'MET' if read_s <= 5 else 'MISSED'}")
 
 

@@ -81,6 +81,7 @@ def ingest(path: Path, spool: Path, with_monitor: bool) -> LogStore:
 def old_signals(work: Path, rev: str | None) -> tuple[type, type, list]:
     """(LogStore, RunMonitor, alert rules) of the signals package as it was at `rev` (default: before the
     tolerant grammar), imported from a temporary copy as the package `old_signals`."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
@@ -129,8 +130,10 @@ def grammar_ratio(log: Path, work: Path, n: int, rev: str | None, rounds: int) -
     for what in ("", "+monitor"):
         old, new = best["old" + what], best["new" + what]
         label = "LogStore.append" + (" + metrics/alerts monitor" if what else "")
-        print(f"{label}, new grammar vs old: {n / new / 1e6:.2f} vs {n / old / 1e6:.2f} M lines/s, "
-              f"ratio {old / new:.2f} (target >= 0.8)")
+        print(
+            f"{label}, new grammar vs old: {n / new / 1e6:.2f} vs {n / old / 1e6:.2f} M lines/s, "
+            f"ratio {old / new:.2f} (target >= 0.8)"
+        )
 
 
 def memory_child(lines: int, spool: str) -> None:
@@ -148,10 +151,16 @@ def memory_child(lines: int, spool: str) -> None:
     elapsed = time.perf_counter() - t
     n_sources = len(store.sources())  # builds the per-line source index too (what the first filter does)
     status = Path("/proc/self/status").read_text()
-    rss = {k: int(v.split()[0]) / 1024 for k, v in (ln.split(":", 1) for ln in status.splitlines()) if k in ("VmRSS", "VmHWM")}
+    rss = {
+        k: int(v.split()[0]) / 1024
+        for k, v in (ln.split(":", 1) for ln in status.splitlines())
+        if k in ("VmRSS", "VmHWM")
+    }
     spool_mb = os.path.getsize(store.path) / 1e6
     mid = store.line(len(store) // 2)
-    print(f"{len(store)} {rss['VmRSS']:.1f} {rss['VmHWM']:.1f} {elapsed:.1f} {spool_mb:.0f} {bool(mid.text)} {n_sources}")
+    print(
+        f"{len(store)} {rss['VmRSS']:.1f} {rss['VmHWM']:.1f} {elapsed:.1f} {spool_mb:.0f} {bool(mid.text)} {n_sources}"
+    )
     store.close()
 
 
@@ -160,7 +169,9 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--memory-lines", type=int, default=10_000_000)
     ap.add_argument("--skip-memory", action="store_true")
-    ap.add_argument("--old-rev", default=None, help="the signals package to compare the grammar with (git rev)")
+    ap.add_argument(
+        "--old-rev", default=None, help="the signals package to compare the grammar with (git rev)"
+    )
     ap.add_argument("--only-grammar", action="store_true", help="only the new-vs-old grammar figures")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the new-vs-old figures")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
@@ -190,11 +201,17 @@ def main() -> int:
 
         idx_t = best_of(2, ingest_and_index)
         print(f"plain iteration: {n / base / 1e6:.2f} M lines/s")
-        print(f"LogStore.append (sanitise, fields, spool, index): {n / store_t / 1e6:.2f} M lines/s, "
-              f"ratio {base / store_t:.2f} (target >= 0.25)")
-        print(f"  + building the per-line source index (what the first filter does): {n / idx_t / 1e6:.2f} M lines/s, "
-              f"ratio {base / idx_t:.2f}")
-        print(f"  + metrics/alerts monitor subscribed: {n / mon_t / 1e6:.2f} M lines/s, ratio {base / mon_t:.2f}")
+        print(
+            f"LogStore.append (sanitise, fields, spool, index): {n / store_t / 1e6:.2f} M lines/s, "
+            f"ratio {base / store_t:.2f} (target >= 0.25)"
+        )
+        print(
+            f"  + building the per-line source index (what the first filter does): {n / idx_t / 1e6:.2f} M lines/s, "
+            f"ratio {base / idx_t:.2f}"
+        )
+        print(
+            f"  + metrics/alerts monitor subscribed: {n / mon_t / 1e6:.2f} M lines/s, ratio {base / mon_t:.2f}"
+        )
 
         store = ingest(log, work / "s3", False)
         grep = shutil.which("grep")
@@ -218,21 +235,42 @@ def main() -> int:
             ours = best_of(3, run_search)
             ours_ints = best_of(2, run_search_ints)
             grep_pattern = pattern.replace(r"\d", "[0-9]").replace(r"\{", "[{]")
-            theirs = best_of(3, lambda gp=grep_pattern, ga=grep_args: subprocess.run(
-                [grep, *ga, gp, str(store.path)], capture_output=True, check=False))
-            g = subprocess.run([grep, *grep_args, grep_pattern, str(store.path)], capture_output=True, text=True, check=False)
-            print(f"search {label} over {len(store)} lines: {ours * 1000:.0f} ms, {hits} hits; grep -c {theirs * 1000:.0f} ms "
-                  f"({g.stdout.strip()} hits): ratio {ours / theirs:.2f}x (target <= 3x); "
-                  f"one int at a time: {ours_ints / theirs:.2f}x")
+            theirs = best_of(
+                3,
+                lambda gp=grep_pattern, ga=grep_args: subprocess.run(
+                    [grep, *ga, gp, str(store.path)], capture_output=True, check=False
+                ),
+            )
+            g = subprocess.run(
+                [grep, *grep_args, grep_pattern, str(store.path)], capture_output=True, text=True, check=False
+            )
+            print(
+                f"search {label} over {len(store)} lines: {ours * 1000:.0f} ms, {hits} hits; grep -c {theirs * 1000:.0f} ms "
+                f"({g.stdout.strip()} hits): ratio {ours / theirs:.2f}x (target <= 3x); "
+                f"one int at a time: {ours_ints / theirs:.2f}x"
+            )
         store.close()
 
         if not args.skip_memory:
-            out = subprocess.run([sys.executable, __file__, "--memory-child", str(args.memory_lines), "--spool",
-                                  str(work / "mem")], capture_output=True, text=True, check=True).stdout.split()
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--memory-child",
+                    str(args.memory_lines),
+                    "--spool",
+                    str(work / "mem"),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
             lines, rss, hwm, secs, spool_mb = int(out[0]), float(out[1]), float(out[2]), float(out[3]), out[4]
-            print(f"memory after {lines} lines (+ source index, {out[6]} sources): RSS {rss:.0f} MB, peak {hwm:.0f} MB "
-                  "(target <= 300 MB); "
-                  f"ingest {secs:.0f} s ({lines / secs / 1e6:.2f} M lines/s), spool {spool_mb} MB on disk")
+            print(
+                f"memory after {lines} lines (+ source index, {out[6]} sources): RSS {rss:.0f} MB, peak {hwm:.0f} MB "
+                "(target <= 300 MB); "
+                f"ingest {secs:.0f} s ({lines / secs / 1e6:.2f} M lines/s), spool {spool_mb} MB on disk"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

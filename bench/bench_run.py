@@ -31,8 +31,10 @@ from _cluster import reexec_in_loopback_netns  # noqa: E402
 
 from console.commands.demo import write_demo_preset  # noqa: E402 (the demo's spec: simulated trainer, real paths)
 
-LINE = ("[2026-11-30 06:00:00.000 actor_cell0_rank0] model.py:854 - step {i}: "
-        "{{'train/loss': -0.000123, 'train/kl': 0.00042}}")
+LINE = (
+    "[2026-11-30 06:00:00.000 actor_cell0_rank0] model.py:854 - step {i}: "
+    "{{'train/loss': -0.000123, 'train/kl': 0.00042}}"
+)
 
 
 async def history(rc, lines: int) -> dict[str, float]:
@@ -66,11 +68,22 @@ async def history(rc, lines: int) -> dict[str, float]:
     for _ in range(3):  # median of 3: the machine is shared, one run can be unlucky
         t0 = time.perf_counter()
         with open(os.devnull, "w") as sink:
-            subprocess.run([sys.executable, "-m", "console.cli", "--address", rc.address, "logs", "--job", sid],
-                           stdout=sink, check=True, env=env, cwd=ROOT)
+            subprocess.run(
+                [sys.executable, "-m", "console.cli", "--address", rc.address, "logs", "--job", sid],
+                stdout=sink,
+                check=True,
+                env=env,
+                cwd=ROOT,
+            )
         runs.append(time.perf_counter() - t0)
-    return {"lines": count, "bytes": size, "baseline_s": base, "read_log_s": ours, "cli_s": sorted(runs)[1],
-            "cli_runs": runs}
+    return {
+        "lines": count,
+        "bytes": size,
+        "baseline_s": base,
+        "read_log_s": ours,
+        "cli_s": sorted(runs)[1],
+        "cli_runs": runs,
+    }
 
 
 async def follow_rate(rc, seconds: float) -> dict[str, float]:
@@ -81,7 +94,9 @@ async def follow_rate(rc, seconds: float) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-run-"))
     async with RayClient(rc.address, timeout=30) as client:
         ctl = RunController(client, state_dir=tmp / "state")
-        job = await ctl.launch(write_demo_preset(Namespace(nodes=1, rollouts=100_000, step_seconds=0.2), tmp)[1])
+        job = await ctl.launch(
+            write_demo_preset(Namespace(nodes=1, rollouts=100_000, step_seconds=0.2), tmp)[1]
+        )
         while (await client.get_job(job.id)).status != "RUNNING":
             await asyncio.sleep(0.5)
         lines = 0
@@ -120,13 +135,19 @@ def main() -> None:
         f = asyncio.run(follow_rate(rc, args.follow_seconds))
     print(f"history of {h['lines']:,} lines ({h['bytes'] / 1e6:.0f} MB):")
     print(f"  baseline raw stream   {h['baseline_s']:.2f} s")
-    print(f"  read_log -> lines     {h['read_log_s']:.2f} s  ({h['read_log_s'] / h['baseline_s']:.2f}x baseline)")
-    print(f"  `ultra-console logs`  {h['cli_s']:.2f} s  ({h['cli_s'] / h['baseline_s']:.2f}x baseline; "
-          f"target <= 5 s: {'OK' if h['cli_s'] <= 5 else 'MISSED'}; median of "
-          f"{', '.join(f'{x:.2f}' for x in h['cli_runs'])} s)")
-    print(f"following a live run for {f['seconds']:.0f} s ({f['lines']} log lines): {f['requests']} requests = "
-          f"{f['rate']:.2f} req/s ({f['rate'] / 3.0:.2f}x the naive 3 req/s; target <= 1: "
-          f"{'OK' if f['rate'] <= 1 else 'MISSED'})")
+    print(
+        f"  read_log -> lines     {h['read_log_s']:.2f} s  ({h['read_log_s'] / h['baseline_s']:.2f}x baseline)"
+    )
+    print(
+        f"  `ultra-console logs`  {h['cli_s']:.2f} s  ({h['cli_s'] / h['baseline_s']:.2f}x baseline; "
+        f"target <= 5 s: {'OK' if h['cli_s'] <= 5 else 'MISSED'}; median of "
+        f"{', '.join(f'{x:.2f}' for x in h['cli_runs'])} s)"
+    )
+    print(
+        f"following a live run for {f['seconds']:.0f} s ({f['lines']} log lines): {f['requests']} requests = "
+        f"{f['rate']:.2f} req/s ({f['rate'] / 3.0:.2f}x the naive 3 req/s; target <= 1: "
+        f"{'OK' if f['rate'] <= 1 else 'MISSED'})"
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,12 @@ async def bench(rc, per_node: int, repeat: int) -> None:
 
     py_spy = str(Path(sys.executable).parent / "py-spy")
     async with RayClient(rc.address, timeout=60) as client:
-        sid = await client.submit({"entrypoint": shlex.join(["python3", "-c", JOB, str(per_node)]),
-                                   "submission_id": f"bench-stacks-{int(time.time())}"})
+        sid = await client.submit(
+            {
+                "entrypoint": shlex.join(["python3", "-c", JOB, str(per_node)]),
+                "submission_id": f"bench-stacks-{int(time.time())}",
+            }
+        )
         while not any("READY" in line for line in [line async for line in client.read_log(sid)]):
             await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)
@@ -69,13 +73,17 @@ async def bench(rc, per_node: int, repeat: int) -> None:
                 for pid in pids:  # the operator's way: one bare dump per process, one after another
                     subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, check=False)
                 bare.append(time.perf_counter() - started)
-                print(f"stacks: {len(pids)} stacks ({blocked} blocked actors) in {len(report.groups)} group(s) "
-                      f"from {report.nodes_asked} node(s): {ours[-1]:.2f} s; {len(pids)} bare py-spy dumps one "
-                      f"after another: {bare[-1]:.2f} s")
+                print(
+                    f"stacks: {len(pids)} stacks ({blocked} blocked actors) in {len(report.groups)} group(s) "
+                    f"from {report.nodes_asked} node(s): {ours[-1]:.2f} s; {len(pids)} bare py-spy dumps one "
+                    f"after another: {bare[-1]:.2f} s"
+                )
         await client.stop_job(sid)
     o, b = statistics.median(ours), statistics.median(bare)
-    print(f"RESULT stacks {o:.2f} s vs sequential bare py-spy {b:.2f} s: ratio {o / b:.2f} "
-          f"(median of {repeat}; < 1 means faster than dumping by hand)")
+    print(
+        f"RESULT stacks {o:.2f} s vs sequential bare py-spy {b:.2f} s: ratio {o / b:.2f} "
+        f"(median of {repeat}; < 1 means faster than dumping by hand)"
+    )
 
 
 def main() -> None:

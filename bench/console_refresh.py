@@ -41,10 +41,12 @@ def main() -> int:
     args = ap.parse_args()
     state = tempfile.mkdtemp(prefix="uc-refresh-")
     env = {"XDG_STATE_HOME": state, "XDG_CONFIG_HOME": state}
-    rows = [("bare Textual app, idle", ["bare"], None, None),
-            ("console run view, idle", ["idle"], 0.5, None),
-            ("128 GPUs at 1 Hz", ["fleet", "16", "1"], 3.0, 40_000),
-            ("1024 GPUs at 1 Hz", ["fleet", "128", "1"], 10.0, None)]
+    rows = [
+        ("bare Textual app, idle", ["bare"], None, None),
+        ("console run view, idle", ["idle"], 0.5, None),
+        ("128 GPUs at 1 Hz", ["fleet", "16", "1"], 3.0, 40_000),
+        ("1024 GPUs at 1 Hz", ["fleet", "128", "1"], 10.0, None),
+    ]
     base_cpu = None
     print(f"200x50 pty, {args.seconds:.0f} s after {args.warmup:.0f} s warm-up (CPU = % of one core)")
     for label, kind, cpu_target, bps_target in rows:
@@ -55,7 +57,9 @@ def main() -> int:
         if cpu_target is not None:
             verdict.append(f"CPU target <= {cpu_target}%: {'OK' if cpu <= cpu_target else 'OVER'}")
         if bps_target is not None:
-            verdict.append(f"bytes target <= {bps_target / 1000:.0f} KB/s: {'OK' if bps <= bps_target else 'OVER'}")
+            verdict.append(
+                f"bytes target <= {bps_target / 1000:.0f} KB/s: {'OK' if bps <= bps_target else 'OVER'}"
+            )
         ratio = f"{cpu / base_cpu:.1f}x bare CPU" if base_cpu else "bare CPU ~0"
         print(f"  {label:26s} CPU {cpu:5.2f}%  ({ratio})  {bps / 1000:7.2f} KB/s  {'; '.join(verdict)}")
     return 0

@@ -31,7 +31,9 @@ def random_overrides(rng: random.Random) -> tuple[str, list[str]]:
         "rollout.gpus_per_engine": rng.choice([4, 8, 8, 16, 24, 32]),
         "rollout.dp": rng.choice([1, 2, 2, 4, 3]),
     }
-    sets["rollout.ep"] = rng.choice([1, sets["rollout.gpus_per_engine"], sets["rollout.gpus_per_engine"], 8, 24])
+    sets["rollout.ep"] = rng.choice(
+        [1, sets["rollout.gpus_per_engine"], sets["rollout.gpus_per_engine"], 8, 24]
+    )
     if rng.random() < 0.1 and sets["train.pp"] > 1:
         sets["train.decoder_first_pipeline_num_layers"] = rng.choice([1, 2, 26, 27, 30])
     if rng.random() < 0.05 and sets["train.pp"] > 1:

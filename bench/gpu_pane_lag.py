@@ -81,8 +81,16 @@ class MilesWriter:
         while not self.stop.is_set():
             now = time.time()
             if now >= next_sample:
-                pending.append({"ts": now, "node": self.node, "gpu": 0, "util": self.util[0], "mem_mb": 1000,
-                                "power_w": 300})
+                pending.append(
+                    {
+                        "ts": now,
+                        "node": self.node,
+                        "gpu": 0,
+                        "util": self.util[0],
+                        "mem_mb": 1000,
+                        "power_w": 300,
+                    }
+                )
                 next_sample += 1.0
             if now >= next_push:
                 handed += pending
@@ -148,7 +156,9 @@ def probe_processes() -> dict[str, list[Any]]:
         try:
             if "python3 -c" in cmd and "--gpu-probe" in cmd and not cmd.startswith("/bin/sh"):
                 found["driver"].append(proc)
-                found["JobSupervisor"] += [p for p in proc.parents() if "JobSupervisor" in " ".join(p.cmdline())]
+                found["JobSupervisor"] += [
+                    p for p in proc.parents() if "JobSupervisor" in " ".join(p.cmdline())
+                ]
             elif "ULTRA_CONSOLE_GPU_PROBE_NODE" in proc.environ():
                 found["samplers"].append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -188,8 +198,10 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         override.parent.mkdir(parents=True, exist_ok=True)
         override.write_text(json.dumps({"0": {"util": LOW}}))
         tmp = flag.parent
-        writers = {"miles (samples handed over at once)": MilesWriter(util, tmp / "now", push_s=1.0),
-                   "miles (GpuSampler: batches every 5 s)": MilesWriter(util, tmp / "batched", push_s=5.0)}
+        writers = {
+            "miles (samples handed over at once)": MilesWriter(util, tmp / "now", push_s=1.0),
+            "miles (GpuSampler: batches every 5 s)": MilesWriter(util, tmp / "batched", push_s=5.0),
+        }
         for w in writers.values():
             threading.Thread(target=w.run, daemon=True).start()
     async with RayClient(rc.address, timeout=30) as client:
@@ -198,22 +210,28 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         while head not in probe.fresh(time.time()):
             await asyncio.sleep(0.2)
         print(f"probe {probe.job_id} reading every node", flush=True)
-        pollers = {REPORTER: TelemetryPoller(client, interval_s=APP_POLL_S),
-                   PROBE: TelemetryPoller(client, interval_s=APP_POLL_S)}
+        pollers = {
+            REPORTER: TelemetryPoller(client, interval_s=APP_POLL_S),
+            PROBE: TelemetryPoller(client, interval_s=APP_POLL_S),
+        }
         pollers[PROBE].use_probe(probe)
         for name, w in writers.items():
             pollers[name] = TelemetryPoller(client, interval_s=APP_POLL_S)
             pollers[name].watch_job(JobInfo(entrypoint=f"python3 train.py --dump-details {w.dump}"))
         done = asyncio.Event()
         shown: dict[str, list[tuple[float, float | None]]] = {name: [] for name in pollers}
-        panes = [asyncio.create_task(pane(poller, head, shown[name], done)) for name, poller in pollers.items()]
+        panes = [
+            asyncio.create_task(pane(poller, head, shown[name], done)) for name, poller in pollers.items()
+        ]
         procs = probe_processes()
         cpu0, wall0 = {part: cpu_seconds(ps) for part, ps in procs.items()}, time.monotonic()
         await asyncio.sleep(gap)  # every pane shows idle first
         phases = random.Random(7)
         flipped_at: list[tuple[float, bool]] = []
         for n in range(flips):
-            await asyncio.sleep(phases.uniform(0.0, APP_POLL_S))  # flips land anywhere in the pane's poll cycle
+            await asyncio.sleep(
+                phases.uniform(0.0, APP_POLL_S)
+            )  # flips land anywhere in the pane's poll cycle
             busy = n % 2 == 0
             util[0] = HIGH if busy else LOW
             if real:
@@ -238,10 +256,14 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         until = flipped_at[n + 1][0] if n + 1 < len(flipped_at) else float("inf")
         changed = commanded
         if nvml is not None:
-            changed = next((t for t, u in nvml.log if commanded <= t < until and (u >= BUSY) == busy), float("nan"))
+            changed = next(
+                (t for t, u in nvml.log if commanded <= t < until and (u >= BUSY) == busy), float("nan")
+            )
         line = [f"flip {n + 1}/{flips} to {'busy' if busy else 'idle'}:"]
         for name, log in shown.items():
-            at = next((t for t, u in log if changed <= t < until and u is not None and (u >= BUSY) == busy), None)
+            at = next(
+                (t for t, u in log if changed <= t < until and u is not None and (u >= BUSY) == busy), None
+            )
             if at is None:
                 line.append(f"{name}: never shown")
                 continue
@@ -250,11 +272,17 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         print(" ".join(line[:1]) + " " + ", ".join(line[1:]), flush=True)
     report(lags, flips, gap, real)
     n_nodes = len([i for i in range(len(rc.node_ids)) if i not in rc.dead])
-    samplers = (f"each sampler actor {cost['samplers'] / len(procs['samplers']):.2f} % ({len(procs['samplers'])} "
-                f"on the {n_nodes - 1} other node(s))" if procs["samplers"] else "no other node")
-    print(f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver {cost['driver']:.2f} % "
-          f"+ Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
-          f"= {cost['driver'] + cost['JobSupervisor']:.2f} %")
+    samplers = (
+        f"each sampler actor {cost['samplers'] / len(procs['samplers']):.2f} % ({len(procs['samplers'])} "
+        f"on the {n_nodes - 1} other node(s))"
+        if procs["samplers"]
+        else "no other node"
+    )
+    print(
+        f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver {cost['driver']:.2f} % "
+        f"+ Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
+        f"= {cost['driver'] + cost['JobSupervisor']:.2f} %"
+    )
     if nvml is not None:
         mine = {p.pid for ps in procs.values() for p in ps} & holders
         print(f"probe processes in NVML's process list (a CUDA context): {sorted(mine) or 'none'}")
@@ -272,21 +300,32 @@ def report(lags: dict[str, list[float]], flips: int, gap: float, real: bool) -> 
             print(f"  {name:<40} never shown{note}")
             continue
         med = statistics.median(values)
-        print(f"  {name:<40} median {med:4.1f} s  max {max(values):4.1f} s  ({med / base:.2f}x Ray's reporter)" + note)
+        print(
+            f"  {name:<40} median {med:4.1f} s  max {max(values):4.1f} s  ({med / base:.2f}x Ray's reporter)"
+            + note
+        )
     probe = lags[PROBE]
     if probe:
         med = statistics.median(probe)
         ok = med <= 2.0 and med <= 0.3 * base
-        print(f"target (probe median <= 2 s and <= 0.3x Ray's reporter): {med:.2f} s, {med / base:.2f}x "
-              f"{'met' if ok else 'NOT met'}")
+        print(
+            f"target (probe median <= 2 s and <= 0.3x Ray's reporter): {med:.2f} s, {med / base:.2f}x "
+            f"{'met' if ok else 'NOT met'}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--flips", type=int, default=8)
-    parser.add_argument("--gap", type=float, default=12.0,
-                        help="seconds between flips (more than Ray's worst case: 5 s report + 2 s cache + polls)")
-    parser.add_argument("--real-nvml", action="store_true", help="a real GPU: torch load on GPU 0, no fake NVML")
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=12.0,
+        help="seconds between flips (more than Ray's worst case: 5 s report + 2 s cache + polls)",
+    )
+    parser.add_argument(
+        "--real-nvml", action="store_true", help="a real GPU: torch load on GPU 0, no fake NVML"
+    )
     args = parser.parse_args()
     gpus = 8
     if args.real_nvml:

@@ -36,9 +36,11 @@ from console.views.logs import LogsView  # noqa: E402
 
 
 def make_batches(total: int, batch: int) -> list[str]:
-    lines = [f"(MegatronTrainRayActor pid={52000 + i % 8}, ip=10.0.0.{i % 16}) [2026-01-01 12:00:00.000 "
-             f"actor_cell0_rank{i % 8}] model.py:9 - iteration {i} loss 0.{i % 997:03d} grad_norm 1.{i % 89:02d}"
-             for i in range(batch)]
+    lines = [
+        f"(MegatronTrainRayActor pid={52000 + i % 8}, ip=10.0.0.{i % 16}) [2026-01-01 12:00:00.000 "
+        f"actor_cell0_rank{i % 8}] model.py:9 - iteration {i} loss 0.{i % 997:03d} grad_norm 1.{i % 89:02d}"
+        for i in range(batch)
+    ]
     text = "\n".join(lines) + "\n"
     return [text] * (total // batch)
 
@@ -57,8 +59,9 @@ async def with_view(batches: list[str], batch: int, hz: float | None) -> tuple[f
     """Feed back to back (hz=None: the most the view absorbs) or one batch every 1/hz s (the log
     worker flushes at 10 Hz); returns (lines/s, key latencies)."""
     state = Path(tempfile.mkdtemp(prefix="uc-absorb-"))
-    app = UltraConsoleApp(Settings(state_dir=state), start_workers=False, watchdog=False,
-                          preview_run_id="260101-120000-000")
+    app = UltraConsoleApp(
+        Settings(state_dir=state), start_workers=False, watchdog=False, preview_run_id="260101-120000-000"
+    )
     latencies: list[float] = []
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("3")
@@ -118,11 +121,15 @@ def main() -> int:
     p95 = lat_ms[max(0, int(len(lat_ms) * 0.95) - 1)] if lat_ms else float("nan")
     print(f"lines in batches of {args.batch:,} (160x50, logs view following):")
     print(f"  LogStore.append alone                  {base / 1000:8.0f}k lines/s")
-    print(f"  absorbed by the view, back to back     {rate / 1000:8.0f}k lines/s  ({rate / base:.2f}x the store alone)"
-          f"  target >= 100k: {'OK' if rate >= 100_000 else 'UNDER'}  ({args.lines:,} lines)")
-    print(f"  paced at 10 Hz (the log worker's flush) {paced_rate / 1000:7.0f}k lines/s for {args.paced_seconds:.0f} s:"
-          f" key latency median {statistics.median(lat_ms):.1f} ms, p95 {p95:.1f} ms, max {lat_ms[-1]:.1f} ms"
-          f" ({len(lat_ms)} presses)")
+    print(
+        f"  absorbed by the view, back to back     {rate / 1000:8.0f}k lines/s  ({rate / base:.2f}x the store alone)"
+        f"  target >= 100k: {'OK' if rate >= 100_000 else 'UNDER'}  ({args.lines:,} lines)"
+    )
+    print(
+        f"  paced at 10 Hz (the log worker's flush) {paced_rate / 1000:7.0f}k lines/s for {args.paced_seconds:.0f} s:"
+        f" key latency median {statistics.median(lat_ms):.1f} ms, p95 {p95:.1f} ms, max {lat_ms[-1]:.1f} ms"
+        f" ({len(lat_ms)} presses)"
+    )
     return 0
 
 

@@ -31,8 +31,13 @@ from console.widgets.layout_form import LayoutForm
 def console_app(tmp: Path) -> UltraConsoleApp:
     """The console on the configured preset, no workers, an empty checkpoint dir (no variants to scan)."""
     (tmp / "models").mkdir(exist_ok=True)
-    return UltraConsoleApp(Settings(state_dir=tmp / "state", address="http://127.0.0.1:9"), start_workers=False,
-                           watchdog=False, preview_run_id="260101-120000-000", model_dir=str(tmp / "models"))
+    return UltraConsoleApp(
+        Settings(state_dir=tmp / "state", address="http://127.0.0.1:9"),
+        start_workers=False,
+        watchdog=False,
+        preview_run_id="260101-120000-000",
+        model_dir=str(tmp / "models"),
+    )
 
 
 class Bare(App[None]):
@@ -67,8 +72,10 @@ async def main(rounds: int, keys: int) -> None:
             bare.append(await per_key_ms(Bare(), keys))
             plan.append(await per_key_ms(console_app(Path(tmp)), keys))
     b, p = statistics.median(bare), statistics.median(plan)
-    print(f"bare Input: {b:.1f} ms/key   plan view (re-check + redraw): {p:.1f} ms/key   ratio {p / b:.2f}x "
-          f"(median of {rounds} rounds x {keys} keys)")
+    print(
+        f"bare Input: {b:.1f} ms/key   plan view (re-check + redraw): {p:.1f} ms/key   ratio {p / b:.2f}x "
+        f"(median of {rounds} rounds x {keys} keys)"
+    )
 
 
 if __name__ == "__main__":

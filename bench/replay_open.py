@@ -39,8 +39,9 @@ def make_log(path: Path, lines: int) -> int:
     if path.exists():
         return path.read_bytes().count(b"\n")
     per_rollout = 2000
-    run = miles_sample_log.SampleRun(rollouts=max(1, lines // int(per_rollout * 1.2 + 15)),
-                                     noise_per_rollout=per_rollout, train_ranks=8)
+    run = miles_sample_log.SampleRun(
+        rollouts=max(1, lines // int(per_rollout * 1.2 + 15)), noise_per_rollout=per_rollout, train_ranks=8
+    )
     miles_sample_log.write(path, run)
     return path.read_bytes().count(b"\n")
 
@@ -69,8 +70,9 @@ def has_log(text: str) -> bool:
 def open_one(name: str, command: list[str], *, replay: bool) -> dict[str, float]:
     env = "TERM=xterm-256color COLORTERM=truecolor"
     t0 = time.monotonic()
-    tmux("new-session", "-d", "-s", name, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-         f"{env} {' '.join(command)}")
+    tmux(
+        "new-session", "-d", "-s", name, "-x", str(SIZE[0]), "-y", str(SIZE[1]), f"{env} {' '.join(command)}"
+    )
     out: dict[str, float] = {}
     try:
         first = wait_for(name, has_log)
@@ -80,8 +82,12 @@ def open_one(name: str, command: list[str], *, replay: bool) -> dict[str, float]
         out["scroll_s"] = wait_for(name, lambda s: s != before and has_log(s)) - first
         if replay:
             tmux("send-keys", "-t", name, "2")
-            out["charts_s"] = wait_for(name, lambda s: "throughput" in s and "waiting for metrics" not in s
-                                       and "tok/s" in s) - t0
+            out["charts_s"] = (
+                wait_for(
+                    name, lambda s: "throughput" in s and "waiting for metrics" not in s and "tok/s" in s
+                )
+                - t0
+            )
             out["loaded_s"] = wait_for(name, lambda s: "reading history" not in s.splitlines()[0], 300) - t0
     finally:
         tmux("kill-session", "-t", name)
@@ -103,17 +109,24 @@ def main() -> None:
     toolong = [args.toolong, str(args.log)]
     results: dict[str, list[dict[str, float]]] = {"replay": [], "toolong": []}
     for i in range(args.rounds):
-        for name, cmd in (("replay", replay), ("toolong", toolong)) if i % 2 == 0 else (("toolong", toolong),
-                                                                                       ("replay", replay)):
+        for name, cmd in (
+            (("replay", replay), ("toolong", toolong))
+            if i % 2 == 0
+            else (("toolong", toolong), ("replay", replay))
+        ):
             r = open_one(f"{name}{i}", cmd, replay=name == "replay")
             results[name].append(r)
             print(f"round {i + 1} {name:8s} " + "  ".join(f"{k} {v:.3f}" for k, v in r.items()))
-    med = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}
+    med = {
+        name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()
+    }
     print("medians:", med)
     for key in ("first_content_s", "scroll_s"):
         print(f"{key}: replay / toolong = {med['replay'][key] / med['toolong'][key]:.2f}")
-    print(f"charts filled at {med['replay']['charts_s'] / med['toolong']['first_content_s']:.2f}x toolong's "
-          f"first content; whole log read at {med['replay']['loaded_s'] / med['toolong']['first_content_s']:.2f}x")
+    print(
+        f"charts filled at {med['replay']['charts_s'] / med['toolong']['first_content_s']:.2f}x toolong's "
+        f"first content; whole log read at {med['replay']['loaded_s'] / med['toolong']['first_content_s']:.2f}x"
+    )
     tmux("kill-server")
 
 

@@ -57,8 +57,11 @@ if TYPE_CHECKING:
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 # The views other than the first: (module under console.views, class), imported and mounted just after
 # the first full frame, or at once when one is asked for before that (they start hidden anyway).
-LATER_VIEWS: dict[str, tuple[str, str]] = {"run": ("run", "RunView"), "logs": ("logs", "LogsView"),
-                                           "events": ("events", "EventsView")}
+LATER_VIEWS: dict[str, tuple[str, str]] = {
+    "run": ("run", "RunView"),
+    "logs": ("logs", "LogsView"),
+    "events": ("events", "EventsView"),
+}
 ACTIVE_RUN_STATES = frozenset({"PENDING", "RUNNING", "STOPPING"})  # SUBMITTING: a launch from the plan view
 FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount and the workers start by then in any case
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
@@ -143,11 +146,22 @@ class UltraConsoleApp(App[int]):
     COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {_keymap_commands}
     ENABLE_COMMAND_PALETTE = True
 
-    def __init__(self, settings: Settings | None = None, *, job: str | None = None, demo: bool = False,
-                 start_workers: bool = True, watchdog: bool = True, preview_run_id: str | None = None,
-                 controller: RunController | None = None, model_dir: str | None = None,
-                 preview: Preview | None = None, overrides: dict[str, Any] | None = None,
-                 replay: ReplaySession | None = None, compare: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        job: str | None = None,
+        demo: bool = False,
+        start_workers: bool = True,
+        watchdog: bool = True,
+        preview_run_id: str | None = None,
+        controller: RunController | None = None,
+        model_dir: str | None = None,
+        preview: Preview | None = None,
+        overrides: dict[str, Any] | None = None,
+        replay: ReplaySession | None = None,
+        compare: Sequence[str] = (),
+    ) -> None:
         """preview: a backend.plan.preview_process.Preview whose settings_answer() answered; with it and no `settings`,
         the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
         view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
@@ -172,7 +186,9 @@ class UltraConsoleApp(App[int]):
         self.job = job
         self.demo = demo
         self.controller = controller
-        self.runtime: ConsoleSession | None = None  # the workers' session, once they start after the first frame
+        self.runtime: ConsoleSession | None = (
+            None  # the workers' session, once they start after the first frame
+        )
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
@@ -413,19 +429,29 @@ class UltraConsoleApp(App[int]):
         for name in VIEW_TITLES:
             self.view(name).post_message(message)
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = True) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
         """Every toast (the views' too: Widget.notify lands here) is text from elsewhere until proven
         otherwise: secrets redacted, escape sequences and controls removed, one line, never markup."""
-        super().notify(public_line(message), title=public_line(title), severity=severity, timeout=timeout,
-                       markup=False)
+        super().notify(
+            public_line(message), title=public_line(title), severity=severity, timeout=timeout, markup=False
+        )
 
     def on_dashboard_lost(self, message: DashboardLost) -> None:
         """Shown the latest fault's words: every worker posts again when its fault's text changes."""
         self.dashboard_error = public_line(message.error_text)
         banner = self.query_one("#banner", Static)
-        banner.update(f"⚠ {self.dashboard_error} — retrying by itself; the run is not affected and "
-                      "the console keeps working.")
+        banner.update(
+            f"⚠ {self.dashboard_error} — retrying by itself; the run is not affected and "
+            "the console keeps working."
+        )
         banner.add_class("-shown")
         self._draw_state_line()
 
@@ -441,8 +467,12 @@ class UltraConsoleApp(App[int]):
         self.run_state_text = message.state.label
         self._draw_state_line()
         first, self._run_seen = not self._run_seen, True
-        if first and message.state.state in ACTIVE_RUN_STATES and self.current_view == "plan" \
-                and self.previous_view is None:
+        if (
+            first
+            and message.state.state in ACTIVE_RUN_STATES
+            and self.current_view == "plan"
+            and self.previous_view is None
+        ):
             self.action_show_view("run")  # opened while a run is active: its view first, not a new plan
 
     def on_history_progress(self, message: HistoryProgress) -> None:
@@ -493,14 +523,23 @@ def run_app(args: argparse.Namespace, preview: Preview | None = None) -> int:
     preview: a started backend.plan.preview_process.Preview; without its answer the app computes the plan."""
     from backend.errors import SpecError
 
-    overrides = {"address": getattr(args, "address", None), "token": getattr(args, "token", None),
-                 "readonly": getattr(args, "readonly", None)}
+    overrides = {
+        "address": getattr(args, "address", None),
+        "token": getattr(args, "token", None),
+        "readonly": getattr(args, "readonly", None),
+    }
     answer = preview.settings_answer() if preview is not None else None
     if answer is not None and "error" in answer:
         raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
     # Without a usable answer the app loads the settings itself (a bad config raises here, before Textual).
-    app = UltraConsoleApp(None, job=getattr(args, "job", None), demo=bool(getattr(args, "demo", False)),
-                          controller=getattr(args, "controller", None), preview=preview, overrides=overrides)
+    app = UltraConsoleApp(
+        None,
+        job=getattr(args, "job", None),
+        demo=bool(getattr(args, "demo", False)),
+        controller=getattr(args, "controller", None),
+        preview=preview,
+        overrides=overrides,
+    )
     code = app.run()
     if sys.stdout.isatty() or os.environ.get("ULTRA_CONSOLE_QUIT_LINE"):
         try:

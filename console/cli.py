@@ -31,11 +31,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     """The CLI's parser; `commands=False` leaves the subcommands out (their modules are not imported)."""
     parser = _Parser(prog=PROG, description="Run console for miles GRPO on Nemotron-3-Ultra (Ray).")
-    parser.add_argument("--address", default=None,
-                        help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)")
+    parser.add_argument(
+        "--address", default=None, help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)"
+    )
     parser.add_argument("--token", default=None, help="Ray auth token (default $RAY_AUTH_TOKEN)")
-    parser.add_argument("--readonly", action="store_true", default=None,
-                        help="refuse every action that changes the cluster")
+    parser.add_argument(
+        "--readonly", action="store_true", default=None, help="refuse every action that changes the cluster"
+    )
     parser.add_argument("--job", default=None, help="attach the app to this job instead of the latest")
     if not commands:
         parser.set_defaults(command=None)
@@ -88,8 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # the last line of defence: never a traceback for the operator
         if os.environ.get("ULTRA_CONSOLE_DEBUG"):
             raise
-        print(f"{PROG}: internal error: {type(err).__name__}: {public_line(str(err))} "
-              "(set ULTRA_CONSOLE_DEBUG=1 for details)", file=sys.stderr)
+        print(
+            f"{PROG}: internal error: {type(err).__name__}: {public_line(str(err))} "
+            "(set ULTRA_CONSOLE_DEBUG=1 for details)",
+            file=sys.stderr,
+        )
         return 1
 
 

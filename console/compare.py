@@ -82,12 +82,16 @@ async def add_run(app: UltraConsoleApp, target: str) -> None:
 
 
 def ask_and_add(app: UltraConsoleApp) -> None:
-    """"Compare with…": ask for a path or a job id, then read it in a worker."""
+    """ "Compare with…": ask for a path or a job id, then read it in a worker."""
     from console.widgets.compare_prompt import ComparePrompt
 
     def chosen(target: str | None) -> None:
         if target:
-            app.run_worker(add_run(app, target), group="compare", exit_on_error=False,
-                           description=f"compare with {target}")
+            app.run_worker(
+                add_run(app, target),
+                group="compare",
+                exit_on_error=False,
+                description=f"compare with {target}",
+            )
 
     app.push_screen(ComparePrompt(), chosen)

@@ -48,8 +48,9 @@ class BindingSpec:
     priority: bool = False
 
     def binding(self) -> Binding:
-        return Binding(self.key, self.action, self.description, show=self.show, priority=self.priority,
-                       id=self.id)
+        return Binding(
+            self.key, self.action, self.description, show=self.show, priority=self.priority, id=self.id
+        )
 
 
 # scope -> its keys; the app's first, then the views in the order of their number keys (1-4).
@@ -60,13 +61,19 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
         BindingSpec("app.view_logs", "3", "show_view('logs')", "Logs"),
         BindingSpec("app.view_events", "4", "show_view('events')", "Events"),
         BindingSpec("app.next_view", "tab", "cycle_view(1)", "Next view", show=False, priority=True),
-        BindingSpec("app.prev_view", "shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
+        BindingSpec(
+            "app.prev_view", "shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True
+        ),
         BindingSpec("app.back", "escape", "back", "Back", show=False),
         BindingSpec("app.help", "question_mark", "help", "Help"),
         BindingSpec("app.palette", "ctrl+p", "command_palette", "Commands", show=False),
         BindingSpec("app.quit", "q", "quit", "Quit"),
-        BindingSpec("app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False),
-        BindingSpec("app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False),
+        BindingSpec(
+            "app.rollout_prev", "left_square_bracket", "rollout_step(-1)", "Previous rollout", show=False
+        ),
+        BindingSpec(
+            "app.rollout_next", "right_square_bracket", "rollout_step(1)", "Next rollout", show=False
+        ),
     ),
     "plan": (
         BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
@@ -177,8 +184,10 @@ def _taken_by(binding_id: str, value: str, remap: Mapping[str, str]) -> str | No
             continue
         shared = sorted(wanted & _keys(effective_key(spec, remap)))
         if shared:
-            return (f"key binding {binding_id!r} = {value!r} refused: {shared[0]!r} is already {spec.id!r} "
-                    f"({spec.description}); it keeps {effective_key(_spec(binding_id), remap)!r}")
+            return (
+                f"key binding {binding_id!r} = {value!r} refused: {shared[0]!r} is already {spec.id!r} "
+                f"({spec.description}); it keeps {effective_key(_spec(binding_id), remap)!r}"
+            )
     return None
 
 
@@ -199,5 +208,3 @@ def _unknown(binding_id: str) -> str:
 def effective_key(spec: BindingSpec, keymap: Mapping[str, str]) -> str:
     """The key the operator presses for `spec` after remapping."""
     return keymap.get(spec.id, spec.key)
-
-

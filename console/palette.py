@@ -37,8 +37,13 @@ class KeymapCommands(Provider):
                 continue
             scope = keymap.scope_of(spec.id) or ""
             where = "" if scope == keymap.APP else f"{scope.capitalize()}: "
-            out.append((spec.id, f"{where}{spec.description}",
-                        f"key {key_label(keymap.effective_key(spec, remap))} · {spec.id}"))
+            out.append(
+                (
+                    spec.id,
+                    f"{where}{spec.description}",
+                    f"key {key_label(keymap.effective_key(spec, remap))} · {spec.id}",
+                )
+            )
         return out
 
     async def discover(self) -> AsyncIterator[DiscoveryHit]:
@@ -50,5 +55,9 @@ class KeymapCommands(Provider):
         for binding_id, title, help_text in self._entries():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), partial(self.console.run_binding, binding_id),
-                          help=help_text)
+                yield Hit(
+                    score,
+                    matcher.highlight(title),
+                    partial(self.console.run_binding, binding_id),
+                    help=help_text,
+                )

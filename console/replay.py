@@ -29,7 +29,9 @@ JOB_BATCH_LINES = 20_000  # lines of a job's log per store append
 class OfflineSession(ConsoleSession):
     """A ConsoleSession without a cluster: the session's store and monitor, read-only."""
 
-    def __init__(self, app: UltraConsoleApp, session: ReplaySession) -> None:  # no RayClient: nothing talks to Ray
+    def __init__(
+        self, app: UltraConsoleApp, session: ReplaySession
+    ) -> None:  # no RayClient: nothing talks to Ray
         self.app = app
         self.session = session
         self.store = session.store
@@ -59,11 +61,21 @@ def start(app: UltraConsoleApp, session: ReplaySession) -> OfflineSession:
     runtime.post(RunStateChanged(RunStatus(session.source.name, "REPLAY")))
     runtime.post(LogAppended(len(session.store)))
     if session.source.kind == "job":
-        app.run_worker(_job(runtime), group="replay", exclusive=True, exit_on_error=False,
-                       description=f"replay of job {session.source.job_id}")
+        app.run_worker(
+            _job(runtime),
+            group="replay",
+            exclusive=True,
+            exit_on_error=False,
+            description=f"replay of job {session.source.job_id}",
+        )
     else:
-        app.run_worker(_load(runtime), group="replay", exclusive=True, exit_on_error=False,
-                       description=f"replay of {session.source.path}")
+        app.run_worker(
+            _load(runtime),
+            group="replay",
+            exclusive=True,
+            exit_on_error=False,
+            description=f"replay of {session.source.path}",
+        )
     return runtime
 
 
@@ -73,9 +85,12 @@ def _done(rt: OfflineSession) -> None:
     records = sum(rt.monitor.collector.records.values()) if rt.monitor is not None else 0
     if rt.monitor is not None:  # read to its end: a log with no metric is a blind spot, said like any other
         with rt.monitor.lock:
-            rt.monitor.alerts.check_log_without_metrics(f"the log of {rt.session.source.name}",
-                                                        rt.monitor.activity.lines, records,
-                                                        rt.monitor.activity.last_line)
+            rt.monitor.alerts.check_log_without_metrics(
+                f"the log of {rt.session.source.name}",
+                rt.monitor.activity.lines,
+                records,
+                rt.monitor.activity.last_line,
+            )
     rt.maybe_post_metrics(force=True)
     if rt.monitor is None:
         return
@@ -83,7 +98,9 @@ def _done(rt: OfflineSession) -> None:
     if found is not None:  # why it died: the one answer a replay of a failed run is opened for
         rt.post(Notice(f"{found.headline}", "error"))
     if records == 0:
-        rt.post(Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning"))
+        rt.post(
+            Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning")
+        )
 
 
 async def _load(rt: OfflineSession) -> None:
@@ -108,8 +125,10 @@ async def _compare_with(rt: OfflineSession) -> None:
     for target in rt.app.compare_targets:
         await add_run(rt.app, target)
 
-async def read_job_log(session: ReplaySession, client: RayClient, job: JobInfo,
-                       progress: Callable[[], None] | None = None) -> None:
+
+async def read_job_log(
+    session: ReplaySession, client: RayClient, job: JobInfo, progress: Callable[[], None] | None = None
+) -> None:
     """A job's whole log from the cluster into `session`, with its entrypoint and status (a replay does not
     follow)."""
     import asyncio
@@ -144,8 +163,13 @@ async def _job(rt: OfflineSession) -> None:
                 rt.monitor.expect_shim(carries_shim(job.runtime_env))
             rt.post(RunStateChanged(RunStatus(job.id, f"REPLAY {job.status}")))
             if not job.is_terminal:
-                rt.post(Notice(f"job {job.id} is still {job.status}: replaying its log so far (attach with "
-                               f"`ultra-console --job {job.id}` to follow it)", "warning"))
+                rt.post(
+                    Notice(
+                        f"job {job.id} is still {job.status}: replaying its log so far (attach with "
+                        f"`ultra-console --job {job.id}` to follow it)",
+                        "warning",
+                    )
+                )
             await read_job_log(rt.session, client, job, lambda: rt.progress(len(rt.session.store)))
     except ConsoleError as err:
         rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))

@@ -73,9 +73,14 @@ def run_status(event: RunEvent) -> RunStatus | None:
     meta = job.metadata or {}
     from backend.signals.clock import seconds_from_ms
 
-    return RunStatus(public_line(job.id), public_line(state), seconds_from_ms(job.start_time),
-                     seconds_from_ms(job.end_time), public_line(job.message or ""),
-                     bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""))
+    return RunStatus(
+        public_line(job.id),
+        public_line(state),
+        seconds_from_ms(job.start_time),
+        seconds_from_ms(job.end_time),
+        public_line(job.message or ""),
+        bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""),
+    )
 
 
 class ConsoleSession:
@@ -137,7 +142,6 @@ class ConsoleSession:
             view.set_store(run_log.store)
         return run_log
 
-
     def maybe_post_metrics(self, force: bool = False) -> None:
         monitor = self.monitor
         if monitor is None:
@@ -182,17 +186,40 @@ def _start(app: UltraConsoleApp) -> ConsoleSession:
     if app.settings.gpu_probe:
         from backend.cluster.gpu_probe import GpuProbe
 
-        runtime.probe = GpuProbe(runtime.client, readonly=app.settings.readonly,
-                                 lease_timeout_s=app.settings.gpu_probe_lease_timeout_s,
-                                 on_status=lambda text: runtime.post(Notice(text)))
-        app.run_worker(runtime.probe.run(), group="probe", exclusive=True, exit_on_error=False,
-                       description="the console's GPU probe")
-    app.run_worker(_telemetry(runtime), group="telemetry", exclusive=True, exit_on_error=False,
-                   description="cluster telemetry")
-    app.run_worker(_run(runtime, app.job), group="run", exclusive=True, exit_on_error=False,
-                   description="attach and watch the run")
-    app.run_worker(_ticks(runtime), group="ticks", exclusive=True, exit_on_error=False,
-                   description="time-based alerts and derived signals")
+        runtime.probe = GpuProbe(
+            runtime.client,
+            readonly=app.settings.readonly,
+            lease_timeout_s=app.settings.gpu_probe_lease_timeout_s,
+            on_status=lambda text: runtime.post(Notice(text)),
+        )
+        app.run_worker(
+            runtime.probe.run(),
+            group="probe",
+            exclusive=True,
+            exit_on_error=False,
+            description="the console's GPU probe",
+        )
+    app.run_worker(
+        _telemetry(runtime),
+        group="telemetry",
+        exclusive=True,
+        exit_on_error=False,
+        description="cluster telemetry",
+    )
+    app.run_worker(
+        _run(runtime, app.job),
+        group="run",
+        exclusive=True,
+        exit_on_error=False,
+        description="attach and watch the run",
+    )
+    app.run_worker(
+        _ticks(runtime),
+        group="ticks",
+        exclusive=True,
+        exit_on_error=False,
+        description="time-based alerts and derived signals",
+    )
     return runtime
 
 
@@ -208,8 +235,13 @@ async def _on_run_event(rt: ConsoleSession, event: RunEvent) -> None:
             # claimed here, before the worker runs: one log worker (and one store) per job, even when
             # several state events of a new job arrive before its worker has started
             rt.job_id = event.job.id
-            rt.app.run_worker(_logs(rt, event.job), group="logs", exclusive=True, exit_on_error=False,
-                              description=f"log of {event.job.id}")
+            rt.app.run_worker(
+                _logs(rt, event.job),
+                group="logs",
+                exclusive=True,
+                exit_on_error=False,
+                description=f"log of {event.job.id}",
+            )
     elif event.kind == "notice" and event.text:
         rt.post(Notice(event.text))
     elif event.kind == "error":
@@ -270,8 +302,9 @@ async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
     if job.is_terminal:
         return
     try:
-        async for chunk in text_chunks(rt.client.follow_log(job.id, start_offset=run_log.lines_in),
-                                       flush_s=LIVE_FLUSH_S):
+        async for chunk in text_chunks(
+            rt.client.follow_log(job.id, start_offset=run_log.lines_in), flush_s=LIVE_FLUSH_S
+        ):
             await _append(rt, run_log, chunk)
     except ConsoleError as err:
         rt.post(Notice(f"log follow of {job.id} stopped: {err}", "warning"))
@@ -291,8 +324,13 @@ def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
     if path is None:
         return
     feed = rt.structured = StructuredFeed(rt.monitor, path)
-    rt.app.run_worker(_structured(rt, feed, job.id), group="structured", exclusive=True, exit_on_error=False,
-                      description=f"structured outputs of {job.id}")
+    rt.app.run_worker(
+        _structured(rt, feed, job.id),
+        group="structured",
+        exclusive=True,
+        exit_on_error=False,
+        description=f"structured outputs of {job.id}",
+    )
 
 
 async def _structured(rt: ConsoleSession, feed: StructuredFeed, job_id: str) -> None:
@@ -351,7 +389,12 @@ async def _telemetry(rt: ConsoleSession) -> None:
         started = time.monotonic()
         poller.watch_job(rt.controller.job)  # miles' own GPU streams first, where the run writes them
         job = rt.controller.job
-        if rt.probe is not None and job is not None and not job.is_terminal and started - roles_at >= ROLES_EVERY_S:
+        if (
+            rt.probe is not None
+            and job is not None
+            and not job.is_terminal
+            and started - roles_at >= ROLES_EVERY_S
+        ):
             from backend.cluster.leftovers import job_roles
 
             roles_at = started

@@ -32,13 +32,10 @@ MOE_TENSOR_MAPPINGS: dict[str, str] = {
     "decoder.layers.*.mlp.router.expert_bias": "backbone.layers.*.mixer.gate.e_score_correction_bias",
     "decoder.layers.*.mlp.experts.linear_fc1.weight*": "backbone.layers.*.mixer.experts.*.up_proj.weight",
     "decoder.layers.*.mlp.experts.linear_fc2.weight*": "backbone.layers.*.mixer.experts.*.down_proj.weight",
-    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1.weight":
-        "backbone.layers.*.mixer.experts.*.up_proj.weight",
-    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2.weight":
-        "backbone.layers.*.mixer.experts.*.down_proj.weight",
+    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1.weight": "backbone.layers.*.mixer.experts.*.up_proj.weight",
+    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2.weight": "backbone.layers.*.mixer.experts.*.down_proj.weight",
     "decoder.layers.*.mlp.shared_experts.linear_fc1.weight": "backbone.layers.*.mixer.shared_experts.up_proj.weight",
-    "decoder.layers.*.mlp.shared_experts.linear_fc2.weight":
-        "backbone.layers.*.mixer.shared_experts.down_proj.weight",
+    "decoder.layers.*.mlp.shared_experts.linear_fc2.weight": "backbone.layers.*.mixer.shared_experts.down_proj.weight",
     "decoder.layers.*.mlp.fc1_latent_proj.weight": "backbone.layers.*.mixer.fc1_latent_proj.weight",
     "decoder.layers.*.mlp.fc2_latent_proj.weight": "backbone.layers.*.mixer.fc2_latent_proj.weight",
 }
@@ -154,7 +151,11 @@ def _build_subclass(base: type) -> type:
             registry = super().mapping_registry()
             existing = list(getattr(registry, "mappings", None) or getattr(registry, "_mappings", []))
             have = {getattr(m, "megatron_param", None) for m in existing}
-            extra = [AutoMapping(megatron_param=m, hf_param=h) for m, h in MOE_TENSOR_MAPPINGS.items() if m not in have]
+            extra = [
+                AutoMapping(megatron_param=m, hf_param=h)
+                for m, h in MOE_TENSOR_MAPPINGS.items()
+                if m not in have
+            ]
             return MegatronMappingRegistry(*existing, *extra)
 
     setattr(UltraConsoleNemotronHBridge, MARK, True)
@@ -191,14 +192,19 @@ def uninstall() -> None:
     if current is _current_bridge_class():
         return
     MegatronModelBridge.register_bridge(
-        source=ARCHITECTURE, target=_target_model_class(),
-        provider=getattr(current, "PROVIDER_CLASS", None), model_type=getattr(current, "MODEL_TYPE", None),
+        source=ARCHITECTURE,
+        target=_target_model_class(),
+        provider=getattr(current, "PROVIDER_CLASS", None),
+        model_type=getattr(current, "MODEL_TYPE", None),
     )(current)
     _clear_caches(model_bridge)
 
 
 def _clear_caches(model_bridge: Any) -> None:
-    for dispatcher in (model_bridge.get_model_bridge, getattr(model_bridge, "stream_weights_megatron_to_hf", None)):
+    for dispatcher in (
+        model_bridge.get_model_bridge,
+        getattr(model_bridge, "stream_weights_megatron_to_hf", None),
+    ):
         cache = getattr(dispatcher, "_dispatch_cache", None)
         if isinstance(cache, dict):
             cache.clear()

@@ -33,8 +33,15 @@ class CheckResult:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "expected": self.expected, "actual": self.actual, "mismatches": self.mismatches,
-                "checkpoint": self.checkpoint, "shim_installed": self.shim_installed, "note": self.note}
+        return {
+            "ok": self.ok,
+            "expected": self.expected,
+            "actual": self.actual,
+            "mismatches": self.mismatches,
+            "checkpoint": self.checkpoint,
+            "shim_installed": self.shim_installed,
+            "note": self.note,
+        }
 
 
 def bridge_importable() -> bool:
@@ -75,8 +82,11 @@ def quiet() -> Iterator[None]:
     """Library chatter (warnings, prints, logging) stays out of the console's output."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         warnings.simplefilter("ignore")
         try:
             yield
@@ -84,8 +94,13 @@ def quiet() -> Iterator[None]:
             logging.disable(previous)
 
 
-def run_check(checkpoint_dir: str | os.PathLike[str], *, with_shim: bool = True,
-              keep_mtp: bool | None = None, use_bridge: bool | None = None) -> CheckResult:
+def run_check(
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    with_shim: bool = True,
+    keep_mtp: bool | None = None,
+    use_bridge: bool | None = None,
+) -> CheckResult:
     """Expected fields always; actual ones when megatron-bridge is importable (use_bridge=None: auto).
 
     Raises shim.mapping.ShimConfigError for an unreadable or non-NemotronH config.json.
@@ -95,11 +110,22 @@ def run_check(checkpoint_dir: str | os.PathLike[str], *, with_shim: bool = True,
     if use_bridge is None:
         use_bridge = bridge_importable()
     if not use_bridge:
-        return CheckResult(True, expected, None, checkpoint=directory,
-                           note="megatron.bridge not importable here: expected fields only, nothing compared")
+        return CheckResult(
+            True,
+            expected,
+            None,
+            checkpoint=directory,
+            note="megatron.bridge not importable here: expected fields only, nothing compared",
+        )
     if not expected:
-        return CheckResult(True, expected, {}, checkpoint=directory, shim_installed=with_shim,
-                           note="dense checkpoint (no routed experts): the shim sets nothing")
+        return CheckResult(
+            True,
+            expected,
+            {},
+            checkpoint=directory,
+            shim_installed=with_shim,
+            note="dense checkpoint (no routed experts): the shim sets nothing",
+        )
     from shim.bridge import provider_fields
 
     saved = os.environ.get("MILES_NEMOTRONH_KEEP_MTP")
@@ -110,8 +136,10 @@ def run_check(checkpoint_dir: str | os.PathLike[str], *, with_shim: bool = True,
             provider = build_provider(directory, with_shim=with_shim)
     except Exception as err:  # the library's own refusal of this config, as one sentence
         text = " ".join(str(err).split())[:300]
-        raise ShimConfigError(f"megatron-bridge cannot build a provider from {directory}/config.json: "
-                              f"{type(err).__name__}: {text}") from None
+        raise ShimConfigError(
+            f"megatron-bridge cannot build a provider from {directory}/config.json: "
+            f"{type(err).__name__}: {text}"
+        ) from None
     finally:
         if keep_mtp is not None:
             if saved is None:

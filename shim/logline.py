@@ -61,13 +61,13 @@ def parse(line: str, loads: Callable[[str], Any] = json.loads) -> ShimLine | Non
     match = _ANY.search(line)
     if match is None:
         return None
-    rest = line[match.start():]
+    rest = line[match.start() :]
     if rest.startswith(NOT_APPLIED_PREFIX):
-        return ShimLine("not_applied", reason=rest[len(NOT_APPLIED_PREFIX):].strip())
-    body = rest[len(APPLIED_PREFIX):]
+        return ShimLine("not_applied", reason=rest[len(NOT_APPLIED_PREFIX) :].strip())
+    body = rest[len(APPLIED_PREFIX) :]
     status: Status = "applied"
     if body.startswith(MAPPING_ONLY_MARK):
-        status, body = "mapping_only", body[len(MAPPING_ONLY_MARK):]
+        status, body = "mapping_only", body[len(MAPPING_ONLY_MARK) :]
     try:
         fields = loads(body.strip())
     except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5000-digit number, deep nesting, limits

@@ -45,7 +45,9 @@ def _pattern(config: Mapping[str, Any], pattern_key: str, list_keys: tuple[str, 
             try:
                 return "".join(LAYER_SYMBOLS[str(kind)] for kind in layers)
             except KeyError as err:
-                raise ShimConfigError(f"config.json {key} has an unknown layer type {err.args[0]!r}") from None
+                raise ShimConfigError(
+                    f"config.json {key} has an unknown layer type {err.args[0]!r}"
+                ) from None
     return None
 
 
@@ -103,13 +105,17 @@ def expected_provider_fields(config: Mapping[str, Any], *, keep_mtp: bool | None
         return {}
     topk = _int(config, "num_experts_per_tok")
     if topk is None or topk <= 0:
-        raise ShimConfigError("config.json num_experts_per_tok must be a positive integer for a MoE checkpoint")
+        raise ShimConfigError(
+            "config.json num_experts_per_tok must be a positive integer for a MoE checkpoint"
+        )
     fields: dict[str, Any] = {
         "num_moe_experts": experts,
         "moe_router_topk": topk,
         "moe_router_score_function": "sigmoid",
         "moe_router_enable_expert_bias": True,
-        "moe_router_topk_scaling_factor": _float(config, "routed_scaling_factor", HF_DEFAULTS["routed_scaling_factor"]),
+        "moe_router_topk_scaling_factor": _float(
+            config, "routed_scaling_factor", HF_DEFAULTS["routed_scaling_factor"]
+        ),
         "moe_router_num_groups": _int(config, "n_group", HF_DEFAULTS["n_group"]),
         "moe_router_group_topk": _int(config, "topk_group", HF_DEFAULTS["topk_group"]),
     }

@@ -41,8 +41,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.names = names
         self.callback = callback
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname not in self.names:
             return None
         for finder in sys.meta_path:
@@ -96,7 +97,9 @@ def mapping_only_line(environ: dict[str, str] | os._Environ[str] | None = None) 
     if not checkpoint:
         return logline.not_applied(f"{CHECKPOINT_ENV} is not set, so the checkpoint config is unknown")
     try:
-        fields = expected_provider_fields(read_config(checkpoint), keep_mtp=bool(env.get("MILES_NEMOTRONH_KEEP_MTP")))
+        fields = expected_provider_fields(
+            read_config(checkpoint), keep_mtp=bool(env.get("MILES_NEMOTRONH_KEEP_MTP"))
+        )
     except ShimConfigError as err:
         return logline.not_applied(str(err))
     return logline.applied(fields, mapping_only=True)

@@ -32,7 +32,9 @@ from backend.cluster.dashboard import RayClient
 
 
 @pytest.fixture(autouse=True)
-def _isolated_operator_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_operator_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No test reads the operator's config or writes their audit log; tests may override these."""
     home = tmp_path_factory.getbasetemp() / "operator"
     monkeypatch.setenv("ULTRA_CONSOLE_STATE_DIR", str(home / "state"))
@@ -46,7 +48,9 @@ def ray_cluster() -> Iterator[LocalRayCluster]:
     rc = LocalRayCluster.start(workers=2, gpus=8)
     try:
         rc.assert_loopback_only()
-        sys.stderr.write(f"\n[ray_cluster] {len(rc.node_ids)} nodes up in {rc.start_seconds:.1f} s at {rc.address}\n")
+        sys.stderr.write(
+            f"\n[ray_cluster] {len(rc.node_ids)} nodes up in {rc.start_seconds:.1f} s at {rc.address}\n"
+        )
         yield rc
         rc.assert_loopback_only()  # again, now that workers and job drivers have run
     finally:
@@ -71,8 +75,11 @@ async def ray_client(ray_cluster: LocalRayCluster) -> AsyncIterator[RayClient]:
 
 def _active_jobs(http: httpx.Client) -> set[str]:
     jobs = http.get("/api/jobs/").json()
-    return {j["submission_id"] for j in jobs
-            if j.get("submission_id") and j.get("status") not in ("STOPPED", "SUCCEEDED", "FAILED")}
+    return {
+        j["submission_id"]
+        for j in jobs
+        if j.get("submission_id") and j.get("status") not in ("STOPPED", "SUCCEEDED", "FAILED")
+    }
 
 
 @pytest.fixture(autouse=True)

@@ -42,8 +42,10 @@ class AbortPolicy:
         return self.force_wait_s if forced else self.stop_wait_s
 
     def stop_message(self) -> str:
-        return (f"stop requested: Ray sends {self.signal} to the driver's process tree, waits up to {self.grace_s} s "
-                "for a clean shutdown, then SIGKILLs what is left")
+        return (
+            f"stop requested: Ray sends {self.signal} to the driver's process tree, waits up to {self.grace_s} s "
+            "for a clean shutdown, then SIGKILLs what is left"
+        )
 
 
 def _env_vars(runtime_env: Any) -> dict[str, Any]:

@@ -38,16 +38,19 @@ def scrub(text: str, secrets: dict[str, str] | None = None) -> str:
     text = public_text(redact(text, secrets))  # also the session's remembered secrets; no escape sequence
     text = _BEARER.sub(rf"\1{REDACTED}", text)
     text = _TOKEN_FLAG.sub(rf"\1{REDACTED}", text)
-    return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if SECRET_ENV.search(m.group(1)) else m.group(0),
-                            text)
+    return _SECRET_PAIR.sub(
+        lambda m: f"{m.group(1)}={REDACTED}" if SECRET_ENV.search(m.group(1)) else m.group(0), text
+    )
 
 
 def _scrub_obj(value: Any, secrets: dict[str, str] | None) -> Any:
     if isinstance(value, str):
         return scrub(value, secrets)
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(k, str) and SECRET_ENV.search(k) else _scrub_obj(v, secrets))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if isinstance(k, str) and SECRET_ENV.search(k) else _scrub_obj(v, secrets))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_scrub_obj(v, secrets) for v in value]
     return value
@@ -66,9 +69,17 @@ class AuditLog:
     def __init__(self, state_dir: Path | str) -> None:
         self.path = Path(state_dir).expanduser() / AUDIT_FILE
 
-    def record(self, action: str, *, job: str | None, command: str = "", result: str,
-               details: dict[str, Any] | None = None, secrets: dict[str, str] | None = None,
-               user: str | None = None) -> dict[str, Any]:
+    def record(
+        self,
+        action: str,
+        *,
+        job: str | None,
+        command: str = "",
+        result: str,
+        details: dict[str, Any] | None = None,
+        secrets: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> dict[str, Any]:
         entry = {
             "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "user": user or current_user(),

@@ -64,7 +64,8 @@ from backend.plan.spec import RunSpec
 DEFAULT_POLL_S = 3.0  # job status; with telemetry and the log tail the console stays under 1 request/s
 PENDING_STOP_NOTE = (
     "the job is still PENDING: Ray's stop does not cancel a pending job (it stays queued until "
-    "resources free up, then starts and is stopped at once); still watching it")
+    "resources free up, then starts and is stopped at once); still watching it"
+)
 
 
 class RunState(str, Enum):
@@ -119,8 +120,14 @@ class AbortOutcome:
 class RunController:
     """One run on one cluster. Create with a connected `RayClient`; call `attach()` or `launch()`."""
 
-    def __init__(self, client: RayClient, *, state_dir: Path | str, readonly: bool = False,
-                 poll_s: float = DEFAULT_POLL_S) -> None:
+    def __init__(
+        self,
+        client: RayClient,
+        *,
+        state_dir: Path | str,
+        readonly: bool = False,
+        poll_s: float = DEFAULT_POLL_S,
+    ) -> None:
         self.client = client
         self.audit = AuditLog(state_dir)
         self.readonly = readonly
@@ -193,8 +200,10 @@ class RunController:
         if job.is_terminal:
             return False
         with contextlib.suppress(ConsoleError):
-            return any(e.get("action") in ("abort", "force-stop") and e.get("job") == job.id
-                       for e in self.audit.entries(limit=200))
+            return any(
+                e.get("action") in ("abort", "force-stop") and e.get("job") == job.id
+                for e in self.audit.entries(limit=200)
+            )
         return False
 
     async def refresh(self) -> JobInfo:
@@ -212,7 +221,9 @@ class RunController:
                 await self.refresh()
                 if self._unreachable is not None:
                     self._unreachable = None
-                    await self._emit(RunEvent("recovered", self.state, self.job, "Ray dashboard answers again"))
+                    await self._emit(
+                        RunEvent("recovered", self.state, self.job, "Ray dashboard answers again")
+                    )
             except DashboardUnreachable as err:
                 if str(err) != self._unreachable:  # lost, or lost otherwise: said again in the new words
                     self._unreachable = str(err)
@@ -228,23 +239,33 @@ class RunController:
         return self.job
 
     # ---------------------------------------------------------------- launch
-    async def check(self, spec: RunSpec, *, force: bool = False, check_cluster: bool = True,
-                    record: bool = False) -> list[Finding]:
+    async def check(
+        self, spec: RunSpec, *, force: bool = False, check_cluster: bool = True, record: bool = False
+    ) -> list[Finding]:
         """Findings for launching `spec` now (rules, then preflight against the cluster). Raises
         LaunchRefused on an error finding; with `force`, another active run (P3) is allowed.
         `record`: this is a launch attempt, so a refusal goes to the audit log too."""
         try:
             findings = self._rules(spec)
-            return findings + await self._cluster_check(spec, findings, force=force, check_cluster=check_cluster)
+            return findings + await self._cluster_check(
+                spec, findings, force=force, check_cluster=check_cluster
+            )
         except LaunchRefused as err:
             if record:
                 self._record_refusal(spec, err, force)
             raise
 
     def _record_refusal(self, spec: RunSpec, err: LaunchRefused, force: bool) -> None:
-        self.audit.record("launch", job=None, command=f"launch preset {spec.preset}", result=str(err),
-                          details={"findings": [f.to_json() for f in err.findings if f.severity == "error"],
-                                   "forced": force})
+        self.audit.record(
+            "launch",
+            job=None,
+            command=f"launch preset {spec.preset}",
+            result=str(err),
+            details={
+                "findings": [f.to_json() for f in err.findings if f.severity == "error"],
+                "forced": force,
+            },
+        )
 
     @staticmethod
     def _rules(spec: RunSpec) -> list[Finding]:
@@ -256,8 +277,9 @@ class RunController:
             raise LaunchRefused(f"launch refused: {_first_error(findings)}", findings)
         return findings
 
-    async def _cluster_check(self, spec: RunSpec, findings: list[Finding], *, force: bool, check_cluster: bool
-                             ) -> list[Finding]:
+    async def _cluster_check(
+        self, spec: RunSpec, findings: list[Finding], *, force: bool, check_cluster: bool
+    ) -> list[Finding]:
         from backend.cluster.preflight import preflight
         from backend.plan.finding import has_errors
 
@@ -271,13 +293,22 @@ class RunController:
         if not force:
             active = active_runs(await self.client.list_jobs())
             if active:
-                raise LaunchRefused(f"launch refused: run {active[0].id} is still {active[0].status} "
-                                    "(abort it first or use --force)")
+                raise LaunchRefused(
+                    f"launch refused: run {active[0].id} is still {active[0].status} "
+                    "(abort it first or use --force)"
+                )
         return []
 
-    async def launch(self, spec: RunSpec, *, force: bool = False, secrets: dict[str, str] | None = None,
-                     run_id: str | None = None, check_cluster: bool = True, findings: list[Finding] | None = None
-                     ) -> JobInfo:
+    async def launch(
+        self,
+        spec: RunSpec,
+        *,
+        force: bool = False,
+        secrets: dict[str, str] | None = None,
+        run_id: str | None = None,
+        check_cluster: bool = True,
+        findings: list[Finding] | None = None,
+    ) -> JobInfo:
         """Submit `spec` as a new run. Refuses error findings (rules and preflight) and a second
         active run unless `force`. `findings` from an earlier `check()` spare a second preflight against
         the cluster, never the rules: the rule engine runs on `spec` here whatever the caller found.
@@ -301,13 +332,27 @@ class RunController:
             await self._upload_packages(sub.runtime_env)
             sid = await self.client.submit(sub.to_ray_payload())
         except ConsoleError as err:
-            self.audit.record("launch", job=sub.submission_id, command=sub.shell(), result=f"refused by Ray: {err}",
-                              secrets=secrets)
+            self.audit.record(
+                "launch",
+                job=sub.submission_id,
+                command=sub.shell(),
+                result=f"refused by Ray: {err}",
+                secrets=secrets,
+            )
             self.state = None
             raise
-        self.audit.record("launch", job=sid, command=sub.shell(), result="submitted", secrets=secrets,
-                          details={"run_id": sub.metadata.get("run_id"), "forced": force,
-                                   "warnings": [f.message for f in findings if f.severity == "warning"]})
+        self.audit.record(
+            "launch",
+            job=sid,
+            command=sub.shell(),
+            result="submitted",
+            secrets=secrets,
+            details={
+                "run_id": sub.metadata.get("run_id"),
+                "forced": force,
+                "warnings": [f.message for f in findings if f.severity == "warning"],
+            },
+        )
         job = await self.client.get_job(sid)
         await self._set(job)
         return job
@@ -344,10 +389,17 @@ class RunController:
         sent = await self.client.stop_job(job.id)
         self._stop_requested = True
         message = PENDING_STOP_NOTE if job.status == "PENDING" else policy.stop_message()
-        self.audit.record("abort", job=job.id, command=f"POST /api/jobs/{job.id}/stop",
-                          result=f"stop requested while {job.status}" if sent else "job was no longer alive",
-                          details={"signal": policy.signal, "grace_s": policy.grace_s,
-                                   "footprint": self.footprint.to_json()})
+        self.audit.record(
+            "abort",
+            job=job.id,
+            command=f"POST /api/jobs/{job.id}/stop",
+            result=f"stop requested while {job.status}" if sent else "job was no longer alive",
+            details={
+                "signal": policy.signal,
+                "grace_s": policy.grace_s,
+                "footprint": self.footprint.to_json(),
+            },
+        )
         await self._set(job)
         await self._notice(message)
         return AbortOutcome(job, sent, message)
@@ -359,28 +411,45 @@ class RunController:
         if job.is_terminal:
             return f"job {job.id} already ended {job.status}; nothing to force"
         if job.status == "PENDING":
-            return ("Ray offers no way to remove a PENDING job (stop only queues, delete refuses non-terminal "
-                    "jobs): force cannot do more; free resources so it starts and the queued stop applies")
+            return (
+                "Ray offers no way to remove a PENDING job (stop only queues, delete refuses non-terminal "
+                "jobs): force cannot do more; free resources so it starts and the queued stop applies"
+            )
         await self.client.stop_job(job.id)  # so the supervisor records STOPPED, not FAILED
         self._stop_requested = True
         pid = _driver_pid(job)
         if pid is None or not job.driver_node_id:
-            return ("Ray reports no driver PID for this job (its entrypoint never called ray.init): force can only "
-                    "repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends")
+            return (
+                "Ray reports no driver PID for this job (its entrypoint never called ray.init): force can only "
+                "repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends"
+            )
         try:
-            answer = await run_reaper(self.client, job.driver_node_id, ["--tree", str(pid), "--job", job.id],
-                                      timeout_s=abort_policy(job).force_wait_s, purpose="force")
+            answer = await run_reaper(
+                self.client,
+                job.driver_node_id,
+                ["--tree", str(pid), "--job", job.id],
+                timeout_s=abort_policy(job).force_wait_s,
+                purpose="force",
+            )
         except ConsoleError as err:
             results: list[dict[str, Any]] = [{"pid": pid, "action": "failed", "reason": str(err)}]
         else:
             results = list(answer.items)
         killed = [r["pid"] for r in results if r.get("action") == "killed"]
-        summary = (f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
-                   f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
-                   "kills its actors" if killed else
-                   f"killed nothing: {'; '.join(str(r.get('reason')) for r in results) or 'no result'}")
-        self.audit.record("force-stop", job=job.id, command=f"kill job: SIGKILL process tree of pid {pid}",
-                          result=summary, details={"results": results})
+        summary = (
+            f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
+            f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
+            "kills its actors"
+            if killed
+            else f"killed nothing: {'; '.join(str(r.get('reason')) for r in results) or 'no result'}"
+        )
+        self.audit.record(
+            "force-stop",
+            job=job.id,
+            command=f"kill job: SIGKILL process tree of pid {pid}",
+            result=summary,
+            details={"results": results},
+        )
         await self._notice(summary)
         return summary
 
@@ -430,20 +499,29 @@ class RunController:
         jobs = await self.client.list_jobs()
         busy = [j for j in jobs if not j.is_terminal and not is_console_tool(j) and j.type != "DRIVER"]
         if busy:
-            raise RefusedError(f"cleanup refused: job {busy[0].id} is still {busy[0].status}; its processes "
-                               "hold GPU memory legitimately (abort it first)")
+            raise RefusedError(
+                f"cleanup refused: job {busy[0].id} is still {busy[0].status}; its processes "
+                "hold GPU memory legitimately (abort it first)"
+            )
         items = leftovers if leftovers is not None else list((await self.leftovers()).killable)
         policy = abort_policy(self.job) if self.job is not None else None
-        results = await kill_leftovers(self.client, self.job_footprint(), items,
-                                       grace_s=policy.leftover_kill_grace_s if policy else LEFTOVER_KILL_GRACE_S,
-                                       timeout_s=policy.leftover_kill_s if policy else LEFTOVER_KILL_S)
+        results = await kill_leftovers(
+            self.client,
+            self.job_footprint(),
+            items,
+            grace_s=policy.leftover_kill_grace_s if policy else LEFTOVER_KILL_GRACE_S,
+            timeout_s=policy.leftover_kill_s if policy else LEFTOVER_KILL_S,
+        )
         killed = sum(1 for r in results if r.action == "killed")
         nodes = sorted({it.node_id for it in items})
-        self.audit.record("cleanup", job=self.job.id if self.job else None,
-                          command="kill jobs pinned per node: " + ", ".join(
-                              f"{n[:8]}: {' '.join(str(i.pid) for i in items if i.node_id == n)}" for n in nodes),
-                          result=f"killed {killed} of {len(items)} process(es)",
-                          details={"results": [r.__dict__ for r in results]})
+        self.audit.record(
+            "cleanup",
+            job=self.job.id if self.job else None,
+            command="kill jobs pinned per node: "
+            + ", ".join(f"{n[:8]}: {' '.join(str(i.pid) for i in items if i.node_id == n)}" for n in nodes),
+            result=f"killed {killed} of {len(items)} process(es)",
+            details={"results": [r.__dict__ for r in results]},
+        )
         return results
 
 

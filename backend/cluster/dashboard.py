@@ -107,8 +107,11 @@ _EXC_PREFIX = re.compile(r"^(?:[\w.]+(?:Error|Exception)|ValueError|TypeError|Ru
 def ray_error_sentence(body: str) -> str:
     """Ray's error bodies are text/plain tracebacks: keep the last meaningful line, minus the
     exception class, as one sentence (never a multi-line dump)."""
-    lines = [ln.strip() for ln in body.strip().splitlines()
-             if any(ch.isalnum() for ch in ln) and not _TRACE_NOISE.match(ln)]
+    lines = [
+        ln.strip()
+        for ln in body.strip().splitlines()
+        if any(ch.isalnum() for ch in ln) and not _TRACE_NOISE.match(ln)
+    ]
     if not lines:
         return "no reason given"
     last = _EXC_PREFIX.sub("", lines[-1]).strip()
@@ -155,8 +158,15 @@ class _LineSplitter:
 class RayClient:
     """One connection pool to one Ray dashboard; use as `async with RayClient(addr) as ray:`."""
 
-    def __init__(self, address: str, token: str | None = None, *, timeout: float = 10.0, retries: int = 3,
-                 backoff_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.25,
+    ) -> None:
         if "://" not in address:
             address = f"http://{address}"
         check_token(token)
@@ -170,7 +180,10 @@ class RayClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout), trust_env=False,
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            trust_env=False,
         )
 
     async def __aenter__(self) -> RayClient:
@@ -184,22 +197,29 @@ class RayClient:
 
     # ---------------------------------------------------------------- transport
     def _unreachable(self, err: BaseException) -> DashboardUnreachable:
-        reason = public_line(str(err) or type(err).__name__)  # a library's words may quote the URL or a header
+        reason = public_line(
+            str(err) or type(err).__name__
+        )  # a library's words may quote the URL or a header
         return DashboardUnreachable(f"Ray dashboard unreachable at {self.address}: {reason}")
 
     def _raise_for(self, status: int, body: str, what: str) -> None:
         """Map an error response to a typed error; `what` names the object (e.g. "job 'x'")."""
-        reason = public_line(ray_error_sentence(body))  # the body is the network's text: no escape gets through
+        reason = public_line(
+            ray_error_sentence(body)
+        )  # the body is the network's text: no escape gets through
         if status == 401:
             raise AuthRequired(
-                f"Ray dashboard at {self.address} requires a token (pass --token or set RAY_AUTH_TOKEN)", status)
+                f"Ray dashboard at {self.address} requires a token (pass --token or set RAY_AUTH_TOKEN)",
+                status,
+            )
         if status == 403:
             raise AuthFailed(f"Ray dashboard at {self.address} refused the token: {reason}", status)
         if status == 404 and what.startswith("job "):
             raise JobNotFound(f"no {what} on the Ray cluster at {self.address}", status)
         if "already exists" in body:
-            raise DuplicateSubmission(f"{what} already exists on the Ray cluster; use another submission id",
-                                      status)
+            raise DuplicateSubmission(
+                f"{what} already exists on the Ray cluster; use another submission id", status
+            )
         raise RayApiError(f"Ray dashboard refused {what} (HTTP {status}): {reason}", status)
 
     async def _send(self, method: str, path: str, *, what: str, **kwargs: Any) -> httpx.Response:
@@ -223,7 +243,9 @@ class RayClient:
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def get_json(self, path: str, params: dict[str, Any] | None = None, *, what: str | None = None) -> Any:
+    async def get_json(
+        self, path: str, params: dict[str, Any] | None = None, *, what: str | None = None
+    ) -> Any:
         """GET any dashboard JSON route (telemetry callers use this for raw payloads)."""
         resp = await self._send("GET", path, params=params, what=what or f"GET {path}")
         try:
@@ -259,7 +281,9 @@ class RayClient:
             return JobInfo.model_validate(data)
         except ValidationError as err:
             where = ".".join(str(p) for p in err.errors()[0]["loc"])
-            raise RayApiError(f"Ray dashboard at {self.address} sent a job record with a bad {where!r}") from None
+            raise RayApiError(
+                f"Ray dashboard at {self.address} sent a job record with a bad {where!r}"
+            ) from None
 
     async def stop_job(self, job_id: str) -> bool:
         """Ask Ray to stop the job; True if it was alive. Fire-and-forget on Ray's side: the
@@ -288,14 +312,18 @@ class RayClient:
     async def _stream_log(self, job: JobInfo, tail: int | None) -> AsyncIterator[str]:
         if not job.driver_node_id or not job.submission_id:
             return
-        params: dict[str, str | int] = {"node_id": job.driver_node_id, "submission_id": job.submission_id,
-                                        "lines": -1 if tail is None else tail}
+        params: dict[str, str | int] = {
+            "node_id": job.driver_node_id,
+            "submission_id": job.submission_id,
+            "lines": -1 if tail is None else tail,
+        }
         splitter = _LineSplitter()
         decoder = _Utf8Decoder()
         self.requests_made += 1
         try:
-            async with self._http.stream("GET", "/api/v0/logs/file", params=params,
-                                         timeout=httpx.Timeout(30.0, read=None)) as resp:
+            async with self._http.stream(
+                "GET", "/api/v0/logs/file", params=params, timeout=httpx.Timeout(30.0, read=None)
+            ) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
                     self._raise_for(resp.status_code, body, f"the log of job {job.id!r}")
@@ -317,8 +345,15 @@ class RayClient:
             return last is not None or bool(partial)
         return tail[-1] not in (last, partial)
 
-    async def follow_log(self, job_id: str, *, start_offset: int = 0, reconnect_delay_s: float = 1.0,
-                         max_reconnects: int = 30, idle_check_s: float = 30.0) -> AsyncIterator[str]:
+    async def follow_log(
+        self,
+        job_id: str,
+        *,
+        start_offset: int = 0,
+        reconnect_delay_s: float = 1.0,
+        max_reconnects: int = 30,
+        idle_check_s: float = 30.0,
+    ) -> AsyncIterator[str]:
         """Follow the driver log from line `start_offset` (0 = the whole log) until the job is
         terminal and its log drained.
 
@@ -391,7 +426,8 @@ class RayClient:
                     raise value
                 raise DashboardUnreachable(
                     f"Ray dashboard unreachable at {self.address}: log follow of job {job_id!r} "
-                    f"dropped {failures} times in a row")
+                    f"dropped {failures} times in a row"
+                )
             await asyncio.sleep(min(reconnect_delay_s * failures, 5.0))
 
     async def _terminal_quietly(self, job_id: str) -> bool:
@@ -407,8 +443,9 @@ class RayClient:
         self.requests_made += 1
         ws: AsyncWebSocketSession
         try:
-            async with aconnect_ws(url, self._http, max_message_size_bytes=_WS_MAX_MESSAGE,
-                                   keepalive_ping_interval_seconds=None) as ws:
+            async with aconnect_ws(
+                url, self._http, max_message_size_bytes=_WS_MAX_MESSAGE, keepalive_ping_interval_seconds=None
+            ) as ws:
                 while True:
                     text = await ws.receive_text()
                     await queue.put(("text", text))
@@ -453,7 +490,9 @@ class RayClient:
 
     async def cluster_status(self) -> dict[str, Any]:
         """Raw `data.clusterStatus` of `/api/cluster_status` (logical GPU use per node)."""
-        return self._data(await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus")
+        return self._data(
+            await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus"
+        )
 
     async def cluster_metadata(self) -> dict[str, Any]:
         """`{"rayVersion": ..., "pythonVersion": ..., ...}` from the state API."""

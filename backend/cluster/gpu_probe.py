@@ -43,9 +43,13 @@ SAMPLE_INTERVAL_S = 1.0
 MAX_AGE_S = 3600.0  # its log grows ~0.4 KB per node and second: a fresh probe every hour keeps a replay short
 STALE_AFTER_S = 5.0  # a reading a few missed samples old
 RETRY_S = 2.0
-LEASE_UNSEEN_S = 15.0  # our lease missing from the probe's list this long after writing it: it cannot see our file
+LEASE_UNSEEN_S = (
+    15.0  # our lease missing from the probe's list this long after writing it: it cannot see our file
+)
 START_CLAIM = "starting"
-START_CLAIM_S = 20.0  # two consoles starting at once: the one holding this file submits, the other waits for it
+START_CLAIM_S = (
+    20.0  # two consoles starting at once: the one holding this file submits, the other waits for it
+)
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,21 @@ def parse_reading(obj: dict[str, Any]) -> ProbeReading | None:
         node, ts = str(obj["n"]), float(obj["t"])
         cpu = float(obj["c"]) if isinstance(obj.get("c"), (int, float)) else None
         if "g" not in obj:
-            return ProbeReading(node, ts, None, sanitize_text(str(obj.get("nvml") or "no GPU reading"))[:200], cpu)
-        gpus = tuple(ProbeGpu(int(g[0]), None if g[1] is None or g[1] < 0 else float(g[1]), int(g[2]), int(g[3]),
-                              _opt(g[4]), _opt(g[5]), tuple(ProbeProcess(int(p), int(m)) for p, m in g[6]))
-                     for g in obj["g"])
+            return ProbeReading(
+                node, ts, None, sanitize_text(str(obj.get("nvml") or "no GPU reading"))[:200], cpu
+            )
+        gpus = tuple(
+            ProbeGpu(
+                int(g[0]),
+                None if g[1] is None or g[1] < 0 else float(g[1]),
+                int(g[2]),
+                int(g[3]),
+                _opt(g[4]),
+                _opt(g[5]),
+                tuple(ProbeProcess(int(p), int(m)) for p, m in g[6]),
+            )
+            for g in obj["g"]
+        )
         return ProbeReading(node, ts, gpus, cpu_s=cpu)
     except (KeyError, TypeError, ValueError, IndexError):
         return None
@@ -103,7 +118,7 @@ def parse_line(line: str) -> dict[str, Any] | None:
     if pos < 0:
         return None
     try:
-        obj = json.loads(line[pos + len(MARK):])
+        obj = json.loads(line[pos + len(MARK) :])
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
@@ -132,12 +147,19 @@ def default_lease_dir(session_name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"ultra-console-gpu-probe-{safe}"
 
 
-def probe_submission(head_node_id: str, lease_dir: Path, *, lease_timeout_s: float, interval_s: float,
-                     max_age_s: float) -> dict[str, Any]:
+def probe_submission(
+    head_node_id: str, lease_dir: Path, *, lease_timeout_s: float, interval_s: float, max_age_s: float
+) -> dict[str, Any]:
     """The Ray job of a probe: pinned to the head (where the leases are), no entrypoint resources."""
     source = SCRIPT.read_text(encoding="utf-8")
-    args = ["--gpu-probe", f"--node-id={head_node_id}", f"--lease-dir={lease_dir}",
-            f"--lease-timeout={lease_timeout_s:g}", f"--interval={interval_s:g}", f"--max-age={max_age_s:g}"]
+    args = [
+        "--gpu-probe",
+        f"--node-id={head_node_id}",
+        f"--lease-dir={lease_dir}",
+        f"--lease-timeout={lease_timeout_s:g}",
+        f"--interval={interval_s:g}",
+        f"--max-age={max_age_s:g}",
+    ]
     return {
         "entrypoint": shlex.join(["python3", "-c", source, *args]),
         "submission_id": f"{SUBMISSION_PREFIX}{int(time.time() * 1000)}",
@@ -179,9 +201,17 @@ def _claim(path: Path) -> bool:
 class GpuProbe:
     """Keeps a probe running (unless read-only) and its newest reading per node; `run()` does it until cancelled."""
 
-    def __init__(self, client: RayClient, *, readonly: bool = False, lease_timeout_s: float = LEASE_TIMEOUT_S,
-                 lease_renew_s: float = LEASE_RENEW_S, interval_s: float = SAMPLE_INTERVAL_S,
-                 max_age_s: float = MAX_AGE_S, on_status: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: RayClient,
+        *,
+        readonly: bool = False,
+        lease_timeout_s: float = LEASE_TIMEOUT_S,
+        lease_renew_s: float = LEASE_RENEW_S,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        max_age_s: float = MAX_AGE_S,
+        on_status: Callable[[str], None] | None = None,
+    ) -> None:
         self.client = client
         self.readonly = readonly
         self.lease_timeout_s = lease_timeout_s
@@ -249,7 +279,9 @@ class GpuProbe:
     async def _start(self) -> JobInfo | None:
         """Submit a probe, unless another console on this host is submitting one right now (then None)."""
         nodes = await self.client.nodes()
-        head = next((str(n["node_id"]) for n in nodes if n.get("is_head_node") and n.get("state") == "ALIVE"), None)
+        head = next(
+            (str(n["node_id"]) for n in nodes if n.get("is_head_node") and n.get("state") == "ALIVE"), None
+        )
         if head is None:
             raise ConsoleError("no alive head node to run the GPU probe on")
         session = str((await self.client.version()).get("session_name") or "ray")
@@ -257,8 +289,13 @@ class GpuProbe:
         self._take_lease(lease_dir)  # before it starts: it never sees a moment without a lease
         if not _claim(lease_dir / START_CLAIM) or await self._find() is not None:
             return None  # the other console's probe is found at the next look
-        payload = probe_submission(head, lease_dir, lease_timeout_s=self.lease_timeout_s, interval_s=self.interval_s,
-                                   max_age_s=self.max_age_s)
+        payload = probe_submission(
+            head,
+            lease_dir,
+            lease_timeout_s=self.lease_timeout_s,
+            interval_s=self.interval_s,
+            max_age_s=self.max_age_s,
+        )
         sid = await self.client.submit(payload)
         self.started.append(sid)
         self._say(f"GPU probe: started {sid}")
@@ -273,8 +310,10 @@ class GpuProbe:
                 self._take_lease(lease_dir)
             return job
         if self.readonly:
-            self._say("GPU probe: none running (a --readonly console starts none); GPUs from miles' streams or "
-                      "Ray's reporter")
+            self._say(
+                "GPU probe: none running (a --readonly console starts none); GPUs from miles' streams or "
+                "Ray's reporter"
+            )
             return None
         return await self._start()
 
@@ -290,10 +329,16 @@ class GpuProbe:
         elif kind == "leases":
             ids = obj.get("ids") or []
             self.lease_seen = self.lease_id in ids
-            if not self.lease_seen and self._lease_path is not None and self._lease_written_at and (
-                    time.monotonic() - self._lease_written_at > LEASE_UNSEEN_S):
-                self._say(f"GPU probe {job_id}: it does not see this console's lease in {self._lease_path.parent} "
-                          "(is this console on the Ray head?)")
+            if (
+                not self.lease_seen
+                and self._lease_path is not None
+                and self._lease_written_at
+                and (time.monotonic() - self._lease_written_at > LEASE_UNSEEN_S)
+            ):
+                self._say(
+                    f"GPU probe {job_id}: it does not see this console's lease in {self._lease_path.parent} "
+                    "(is this console on the Ray head?)"
+                )
         elif kind == "hello":
             self._say(f"GPU probe {job_id}: NVML every {self.interval_s:g} s on every node")
         elif kind in ("bye", "duplicate"):

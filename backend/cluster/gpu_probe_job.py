@@ -98,12 +98,22 @@ class NodeSampler:
         else:
             gpus = []
             for gpu in self.provider.get_gpu_usage():
-                procs = [[int(pid), _int((info or {}).get("gpu_memory_usage"))]
-                         for pid, info in (gpu.get("processes_pids") or {}).items()]
+                procs = [
+                    [int(pid), _int((info or {}).get("gpu_memory_usage"))]
+                    for pid, info in (gpu.get("processes_pids") or {}).items()
+                ]
                 power = gpu.get("power_mw")
-                gpus.append([_int(gpu.get("index")), _int(gpu.get("utilization_gpu")), _int(gpu.get("memory_used")),
-                             _int(gpu.get("memory_total")), -1 if power is None else round(int(power) / 1000),
-                             _int(gpu.get("temperature_c")), procs])
+                gpus.append(
+                    [
+                        _int(gpu.get("index")),
+                        _int(gpu.get("utilization_gpu")),
+                        _int(gpu.get("memory_used")),
+                        _int(gpu.get("memory_total")),
+                        -1 if power is None else round(int(power) / 1000),
+                        _int(gpu.get("temperature_c")),
+                        procs,
+                    ]
+                )
             out["g"] = gpus
         times = os.times()
         out["c"] = round(times.user + times.system, 2)
@@ -201,9 +211,13 @@ def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max
             listed_at = time.monotonic()
             for node in sorted(_alive_nodes(ray) - set(actors) - {node_id}):
                 actor = actors[node] = sampler_cls.options(
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), enable_task_events=False,
-                    runtime_env={"env_vars": {NODE_ENV: node}}).remote()
-                threading.Thread(target=_relay, args=(ray, node, actor, interval, actors), daemon=True).start()
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                    enable_task_events=False,
+                    runtime_env={"env_vars": {NODE_ENV: node}},
+                ).remote()
+                threading.Thread(
+                    target=_relay, args=(ray, node, actor, interval, actors), daemon=True
+                ).start()
         reading = head.read()
         if head.due(reading, interval):
             emit({"k": "s", "n": node_id, **reading})
@@ -223,7 +237,13 @@ def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max
 
 
 def main(argv: list[str]) -> int:
-    opts = {"--node-id": "", "--lease-dir": "", "--lease-timeout": "45", "--interval": "1", "--max-age": "3600"}
+    opts = {
+        "--node-id": "",
+        "--lease-dir": "",
+        "--lease-timeout": "45",
+        "--interval": "1",
+        "--max-age": "3600",
+    }
     it = iter(argv)
     for arg in it:
         key, _, value = arg.partition("=")
@@ -237,10 +257,23 @@ def main(argv: list[str]) -> int:
     if lock is None:
         emit({"k": "duplicate", "why": "another GPU probe holds this cluster's lock"})
         return 0
-    emit({"k": "hello", "pid": os.getpid(), "node": opts["--node-id"], "lease_dir": lease_dir,
-          "lease_timeout": float(opts["--lease-timeout"]), "interval": float(opts["--interval"])})
-    why = run(opts["--node-id"], lease_dir, float(opts["--lease-timeout"]), float(opts["--interval"]),
-              float(opts["--max-age"]))
+    emit(
+        {
+            "k": "hello",
+            "pid": os.getpid(),
+            "node": opts["--node-id"],
+            "lease_dir": lease_dir,
+            "lease_timeout": float(opts["--lease-timeout"]),
+            "interval": float(opts["--interval"]),
+        }
+    )
+    why = run(
+        opts["--node-id"],
+        lease_dir,
+        float(opts["--lease-timeout"]),
+        float(opts["--interval"]),
+        float(opts["--max-age"]),
+    )
     lock.close()  # a successor may start while this one winds down
     emit({"k": "bye", "why": why})
     return 0

@@ -22,11 +22,23 @@ PROBE_KEY = "ultra_console_probe"
 CONSOLE_TOOLS: frozenset[JobKind] = frozenset({"cleanup", "probe"})
 TRAIN_SCRIPTS = ("train.py", "train_async.py")
 # Flags only miles' train.py takes; two of them make a python3 train.py entrypoint a miles run.
-MILES_FLAGS = frozenset({
-    "--megatron-to-hf-mode", "--hf-checkpoint", "--rollout-num-gpus-per-engine", "--actor-num-nodes",
-    "--actor-num-gpus-per-node", "--rollout-num-gpus", "--prompt-data", "--advantage-estimator",
-    "--sglang-mem-fraction-static", "--colocate", "--dump-details", "--rm-type", "--n-samples-per-prompt",
-})
+MILES_FLAGS = frozenset(
+    {
+        "--megatron-to-hf-mode",
+        "--hf-checkpoint",
+        "--rollout-num-gpus-per-engine",
+        "--actor-num-nodes",
+        "--actor-num-gpus-per-node",
+        "--rollout-num-gpus",
+        "--prompt-data",
+        "--advantage-estimator",
+        "--sglang-mem-fraction-static",
+        "--colocate",
+        "--dump-details",
+        "--rm-type",
+        "--n-samples-per-prompt",
+    }
+)
 
 
 def _tokens(entrypoint: str) -> list[str]:
@@ -41,7 +53,7 @@ def is_miles_entrypoint(entrypoint: str) -> bool:
     for i, tok in enumerate(tokens[:-1]):
         name = tok.rsplit("/", 1)[-1]
         if name.startswith("python") and tokens[i + 1].rsplit("/", 1)[-1] in TRAIN_SCRIPTS:
-            flags = {t.split("=", 1)[0] for t in tokens[i + 2:] if t.startswith("--")}
+            flags = {t.split("=", 1)[0] for t in tokens[i + 2 :] if t.startswith("--")}
             return len(flags & MILES_FLAGS) >= 2
     return False
 
@@ -71,7 +83,9 @@ def is_run(job: JobInfo) -> bool:
 def runs(jobs: Iterable[JobInfo]) -> list[JobInfo]:
     """Training runs, newest first (by start time; a job without one sorts first: it was just submitted)."""
     found = [j for j in jobs if is_run(j)]
-    return sorted(found, key=lambda j: j.start_time if j.start_time is not None else float("inf"), reverse=True)
+    return sorted(
+        found, key=lambda j: j.start_time if j.start_time is not None else float("inf"), reverse=True
+    )
 
 
 def latest_run(jobs: Iterable[JobInfo]) -> JobInfo | None:

@@ -39,7 +39,9 @@ class JobFootprint:
     submission_id: str
     job_id: str = ""  # Ray's hex job id ("" until the driver connected)
     driver_node_id: str | None = None
-    workers: tuple[tuple[str, int], ...] = ()  # (node id, pid) of the driver and each actor Ray listed for the job
+    workers: tuple[
+        tuple[str, int], ...
+    ] = ()  # (node id, pid) of the driver and each actor Ray listed for the job
     listed: bool = False  # Ray answered the list of the job's actors (so `workers` is all of them)
 
     @property
@@ -65,17 +67,28 @@ class JobFootprint:
         return args
 
     def to_json(self) -> dict[str, Any]:
-        return {"submission_id": self.submission_id, "job_id": self.job_id, "driver_node_id": self.driver_node_id,
-                "workers": [list(w) for w in self.workers], "listed": self.listed}
+        return {
+            "submission_id": self.submission_id,
+            "job_id": self.job_id,
+            "driver_node_id": self.driver_node_id,
+            "workers": [list(w) for w in self.workers],
+            "listed": self.listed,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobFootprint:
-        return cls(str(data.get("submission_id") or ""), str(data.get("job_id") or ""),
-                   data.get("driver_node_id") or None,
-                   tuple((str(n), int(p)) for n, p in data.get("workers") or ()), bool(data.get("listed")))
+        return cls(
+            str(data.get("submission_id") or ""),
+            str(data.get("job_id") or ""),
+            data.get("driver_node_id") or None,
+            tuple((str(n), int(p)) for n, p in data.get("workers") or ()),
+            bool(data.get("listed")),
+        )
 
     @classmethod
-    def of(cls, job: JobInfo, workers: Iterable[tuple[str, int]] = (), *, listed: bool = False) -> JobFootprint:
+    def of(
+        cls, job: JobInfo, workers: Iterable[tuple[str, int]] = (), *, listed: bool = False
+    ) -> JobFootprint:
         return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers), listed)
 
 
@@ -89,12 +102,23 @@ async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[st
     listed = False
     if job.job_id:
         with contextlib.suppress(ConsoleError):
-            data = await client.get_json("/api/v0/actors", {
-                "detail": 1, "limit": 10000, "filter_keys": "job_id", "filter_predicates": "=",
-                "filter_values": job.job_id}, what=f"the actors of job {job.id}")
+            data = await client.get_json(
+                "/api/v0/actors",
+                {
+                    "detail": 1,
+                    "limit": 10000,
+                    "filter_keys": "job_id",
+                    "filter_predicates": "=",
+                    "filter_values": job.job_id,
+                },
+                what=f"the actors of job {job.id}",
+            )
             rows = ((data or {}).get("data") or {}).get("result", {}).get("result") or []
-            found += [(str(a["node_id"]), int(a["pid"]), str(a.get("class_name") or "actor")) for a in rows
-                      if isinstance(a, dict) and a.get("node_id") and a.get("pid")]
+            found += [
+                (str(a["node_id"]), int(a["pid"]), str(a.get("class_name") or "actor"))
+                for a in rows
+                if isinstance(a, dict) and a.get("node_id") and a.get("pid")
+            ]
             listed = True
     return found, listed
 
@@ -107,7 +131,7 @@ async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
 
 
 async def job_roles(client: RayClient, job: JobInfo) -> dict[str, str]:
-    """"<node id>:<pid>" -> role (the driver, or its actor's class) of the job's processes Ray lists now: how the
+    """ "<node id>:<pid>" -> role (the driver, or its actor's class) of the job's processes Ray lists now: how the
     GPU pane names the PIDs holding GPUs."""
     found, _ = await _job_processes(client, job)
     return {f"{node}:{pid}": sanitize_text(role)[:40] for node, pid, role in found}
@@ -169,7 +193,12 @@ class LeftoverReport:
     @property
     def clean(self) -> bool:
         """Every node answered with NVML and none holds a process of the job or an unidentified one."""
-        return not self.killable and not self.unidentified and not self.silent and all(n.nvml for n in self.nodes)
+        return (
+            not self.killable
+            and not self.unidentified
+            and not self.silent
+            and all(n.nvml for n in self.nodes)
+        )
 
     def lines(self) -> list[str]:
         """The report in sentences, for the abort modal and `cleanup`."""
@@ -184,7 +213,9 @@ class LeftoverReport:
             if not node.answered:
                 out.append(f"node {node.node_label} did not answer: {node.problem}")
             elif not node.nvml:
-                out.append(f"node {node.node_label}: no GPU provider answers there, its GPUs could not be read")
+                out.append(
+                    f"node {node.node_label}: no GPU provider answers there, its GPUs could not be read"
+                )
             elif node.unlisted:
                 gpus = ", ".join(f"GPU {g} ({mem} MiB)" for g, mem in node.unlisted)
                 out.append(f"node {node.node_label}: {gpus} in use but NVML names no process")
@@ -223,27 +254,48 @@ class ReaperAnswer:
     summary: dict[str, Any]
 
 
-async def run_reaper(client: RayClient, node_id: str, args: list[str], *, timeout_s: float, purpose: str
-                     ) -> ReaperAnswer:
+async def run_reaper(
+    client: RayClient, node_id: str, args: list[str], *, timeout_s: float, purpose: str
+) -> ReaperAnswer:
     """Run backend/cluster/reaper_job.py pinned to `node_id` (bounded by `timeout_s`) and read its answer."""
     script = Path(__file__).with_name("reaper_job.py")
-    result = await run_node_job(client, node_id, script, ["--gpu-reaper", f"--node-id={node_id}", *args],
-                                mark=REAP_MARK, purpose=purpose, timeout_s=timeout_s)
+    result = await run_node_job(
+        client,
+        node_id,
+        script,
+        ["--gpu-reaper", f"--node-id={node_id}", *args],
+        mark=REAP_MARK,
+        purpose=purpose,
+        timeout_s=timeout_s,
+    )
     summary = next((r for r in result.events if r.get("pid") == -1), None)
     if summary is None:
-        raise ConsoleError(f"its reaper job ended {result.status} without an answer: {result.message or 'no message'}")
+        raise ConsoleError(
+            f"its reaper job ended {result.status} without an answer: {result.message or 'no message'}"
+        )
     return ReaperAnswer(tuple(r for r in result.events if r.get("pid") != -1), summary)
 
 
-async def read_leftovers(client: RayClient, footprint: JobFootprint | None, nodes: Iterable[tuple[str, str]], *,
-                         timeout_s: float, gone: Iterable[str] = ()) -> LeftoverReport:
+async def read_leftovers(
+    client: RayClient,
+    footprint: JobFootprint | None,
+    nodes: Iterable[tuple[str, str]],
+    *,
+    timeout_s: float,
+    gone: Iterable[str] = (),
+) -> LeftoverReport:
     """Read each of `nodes` ((id, label), alive) now, each answer bounded by `timeout_s`; `gone` are nodes the
     job ran on that are no longer alive (named in the report, nothing to ask there)."""
     asked = list(nodes)
     fp = footprint or JobFootprint("")
     checks = [NodeCheck(n, n[:8], False, "the node is no longer alive") for n in gone]
-    answers = await asyncio.gather(*(run_reaper(client, n, ["--list", *fp.identity_args(n)], timeout_s=timeout_s,
-                                                purpose="list") for n, _ in asked), return_exceptions=True)
+    answers = await asyncio.gather(
+        *(
+            run_reaper(client, n, ["--list", *fp.identity_args(n)], timeout_s=timeout_s, purpose="list")
+            for n, _ in asked
+        ),
+        return_exceptions=True,
+    )
     items: list[Leftover] = []
     for (node_id, label), answer in zip(asked, answers, strict=True):
         if isinstance(answer, BaseException):
@@ -252,24 +304,60 @@ async def read_leftovers(client: RayClient, footprint: JobFootprint | None, node
             checks.append(NodeCheck(node_id, label, False, str(answer)))
             continue
         s = answer.summary
-        checks.append(NodeCheck(node_id, label, True, nvml=bool(s.get("nvml")),
-                                unlisted=tuple((int(g), int(m)) for g, m in s.get("unlisted") or ()),
-                                read_at=float(s.get("read_at") or 0.0) or None))
-        items += [Leftover(node_id, label, int(r["gpu"]), int(r["pid"]), int(r["mem_mb"]), r["identity"],
-                           str(r.get("reason") or ""), str(r.get("name") or "")) for r in answer.items]
+        checks.append(
+            NodeCheck(
+                node_id,
+                label,
+                True,
+                nvml=bool(s.get("nvml")),
+                unlisted=tuple((int(g), int(m)) for g, m in s.get("unlisted") or ()),
+                read_at=float(s.get("read_at") or 0.0) or None,
+            )
+        )
+        items += [
+            Leftover(
+                node_id,
+                label,
+                int(r["gpu"]),
+                int(r["pid"]),
+                int(r["mem_mb"]),
+                r["identity"],
+                str(r.get("reason") or ""),
+                str(r.get("name") or ""),
+            )
+            for r in answer.items
+        ]
     return LeftoverReport(fp.submission_id or None, tuple(checks), tuple(items))
 
 
-async def kill_leftovers(client: RayClient, footprint: JobFootprint | None, items: Iterable[Leftover], *,
-                         grace_s: float, timeout_s: float) -> list[ReapResult]:
+async def kill_leftovers(
+    client: RayClient,
+    footprint: JobFootprint | None,
+    items: Iterable[Leftover],
+    *,
+    grace_s: float,
+    timeout_s: float,
+) -> list[ReapResult]:
     """Kill exactly these PIDs, one kill job per node, each of which re-reads NVML and re-checks identity."""
     fp = footprint or JobFootprint("")
     by_node: dict[str, list[Leftover]] = {}
     for item in items:
         by_node.setdefault(item.node_id, []).append(item)
-    tasks = [run_reaper(client, node, [*(a for it in group for a in ("--pid", str(it.pid))), "--grace", str(grace_s),
-                                       *fp.identity_args(node)], timeout_s=timeout_s, purpose="cleanup")
-             for node, group in by_node.items()]
+    tasks = [
+        run_reaper(
+            client,
+            node,
+            [
+                *(a for it in group for a in ("--pid", str(it.pid))),
+                "--grace",
+                str(grace_s),
+                *fp.identity_args(node),
+            ],
+            timeout_s=timeout_s,
+            purpose="cleanup",
+        )
+        for node, group in by_node.items()
+    ]
     results: list[ReapResult] = []
     for node, outcome in zip(by_node, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
         if isinstance(outcome, BaseException):
@@ -277,8 +365,16 @@ async def kill_leftovers(client: RayClient, footprint: JobFootprint | None, item
                 raise outcome
             results += [ReapResult(node, it.pid, "failed", reason=str(outcome)) for it in by_node[node]]
             continue
-        results += [ReapResult(node, int(r.get("pid", 0)), r.get("action", "failed"), str(r.get("signal") or ""),
-                               str(r.get("reason") or "")) for r in outcome.items]
+        results += [
+            ReapResult(
+                node,
+                int(r.get("pid", 0)),
+                r.get("action", "failed"),
+                str(r.get("signal") or ""),
+                str(r.get("reason") or ""),
+            )
+            for r in outcome.items
+        ]
     return results
 
 
@@ -290,4 +386,3 @@ def footprint_from_audit(entries: Iterable[dict[str, Any]], job_id: str) -> JobF
             with contextlib.suppress(TypeError, ValueError):
                 return JobFootprint.from_json(fp)
     return None
-

@@ -45,8 +45,11 @@ def dump_details_dir(job: JobInfo | None) -> Path | None:
     except ValueError:
         tokens = job.entrypoint.split()
     for i, tok in enumerate(tokens):
-        value = tok.split("=", 1)[1] if tok.startswith("--dump-details=") else (
-            tokens[i + 1] if tok == "--dump-details" and i + 1 < len(tokens) else None)
+        value = (
+            tok.split("=", 1)[1]
+            if tok.startswith("--dump-details=")
+            else (tokens[i + 1] if tok == "--dump-details" and i + 1 < len(tokens) else None)
+        )
         if value and value.startswith("/"):
             return Path(value)
     return None
@@ -57,8 +60,12 @@ def parse_sample(line: str) -> GpuSample | None:
     try:
         raw = json.loads(line)
         util = raw.get("util")
-        util_pct = float(util) if isinstance(util, (int, float)) and math.isfinite(util) and util >= 0 else None
-        return GpuSample(float(raw["ts"]), str(raw["node"]), int(raw["gpu"]), util_pct, int(raw.get("mem_mb") or 0))
+        util_pct = (
+            float(util) if isinstance(util, (int, float)) and math.isfinite(util) and util >= 0 else None
+        )
+        return GpuSample(
+            float(raw["ts"]), str(raw["node"]), int(raw["gpu"]), util_pct, int(raw.get("mem_mb") or 0)
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

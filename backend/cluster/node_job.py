@@ -58,7 +58,7 @@ def _marked(lines: list[str], mark: str) -> list[dict[str, Any]]:
         if pos < 0:
             continue
         try:
-            item = json.loads(line[pos + len(mark):])
+            item = json.loads(line[pos + len(mark) :])
         except ValueError:
             continue
         if isinstance(item, dict):
@@ -66,9 +66,18 @@ def _marked(lines: list[str], mark: str) -> list[dict[str, Any]]:
     return out
 
 
-async def run_node_job(client: Any, node_id: str, script: Path, args: list[str], *, mark: str, purpose: str,
-                       timeout_s: float, env: dict[str, str] | None = None,
-                       on_event: Callable[[dict[str, Any]], None] | None = None) -> NodeJobResult:
+async def run_node_job(
+    client: Any,
+    node_id: str,
+    script: Path,
+    args: list[str],
+    *,
+    mark: str,
+    purpose: str,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> NodeJobResult:
     """Submit `script` with `args` pinned to `node_id`, wait for it, return its `mark`ed events.
 
     `on_event` sees each event as soon as the log shows it (the log is re-read every POLL_S while the job
@@ -107,7 +116,9 @@ async def run_node_job(client: Any, node_id: str, script: Path, args: list[str],
         if time.monotonic() > deadline:
             with contextlib.suppress(ConsoleError):
                 await client.stop_job(sid)
-            raise ConsoleError(f"no answer in {timeout_s:.0f} s (its {purpose} job was still {job.status}; stopped)")
+            raise ConsoleError(
+                f"no answer in {timeout_s:.0f} s (its {purpose} job was still {job.status}; stopped)"
+            )
         if on_event is not None and job.status == "RUNNING":
             with contextlib.suppress(ConsoleError):
                 await read_new()

@@ -45,21 +45,38 @@ class ClusterFacts:
 def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
     need, per = spec.cluster.nodes, spec.cluster.gpus_per_node
     big = [n for n in snap.alive_nodes if n.logical_gpus_total >= per]
-    free = [n for n in big if n.logical_gpus_used is None or n.logical_gpus_total - n.logical_gpus_used >= per]
+    free = [
+        n for n in big if n.logical_gpus_used is None or n.logical_gpus_total - n.logical_gpus_used >= per
+    ]
     out: list[Finding] = []
     if len(free) < need:
         busy = len(big) - len(free)
         detail = f" ({busy} of them with GPUs in use)" if busy else ""
-        out.append(Finding(
-            rule="P1", severity="error", fields=("cluster.nodes", "cluster.gpus_per_node"),
-            message=(f"the spec needs {need} nodes with {per} free GPUs each; the cluster has {len(big)} alive "
-                     f"node(s) with {per} GPUs{detail}"),
-            fix=(f"start {need - len(free)} more node(s) with {per} GPUs, free the busy ones, "
-                 f"or set cluster.nodes to {max(len(free), 1)}")))
+        out.append(
+            Finding(
+                rule="P1",
+                severity="error",
+                fields=("cluster.nodes", "cluster.gpus_per_node"),
+                message=(
+                    f"the spec needs {need} nodes with {per} free GPUs each; the cluster has {len(big)} alive "
+                    f"node(s) with {per} GPUs{detail}"
+                ),
+                fix=(
+                    f"start {need - len(free)} more node(s) with {per} GPUs, free the busy ones, "
+                    f"or set cluster.nodes to {max(len(free), 1)}"
+                ),
+            )
+        )
     for node in snap.dead_nodes:
-        out.append(Finding(rule="P1", severity="info", fields=("cluster.nodes",),
-                           message=f"node {node.label} is {node.state}: {node.death_reason}",
-                           fix="restart Ray on that host if it should be part of the run"))
+        out.append(
+            Finding(
+                rule="P1",
+                severity="info",
+                fields=("cluster.nodes",),
+                message=f"node {node.label} is {node.state}: {node.death_reason}",
+                fix="restart Ray on that host if it should be part of the run",
+            )
+        )
     return out
 
 
@@ -73,19 +90,34 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         age = snap.age_at(node, snap.taken_at) if node else None
         listed = ", ".join(f"pid {p.pid} on GPU {idx} ({p.mem_mb} MiB)" for idx, p in held)
         # Ray's reporter is seconds old: a hint to check, never a list to kill from (cleanup reads the node now)
-        out.append(Finding(rule="P2", severity="warning", fields=(),
-                           message=(f"Ray's reporter lists GPU memory in use on {label} with no run active"
-                                    f"{f' (a reading {age:.0f} s old)' if age is not None else ''}: {listed}"),
-                           fix="run `ultra-console cleanup`: it reads each node now and kills only a run's own "
-                               "leftover processes"))
+        out.append(
+            Finding(
+                rule="P2",
+                severity="warning",
+                fields=(),
+                message=(
+                    f"Ray's reporter lists GPU memory in use on {label} with no run active"
+                    f"{f' (a reading {age:.0f} s old)' if age is not None else ''}: {listed}"
+                ),
+                fix="run `ultra-console cleanup`: it reads each node now and kills only a run's own "
+                "leftover processes",
+            )
+        )
     unlisted = snap.unlisted_memory()
     if unlisted:
         nodes = sorted({n.label for n, _ in unlisted})
-        out.append(Finding(
-            rule="P2", severity="info", fields=(),
-            message=(f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} show "
-                     f"memory in use but Ray lists no process for them (its process list is unavailable here)"),
-            fix="check those hosts with nvidia-smi before launching"))
+        out.append(
+            Finding(
+                rule="P2",
+                severity="info",
+                fields=(),
+                message=(
+                    f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} show "
+                    f"memory in use but Ray lists no process for them (its process list is unavailable here)"
+                ),
+                fix="check those hosts with nvidia-smi before launching",
+            )
+        )
     return out
 
 
@@ -93,10 +125,17 @@ def _active(jobs: list[JobInfo]) -> list[Finding]:
     out = []
     for job in active_runs(jobs):
         run = run_id_of(job)
-        out.append(Finding(
-            rule="P3", severity="error", fields=(),
-            message=(f"{job_kind(job)} run {job.id}{f' (run {run})' if run else ''} is still {job.status}"),
-            fix=f"wait for it, abort it (`ultra-console abort --job {job.id}`), or launch with --force"))
+        out.append(
+            Finding(
+                rule="P3",
+                severity="error",
+                fields=(),
+                message=(
+                    f"{job_kind(job)} run {job.id}{f' (run {run})' if run else ''} is still {job.status}"
+                ),
+                fix=f"wait for it, abort it (`ultra-console abort --job {job.id}`), or launch with --force",
+            )
+        )
     return out
 
 
@@ -104,29 +143,54 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
     out = []
     ckpt = f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}"
     if not exists(ckpt):
-        out.append(Finding(rule="P4", severity="error", fields=("paths.model_dir", "model.name"),
-                           message=f"checkpoint directory {ckpt} does not exist on the head",
-                           fix="download the checkpoint there or set paths.model_dir"))
+        out.append(
+            Finding(
+                rule="P4",
+                severity="error",
+                fields=("paths.model_dir", "model.name"),
+                message=f"checkpoint directory {ckpt} does not exist on the head",
+                fix="download the checkpoint there or set paths.model_dir",
+            )
+        )
     data = [("data.prompt_data", f"{spec.paths.data_dir.rstrip('/')}/{spec.data.prompt_data}")]
     if spec.eval.enabled:
         data.append(("eval.prompt_data", f"{spec.paths.data_dir.rstrip('/')}/{spec.eval.prompt_data}"))
     for field, path in data:
         if not exists(path):
-            out.append(Finding(rule="P5", severity="error", fields=("paths.data_dir", field),
-                               message=f"dataset {path} does not exist on the head",
-                               fix=f"download it there or set paths.data_dir / {field}"))
+            out.append(
+                Finding(
+                    rule="P5",
+                    severity="error",
+                    fields=("paths.data_dir", field),
+                    message=f"dataset {path} does not exist on the head",
+                    fix=f"download it there or set paths.data_dir / {field}",
+                )
+            )
     script = spec.paths.resolved_train_script
     if not exists(script):
-        out.append(Finding(rule="P7", severity="error", fields=("paths.miles_root", "paths.train_script"),
-                           message=f"train script {script} does not exist on the head",
-                           fix="set paths.miles_root to the miles checkout (or paths.train_script)"))
+        out.append(
+            Finding(
+                rule="P7",
+                severity="error",
+                fields=("paths.miles_root", "paths.train_script"),
+                message=f"train script {script} does not exist on the head",
+                fix="set paths.miles_root to the miles checkout (or paths.train_script)",
+            )
+        )
     return out
 
 
 def _version(version: str | None) -> list[Finding]:
     if not version:
-        return [Finding(rule="P6", severity="warning", fields=(), message="the dashboard did not report its Ray version",
-                        fix="check `ray --version` on the head (the console is tested against Ray 2.60)")]
+        return [
+            Finding(
+                rule="P6",
+                severity="warning",
+                fields=(),
+                message="the dashboard did not report its Ray version",
+                fix="check `ray --version` on the head (the console is tested against Ray 2.60)",
+            )
+        ]
     try:
         major, minor = (int(x) for x in version.split(".")[:2])
     except ValueError:
@@ -134,13 +198,20 @@ def _version(version: str | None) -> list[Finding]:
     if (major, minor) == EXPECTED_RAY:
         return []
     severity: Literal["warning", "error"] = "warning" if major == EXPECTED_RAY[0] else "error"
-    return [Finding(rule="P6", severity=severity, fields=(),
-                    message=f"the cluster runs Ray {version}; the console speaks the Ray 2.60 dashboard API",
-                    fix="use Ray 2.60.x on the cluster (job, log and node endpoints differ between versions)")]
+    return [
+        Finding(
+            rule="P6",
+            severity=severity,
+            fields=(),
+            message=f"the cluster runs Ray {version}; the console speaks the Ray 2.60 dashboard API",
+            fix="use Ray 2.60.x on the cluster (job, log and node endpoints differ between versions)",
+        )
+    ]
 
 
-def check_cluster(spec: RunSpec, facts: ClusterFacts, *, exists: Callable[[str], bool] = os.path.exists
-                  ) -> list[Finding]:
+def check_cluster(
+    spec: RunSpec, facts: ClusterFacts, *, exists: Callable[[str], bool] = os.path.exists
+) -> list[Finding]:
     """All preflight findings, pure over `facts` and `exists` (the head's filesystem)."""
     return [
         *_node_capacity(spec, facts.snapshot),

@@ -30,12 +30,27 @@ MARK = "ULTRA_CONSOLE_PREPARE "
 CHECK_TIMEOUT_S = 120.0
 FETCH_TIMEOUT_S = 24 * 3600.0
 # Passed to the node jobs' environment (secrets travel there, never in argv).
-HUB_ENV = ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+HUB_ENV = (
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_DISABLE_XET",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+)
 
 ProblemKind = Literal["missing", "short", "size", "corrupt", "unreadable", "empty", "format", "keys", "error"]
 PROBLEM_WORDS: dict[str, str] = {
-    "missing": "missing", "short": "short", "size": "wrong size", "corrupt": "corrupt", "unreadable": "unreadable",
-    "empty": "empty", "format": "bad format", "keys": "wrong keys", "error": "error",
+    "missing": "missing",
+    "short": "short",
+    "size": "wrong size",
+    "corrupt": "corrupt",
+    "unreadable": "unreadable",
+    "empty": "empty",
+    "format": "bad format",
+    "keys": "wrong keys",
+    "error": "error",
 }
 
 
@@ -48,7 +63,9 @@ class FileProblem:
     detail: str = ""
 
     def text(self) -> str:
-        return f"{PROBLEM_WORDS.get(self.kind, self.kind)}: {self.path}" + (f" ({self.detail})" if self.detail else "")
+        return f"{PROBLEM_WORDS.get(self.kind, self.kind)}: {self.path}" + (
+            f" ({self.detail})" if self.detail else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -76,11 +93,16 @@ class NodeVerdict:
 
     @property
     def ready(self) -> bool:
-        return self.error is None and bool(self.checkpoint and self.checkpoint.ok and self.dataset and self.dataset.ok)
+        return self.error is None and bool(
+            self.checkpoint and self.checkpoint.ok and self.dataset and self.dataset.ok
+        )
 
     @property
     def problems(self) -> list[FileProblem]:
-        return [*(self.checkpoint.problems if self.checkpoint else ()), *(self.dataset.problems if self.dataset else ())]
+        return [
+            *(self.checkpoint.problems if self.checkpoint else ()),
+            *(self.dataset.problems if self.dataset else ()),
+        ]
 
 
 @dataclass(frozen=True)
@@ -134,12 +156,26 @@ class PrepareReport:
                 continue
             what = node.error or "; ".join(p.text() for p in node.problems[:3])
             more = len(node.problems) - 3
-            out.append(Finding(rule="P8", severity="error", fields=("paths.model_dir", "paths.data_dir"),
-                               message=f"node {node.label} is not ready: {what}" + (f" (+{more} more)" if more > 0 else ""),
-                               fix="run `ultra-console prepare --fetch` (or press F in the prepare screen)"))
+            out.append(
+                Finding(
+                    rule="P8",
+                    severity="error",
+                    fields=("paths.model_dir", "paths.data_dir"),
+                    message=f"node {node.label} is not ready: {what}"
+                    + (f" (+{more} more)" if more > 0 else ""),
+                    fix="run `ultra-console prepare --fetch` (or press F in the prepare screen)",
+                )
+            )
         if not self.nodes:
-            out.append(Finding(rule="P8", severity="error", fields=(), message="no alive node to prepare",
-                               fix="start the Ray cluster's nodes"))
+            out.append(
+                Finding(
+                    rule="P8",
+                    severity="error",
+                    fields=(),
+                    message="no alive node to prepare",
+                    fix="start the Ray cluster's nodes",
+                )
+            )
         return out
 
 
@@ -156,8 +192,10 @@ def human(n: int | None) -> str:
 
 def targets(spec: RunSpec) -> tuple[str, str]:
     """The checkpoint directory and the dataset file of `spec`, as the launcher passes them."""
-    return (f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}",
-            f"{spec.paths.data_dir.rstrip('/')}/{spec.data.prompt_data}")
+    return (
+        f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}",
+        f"{spec.paths.data_dir.rstrip('/')}/{spec.data.prompt_data}",
+    )
 
 
 def repos(spec: RunSpec) -> tuple[str | None, str | None]:
@@ -173,29 +211,45 @@ def _path_verdict(raw: dict[str, Any] | None) -> PathVerdict | None:
     for p in raw.get("problems") or []:
         if isinstance(p, dict):
             kind = str(p.get("kind") or "error")
-            problems.append(FileProblem(kind if kind in PROBLEM_WORDS else "error",  # type: ignore[arg-type]
-                                        str(p.get("path") or ""), str(p.get("detail") or "")))
-    return PathVerdict(str(raw.get("path") or ""), tuple(problems), int(raw.get("shards") or 0),
-                       int(raw.get("bytes") or 0))
+            problems.append(
+                FileProblem(
+                    kind if kind in PROBLEM_WORDS else "error",  # type: ignore[arg-type]
+                    str(p.get("path") or ""),
+                    str(p.get("detail") or ""),
+                )
+            )
+    return PathVerdict(
+        str(raw.get("path") or ""), tuple(problems), int(raw.get("shards") or 0), int(raw.get("bytes") or 0)
+    )
 
 
-def verdict_of(node: NodeSnapshot, result: NodeJobResult | BaseException, fetched: tuple[str, ...] = ()
-               ) -> NodeVerdict:
+def verdict_of(
+    node: NodeSnapshot, result: NodeJobResult | BaseException, fetched: tuple[str, ...] = ()
+) -> NodeVerdict:
     """One node's verdict from its job's events (or the error that kept the job from running)."""
     if isinstance(result, BaseException):
-        return NodeVerdict(node.node_id, node.label, error=" ".join(str(result).split())[:300] or type(result).__name__)
+        return NodeVerdict(
+            node.node_id, node.label, error=" ".join(str(result).split())[:300] or type(result).__name__
+        )
     events = {e.get("event"): e for e in result.events}
     if "checkpoint" not in events or "dataset" not in events:
         why = result.message or f"the prepare job ended {result.status} without a verdict"
         return NodeVerdict(node.node_id, node.label, error=" ".join(why.split())[:300], fetched=fetched)
     ckpt, data = _path_verdict(events["checkpoint"]), _path_verdict(events["dataset"])
-    return NodeVerdict(node.node_id, node.label, _with_errors(ckpt, result, "checkpoint"),
-                       _with_errors(data, result, "dataset"), fetched=fetched)
+    return NodeVerdict(
+        node.node_id,
+        node.label,
+        _with_errors(ckpt, result, "checkpoint"),
+        _with_errors(data, result, "dataset"),
+        fetched=fetched,
+    )
 
 
 def _with_errors(verdict: PathVerdict | None, result: NodeJobResult, what: str) -> PathVerdict | None:
     """A failed fetch is a problem of what it fetched, even where the files it left pass the check."""
-    errors = [str(e.get("message")) for e in result.events if e.get("event") == "error" and e.get("what") == what]
+    errors = [
+        str(e.get("message")) for e in result.events if e.get("event") == "error" and e.get("what") == what
+    ]
     if not errors or verdict is None:
         return verdict
     extra = tuple(FileProblem("error", verdict.path, msg) for msg in errors)
@@ -208,14 +262,31 @@ def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
     total = raw.get("total")
     total_i = int(total) if isinstance(total, int) else None
     if kind in ("progress", "resume", "file_done"):
-        return FetchEvent(node.node_id, node.label, what, kind, str(raw.get("file") or ""),
-                          int(raw.get("done") or 0), total_i)
+        return FetchEvent(
+            node.node_id,
+            node.label,
+            what,
+            kind,
+            str(raw.get("file") or ""),
+            int(raw.get("done") or 0),
+            total_i,
+        )
     if kind == "shared":
-        return FetchEvent(node.node_id, node.label, what, kind,
-                          text=f"shares {raw.get('path')} with node {str(raw.get('node'))[:8]}: fetched once, there")
+        return FetchEvent(
+            node.node_id,
+            node.label,
+            what,
+            kind,
+            text=f"shares {raw.get('path')} with node {str(raw.get('node'))[:8]}: fetched once, there",
+        )
     if kind == "fetched":
-        return FetchEvent(node.node_id, node.label, what, kind,
-                          text=f"fetched {raw.get('files')} file(s), {human(int(raw.get('bytes') or 0))}")
+        return FetchEvent(
+            node.node_id,
+            node.label,
+            what,
+            kind,
+            text=f"fetched {raw.get('files')} file(s), {human(int(raw.get('bytes') or 0))}",
+        )
     if kind == "error":
         return FetchEvent(node.node_id, node.label, what, kind, text=f"fetch failed: {raw.get('message')}")
     return None
@@ -226,9 +297,16 @@ def hub_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[st
     return {k: source[k] for k in HUB_ENV if source.get(k)}
 
 
-async def prepare(spec: RunSpec, client: Any, snap: ClusterSnapshot, *, fetch: bool = False,
-                  on_event: Callable[[FetchEvent], None] | None = None,
-                  env: dict[str, str] | None = None, timeout_s: float | None = None) -> PrepareReport:
+async def prepare(
+    spec: RunSpec,
+    client: Any,
+    snap: ClusterSnapshot,
+    *,
+    fetch: bool = False,
+    on_event: Callable[[FetchEvent], None] | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> PrepareReport:
     """Check (and with `fetch`, complete) every alive node of `snap`; one pinned job per node, in parallel."""
     checkpoint, dataset = targets(spec)
     model_repo, dataset_repo = repos(spec)
@@ -239,9 +317,16 @@ async def prepare(spec: RunSpec, client: Any, snap: ClusterSnapshot, *, fetch: b
     fetched: dict[str, list[str]] = {n.node_id: [] for n in nodes}
 
     async def one(node: NodeSnapshot) -> NodeJobResult:
-        request = {"node_id": node.node_id, "node_ip": node.ip, "checkpoint": checkpoint, "dataset": dataset,
-                   "input_key": spec.data.input_key, "label_key": spec.data.label_key, "fetch": fetch,
-                   "token": token}
+        request = {
+            "node_id": node.node_id,
+            "node_ip": node.ip,
+            "checkpoint": checkpoint,
+            "dataset": dataset,
+            "input_key": spec.data.input_key,
+            "label_key": spec.data.label_key,
+            "fetch": fetch,
+            "token": token,
+        }
         if fetch:
             request.update(model_repo=model_repo, dataset_repo=dataset_repo, wait_s=FETCH_TIMEOUT_S)
 
@@ -256,10 +341,17 @@ async def prepare(spec: RunSpec, client: Any, snap: ClusterSnapshot, *, fetch: b
 
         import json
 
-        return await run_node_job(client, node.node_id, JOB_SCRIPT, ["--prepare-job", json.dumps(request)],
-                                  mark=MARK, purpose="prepare", env=hub_env() if env is None else env,
-                                  timeout_s=timeout_s or (FETCH_TIMEOUT_S if fetch else CHECK_TIMEOUT_S),
-                                  on_event=seen)
+        return await run_node_job(
+            client,
+            node.node_id,
+            JOB_SCRIPT,
+            ["--prepare-job", json.dumps(request)],
+            mark=MARK,
+            purpose="prepare",
+            env=hub_env() if env is None else env,
+            timeout_s=timeout_s or (FETCH_TIMEOUT_S if fetch else CHECK_TIMEOUT_S),
+            on_event=seen,
+        )
 
     results = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
     verdicts = tuple(verdict_of(n, r, tuple(fetched[n.node_id])) for n, r in zip(nodes, results, strict=True))
@@ -271,7 +363,11 @@ def table(report: PrepareReport) -> list[str]:
     """The per-node table and the verdict, as the CLI prints them (each problem named with its node)."""
     rows = [("node", "checkpoint", "dataset", "verdict")]
     for n in report.nodes:
-        ck = "-" if n.checkpoint is None else ("ok" if n.checkpoint.ok else f"{len(n.checkpoint.problems)} problem(s)")
+        ck = (
+            "-"
+            if n.checkpoint is None
+            else ("ok" if n.checkpoint.ok else f"{len(n.checkpoint.problems)} problem(s)")
+        )
         if n.checkpoint is not None and n.checkpoint.ok:
             ck = f"ok, {n.checkpoint.files} shard(s), {human(n.checkpoint.bytes)}"
         ds = "-" if n.dataset is None else ("ok" if n.dataset.ok else f"{len(n.dataset.problems)} problem(s)")
@@ -286,5 +382,7 @@ def table(report: PrepareReport) -> list[str]:
             out.append(f"  {n.label}: {p.text()}")
     out += [f"  note: {note}" for note in report.notes]
     ready = sum(1 for n in report.nodes if n.ready)
-    out.append(f"verdict: {'READY' if report.ready else 'NOT READY'} ({ready} of {len(report.nodes)} node(s) ready)")
+    out.append(
+        f"verdict: {'READY' if report.ready else 'NOT READY'} ({ready} of {len(report.nodes)} node(s) ready)"
+    )
     return out

@@ -194,6 +194,7 @@ def check_dataset(path: str, input_key: str, label_key: str) -> dict[str, object
 
 # ----------------------------------------------------------------------------- fetch
 
+
 class _Lock:
     """A lock file made with O_EXCL (atomic on local disks and NFS): who fetches this directory now."""
 
@@ -210,7 +211,10 @@ class _Lock:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 holder = self.holder()
-                if holder.get("token") != self.token and time.time() - float(str(holder.get("time") or 0)) > STALE_LOCK_S:
+                if (
+                    holder.get("token") != self.token
+                    and time.time() - float(str(holder.get("time") or 0)) > STALE_LOCK_S
+                ):
                     os.unlink(self.path)  # a lock of ours left by a fetch that died long ago
                     continue
                 return holder
@@ -241,7 +245,9 @@ def _progress_class(what: str, filename: str):  # type: ignore[no-untyped-def]
     """A tqdm stand-in for huggingface_hub's http_get that prints throttled progress events."""
 
     class Progress:
-        def __init__(self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object) -> None:
+        def __init__(
+            self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object
+        ) -> None:
             self.total, self.n, self.last = total, initial, 0.0
 
         def update(self, n: int = 1) -> None:
@@ -277,7 +283,9 @@ def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
     return files
 
 
-def _download(what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int) -> int:
+def _download(
+    what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int
+) -> int:
     """One file into `directory`, resuming `name.part` (or a short `name`, in place); returns bytes transferred."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
@@ -294,13 +302,23 @@ def _download(what: str, repo: str, repo_type: str, revision: str, directory: st
     resume = os.path.getsize(target) if os.path.lexists(target) else 0
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)  # never through a symlink
     if resume > size:
-        flags, resume = flags | os.O_TRUNC, 0  # our own partial download, longer than the file: start it again
+        flags, resume = (
+            flags | os.O_TRUNC,
+            0,
+        )  # our own partial download, longer than the file: start it again
     if resume:
         emit(event="resume", what=what, file=name, done=resume, total=size)
     url = hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
     with open(os.open(target, flags, 0o644), "ab") as fh:
-        http_get(url, fh, resume_size=resume, headers=build_hf_headers(), expected_size=size,
-                 displayed_filename=name, tqdm_class=_progress_class(what, name))
+        http_get(
+            url,
+            fh,
+            resume_size=resume,
+            headers=build_hf_headers(),
+            expected_size=size,
+            displayed_filename=name,
+            tqdm_class=_progress_class(what, name),
+        )
     if os.path.getsize(target) != size:
         raise OSError(f"{name}: got {os.path.getsize(target)} of {size} bytes")
     if target != final:
@@ -321,8 +339,17 @@ def refused_entry(directory: str, names: list[str]) -> str | None:
     return None
 
 
-def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, only: list[str] | None,
-          token: str, node: str, wait_s: float) -> None:
+def fetch(
+    what: str,
+    repo: str,
+    repo_type: str,
+    revision: str,
+    directory: str,
+    only: list[str] | None,
+    token: str,
+    node: str,
+    wait_s: float,
+) -> None:
     """Fetch what `directory` lacks from `repo` (every file of it, or `only` these)."""
     try:
         os.makedirs(directory, exist_ok=True)
@@ -333,7 +360,11 @@ def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, o
     holder = lock.take()
     if holder is not None:
         if holder.get("token") != token:
-            emit(event="error", what=what, message=f"another fetch (node {holder.get('node')}) holds {lock.path}")
+            emit(
+                event="error",
+                what=what,
+                message=f"another fetch (node {holder.get('node')}) holds {lock.path}",
+            )
             return
         deadline = time.monotonic() + wait_s  # a node of this same prepare fetches the shared directory
         while os.path.exists(lock.path) and time.monotonic() < deadline:
@@ -361,8 +392,17 @@ def fetch(what: str, repo: str, repo_type: str, revision: str, directory: str, o
             emit(event="error", what=what, message=f"{repo_type} {repo}: {refused}; nothing fetched")
             return
         with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
-            json.dump({"repo": repo, "repo_type": repo_type, "revision": revision, "files": files,
-                       "node": node, "token": token}, fh)
+            json.dump(
+                {
+                    "repo": repo,
+                    "repo_type": repo_type,
+                    "revision": revision,
+                    "files": files,
+                    "node": node,
+                    "token": token,
+                },
+                fh,
+            )
         moved = count = 0
         for name, size in sorted(files.items()):
             try:
@@ -409,7 +449,11 @@ def _one_line(err: BaseException) -> str:
 
 def main(argv: list[str]) -> int:
     request = json.loads(argv[argv.index("--prepare-job") + 1])
-    fields = {"node_id": request["node_id"], "node_ip": request.get("node_ip", ""), "hostname": socket.gethostname()}
+    fields = {
+        "node_id": request["node_id"],
+        "node_ip": request.get("node_ip", ""),
+        "hostname": socket.gethostname(),
+    }
     ckpt = expand(request["checkpoint"], fields)
     data = expand(request["dataset"], fields)
     offline = None
@@ -424,12 +468,30 @@ def main(argv: list[str]) -> int:
         wait = float(request.get("wait_s", 3600))
         model = request.get("model_repo")
         if model:
-            fetch("checkpoint", model, "model", request.get("revision", "main"), ckpt, None,
-                  request["token"], request["node_id"], wait)
+            fetch(
+                "checkpoint",
+                model,
+                "model",
+                request.get("revision", "main"),
+                ckpt,
+                None,
+                request["token"],
+                request["node_id"],
+                wait,
+            )
         dataset = request.get("dataset_repo")
         if dataset:
-            fetch("dataset", dataset, "dataset", "main", os.path.dirname(data), [os.path.basename(data)],
-                  request["token"], request["node_id"], wait)
+            fetch(
+                "dataset",
+                dataset,
+                "dataset",
+                "main",
+                os.path.dirname(data),
+                [os.path.basename(data)],
+                request["token"],
+                request["node_id"],
+                wait,
+            )
     emit(event="checkpoint", **check_checkpoint(ckpt))
     emit(event="dataset", **check_dataset(data, request["input_key"], request["label_key"]))
     emit(event="done", host=socket.gethostname())

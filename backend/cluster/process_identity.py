@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import json
 
-RAY_DAEMONS = ("raylet", "gcs_server", "dashboard", "DashboardAgent", "runtime_env/agent", "log_monitor",
-               "monitor.py", "ray_client_server")
+RAY_DAEMONS = (
+    "raylet",
+    "gcs_server",
+    "dashboard",
+    "DashboardAgent",
+    "runtime_env/agent",
+    "log_monitor",
+    "monitor.py",
+    "ray_client_server",
+)
 
 
 def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]

@@ -53,16 +53,20 @@ def gpu_reading() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]
     return holders, gpus
 
 
-def list_holders(job_id: str, submission_id: str, worker_pids: set[int]) -> tuple[list[dict[str, object]],
-                                                                                   dict[str, object]]:
+def list_holders(
+    job_id: str, submission_id: str, worker_pids: set[int]
+) -> tuple[list[dict[str, object]], dict[str, object]]:
     """The fresh reading with an identity per holder, and the summary fields (nvml, unlisted GPUs)."""
     reading = gpu_reading()
     if reading is None:
         return [], {"nvml": False}
     holders, gpus = reading
     listed = {gpu for gpu, _, _ in holders}
-    unlisted = [[gpu, used] for gpu, used, total in gpus
-                if gpu not in listed and total and used > UNLISTED_SHARE * total]
+    unlisted = [
+        [gpu, used]
+        for gpu, used, total in gpus
+        if gpu not in listed and total and used > UNLISTED_SHARE * total
+    ]
     out: list[dict[str, object]] = []
     for gpu, pid, mem in holders:
         identity, why, name, _ = identify(pid, job_id, submission_id, worker_pids)
@@ -102,8 +106,9 @@ def _signal(proc, grace_s: float) -> dict[str, object]:  # type: ignore[no-untyp
         return {"action": "failed", "reason": repr(err)}
 
 
-def reap(pids: list[int], grace_s: float, job_id: str, submission_id: str, worker_pids: set[int]
-         ) -> list[dict[str, object]]:
+def reap(
+    pids: list[int], grace_s: float, job_id: str, submission_id: str, worker_pids: set[int]
+) -> list[dict[str, object]]:
     """Signal each PID that a fresh reading shows holding GPU memory and that is, checked again now, the job's."""
     try:
         reading = gpu_reading()
@@ -116,7 +121,10 @@ def reap(pids: list[int], grace_s: float, job_id: str, submission_id: str, worke
     for pid in pids:
         out: dict[str, object] = {"pid": pid}
         if reading is None:
-            out.update(action="skipped", reason="no GPU provider on this node: cannot verify the PID holds GPU memory")
+            out.update(
+                action="skipped",
+                reason="no GPU provider on this node: cannot verify the PID holds GPU memory",
+            )
         elif pid not in held:
             out.update(action="skipped", reason="no longer holds GPU memory")
         else:
@@ -142,7 +150,13 @@ def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
     except psutil.AccessDenied as err:
         return [{"pid": pid, "action": "failed", "reason": f"cannot read its environment: {err!r}"}]
     if carries_job(env, "", submission_id) is None:
-        return [{"pid": pid, "action": "skipped", "reason": f"its environment does not name job {submission_id!r}"}]
+        return [
+            {
+                "pid": pid,
+                "action": "skipped",
+                "reason": f"its environment does not name job {submission_id!r}",
+            }
+        ]
     tree = [proc, *proc.children(recursive=True)]
     out: list[dict[str, object]] = []
     for p in tree:
@@ -188,8 +202,20 @@ def main(argv: list[str]) -> int:
         items = reap(pids, grace, job_id, submission_id, workers)
     for item in items:
         print(MARK + json.dumps(item, sort_keys=True), flush=True)
-    print(MARK + json.dumps({"pid": -1, "action": "done", "seconds": round(time.time() - started, 2),
-                             "host": os.uname().nodename, "read_at": started, **summary}), flush=True)
+    print(
+        MARK
+        + json.dumps(
+            {
+                "pid": -1,
+                "action": "done",
+                "seconds": round(time.time() - started, 2),
+                "host": os.uname().nodename,
+                "read_at": started,
+                **summary,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -33,7 +33,9 @@ def failure_reason(job: JobInfo, snap: ClusterSnapshot | None = None) -> str | N
     return reason
 
 
-def describe(job: JobInfo, snap: ClusterSnapshot | None = None, state: RunState | None = None) -> dict[str, Any]:
+def describe(
+    job: JobInfo, snap: ClusterSnapshot | None = None, state: RunState | None = None
+) -> dict[str, Any]:
     """The JSON the `status` command prints (and the app's run header reads)."""
     return {
         "job": job.id,

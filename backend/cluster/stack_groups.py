@@ -116,10 +116,23 @@ class ProcessStack:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "node": self.node_label, "pid": self.pid, "rank": self.rank,
-                "actor": self.actor, "command": self.command,
-                "threads": [{"name": t.name, "tid": t.tid, "active": t.active,
-                             "frames": [[f.function, f.file, f.line] for f in t.frames]} for t in self.threads]}
+        return {
+            "node_id": self.node_id,
+            "node": self.node_label,
+            "pid": self.pid,
+            "rank": self.rank,
+            "actor": self.actor,
+            "command": self.command,
+            "threads": [
+                {
+                    "name": t.name,
+                    "tid": t.tid,
+                    "active": t.active,
+                    "frames": [[f.function, f.file, f.line] for f in t.frames],
+                }
+                for t in self.threads
+            ],
+        }
 
 
 def headline(thread: ThreadStack | None) -> str:
@@ -127,7 +140,11 @@ def headline(thread: ThreadStack | None) -> str:
     if thread is None or not thread.frames:
         return "no Python frame"
     names = [f.function for f in thread.frames]
-    own = [f.function for f in thread.frames if not f.file.startswith(FRAMEWORK_FILES) and f.function != "<module>"]
+    own = [
+        f.function
+        for f in thread.frames
+        if not f.file.startswith(FRAMEWORK_FILES) and f.function != "<module>"
+    ]
     shown = names[:SHOWN_FRAMES]
     if own and own[-1] not in shown:
         shown += ["…", own[-1]] if names.index(own[-1]) > SHOWN_FRAMES else [own[-1]]
@@ -199,22 +216,39 @@ def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
     return sorted(groups, key=lambda g: (g.size, g.processes[0].node_label, g.processes[0].pid))
 
 
-def parse_process(node_id: str, node_label: str, item: Mapping[str, Any], ranks: Mapping[int, int]
-                  ) -> ProcessStack | Unreadable:
+def parse_process(
+    node_id: str, node_label: str, item: Mapping[str, Any], ranks: Mapping[int, int]
+) -> ProcessStack | Unreadable:
     """One result line of the node's dumper, sanitised."""
     pid, node_label = _int(item.get("pid")), clean(node_label, 80)
     command = clean(item.get("cmd") or "", 400)
     if "threads" not in item:
-        return Unreadable(node_id, node_label, pid, command, clean(item.get("kind") or "error", 20),
-                          clean(item.get("error") or "py-spy gave no reason"))
+        return Unreadable(
+            node_id,
+            node_label,
+            pid,
+            command,
+            clean(item.get("kind") or "error", 20),
+            clean(item.get("error") or "py-spy gave no reason"),
+        )
     threads = []
     for raw in item.get("threads") or ():
         if not isinstance(raw, Mapping):
             continue
-        frames = tuple(Frame(clean(f.get("name") or "?", 200), clean(f.get("file") or "", 200), _int(f.get("line")))
-                       for f in raw.get("frames") or () if isinstance(f, Mapping))
-        threads.append(ThreadStack(clean(raw.get("name") or "", 80), _int(raw.get("tid")), bool(raw.get("active")),
-                                   frames, _int(raw.get("cut"))))
+        frames = tuple(
+            Frame(clean(f.get("name") or "?", 200), clean(f.get("file") or "", 200), _int(f.get("line")))
+            for f in raw.get("frames") or ()
+            if isinstance(f, Mapping)
+        )
+        threads.append(
+            ThreadStack(
+                clean(raw.get("name") or "", 80),
+                _int(raw.get("tid")),
+                bool(raw.get("active")),
+                frames,
+                _int(raw.get("cut")),
+            )
+        )
     return ProcessStack(node_id, node_label, pid, command, tuple(threads), ranks.get(pid))
 
 
@@ -241,14 +275,18 @@ class StacksReport:
     notes: tuple[str, ...] = ()  # what may be missing, and why
 
     @classmethod
-    def build(cls, job: str, taken_at: float, processes: Iterable[ProcessStack], **kwargs: Any) -> StacksReport:
+    def build(
+        cls, job: str, taken_at: float, processes: Iterable[ProcessStack], **kwargs: Any
+    ) -> StacksReport:
         procs = tuple(processes)
         return cls(job, taken_at, procs, groups=tuple(group(procs)), **kwargs)
 
     def summary(self) -> str:
         answered = self.nodes_asked - len(self.failed_nodes)
-        out = (f"{len(self.processes)} stack(s) in {len(self.groups)} group(s) from {answered} of "
-               f"{self.nodes_asked} node(s) in {self.seconds:.1f} s")
+        out = (
+            f"{len(self.processes)} stack(s) in {len(self.groups)} group(s) from {answered} of "
+            f"{self.nodes_asked} node(s) in {self.seconds:.1f} s"
+        )
         if self.unreadable:
             out += f"; {len(self.unreadable)} process(es) unreadable"
         return out
@@ -260,14 +298,20 @@ class StacksReport:
         other = [u for u in self.unreadable if u.kind == "not_python"]
         if other:
             names = sorted({u.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "?" for u in other})
-            out.append(f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}")
+            out.append(
+                f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}"
+            )
         out += [f"failed: {n.line()}" for n in self.failed_nodes]
         out += [f"note: {n}" for n in self.notes]
         return out
 
     def full_text(self) -> str:
         """Everything, for the saved file: the summary, the groups, then every stack in full."""
-        parts = [f"stacks of job {self.job} taken at {self.taken_at:.0f}: {self.summary()}", *self.lines(), ""]
+        parts = [
+            f"stacks of job {self.job} taken at {self.taken_at:.0f}: {self.summary()}",
+            *self.lines(),
+            "",
+        ]
         for i, g in enumerate(self.groups, 1):
             parts.append(f"=== group {i} of {len(self.groups)}: {g.line(members_shown=0)}")
             parts += [p.text() for p in g.processes]
@@ -275,11 +319,31 @@ class StacksReport:
         return "\n".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"job": self.job, "taken_at": self.taken_at, "seconds": self.seconds, "saved_to": self.saved_to,
-                "nodes_asked": self.nodes_asked,
-                "groups": [{"size": g.size, "headline": g.headline,
-                            "members": [{"node_id": p.node_id, "node": p.node_label, "pid": p.pid, "rank": p.rank,
-                                         "actor": p.actor} for p in g.processes],
-                            "stack": g.processes[0].to_json()["threads"]} for g in self.groups],
-                "unreadable": [vars(u) for u in self.unreadable],
-                "failed_nodes": [vars(n) for n in self.failed_nodes], "notes": list(self.notes)}
+        return {
+            "job": self.job,
+            "taken_at": self.taken_at,
+            "seconds": self.seconds,
+            "saved_to": self.saved_to,
+            "nodes_asked": self.nodes_asked,
+            "groups": [
+                {
+                    "size": g.size,
+                    "headline": g.headline,
+                    "members": [
+                        {
+                            "node_id": p.node_id,
+                            "node": p.node_label,
+                            "pid": p.pid,
+                            "rank": p.rank,
+                            "actor": p.actor,
+                        }
+                        for p in g.processes
+                    ],
+                    "stack": g.processes[0].to_json()["threads"],
+                }
+                for g in self.groups
+            ],
+            "unreadable": [vars(u) for u in self.unreadable],
+            "failed_nodes": [vars(n) for n in self.failed_nodes],
+            "notes": list(self.notes),
+        }

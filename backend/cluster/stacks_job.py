@@ -28,8 +28,12 @@ MAX_THREADS = 128  # per process, so one line of the job log stays bounded
 MAX_FRAMES = 96  # per thread (the innermost kept)
 PARALLEL = 8
 PTRACE_WORDS = ("Operation not permitted", "Permission denied", "ptrace", "EPERM")
-NOT_PYTHON_WORDS = ("Failed to find python version", "Failed to get python version", "Failed to find a python",
-                    "not a python")
+NOT_PYTHON_WORDS = (
+    "Failed to find python version",
+    "Failed to get python version",
+    "Failed to find a python",
+    "not a python",
+)
 GONE_WORDS = ("No such process", "No such file or directory (os error 2)", "process exited")
 
 
@@ -101,11 +105,25 @@ def _threads(raw: object) -> list[dict[str, object]]:
     for th in raw if isinstance(raw, list) else []:
         if not isinstance(th, dict):
             continue
-        frames = [{"name": str(f.get("name") or "?"), "file": str(f.get("short_filename") or f.get("filename") or ""),
-                   "line": int(f.get("line") or 0)} for f in th.get("frames") or [] if isinstance(f, dict)]
-        threads.append({"name": str(th.get("thread_name") or ""), "tid": int(th.get("os_thread_id") or 0),
-                        "active": bool(th.get("active")), "gil": bool(th.get("owns_gil")),
-                        "frames": frames[:MAX_FRAMES], "cut": max(0, len(frames) - MAX_FRAMES)})
+        frames = [
+            {
+                "name": str(f.get("name") or "?"),
+                "file": str(f.get("short_filename") or f.get("filename") or ""),
+                "line": int(f.get("line") or 0),
+            }
+            for f in th.get("frames") or []
+            if isinstance(f, dict)
+        ]
+        threads.append(
+            {
+                "name": str(th.get("thread_name") or ""),
+                "tid": int(th.get("os_thread_id") or 0),
+                "active": bool(th.get("active")),
+                "gil": bool(th.get("owns_gil")),
+                "frames": frames[:MAX_FRAMES],
+                "cut": max(0, len(frames) - MAX_FRAMES),
+            }
+        )
     return threads[:MAX_THREADS]
 
 
@@ -158,15 +176,21 @@ def main(argv: list[str]) -> int:
     procs = job_processes(job_id, submission_id, workers)
     summary["processes"] = len(procs)
     if py_spy is None:
-        summary["problem"] = f"py-spy is not installed on this node (looked next to {sys.executable} and on PATH)"
+        summary["problem"] = (
+            f"py-spy is not installed on this node (looked next to {sys.executable} and on PATH)"
+        )
     else:
         summary["py_spy"] = py_spy
 
         def one(item: tuple[int, str, str]) -> dict[str, object]:
             left = deadline - time.monotonic()
             if left <= 0:
-                out: dict[str, object] = {"pid": item[0], "cmd": item[1], "kind": "timeout",
-                                          "error": f"not dumped: the node's budget of {budget_s:.0f} s ran out"}
+                out: dict[str, object] = {
+                    "pid": item[0],
+                    "cmd": item[1],
+                    "kind": "timeout",
+                    "error": f"not dumped: the node's budget of {budget_s:.0f} s ran out",
+                }
             else:
                 out = dump(py_spy, item[0], item[1], native, min(per_process_s, left))
             return {**out, "why": item[2]}

@@ -158,7 +158,9 @@ class ClusterSnapshot(BaseModel):
     @property
     def sources(self) -> tuple[str, ...]:
         """The GPU sources in use, for the pane's header."""
-        return tuple(dict.fromkeys(SOURCE_LABELS[n.gpu_source] for n in self.alive_nodes if n.gpus is not None))
+        return tuple(
+            dict.fromkeys(SOURCE_LABELS[n.gpu_source] for n in self.alive_nodes if n.gpus is not None)
+        )
 
     def gpu_holders(self) -> dict[str, list[tuple[int, GpuProcess]]]:
         """Alive node id -> [(gpu index, process)] for every process Ray lists as holding GPU memory."""
@@ -172,8 +174,12 @@ class ClusterSnapshot(BaseModel):
     def unlisted_memory(self, share: float = UNLISTED_MEMORY_SHARE) -> list[tuple[NodeSnapshot, GpuSnapshot]]:
         """GPUs showing more than `share` of their memory in use with no process listed: where Ray
         cannot list PIDs (ray.md §8), memory held is the only sign of a leftover."""
-        return [(node, gpu) for node in self.alive_nodes for gpu in node.gpus or []
-                if not gpu.processes and gpu.mem_total_mb and gpu.mem_used_mb > share * gpu.mem_total_mb]
+        return [
+            (node, gpu)
+            for node in self.alive_nodes
+            for gpu in node.gpus or []
+            if not gpu.processes and gpu.mem_total_mb and gpu.mem_used_mb > share * gpu.mem_total_mb
+        ]
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -185,6 +191,7 @@ class ClusterSnapshot(BaseModel):
 
 # --------------------------------------------------------------------------- pure parsing
 
+
 def _int(value: Any, default: int = 0) -> int:
     try:
         return int(float(value))
@@ -195,15 +202,21 @@ def _int(value: Any, default: int = 0) -> int:
 def _parse_gpu(raw: dict[str, Any]) -> GpuSnapshot:
     util = raw.get("utilizationGpu")
     # Ray sends -1 when NVML failed and null when the device does not report utilisation.
-    util_pct = float(util) if isinstance(util, (int, float)) and not isinstance(util, bool) and util >= 0 else None
+    util_pct = (
+        float(util) if isinstance(util, (int, float)) and not isinstance(util, bool) and util >= 0 else None
+    )
     procs: list[GpuProcess] = []
     for item in raw.get("processesPids") or []:
         if isinstance(item, dict) and item.get("pid") is not None:
             procs.append(GpuProcess(_int(item["pid"]), _int(item.get("gpuMemoryUsage"))))
     return GpuSnapshot(
-        index=_int(raw.get("index")), name=str(raw.get("name") or ""), uuid=str(raw.get("uuid") or ""),
-        utilization_pct=util_pct, mem_used_mb=_int(raw.get("memoryUsed")),
-        mem_total_mb=_int(raw.get("memoryTotal")), processes=procs,
+        index=_int(raw.get("index")),
+        name=str(raw.get("name") or ""),
+        uuid=str(raw.get("uuid") or ""),
+        utilization_pct=util_pct,
+        mem_used_mb=_int(raw.get("memoryUsed")),
+        mem_total_mb=_int(raw.get("memoryTotal")),
+        processes=procs,
     )
 
 
@@ -225,21 +238,30 @@ def _summary_node(raw: dict[str, Any], logical: dict[str, Any], taken_at: float)
     age = max(0.0, taken_at - float(now)) if isinstance(now, (int, float)) and taken_at else None
     state = str(raylet.get("state") or "ALIVE")
     return NodeSnapshot(
-        node_id=node_id, name=str(raylet.get("nodeName") or ""), ip=str(raw.get("ip") or ""),
-        hostname=str(raw.get("hostname") or ""), alive=state == "ALIVE", state=state,
+        node_id=node_id,
+        name=str(raylet.get("nodeName") or ""),
+        ip=str(raw.get("ip") or ""),
+        hostname=str(raw.get("hostname") or ""),
+        alive=state == "ALIVE",
+        state=state,
         death_reason=raylet.get("stateMessage") if state != "ALIVE" else None,
-        is_head=bool(raylet.get("isHeadNode")), gpus=gpus or None,
+        is_head=bool(raylet.get("isHeadNode")),
+        gpus=gpus or None,
         logical_gpus_total=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0.0),
         logical_gpus_used=_logical_used(logical.get(node_id)),
-        telemetry_age_s=age, stale=age is not None and age > STALE_AFTER_S,
+        telemetry_age_s=age,
+        stale=age is not None and age > STALE_AFTER_S,
     )
 
 
 def _state_node(raw: dict[str, Any]) -> NodeSnapshot:
     state = str(raw.get("state") or "DEAD")
     return NodeSnapshot(
-        node_id=str(raw["node_id"]), name=str(raw.get("node_name") or ""), ip=str(raw.get("node_ip") or ""),
-        alive=state == "ALIVE", state=state,
+        node_id=str(raw["node_id"]),
+        name=str(raw.get("node_name") or ""),
+        ip=str(raw.get("node_ip") or ""),
+        alive=state == "ALIVE",
+        state=state,
         death_reason=(raw.get("state_message") or "no reason given") if state != "ALIVE" else None,
         is_head=bool(raw.get("is_head_node")),
         logical_gpus_total=float((raw.get("resources_total") or {}).get("GPU") or 0.0),
@@ -247,8 +269,13 @@ def _state_node(raw: dict[str, Any]) -> NodeSnapshot:
     )
 
 
-def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] | None = None, *,
-                        taken_at: float | None = None, ray_version: str | None = None) -> ClusterSnapshot:
+def parse_nodes_summary(
+    raw: dict[str, Any],
+    state_nodes: list[dict[str, Any]] | None = None,
+    *,
+    taken_at: float | None = None,
+    ray_version: str | None = None,
+) -> ClusterSnapshot:
     """Build a snapshot from the summary payload (the full response or its `data`) and, when given,
     the state API's node list (which adds dead nodes and corrects liveness). Pure."""
     data = raw.get("data", raw) if isinstance(raw, dict) else {}
@@ -268,14 +295,21 @@ def parse_nodes_summary(raw: dict[str, Any], state_nodes: list[dict[str, Any]] |
             # Alive per the state list but not yet in the summary: its agent has not reported.
             by_id[listed.node_id] = listed
         elif not listed.alive:
-            by_id[listed.node_id] = known.model_copy(update={
-                "alive": False, "state": listed.state, "death_reason": listed.death_reason,
-                "logical_gpus_used": 0.0})
+            by_id[listed.node_id] = known.model_copy(
+                update={
+                    "alive": False,
+                    "state": listed.state,
+                    "death_reason": listed.death_reason,
+                    "logical_gpus_used": 0.0,
+                }
+            )
     nodes = sorted(by_id.values(), key=lambda n: (not n.alive, not n.is_head, n.name, n.node_id))
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
 
-def with_probe_readings(snap: ClusterSnapshot, readings: dict[str, ProbeReading], now: float) -> ClusterSnapshot:
+def with_probe_readings(
+    snap: ClusterSnapshot, readings: dict[str, ProbeReading], now: float
+) -> ClusterSnapshot:
     """`snap` with each alive node's GPUs from the console's probe (by node id) wherever its reading is fresh:
     utilisation, memory, power, temperature and the processes holding each GPU as NVML read them a moment ago.
     A node where the probe found no NVML says so. Pure."""
@@ -286,15 +320,35 @@ def with_probe_readings(snap: ClusterSnapshot, readings: dict[str, ProbeReading]
         if mine is None or age is None or age > STALE_LIMITS_S["probe"]:
             nodes.append(node)
             continue
-        gpus = None if mine.gpus is None else [
-            GpuSnapshot(index=g.index, name=known.name if (known := _gpu(node, g.index)) else "",
-                        uuid=known.uuid if known else "", utilization_pct=g.util, mem_used_mb=g.mem_used_mb,
-                        mem_total_mb=g.mem_total_mb, processes=[GpuProcess(p.pid, p.mem_mb) for p in g.processes],
-                        power_w=g.power_w, temp_c=g.temp_c)
-            for g in mine.gpus]
-        nodes.append(node.model_copy(update={
-            "gpus": gpus or None, "telemetry_age_s": age, "stale": False, "gpu_source": "probe",
-            "gpu_note": f"no NVML: {mine.nvml}" if mine.gpus is None else ""}))
+        gpus = (
+            None
+            if mine.gpus is None
+            else [
+                GpuSnapshot(
+                    index=g.index,
+                    name=known.name if (known := _gpu(node, g.index)) else "",
+                    uuid=known.uuid if known else "",
+                    utilization_pct=g.util,
+                    mem_used_mb=g.mem_used_mb,
+                    mem_total_mb=g.mem_total_mb,
+                    processes=[GpuProcess(p.pid, p.mem_mb) for p in g.processes],
+                    power_w=g.power_w,
+                    temp_c=g.temp_c,
+                )
+                for g in mine.gpus
+            ]
+        )
+        nodes.append(
+            node.model_copy(
+                update={
+                    "gpus": gpus or None,
+                    "telemetry_age_s": age,
+                    "stale": False,
+                    "gpu_source": "probe",
+                    "gpu_note": f"no NVML: {mine.nvml}" if mine.gpus is None else "",
+                }
+            )
+        )
     return snap.model_copy(update={"nodes": nodes, "taken_at": now})
 
 
@@ -302,8 +356,9 @@ def _gpu(node: NodeSnapshot, index: int) -> GpuSnapshot | None:
     return next((g for g in node.gpus or () if g.index == index), None)
 
 
-def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
-                       ) -> ClusterSnapshot:
+def with_miles_samples(
+    snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
+) -> ClusterSnapshot:
     """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh and no
     fresher source (the probe) has the node (one source per node, so the pane never flips between them); Ray's
     memory totals and process lists are kept. Pure."""
@@ -318,18 +373,27 @@ def with_miles_samples(snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSa
             nodes.append(node)
             continue
         known = {g.index: g for g in node.gpus or []}
-        gpus = [known[i].model_copy(update={"utilization_pct": s.util, "mem_used_mb": s.mem_mb})
-                if i in known else GpuSnapshot(index=i, utilization_pct=s.util, mem_used_mb=s.mem_mb)
-                for i, s in sorted(mine.items())]
+        gpus = [
+            known[i].model_copy(update={"utilization_pct": s.util, "mem_used_mb": s.mem_mb})
+            if i in known
+            else GpuSnapshot(index=i, utilization_pct=s.util, mem_used_mb=s.mem_mb)
+            for i, s in sorted(mine.items())
+        ]
         gpus += [g for i, g in sorted(known.items()) if i not in mine]
-        nodes.append(node.model_copy(update={"gpus": gpus, "telemetry_age_s": age, "stale": False,
-                                             "gpu_source": "miles"}))
+        nodes.append(
+            node.model_copy(
+                update={"gpus": gpus, "telemetry_age_s": age, "stale": False, "gpu_source": "miles"}
+            )
+        )
     return snap.model_copy(update={"nodes": nodes, "taken_at": now})
 
 
 # --------------------------------------------------------------------------- I/O
 
-async def snapshot(client: Any, *, include_dead: bool = True, ray_version: str | None = None) -> ClusterSnapshot:
+
+async def snapshot(
+    client: Any, *, include_dead: bool = True, ray_version: str | None = None
+) -> ClusterSnapshot:
     """One snapshot now: the summary, plus the state node list when `include_dead` (2 requests)."""
     summary = await client.nodes_summary()
     state_nodes = await client.nodes() if include_dead else None
@@ -344,8 +408,14 @@ class TelemetryPoller:
     reported and polling continues, so the view recovers by itself when the dashboard returns.
     """
 
-    def __init__(self, client: Any, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 dead_refresh_s: float = DEAD_REFRESH_S, min_request_interval_s: float = MIN_REQUEST_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        dead_refresh_s: float = DEAD_REFRESH_S,
+        min_request_interval_s: float = MIN_REQUEST_INTERVAL_S,
+    ) -> None:
         self.client = client
         self.interval_s = max(0.5, interval_s)
         self.dead_refresh_s = dead_refresh_s
@@ -418,11 +488,16 @@ class TelemetryPoller:
                 self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
         summary = await self.client.nodes_summary()
         alive_ids = frozenset(
-            str((item.get("raylet") or {}).get("nodeId")) for item in summary.get("summary") or []
-            if isinstance(item, dict))
+            str((item.get("raylet") or {}).get("nodeId"))
+            for item in summary.get("summary") or []
+            if isinstance(item, dict)
+        )
         now = time.monotonic()
-        if (self._state_nodes is None or alive_ids != self._alive_ids
-                or now - self._state_at >= self.dead_refresh_s):
+        if (
+            self._state_nodes is None
+            or alive_ids != self._alive_ids
+            or now - self._state_at >= self.dead_refresh_s
+        ):
             self._state_nodes = await self.client.nodes()
             self._state_at = now
         self._alive_ids = alive_ids
@@ -448,8 +523,11 @@ class TelemetryPoller:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), self.interval_s)
 
-    async def run_forever(self, on_snapshot: Callable[[ClusterSnapshot], Awaitable[None] | None],
-                          on_error: Callable[[Exception], Awaitable[None] | None] | None = None) -> None:
+    async def run_forever(
+        self,
+        on_snapshot: Callable[[ClusterSnapshot], Awaitable[None] | None],
+        on_error: Callable[[Exception], Awaitable[None] | None] | None = None,
+    ) -> None:
         async for item in self.run():
             handler = on_error if isinstance(item, Exception) else on_snapshot
             if handler is None:

@@ -49,21 +49,24 @@ def cluster_env(tmp: Path, token: str | None = None, *, fake_gpus: bool = True) 
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
     bindir = str(Path(sys.executable).parent)
-    env.update({
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # else Ray rewrites 127.0.0.1 to the eth0 address
-        "RAY_TMPDIR": str(tmp),
-        "RAY_USAGE_STATS_ENABLED": "0",
-        # dead node reported in ~5 s instead of ~14 s; 5 misses, not 3, so a raylet starved of CPU
-        # on a busy 2-core machine is not declared dead by mistake
-        "RAY_health_check_period_ms": "1000",
-        "RAY_health_check_failure_threshold": "5",
-        "RAY_DEDUP_LOGS": env.get("RAY_DEDUP_LOGS", "1"),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(FAKEGPU_DIR) if fake_gpus else "", str(REPO),
-                                                  env.get("PYTHONPATH")) if p),
-        "PATH": bindir + os.pathsep + env.get("PATH", ""),  # `python3` in entrypoints = this venv
-        "FAKE_GPU_DIR": str(tmp / "fakegpu"),
-        "FAKE_GPU_COUNT": env.get("FAKE_GPU_COUNT", "8"),
-    })
+    env.update(
+        {
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # else Ray rewrites 127.0.0.1 to the eth0 address
+            "RAY_TMPDIR": str(tmp),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # dead node reported in ~5 s instead of ~14 s; 5 misses, not 3, so a raylet starved of CPU
+            # on a busy 2-core machine is not declared dead by mistake
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_failure_threshold": "5",
+            "RAY_DEDUP_LOGS": env.get("RAY_DEDUP_LOGS", "1"),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(FAKEGPU_DIR) if fake_gpus else "", str(REPO), env.get("PYTHONPATH")) if p
+            ),
+            "PATH": bindir + os.pathsep + env.get("PATH", ""),  # `python3` in entrypoints = this venv
+            "FAKE_GPU_DIR": str(tmp / "fakegpu"),
+            "FAKE_GPU_COUNT": env.get("FAKE_GPU_COUNT", "8"),
+        }
+    )
     if token:
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token})
     return env
@@ -83,17 +86,41 @@ class LocalRayCluster:
     dead: set[int] = field(default_factory=set)
 
     @classmethod
-    def start(cls, *, workers: int = 2, gpus: int = 8, token: str | None = None,
-              timeout: float = 180.0, fake_gpus: bool = True) -> LocalRayCluster:
+    def start(
+        cls,
+        *,
+        workers: int = 2,
+        gpus: int = 8,
+        token: str | None = None,
+        timeout: float = 180.0,
+        fake_gpus: bool = True,
+    ) -> LocalRayCluster:
         """Start head + `workers` nodes with `gpus` logical (fake, unless `fake_gpus=False`) GPUs each."""
         t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: unix socket paths <= 107 chars
         (tmp / "fakegpu").mkdir()
-        cmd = [sys.executable, "-m", "backend.demo.local_cluster", "serve", "--workers", str(workers),
-               "--gpus", str(gpus), "--tmp", str(tmp)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "backend.demo.local_cluster",
+            "serve",
+            "--workers",
+            str(workers),
+            "--gpus",
+            str(gpus),
+            "--tmp",
+            str(tmp),
+        ]
         log = open(tmp / "server.log", "w")
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                text=True, env=cluster_env(tmp, token, fake_gpus=fake_gpus), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=cluster_env(tmp, token, fake_gpus=fake_gpus),
+            start_new_session=True,
+        )
         log.close()
         try:
             info = _read_reply(proc, timeout, tmp)
@@ -101,8 +128,15 @@ class LocalRayCluster:
             _terminate(proc)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return cls(proc=proc, tmp=tmp, address=info["address"], gcs_address=info["gcs_address"],
-                   node_ids=list(info["node_ids"]), start_seconds=time.monotonic() - t0, token=token)
+        return cls(
+            proc=proc,
+            tmp=tmp,
+            address=info["address"],
+            gcs_address=info["gcs_address"],
+            node_ids=list(info["node_ids"]),
+            start_seconds=time.monotonic() - t0,
+            token=token,
+        )
 
     # --------------------------------------------------------------- control
     def _ask(self, request: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
@@ -225,15 +259,30 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
     from ray.cluster_utils import Cluster
 
     def node_args(i: int) -> dict[str, Any]:
-        return dict(num_cpus=4 if i == 0 else 2, num_gpus=gpus, node_ip_address="127.0.0.1",
-                    object_store_memory=80 * 1024 * 1024, labels={"fake-node": f"n{i}"},
-                    node_name=f"sim-node-{i}", metrics_export_port=free_port(),
-                    dashboard_agent_listen_port=free_port(), runtime_env_agent_port=free_port())
+        return dict(
+            num_cpus=4 if i == 0 else 2,
+            num_gpus=gpus,
+            node_ip_address="127.0.0.1",
+            object_store_memory=80 * 1024 * 1024,
+            labels={"fake-node": f"n{i}"},
+            node_name=f"sim-node-{i}",
+            metrics_export_port=free_port(),
+            dashboard_agent_listen_port=free_port(),
+            runtime_env_agent_port=free_port(),
+        )
 
     dash_port = free_port()
-    cluster = Cluster(initialize_head=True, head_node_args=dict(
-        node_args(0), include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dash_port,
-        gcs_server_port=free_port(), temp_dir=str(tmp / "ray")))
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args=dict(
+            node_args(0),
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            dashboard_port=dash_port,
+            gcs_server_port=free_port(),
+            temp_dir=str(tmp / "ray"),
+        ),
+    )
     nodes: list[Any] = [cluster.head_node]
     for i in range(1, workers + 1):
         nodes.append(cluster.add_node(**node_args(i)))
@@ -244,8 +293,13 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
-    reply({"address": f"http://127.0.0.1:{dash_port}", "gcs_address": cluster.gcs_address,
-           "node_ids": [n.node_id for n in nodes]})
+    reply(
+        {
+            "address": f"http://127.0.0.1:{dash_port}",
+            "gcs_address": cluster.gcs_address,
+            "node_ids": [n.node_id for n in nodes],
+        }
+    )
     try:
         for line in sys.stdin:
             req = json.loads(line)
@@ -269,8 +323,13 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
 
 def _wait_dashboard(port: int, n_nodes: int, timeout: float = 60.0) -> None:
     """Return once the Jobs API answers and the node summary lists every node."""
-    _wait_until(port, lambda d: len(d["data"]["summary"]) >= n_nodes, "/nodes?view=summary",
-                f"dashboard listing {n_nodes} nodes", timeout)
+    _wait_until(
+        port,
+        lambda d: len(d["data"]["summary"]) >= n_nodes,
+        "/nodes?view=summary",
+        f"dashboard listing {n_nodes} nodes",
+        timeout,
+    )
 
 
 def _wait_node_dead(port: int, node_id: str) -> None:

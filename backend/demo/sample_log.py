@@ -56,7 +56,11 @@ def _prefix(actor: str, pid: int, ip: str | None = None) -> str:
 
 
 def _repr(value: float) -> str:
-    return repr(float(value)) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    return (
+        repr(float(value))
+        if math.isfinite(value)
+        else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    )
 
 
 def _dict(items: list[tuple[str, str]]) -> str:
@@ -71,24 +75,36 @@ def generate(run: SampleRun) -> Iterator[str]:
     yield f"[{_ts(0)} main] placement_group.py:113 - Creating placement group with {run.rollout_gpus} GPUs..."
     yield f"[{_ts(0.5)} main] base.py:172 - Initialising tracking backend: dump_details"
     yield f"{train[0]}------------------------ arguments ------------------------"
-    for name, value in (("num_rollout", run.num_rollout), ("rollout_num_gpus", run.rollout_gpus),
-                        ("rollout_batch_size", 32), ("n_samples_per_prompt", 8), ("global_batch_size", 128)):
+    for name, value in (
+        ("num_rollout", run.num_rollout),
+        ("rollout_num_gpus", run.rollout_gpus),
+        ("rollout_batch_size", 32),
+        ("n_samples_per_prompt", 8),
+        ("global_batch_size", 128),
+    ):
         yield f"{train[0]}  {name} {'.' * (48 - len(name))} {value}"
     if run.shim_failure:
         yield f"{train[0]}[{_ts(1)} actor_cell0_rank0] __init__.py:41 - miles nemotron_h plugin failed to load: {run.shim_failure}"
     if run.shim_scaling is not None:
         for r in range(run.train_ranks):
-            yield (f"{train[r]}ultra-console shim: applied NemotronH provider fields "
-                   f'{{"moe_router_topk_scaling_factor": {run.shim_scaling}, "moe_router_num_groups": 1, '
-                   f'"moe_router_group_topk": 1, "moe_latent_size": 2048}}')
+            yield (
+                f"{train[r]}ultra-console shim: applied NemotronH provider fields "
+                f'{{"moe_router_topk_scaling_factor": {run.shim_scaling}, "moe_router_num_groups": 1, '
+                f'"moe_router_group_topk": 1, "moe_latent_size": 2048}}'
+            )
     step = 0
     for i in range(run.rollouts):
         t0 = 10 + i * run.rollout_seconds
-        bar = "\r".join(f"Rollout generation: {p:3d}%|{'#' * (p // 10):<10}| {p * 256 // 100}/256" for p in (0, 30, 70, 100))
+        bar = "\r".join(
+            f"Rollout generation: {p:3d}%|{'#' * (p // 10):<10}| {p * 256 // 100}/256"
+            for p in (0, 30, 70, 100)
+        )
         yield f"{rm}{bar}"
         for k in range(run.noise_per_rollout):
-            yield (f"{sgl}[{_ts(t0 + k * 0.2)[:19]} DP{k % 2} TP0 EP{k % 8}] Decode batch. #running-req: {64 - k % 7}, "
-                   f"#token: {10240 + 17 * k}, token usage: 0.{12 + k % 50:02d}, gen throughput (token/s): {2300 + k}.55, #queue-req: 0,")
+            yield (
+                f"{sgl}[{_ts(t0 + k * 0.2)[:19]} DP{k % 2} TP0 EP{k % 8}] Decode batch. #running-req: {64 - k % 7}, "
+                f"#token: {10240 + 17 * k}, token usage: 0.{12 + k % 50:02d}, gen throughput (token/s): {2300 + k}.55, #queue-req: 0,"
+            )
             if k % 10 == 0:
                 yield f"{train[0]}ft cls=MegatronTrainRayActor fn=train phase=start"
                 yield f"{train[1]}ft cls=MegatronTrainRayActor fn=train phase=start{GREEN} [repeated {run.train_ranks - 2}x across cluster]{RESET}"
@@ -96,34 +112,59 @@ def generate(run: SampleRun) -> Iterator[str]:
         trunc = 0.1 + 0.01 * i
         reward = 0.125 + 0.05 * i
         perf_items = [
-            ("rollout/response_len/mean", _repr(214.6 + i)), ("rollout/response_len/median", "240.0"),
-            ("rollout/response_len/max", "256"), ("rollout/response_len/min", "37"),
-            ("rollout/zero_std/count_0.0", "5"), ("rollout/zero_std/count_1.0", "3"),
-            ("rollout/zero_std/all_zero_percentage", "0.15625"), ("rollout/zero_std/all_one_percentage", "0.09375"),
-            ("rollout/prefix_cache_hit_rate", "0.41"), ("rollout/truncated_ratio", _repr(trunc)),
-            ("perf/rollout_time", _repr(31.8 + i)), ("perf/tokens_per_gpu_per_sec", _repr(tpgs)),
-            ("perf/longest_sample_tokens_per_sec", "8.05"), ("perf/effective_tokens_per_gpu_per_sec", _repr(tpgs)),
+            ("rollout/response_len/mean", _repr(214.6 + i)),
+            ("rollout/response_len/median", "240.0"),
+            ("rollout/response_len/max", "256"),
+            ("rollout/response_len/min", "37"),
+            ("rollout/zero_std/count_0.0", "5"),
+            ("rollout/zero_std/count_1.0", "3"),
+            ("rollout/zero_std/all_zero_percentage", "0.15625"),
+            ("rollout/zero_std/all_one_percentage", "0.09375"),
+            ("rollout/prefix_cache_hit_rate", "0.41"),
+            ("rollout/truncated_ratio", _repr(trunc)),
+            ("perf/rollout_time", _repr(31.8 + i)),
+            ("perf/tokens_per_gpu_per_sec", _repr(tpgs)),
+            ("perf/longest_sample_tokens_per_sec", "8.05"),
+            ("perf/effective_tokens_per_gpu_per_sec", _repr(tpgs)),
         ]
         if run.log_passrate:
-            perf_items += [("passrate/pass@1", f"np.float64({0.25 + 0.01 * i})"), ("passrate/pass@8", "np.float64(0.5)")]
+            perf_items += [
+                ("passrate/pass@1", f"np.float64({0.25 + 0.01 * i})"),
+                ("passrate/pass@8", "np.float64(0.5)"),
+            ]
         perf_line = f"{rm}[{_ts(t0 + 40)} rollout_manager] metrics.py:89 - perf {i}: {_dict(perf_items)}"
-        logged: tuple[tuple[str, float], ...] = (("perf/tokens_per_gpu_per_sec", tpgs), ("rollout/truncated_ratio", trunc))
+        logged: tuple[tuple[str, float], ...] = (
+            ("perf/tokens_per_gpu_per_sec", tpgs),
+            ("rollout/truncated_ratio", trunc),
+        )
         for key, number in logged:
             run.record(key, i, number)
-        rollout_items = [("rollout/response_lengths", _repr(214.6 + i)), ("rollout/rewards", "0.0"),
-                         ("rollout/truncated", _repr(trunc)), ("rollout/raw_reward", _repr(reward)),
-                         ("rollout/log_probs", "-0.398")]
+        rollout_items = [
+            ("rollout/response_lengths", _repr(214.6 + i)),
+            ("rollout/rewards", "0.0"),
+            ("rollout/truncated", _repr(trunc)),
+            ("rollout/raw_reward", _repr(reward)),
+            ("rollout/log_probs", "-0.398"),
+        ]
         run.record("rollout/raw_reward", i, reward)
         yield f"{train[0]}[{_ts(t0 + 41)} actor_cell0_rank0] timer.py:30 - Timer train start"
         yield f"{train[0]}[{_ts(t0 + 42)} actor_cell0_rank0] log_utils.py:123 - rollout {i}: {_dict(rollout_items)}"
         for _s in range(run.steps_per_rollout):
             loss = math.nan if step == run.nan_at_step else -0.0003 * (step + 1)
             kl = 0.001 * (step % 3)
-            items = [("train/loss", _repr(loss)), ("train/pg_loss", _repr(loss)), ("train/entropy_loss", "0.0"),
-                     ("train/pg_clipfrac", "0.0"), ("train/ppo_kl", _repr(kl)), ("train/ess_ratio", "1.0"),
-                     ("train/train_rollout_logprob_abs_diff", _repr(0.0107)), ("train/train_rollout_kl", "0.00019"),
-                     ("train/grad_norm", _repr(math.nan if step == run.nan_at_step else 0.0871)),
-                     ("train/lr-pg_0", "1e-06"), ("train/step", str(step))]
+            items = [
+                ("train/loss", _repr(loss)),
+                ("train/pg_loss", _repr(loss)),
+                ("train/entropy_loss", "0.0"),
+                ("train/pg_clipfrac", "0.0"),
+                ("train/ppo_kl", _repr(kl)),
+                ("train/ess_ratio", "1.0"),
+                ("train/train_rollout_logprob_abs_diff", _repr(0.0107)),
+                ("train/train_rollout_kl", "0.00019"),
+                ("train/grad_norm", _repr(math.nan if step == run.nan_at_step else 0.0871)),
+                ("train/lr-pg_0", "1e-06"),
+                ("train/step", str(step)),
+            ]
             run.record("train/loss", step, loss)
             run.record("train/ppo_kl", step, kl)
             ts = _ts(t0 + 45 + 5 * _s)
@@ -133,19 +174,32 @@ def generate(run: SampleRun) -> Iterator[str]:
         # The RolloutManager's perf line reaches the driver after the trainer's lines (later arrival, earlier stamp).
         yield perf_line
         yield f"{train[0]}[{_ts(t0 + 55)} actor_cell0_rank0] timer.py:42 - Timer train end (elapsed: 12.7s)"
-        train_items = [("perf/sleep_time", "4.1"), ("perf/update_weights_time", "9.7"), ("perf/train_wait_time", "44.9"),
-                       ("perf/train_time", "12.7"), ("perf/actor_train_tflops", "27.2"), ("perf/mfu_peak_tflops", "989.0"),
-                       ("perf/actor_train_mfu", "0.0275"), ("perf/step_time", _repr(run.rollout_seconds)),
-                       ("perf/wait_time_ratio", "0.78")]
+        train_items = [
+            ("perf/sleep_time", "4.1"),
+            ("perf/update_weights_time", "9.7"),
+            ("perf/train_wait_time", "44.9"),
+            ("perf/train_time", "12.7"),
+            ("perf/actor_train_tflops", "27.2"),
+            ("perf/mfu_peak_tflops", "989.0"),
+            ("perf/actor_train_mfu", "0.0275"),
+            ("perf/step_time", _repr(run.rollout_seconds)),
+            ("perf/wait_time_ratio", "0.78"),
+        ]
         yield f"{train[0]}[{_ts(t0 + 56)} actor_cell0_rank0] train_metric_utils.py:56 - perf {i}: {_dict(train_items)}"
         if run.multi_turn:
-            mt = [("multi_turn/multi_turn_metric/round_number_mean", "np.float64(2.0)"),
-                  ("multi_turn/multi_turn_metric/round_number_max", "np.int64(3)"),
-                  ("multi_turn/multi_turn_metric/round_number_min", "np.int64(1)")]
+            mt = [
+                ("multi_turn/multi_turn_metric/round_number_mean", "np.float64(2.0)"),
+                ("multi_turn/multi_turn_metric/round_number_max", "np.int64(3)"),
+                ("multi_turn/multi_turn_metric/round_number_min", "np.int64(1)"),
+            ]
             yield f"{train[0]}[{_ts(t0 + 42.5)} actor_cell0_rank0] log_utils.py:123 - multi_turn {i}: {_dict(mt)}"
         if run.eval_every and i % run.eval_every == 0:
-            ev = [("eval/aime-none_reward_ratio", "0.0"), ("eval/aime", _repr(0.1333 + 0.01 * i)),
-                  ("eval/aime-truncated_ratio", "0.21"), ("eval/aime-pass@16", "np.float64(0.4)")]
+            ev = [
+                ("eval/aime-none_reward_ratio", "0.0"),
+                ("eval/aime", _repr(0.1333 + 0.01 * i)),
+                ("eval/aime-truncated_ratio", "0.21"),
+                ("eval/aime-pass@16", "np.float64(0.4)"),
+            ]
             run.record("eval/aime", i, 0.1333 + 0.01 * i)
             yield f"{rm}[{_ts(t0 + 58)} rollout_manager] metrics.py:53 - eval {i}: {_dict(ev)}"
         if run.save_every and (i + 1) % run.save_every == 0:
@@ -163,7 +217,9 @@ def write(path: str | Path, run: SampleRun | None = None) -> SampleRun:
     return run
 
 
-if __name__ == "__main__":  # a fake miles driver for a real Ray job: print the log, then exit like miles would
+if (
+    __name__ == "__main__"
+):  # a fake miles driver for a real Ray job: print the log, then exit like miles would
     import argparse
     import sys
 
@@ -172,7 +228,9 @@ if __name__ == "__main__":  # a fake miles driver for a real Ray job: print the 
     ap.add_argument("--nan-at-step", type=int, default=None)
     ap.add_argument("--fail", action="store_true", help="end with a traceback and exit status 1")
     ns = ap.parse_args()
-    for out_line in generate(SampleRun(rollouts=ns.rollouts, nan_at_step=ns.nan_at_step, noise_per_rollout=5)):
+    for out_line in generate(
+        SampleRun(rollouts=ns.rollouts, nan_at_step=ns.nan_at_step, noise_per_rollout=5)
+    ):
         print(out_line, flush=True)
     if ns.fail:
         print("Traceback (most recent call last):\nRuntimeError: loss is nan, giving up", flush=True)

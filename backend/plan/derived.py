@@ -42,13 +42,29 @@ class StageFigures:
 
     def to_json(self) -> JsonDict:
         # The layer kinds go by their hybrid-pattern symbols.
-        return {"stage": self.stage, "first_layer": self.first_layer, "layers": self.layers, "M": self.mamba,
-                "E": self.moe, "*": self.attention, "-": self.mlp, "params_per_gpu_b": self.params_per_gpu_b}
+        return {
+            "stage": self.stage,
+            "first_layer": self.first_layer,
+            "layers": self.layers,
+            "M": self.mamba,
+            "E": self.moe,
+            "*": self.attention,
+            "-": self.mlp,
+            "params_per_gpu_b": self.params_per_gpu_b,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageFigures:
-        return cls(int(data["stage"]), int(data["first_layer"]), int(data["layers"]), int(data["M"]),
-                   int(data["E"]), int(data["*"]), int(data["-"]), float(data["params_per_gpu_b"]))
+        return cls(
+            int(data["stage"]),
+            int(data["first_layer"]),
+            int(data["layers"]),
+            int(data["M"]),
+            int(data["E"]),
+            int(data["*"]),
+            int(data["-"]),
+            float(data["params_per_gpu_b"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +82,31 @@ class TrainingLayout:
     ep_group_nodes: int
 
     def to_json(self) -> JsonDict:
-        return {"world_size": self.world_size, "dp": self.dp, "edp": self.edp, "etp": self.etp,
-                "sequence_parallel": self.sequence_parallel, "experts_per_rank": self.experts_per_rank,
-                "layers_per_stage": self.layers_per_stage, "stages": [s.to_json() for s in self.stages],
-                "ep_group_nodes": self.ep_group_nodes}
+        return {
+            "world_size": self.world_size,
+            "dp": self.dp,
+            "edp": self.edp,
+            "etp": self.etp,
+            "sequence_parallel": self.sequence_parallel,
+            "experts_per_rank": self.experts_per_rank,
+            "layers_per_stage": self.layers_per_stage,
+            "stages": [s.to_json() for s in self.stages],
+            "ep_group_nodes": self.ep_group_nodes,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainingLayout:
-        return cls(int(data["world_size"]), _int_or_none(data["dp"]), _int_or_none(data["edp"]), int(data["etp"]),
-                   bool(data["sequence_parallel"]), _int_or_none(data["experts_per_rank"]),
-                   int(data["layers_per_stage"]), tuple(StageFigures.from_json(s) for s in data["stages"]),
-                   int(data["ep_group_nodes"]))
+        return cls(
+            int(data["world_size"]),
+            _int_or_none(data["dp"]),
+            _int_or_none(data["edp"]),
+            int(data["etp"]),
+            bool(data["sequence_parallel"]),
+            _int_or_none(data["experts_per_rank"]),
+            int(data["layers_per_stage"]),
+            tuple(StageFigures.from_json(s) for s in data["stages"]),
+            int(data["ep_group_nodes"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,17 +122,27 @@ class RolloutLayout:
     experts_per_rank: int | None
 
     def to_json(self) -> JsonDict:
-        return {"rollout_gpus": self.gpus, "rollout_engines": self.engines,
-                "rollout_nodes_per_engine": self.nodes_per_engine,
-                "rollout_engine_processes": self.engine_processes, "attn_tp": self.attn_tp,
-                "rollout_moe_tp": self.moe_tp, "rollout_experts_per_rank": self.experts_per_rank}
+        return {
+            "rollout_gpus": self.gpus,
+            "rollout_engines": self.engines,
+            "rollout_nodes_per_engine": self.nodes_per_engine,
+            "rollout_engine_processes": self.engine_processes,
+            "attn_tp": self.attn_tp,
+            "rollout_moe_tp": self.moe_tp,
+            "rollout_experts_per_rank": self.experts_per_rank,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutLayout:
-        return cls(_int_or_none(data["rollout_gpus"]), _int_or_none(data["rollout_engines"]),
-                   int(data["rollout_nodes_per_engine"]), _int_or_none(data["rollout_engine_processes"]),
-                   _int_or_none(data["attn_tp"]), _int_or_none(data["rollout_moe_tp"]),
-                   _int_or_none(data["rollout_experts_per_rank"]))
+        return cls(
+            _int_or_none(data["rollout_gpus"]),
+            _int_or_none(data["rollout_engines"]),
+            int(data["rollout_nodes_per_engine"]),
+            _int_or_none(data["rollout_engine_processes"]),
+            _int_or_none(data["attn_tp"]),
+            _int_or_none(data["rollout_moe_tp"]),
+            _int_or_none(data["rollout_experts_per_rank"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +151,10 @@ class BatchFigures:
     optimizer_steps_per_rollout: int
 
     def to_json(self) -> JsonDict:
-        return {"samples_per_rollout": self.samples_per_rollout,
-                "optimizer_steps_per_rollout": self.optimizer_steps_per_rollout}
+        return {
+            "samples_per_rollout": self.samples_per_rollout,
+            "optimizer_steps_per_rollout": self.optimizer_steps_per_rollout,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BatchFigures:
@@ -139,26 +181,42 @@ class MemoryFigures:
     rollout_static_gb_per_gpu: float
 
     def to_json(self) -> JsonDict:
-        return {"params_per_gpu": list(self.params_per_gpu), "params_per_gpu_max_b": self.params_per_gpu_max_b,
-                "weights_gb_per_gpu": self.weights_gb_per_gpu, "grads_gb_per_gpu": self.grads_gb_per_gpu,
-                "weights_grads_gb_per_gpu": self.weights_grads_gb_per_gpu,
-                "optimizer_gb_per_gpu": self.optimizer_gb_per_gpu, "optimizer_location": self.optimizer_location,
-                "train_hbm_gb_per_gpu": self.train_hbm_gb_per_gpu, "host_adam_gb_per_gpu": self.host_adam_gb_per_gpu,
-                "host_adam_gb_per_node": self.host_adam_gb_per_node,
-                "host_grad_copies_gb_per_gpu": self.host_grad_copies_gb_per_gpu,
-                "host_gb_per_node": self.host_gb_per_node, "rollout_weights_gb_per_gpu": self.rollout_weights_gb_per_gpu,
-                "rollout_static_gb_per_gpu": self.rollout_static_gb_per_gpu}
+        return {
+            "params_per_gpu": list(self.params_per_gpu),
+            "params_per_gpu_max_b": self.params_per_gpu_max_b,
+            "weights_gb_per_gpu": self.weights_gb_per_gpu,
+            "grads_gb_per_gpu": self.grads_gb_per_gpu,
+            "weights_grads_gb_per_gpu": self.weights_grads_gb_per_gpu,
+            "optimizer_gb_per_gpu": self.optimizer_gb_per_gpu,
+            "optimizer_location": self.optimizer_location,
+            "train_hbm_gb_per_gpu": self.train_hbm_gb_per_gpu,
+            "host_adam_gb_per_gpu": self.host_adam_gb_per_gpu,
+            "host_adam_gb_per_node": self.host_adam_gb_per_node,
+            "host_grad_copies_gb_per_gpu": self.host_grad_copies_gb_per_gpu,
+            "host_gb_per_node": self.host_gb_per_node,
+            "rollout_weights_gb_per_gpu": self.rollout_weights_gb_per_gpu,
+            "rollout_static_gb_per_gpu": self.rollout_static_gb_per_gpu,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryFigures:
         weights = data["rollout_weights_gb_per_gpu"]
-        return cls(tuple(int(p) for p in data["params_per_gpu"]), float(data["params_per_gpu_max_b"]),
-                   float(data["weights_gb_per_gpu"]), float(data["grads_gb_per_gpu"]),
-                   float(data["weights_grads_gb_per_gpu"]), float(data["optimizer_gb_per_gpu"]),
-                   "host" if data["optimizer_location"] == "host" else "gpu", float(data["train_hbm_gb_per_gpu"]),
-                   float(data["host_adam_gb_per_gpu"]), float(data["host_adam_gb_per_node"]),
-                   float(data["host_grad_copies_gb_per_gpu"]), float(data["host_gb_per_node"]),
-                   None if weights is None else float(weights), float(data["rollout_static_gb_per_gpu"]))
+        return cls(
+            tuple(int(p) for p in data["params_per_gpu"]),
+            float(data["params_per_gpu_max_b"]),
+            float(data["weights_gb_per_gpu"]),
+            float(data["grads_gb_per_gpu"]),
+            float(data["weights_grads_gb_per_gpu"]),
+            float(data["optimizer_gb_per_gpu"]),
+            "host" if data["optimizer_location"] == "host" else "gpu",
+            float(data["train_hbm_gb_per_gpu"]),
+            float(data["host_adam_gb_per_gpu"]),
+            float(data["host_adam_gb_per_node"]),
+            float(data["host_grad_copies_gb_per_gpu"]),
+            float(data["host_gb_per_node"]),
+            None if weights is None else float(weights),
+            float(data["rollout_static_gb_per_gpu"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,13 +231,23 @@ class Derived:
 
     def to_json(self) -> JsonDict:
         """Every figure under its flat name, in the order `plan` and the plan view list them."""
-        return (self.training.to_json() | self.rollout.to_json() | self.batch.to_json() | self.memory.to_json()
-                | {"model_params_b": self.model_params_b})
+        return (
+            self.training.to_json()
+            | self.rollout.to_json()
+            | self.batch.to_json()
+            | self.memory.to_json()
+            | {"model_params_b": self.model_params_b}
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Derived:
-        return cls(TrainingLayout.from_json(data), RolloutLayout.from_json(data), BatchFigures.from_json(data),
-                   MemoryFigures.from_json(data), float(data["model_params_b"]))
+        return cls(
+            TrainingLayout.from_json(data),
+            RolloutLayout.from_json(data),
+            BatchFigures.from_json(data),
+            MemoryFigures.from_json(data),
+            float(data["model_params_b"]),
+        )
 
 
 def derive(spec: RunSpec) -> Derived:
@@ -192,23 +260,43 @@ def derive(spec: RunSpec) -> Derived:
     mem = c.memory()
     slices = sizing.stage_slices(c.pattern, c.layers, c.pp)
     stages = tuple(
-        StageFigures(sl.index, sl.first_layer, len(sl.pattern), sl.mamba, sl.moe, sl.attention, sl.mlp,
-                     _r3(sp.total / 1e9))
-        for sl, sp in zip(slices, mem.stages, strict=True))
+        StageFigures(
+            sl.index,
+            sl.first_layer,
+            len(sl.pattern),
+            sl.mamba,
+            sl.moe,
+            sl.attention,
+            sl.mlp,
+            _r3(sp.total / 1e9),
+        )
+        for sl, sp in zip(slices, mem.stages, strict=True)
+    )
     hbm = c.hbm_need()
     adam = mem.max_sharded(c.cp) * sizing.ADAM_BYTES / sizing.GB
     copies = mem.max_sharded(c.cp) * sizing.FP32 / sizing.GB
     samples = c.rbs * c.n
     rollout_gb = c.rollout_weights_gb()
     training = TrainingLayout(
-        world_size=c.W, dp=c.dp, edp=c.edp, etp=c.etp, sequence_parallel=c.sp,
+        world_size=c.W,
+        dp=c.dp,
+        edp=c.edp,
+        etp=c.etp,
+        sequence_parallel=c.sp,
         experts_per_rank=c.experts // c.ep if c.experts % c.ep == 0 else None,
-        layers_per_stage=c.layers // c.pp, stages=stages, ep_group_nodes=max(1, c.etp * c.ep // c.gpn))
+        layers_per_stage=c.layers // c.pp,
+        stages=stages,
+        ep_group_nodes=max(1, c.etp * c.ep // c.gpn),
+    )
     rollout = RolloutLayout(
-        gpus=c.R, engines=c.R // c.g if c.R is not None else None, nodes_per_engine=c.nn,
-        engine_processes=c.R // min(c.g, c.gpn) if c.R is not None else None, attn_tp=c.attn_tp,
+        gpus=c.R,
+        engines=c.R // c.g if c.R is not None else None,
+        nodes_per_engine=c.nn,
+        engine_processes=c.R // min(c.g, c.gpn) if c.R is not None else None,
+        attn_tp=c.attn_tp,
         moe_tp=c.g // c.rep if c.g % c.rep == 0 else None,
-        experts_per_rank=c.experts // c.rep if c.experts % c.rep == 0 else None)
+        experts_per_rank=c.experts // c.rep if c.experts % c.rep == 0 else None,
+    )
     batch = BatchFigures(samples, c.steps if c.steps is not None else samples // c.gbs)
     memory = MemoryFigures(
         params_per_gpu=tuple(round(s.total) for s in mem.stages),
@@ -224,5 +312,6 @@ def derive(spec: RunSpec) -> Derived:
         host_grad_copies_gb_per_gpu=_r3(copies) if c.offload else 0.0,
         host_gb_per_node=_r3((adam + copies) * c.gpn) if c.offload else 0.0,
         rollout_weights_gb_per_gpu=_r3(rollout_gb) if rollout_gb is not None else None,
-        rollout_static_gb_per_gpu=_r3(c.mem_fraction * c.hbm))
+        rollout_static_gb_per_gpu=_r3(c.mem_fraction * c.hbm),
+    )
     return Derived(training, rollout, batch, memory, _r3(sizing.total_params(c.m) / 1e9))

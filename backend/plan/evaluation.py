@@ -38,29 +38,43 @@ class PlanEvaluation:
     submission_error: ConsoleError | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"valid": self.valid, "field_errors": self.field_errors, "error": self.error,
-                "findings": [f.to_json() for f in self.findings],
-                "derived": None if self.derived is None else self.derived.to_json(),
-                "command": self.command, "summary": self.summary}
+        return {
+            "valid": self.valid,
+            "field_errors": self.field_errors,
+            "error": self.error,
+            "findings": [f.to_json() for f in self.findings],
+            "derived": None if self.derived is None else self.derived.to_json(),
+            "command": self.command,
+            "summary": self.summary,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PlanEvaluation:
         derived = data["derived"]
-        return cls(None, bool(data["valid"]), {str(k): str(v) for k, v in data["field_errors"].items()},
-                   data["error"], [Finding.from_json(f) for f in data["findings"]],
-                   None if derived is None else Derived.from_json(derived),
-                   str(data["command"]), str(data["summary"]))
+        return cls(
+            None,
+            bool(data["valid"]),
+            {str(k): str(v) for k, v in data["field_errors"].items()},
+            data["error"],
+            [Finding.from_json(f) for f in data["findings"]],
+            None if derived is None else Derived.from_json(derived),
+            str(data["command"]),
+            str(data["summary"]),
+        )
 
 
 def summary_of(spec: RunSpec) -> str:
     t, r, c = spec.train, spec.rollout, spec.cluster
-    return (f"{spec.model.name} · {c.nodes}×{c.gpus_per_node} = {c.total_gpus} GPUs · "
-            f"TP{t.tp} PP{t.pp} CP{t.cp} EP{t.ep} · engine {r.gpus_per_engine} GPUs EP{r.ep} DP{r.dp} · "
-            f"mode {spec.run.mode}")
+    return (
+        f"{spec.model.name} · {c.nodes}×{c.gpus_per_node} = {c.total_gpus} GPUs · "
+        f"TP{t.tp} PP{t.pp} CP{t.cp} EP{t.ep} · engine {r.gpus_per_engine} GPUs EP{r.ep} DP{r.dp} · "
+        f"mode {spec.run.mode}"
+    )
 
 
-def evaluate_spec(spec: RunSpec, *, run_id: str | None, address: str | None = None,
-                  secrets: Mapping[str, str] | None = None) -> PlanEvaluation:
+def evaluate_spec(
+    spec: RunSpec, *, run_id: str | None, address: str | None = None, secrets: Mapping[str, str] | None = None
+) -> PlanEvaluation:
     """A built spec checked, derived and turned into its submission. Never raises for a submission that
     cannot be built: `command` says why and `submission_error` holds the error."""
     from backend.plan.checks import check
@@ -77,7 +91,9 @@ def evaluate_spec(spec: RunSpec, *, run_id: str | None, address: str | None = No
     return out
 
 
-def evaluate(base: dict[str, Any], edits: Mapping[str, str], *, run_id: str | None, address: str) -> PlanEvaluation:
+def evaluate(
+    base: dict[str, Any], edits: Mapping[str, str], *, run_id: str | None, address: str
+) -> PlanEvaluation:
     """`base` (a preset dict) with `edits` (dotted path -> text as typed) applied, checked and built.
     Never raises for bad input: bad values come back per field."""
     from backend.plan.spec_edit import edit_spec

@@ -24,13 +24,23 @@ class Finding:
     fix: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "fields": list(self.fields),
-                "message": self.message, "fix": self.fix}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "fields": list(self.fields),
+            "message": self.message,
+            "fix": self.fix,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(str(data["rule"]), data["severity"], tuple(str(f) for f in data["fields"]),
-                   str(data["message"]), str(data["fix"]))
+        return cls(
+            str(data["rule"]),
+            data["severity"],
+            tuple(str(f) for f in data["fields"]),
+            str(data["message"]),
+            str(data["fix"]),
+        )
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:

@@ -106,9 +106,13 @@ def _well_formed(answer: dict[str, Any]) -> bool:
     if set(answer) == {"error"}:
         return isinstance(answer["error"], str)
     settings = answer.get("settings")
-    return (isinstance(settings, dict) and isinstance(answer.get("run_id"), str)
-            and isinstance(settings.get("address"), str) and isinstance(settings.get("readonly"), bool)
-            and isinstance(settings.get("keys"), dict))
+    return (
+        isinstance(settings, dict)
+        and isinstance(answer.get("run_id"), str)
+        and isinstance(settings.get("address"), str)
+        and isinstance(settings.get("readonly"), bool)
+        and isinstance(settings.get("keys"), dict)
+    )
 
 
 def _cores() -> int:
@@ -117,8 +121,9 @@ def _cores() -> int:
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
-def start(*, address: str | None = None, readonly: bool | None = None,
-          python: str | None = None) -> Preview | None:
+def start(
+    *, address: str | None = None, readonly: bool | None = None, python: str | None = None
+) -> Preview | None:
     """Start the helper (None if it cannot be started, or on a single CPU, where it would only add its
     own interpreter start to the console's). `python`: the interpreter (tests)."""
     if _cores() < 2:
@@ -129,8 +134,9 @@ def start(*, address: str | None = None, readonly: bool | None = None,
     if readonly:
         argv.append("--readonly")
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, close_fds=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True
+        )
     except OSError:
         return None
     return Preview(proc)
@@ -150,8 +156,10 @@ def helper_lines(address: str | None = None, readonly: bool | None = None) -> It
         yield {"error": str(err)}
         return
     run_id = new_run_id()
-    yield {"settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
-           "run_id": run_id}
+    yield {
+        "settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
+        "run_id": run_id,
+    }
     yield {"start": plan_start(settings.preset, None, run_id=run_id, address=settings.address).to_json()}
 
 

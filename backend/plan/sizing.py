@@ -43,8 +43,15 @@ class StageSlice:
     mlp: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"stage": self.index, "first_layer": self.first_layer, "layers": len(self.pattern),
-                "M": self.mamba, "E": self.moe, "*": self.attention, "-": self.mlp}
+        return {
+            "stage": self.index,
+            "first_layer": self.first_layer,
+            "layers": len(self.pattern),
+            "M": self.mamba,
+            "E": self.moe,
+            "*": self.attention,
+            "-": self.mlp,
+        }
 
 
 @lru_cache(maxsize=256)
@@ -53,9 +60,10 @@ def stage_slices(pattern: str, num_layers: int, pp: int) -> tuple[StageSlice, ..
     per = num_layers // pp
     out = []
     for r in range(pp):
-        part = pattern[r * per:(r + 1) * per]
-        out.append(StageSlice(r, r * per, part, part.count("M"), part.count("E"), part.count("*"),
-                              part.count("-")))
+        part = pattern[r * per : (r + 1) * per]
+        out.append(
+            StageSlice(r, r * per, part, part.count("M"), part.count("E"), part.count("*"), part.count("-"))
+        )
     return tuple(out)
 
 
@@ -83,24 +91,60 @@ class LayerParams:
 
 def layer_params(model: Any) -> LayerParams:
     """The model's per-block counts; cached on its dimensions, since every check and derive asks for them."""
-    return _layer_params(model.hidden_size, model.num_attention_heads, model.num_query_groups, model.kv_channels,
-                         model.mamba_num_heads, model.mamba_num_groups, model.mamba_state_dim, model.mamba_head_dim,
-                         model.mamba_conv_kernel, model.ffn_hidden_size, model.num_experts, model.moe_latent_size,
-                         model.moe_ffn_hidden_size, model.shared_expert_intermediate_size, model.vocab_size)
+    return _layer_params(
+        model.hidden_size,
+        model.num_attention_heads,
+        model.num_query_groups,
+        model.kv_channels,
+        model.mamba_num_heads,
+        model.mamba_num_groups,
+        model.mamba_state_dim,
+        model.mamba_head_dim,
+        model.mamba_conv_kernel,
+        model.ffn_hidden_size,
+        model.num_experts,
+        model.moe_latent_size,
+        model.moe_ffn_hidden_size,
+        model.shared_expert_intermediate_size,
+        model.vocab_size,
+    )
 
 
 @lru_cache(maxsize=64)
-def _layer_params(h: int, heads: int, groups: int, kv: int, m_heads: int, m_groups: int, m_state: int,
-                  m_head_dim: int, conv_kernel: int, ffn: int, experts: int, latent: int, moe_ffn: int,
-                  shared: int, vocab: int) -> LayerParams:
+def _layer_params(
+    h: int,
+    heads: int,
+    groups: int,
+    kv: int,
+    m_heads: int,
+    m_groups: int,
+    m_state: int,
+    m_head_dim: int,
+    conv_kernel: int,
+    ffn: int,
+    experts: int,
+    latent: int,
+    moe_ffn: int,
+    shared: int,
+    vocab: int,
+) -> LayerParams:
     d_in = m_heads * m_head_dim
     xbc = d_in + 2 * m_groups * m_state
-    mamba = h * (2 * d_in + 2 * m_groups * m_state + m_heads) + xbc * (conv_kernel + 1) \
-        + 3 * m_heads + d_in + d_in * h + h
+    mamba = (
+        h * (2 * d_in + 2 * m_groups * m_state + m_heads)
+        + xbc * (conv_kernel + 1)
+        + 3 * m_heads
+        + d_in
+        + d_in * h
+        + h
+    )
     attention = h * (heads + 2 * groups) * kv + heads * kv * h + h
     width = latent if latent else h
     return LayerParams(
-        mamba=mamba, mamba_norm=h, attention=attention, attention_norm=h,
+        mamba=mamba,
+        mamba_norm=h,
+        attention=attention,
+        attention_norm=h,
         mlp=2 * h * ffn + h,
         router=experts * h,
         latent=2 * h * latent if latent else 0,
@@ -122,8 +166,14 @@ def total_params(model: Any) -> int:
     lp = layer_params(model)
     p = model.hybrid_pattern
     emb = lp.embedding * (2 if model.untie_embeddings else 1)
-    return (p.count("M") * lp.mamba + p.count("*") * lp.attention + p.count("-") * lp.mlp
-            + p.count("E") * (lp.moe + model.num_experts * lp.expert) + emb + model.hidden_size)
+    return (
+        p.count("M") * lp.mamba
+        + p.count("*") * lp.attention
+        + p.count("-") * lp.mlp
+        + p.count("E") * (lp.moe + model.num_experts * lp.expert)
+        + emb
+        + model.hidden_size
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +188,9 @@ class StageParams:
         return self.expert + self.dense
 
 
-def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool) -> tuple[StageParams, ...]:
+def train_stage_params(
+    model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool
+) -> tuple[StageParams, ...]:
     """Per-GPU parameters of each pipeline stage, sharded as above."""
     lp = layer_params(model)
     h = model.hidden_size
@@ -162,8 +214,14 @@ def train_stage_params(model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp
             if keep_mtp and model.mtp_num_layers:
                 mtp = model.mtp_pattern
                 layers = model.mtp_num_layers
-                dense += layers * (mtp.count("*") * attention + mtp.count("M") * mamba + mtp.count("E") * moe_dense
-                                   + mtp.count("-") * mlp + (lp.mtp_extra - 3 * h) / tp + 3 * h)
+                dense += layers * (
+                    mtp.count("*") * attention
+                    + mtp.count("M") * mamba
+                    + mtp.count("E") * moe_dense
+                    + mtp.count("-") * mlp
+                    + (lp.mtp_extra - 3 * h) / tp
+                    + 3 * h
+                )
                 expert += layers * mtp.count("E") * moe_expert
         out.append(StageParams(expert, dense))
     return tuple(out)
@@ -175,7 +233,15 @@ def rollout_params_per_gpu(model: Any, gpus_per_engine: int, attn_tp: int) -> fl
     p = model.hybrid_pattern
     n_moe = p.count("E")
     emb = lp.embedding * (2 if model.untie_embeddings else 1)
-    split = p.count("M") * lp.mamba + p.count("*") * lp.attention + p.count("-") * lp.mlp + emb \
+    split = (
+        p.count("M") * lp.mamba
+        + p.count("*") * lp.attention
+        + p.count("-") * lp.mlp
+        + emb
         + n_moe * lp.shared
-    return n_moe * model.num_experts * lp.expert / gpus_per_engine + split / attn_tp \
+    )
+    return (
+        n_moe * model.num_experts * lp.expert / gpus_per_engine
+        + split / attn_tp
         + n_moe * (lp.router + lp.latent + lp.moe_norm)
+    )

@@ -79,7 +79,9 @@ class _Strict(BaseModel):
     @classmethod
     def _bounded(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SPEC_INT:
-            raise ValueError(f"at most {MAX_SPEC_INT} (no recipe value is larger; it would make the checks unbounded)")
+            raise ValueError(
+                f"at most {MAX_SPEC_INT} (no recipe value is larger; it would make the checks unbounded)"
+            )
         return value
 
 
@@ -87,7 +89,9 @@ class ModelFacts(_Strict):
     """Architecture facts of one Nemotron-3-Ultra variant (one source of truth for rules and argv)."""
 
     name: str = Field(description="HF checkpoint directory name under paths.model_dir")
-    org: str = Field(default="nvidia", description="hub organisation of the checkpoint (`prepare --fetch`: <org>/<name>)")
+    org: str = Field(
+        default="nvidia", description="hub organisation of the checkpoint (`prepare --fetch`: <org>/<name>)"
+    )
     family: Literal["nemotron_h"] = "nemotron_h"
     num_layers: int = Field(gt=0)
     hybrid_pattern: str
@@ -126,7 +130,9 @@ class ModelFacts(_Strict):
 
 class Cluster(_Strict):
     nodes: int = Field(gt=0, le=MAX_NODES, description=f"at most {MAX_NODES}")
-    gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_NODE, description=f"at most {MAX_GPUS_PER_NODE}")
+    gpus_per_node: int = Field(
+        default=8, gt=0, le=MAX_GPUS_PER_NODE, description=f"at most {MAX_GPUS_PER_NODE}"
+    )
     gpu_memory_gb: float = Field(default=141.0, gt=0, description="HBM per GPU (H200: 141)")
     host_memory_gb: float = Field(default=2048.0, gt=0, description="host RAM per node")
     gpu_nvlink: bool | None = Field(default=None, description="NCCL_NVLS_ENABLE; None = probe the head")
@@ -143,9 +149,13 @@ class Train(_Strict):
     pp: int = Field(gt=0, le=MAX_DEGREE)
     cp: int = Field(default=1, gt=0, le=MAX_DEGREE)
     ep: int = Field(gt=0, le=MAX_GPUS)
-    etp: int | None = Field(default=1, gt=0, le=MAX_DEGREE, description="None = unset (Megatron defaults it to TP)")
+    etp: int | None = Field(
+        default=1, gt=0, le=MAX_DEGREE, description="None = unset (Megatron defaults it to TP)"
+    )
     vpp: int | None = Field(default=None, gt=0, le=MAX_DEGREE)
-    sequence_parallel: bool | None = Field(default=None, description="None = on iff TP > 1 (the launcher's rule)")
+    sequence_parallel: bool | None = Field(
+        default=None, description="None = on iff TP > 1 (the launcher's rule)"
+    )
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
     recompute_granularity: Literal["full", "selective"] | None = "full"
@@ -167,13 +177,16 @@ class Rollout(_Strict):
     dp: int = Field(default=1, gt=0, le=MAX_DEGREE)
     enable_dp_attention: bool = True
     mem_fraction: float = Field(gt=0, le=1)
-    num_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS,
-                                 description="None = all GPUs (colocate forces it anyway)")
+    num_gpus: int | None = Field(
+        default=None, gt=0, le=MAX_GPUS, description="None = all GPUs (colocate forces it anyway)"
+    )
     colocate: bool = True
     max_response_len: int = Field(default=8192, gt=0)
     debug_max_response_len: int = Field(default=256, gt=0)
     temperature: NumberText = "1"
-    sglang_attention_backend: str | None = Field(default=None, description="--sglang-attention-backend; None = SGLang picks")
+    sglang_attention_backend: str | None = Field(
+        default=None, description="--sglang-attention-backend; None = SGLang picks"
+    )
 
 
 class Batch(_Strict):
@@ -189,7 +202,9 @@ class Batch(_Strict):
 
 class Data(_Strict):
     prompt_data: str = "dapo-math-17k/dapo-math-17k.jsonl"
-    repo: str | None = Field(default="zhuzilin/dapo-math-17k", description="hub dataset repo `prepare --fetch` reads")
+    repo: str | None = Field(
+        default="zhuzilin/dapo-math-17k", description="hub dataset repo `prepare --fetch` reads"
+    )
     input_key: str = "prompt"
     label_key: str = "label"
     apply_chat_template: bool = True
@@ -252,8 +267,9 @@ class RunOptions(_Strict):
     master_addr: str = "127.0.0.1"
     wandb_project: str | None = None
     stop_wait_s: int = Field(default=120, ge=1, le=3600, description="grace period after SIGINT on abort")
-    miles_dashboard: bool = Field(default=False, description="miles writes its own 1 s GPU streams (off: the "
-                                  "launcher's argv)")
+    miles_dashboard: bool = Field(
+        default=False, description="miles writes its own 1 s GPU streams (off: the launcher's argv)"
+    )
     extra_env: dict[str, str] = Field(default_factory=dict)
 
 
@@ -279,7 +295,9 @@ class RunSpec(_Strict):
     def _pattern_symbols(self) -> RunSpec:
         bad = set(self.model.hybrid_pattern) - set("M*E-")
         if bad:
-            raise ValueError(f"model.hybrid_pattern has unknown layer symbols {''.join(sorted(bad))!r} (use M, E, *, -)")
+            raise ValueError(
+                f"model.hybrid_pattern has unknown layer symbols {''.join(sorted(bad))!r} (use M, E, *, -)"
+            )
         return self
 
     @property
@@ -290,6 +308,7 @@ class RunSpec(_Strict):
 
 
 # --------------------------------------------------------------------------- loading
+
 
 def preset_dir() -> Path:
     return Path(str(resources.files("configs")))
@@ -378,6 +397,7 @@ def load_preset(name_or_path: str | None = None) -> RunSpec:
 
 
 # --------------------------------------------------------------------------- overrides
+
 
 def _parse_value(text: str) -> Any:
     """A --set value: TOML scalar syntax when it parses (1, 0.7, true, "x"), else the raw text."""

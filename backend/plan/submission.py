@@ -67,9 +67,13 @@ class Submission(BaseModel):
         head = ["ray", "job", "submit"]
         if address:
             head.append(f"--address={address}")
-        head += ["--submission-id", self.submission_id,
-                 f"--runtime-env-json={json.dumps(self.redacted_runtime_env(), separators=(',', ':'))}",
-                 f"--metadata-json={json.dumps(self.metadata, separators=(',', ':'))}", "--"]
+        head += [
+            "--submission-id",
+            self.submission_id,
+            f"--runtime-env-json={json.dumps(self.redacted_runtime_env(), separators=(',', ':'))}",
+            f"--metadata-json={json.dumps(self.metadata, separators=(',', ':'))}",
+            "--",
+        ]
         return shlex.join(head) + " " + self.entrypoint
 
     def redacted_payload(self) -> dict[str, Any]:
@@ -91,36 +95,58 @@ def model_args(spec: RunSpec) -> list[str]:
     args = [
         *_flag(not m.add_bias_linear, "--disable-bias-linear"),
         *_flag(m.num_query_groups < m.num_attention_heads, "--group-query-attention"),
-        "--num-attention-heads", str(m.num_attention_heads),
-        "--num-query-groups", str(m.num_query_groups),
-        "--kv-channels", str(m.kv_channels),
-        "--num-layers", str(m.num_layers),
-        "--hidden-size", str(m.hidden_size),
-        "--ffn-hidden-size", str(m.ffn_hidden_size),
-        "--normalization", m.normalization,
-        "--position-embedding-type", m.position_embedding_type,
-        "--vocab-size", str(m.vocab_size),
-        "--make-vocab-size-divisible-by", str(m.make_vocab_size_divisible_by),
+        "--num-attention-heads",
+        str(m.num_attention_heads),
+        "--num-query-groups",
+        str(m.num_query_groups),
+        "--kv-channels",
+        str(m.kv_channels),
+        "--num-layers",
+        str(m.num_layers),
+        "--hidden-size",
+        str(m.hidden_size),
+        "--ffn-hidden-size",
+        str(m.ffn_hidden_size),
+        "--normalization",
+        m.normalization,
+        "--position-embedding-type",
+        m.position_embedding_type,
+        "--vocab-size",
+        str(m.vocab_size),
+        "--make-vocab-size-divisible-by",
+        str(m.make_vocab_size_divisible_by),
         *_flag(m.untie_embeddings, "--untie-embeddings-and-output-weights"),
-        "--num-experts", str(m.num_experts),
-        "--moe-router-topk", str(m.moe_router_topk),
-        "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size),
-        "--moe-shared-expert-intermediate-size", str(m.shared_expert_intermediate_size),
+        "--num-experts",
+        str(m.num_experts),
+        "--moe-router-topk",
+        str(m.moe_router_topk),
+        "--moe-ffn-hidden-size",
+        str(m.moe_ffn_hidden_size),
+        "--moe-shared-expert-intermediate-size",
+        str(m.shared_expert_intermediate_size),
     ]
     if m.moe_latent_size is not None:
         args += ["--moe-latent-size", str(m.moe_latent_size)]
     args += [
-        "--moe-router-score-function", "sigmoid",
+        "--moe-router-score-function",
+        "sigmoid",
         "--moe-router-enable-expert-bias",
         "--moe-grouped-gemm",
-        "--moe-router-dtype", "fp32",
-        "--moe-router-num-groups", str(m.n_group),
-        "--moe-router-group-topk", str(m.topk_group),
-        "--moe-router-topk-scaling-factor", str(m.routed_scaling_factor),
+        "--moe-router-dtype",
+        "fp32",
+        "--moe-router-num-groups",
+        str(m.n_group),
+        "--moe-router-group-topk",
+        str(m.topk_group),
+        "--moe-router-topk-scaling-factor",
+        str(m.routed_scaling_factor),
         "--moe-router-pre-softmax",
-        "--moe-router-load-balancing-type", "seq_aux_loss",
-        "--moe-router-bias-update-rate", "0",
-        "--moe-aux-loss-coeff", "0",
+        "--moe-router-load-balancing-type",
+        "seq_aux_loss",
+        "--moe-router-bias-update-rate",
+        "0",
+        "--moe-aux-loss-coeff",
+        "0",
     ]
     return args
 
@@ -133,8 +159,12 @@ def ckpt_args(spec: RunSpec, run_id: str) -> list[str]:
     ckpt = f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}"
     args = ["--hf-checkpoint", ckpt, "--ref-load", ckpt, "--megatron-to-hf-mode", "bridge"]
     if not spec.checkpoint.skip_saving:
-        args += ["--save", f"{_run_dir(spec, run_id)}/checkpoints",
-                 "--save-interval", str(spec.checkpoint.save_interval)]
+        args += [
+            "--save",
+            f"{_run_dir(spec, run_id)}/checkpoints",
+            "--save-interval",
+            str(spec.checkpoint.save_interval),
+        ]
         args += _flag(not spec.checkpoint.save_optim, "--no-save-optim")
     return args
 
@@ -143,17 +173,28 @@ def rollout_args(spec: RunSpec) -> list[str]:
     d, b, r = spec.data, spec.batch, spec.rollout
     max_len = r.debug_max_response_len if spec.run.mode == "debug_minimal" else r.max_response_len
     args = [
-        "--prompt-data", f"{spec.paths.data_dir.rstrip('/')}/{d.prompt_data}",
-        "--input-key", d.input_key, "--label-key", d.label_key,
+        "--prompt-data",
+        f"{spec.paths.data_dir.rstrip('/')}/{d.prompt_data}",
+        "--input-key",
+        d.input_key,
+        "--label-key",
+        d.label_key,
         *_flag(d.apply_chat_template, "--apply-chat-template"),
         *_flag(d.rollout_shuffle, "--rollout-shuffle"),
-        "--rm-type", d.rm_type,
-        "--num-rollout", str(b.num_rollout),
-        "--rollout-batch-size", str(b.rollout_batch_size),
-        "--n-samples-per-prompt", str(b.n_samples_per_prompt),
-        "--rollout-max-response-len", str(max_len),
-        "--rollout-temperature", r.temperature,
-        "--global-batch-size", str(b.global_batch_size),
+        "--rm-type",
+        d.rm_type,
+        "--num-rollout",
+        str(b.num_rollout),
+        "--rollout-batch-size",
+        str(b.rollout_batch_size),
+        "--n-samples-per-prompt",
+        str(b.n_samples_per_prompt),
+        "--rollout-max-response-len",
+        str(max_len),
+        "--rollout-temperature",
+        r.temperature,
+        "--global-batch-size",
+        str(b.global_batch_size),
     ]
     if b.num_steps_per_rollout is not None:
         args += ["--num-steps-per-rollout", str(b.num_steps_per_rollout)]
@@ -165,32 +206,71 @@ def rollout_args(spec: RunSpec) -> list[str]:
 def optimizer_args(spec: RunSpec) -> list[str]:
     o = spec.optimizer
     return [
-        "--optimizer", o.name, "--lr", o.lr, "--lr-decay-style", o.lr_decay_style,
-        "--weight-decay", o.weight_decay, "--adam-beta1", o.adam_beta1, "--adam-beta2", o.adam_beta2,
-        *_flag(o.cpu_offload, "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
-               "--use-precision-aware-optimizer"),
+        "--optimizer",
+        o.name,
+        "--lr",
+        o.lr,
+        "--lr-decay-style",
+        o.lr_decay_style,
+        "--weight-decay",
+        o.weight_decay,
+        "--adam-beta1",
+        o.adam_beta1,
+        "--adam-beta2",
+        o.adam_beta2,
+        *_flag(
+            o.cpu_offload,
+            "--optimizer-cpu-offload",
+            "--overlap-cpu-optimizer-d2h-h2d",
+            "--use-precision-aware-optimizer",
+        ),
     ]
 
 
 def grpo_args(spec: RunSpec) -> list[str]:
     g = spec.grpo
-    return ["--advantage-estimator", g.advantage_estimator, "--kl-loss-coef", g.kl_loss_coef,
-            "--kl-loss-type", g.kl_loss_type, "--entropy-coef", g.entropy_coef,
-            "--eps-clip", g.eps_clip, "--eps-clip-high", g.eps_clip_high]
+    return [
+        "--advantage-estimator",
+        g.advantage_estimator,
+        "--kl-loss-coef",
+        g.kl_loss_coef,
+        "--kl-loss-type",
+        g.kl_loss_type,
+        "--entropy-coef",
+        g.entropy_coef,
+        "--eps-clip",
+        g.eps_clip,
+        "--eps-clip-high",
+        g.eps_clip_high,
+    ]
 
 
 def wandb_args(spec: RunSpec, run_id: str, enabled: bool) -> list[str]:
     """W&B flags without `--wandb-key`: wandb reads WANDB_API_KEY from the runtime env."""
     if not enabled:
         return []
-    return ["--use-wandb", "--wandb-project", spec.run.wandb_project or WANDB_PROJECT,
-            "--wandb-group", run_id, "--disable-wandb-random-suffix"]
+    return [
+        "--use-wandb",
+        "--wandb-project",
+        spec.run.wandb_project or WANDB_PROJECT,
+        "--wandb-group",
+        run_id,
+        "--disable-wandb-random-suffix",
+    ]
 
 
 def perf_args(spec: RunSpec) -> list[str]:
     t, b = spec.train, spec.batch
-    args = ["--tensor-model-parallel-size", str(t.tp), "--pipeline-model-parallel-size", str(t.pp),
-            "--context-parallel-size", str(t.cp), "--expert-model-parallel-size", str(t.ep)]
+    args = [
+        "--tensor-model-parallel-size",
+        str(t.tp),
+        "--pipeline-model-parallel-size",
+        str(t.pp),
+        "--context-parallel-size",
+        str(t.cp),
+        "--expert-model-parallel-size",
+        str(t.ep),
+    ]
     if t.etp is not None:
         args += ["--expert-tensor-parallel-size", str(t.etp)]
     if t.vpp is not None:
@@ -219,29 +299,59 @@ def eval_args(spec: RunSpec) -> list[str]:
     e = spec.eval
     if not e.enabled:
         return []
-    return ["--eval-interval", str(e.interval),
-            "--eval-prompt-data", e.prompt_name, f"{spec.paths.data_dir.rstrip('/')}/{e.prompt_data}",
-            "--n-samples-per-eval-prompt", str(e.n_samples_per_prompt),
-            "--eval-max-response-len", str(e.max_response_len), "--eval-top-p", e.top_p]
+    return [
+        "--eval-interval",
+        str(e.interval),
+        "--eval-prompt-data",
+        e.prompt_name,
+        f"{spec.paths.data_dir.rstrip('/')}/{e.prompt_data}",
+        "--n-samples-per-eval-prompt",
+        str(e.n_samples_per_prompt),
+        "--eval-max-response-len",
+        str(e.max_response_len),
+        "--eval-top-p",
+        e.top_p,
+    ]
 
 
 def sglang_args(spec: RunSpec) -> list[str]:
     r = spec.rollout
-    return ["--rollout-num-gpus-per-engine", str(r.gpus_per_engine), "--sglang-ep-size", str(r.ep),
-            "--sglang-dp-size", str(r.dp), *_flag(r.enable_dp_attention, "--sglang-enable-dp-attention"),
-            "--sglang-mem-fraction-static", str(r.mem_fraction),
-            *(["--sglang-attention-backend", r.sglang_attention_backend] if r.sglang_attention_backend else [])]
+    return [
+        "--rollout-num-gpus-per-engine",
+        str(r.gpus_per_engine),
+        "--sglang-ep-size",
+        str(r.ep),
+        "--sglang-dp-size",
+        str(r.dp),
+        *_flag(r.enable_dp_attention, "--sglang-enable-dp-attention"),
+        "--sglang-mem-fraction-static",
+        str(r.mem_fraction),
+        *(["--sglang-attention-backend", r.sglang_attention_backend] if r.sglang_attention_backend else []),
+    ]
 
 
 def misc_args(spec: RunSpec, run_id: str) -> list[str]:
     c, r = spec.cluster, spec.rollout
-    return ["--attention-dropout", "0.0", "--hidden-dropout", "0.0",
-            "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32",
-            "--attention-backend", spec.train.attention_backend, *_flag(r.colocate, "--colocate"),
-            "--actor-num-nodes", str(c.nodes), "--actor-num-gpus-per-node", str(c.gpus_per_node),
-            "--rollout-num-gpus", str(r.num_gpus or c.total_gpus),
-            "--dump-details", f"{_run_dir(spec, run_id)}/dump_details",
-            *_flag(spec.run.miles_dashboard, *DASHBOARD_FLAGS)]
+    return [
+        "--attention-dropout",
+        "0.0",
+        "--hidden-dropout",
+        "0.0",
+        "--accumulate-allreduce-grads-in-fp32",
+        "--attention-softmax-in-fp32",
+        "--attention-backend",
+        spec.train.attention_backend,
+        *_flag(r.colocate, "--colocate"),
+        "--actor-num-nodes",
+        str(c.nodes),
+        "--actor-num-gpus-per-node",
+        str(c.gpus_per_node),
+        "--rollout-num-gpus",
+        str(r.num_gpus or c.total_gpus),
+        "--dump-details",
+        f"{_run_dir(spec, run_id)}/dump_details",
+        *_flag(spec.run.miles_dashboard, *DASHBOARD_FLAGS),
+    ]
 
 
 def phases_note(command: str) -> str:
@@ -250,8 +360,10 @@ def phases_note(command: str) -> str:
     flags = " ".join(DASHBOARD_FLAGS)
     if DASHBOARD_FLAGS[0] in command.split():
         return f"per-rank phases: on (run.miles_dashboard adds {flags})"
-    return (f"per-rank phases (timeline, stragglers, which ranks a hang holds) need run.miles_dashboard = true, "
-            f"which adds {flags} to argv; without it only rank 0's Timer lines in the log")
+    return (
+        f"per-rank phases (timeline, stragglers, which ranks a hang holds) need run.miles_dashboard = true, "
+        f"which adds {flags} to argv; without it only rank 0's Timer lines in the log"
+    )
 
 
 def split_extra_args(text: str) -> list[str]:
@@ -272,13 +384,22 @@ def split_extra_args(text: str) -> list[str]:
 def train_argv(spec: RunSpec, run_id: str, *, wandb: bool = False) -> list[str]:
     """Everything after `python3 <train.py>`."""
     return [
-        *model_args(spec), *ckpt_args(spec, run_id), *rollout_args(spec), *optimizer_args(spec),
-        *grpo_args(spec), *wandb_args(spec, run_id, wandb), *perf_args(spec), *eval_args(spec),
-        *sglang_args(spec), *misc_args(spec, run_id), *split_extra_args(spec.run.extra_args),
+        *model_args(spec),
+        *ckpt_args(spec, run_id),
+        *rollout_args(spec),
+        *optimizer_args(spec),
+        *grpo_args(spec),
+        *wandb_args(spec, run_id, wandb),
+        *perf_args(spec),
+        *eval_args(spec),
+        *sglang_args(spec),
+        *misc_args(spec, run_id),
+        *split_extra_args(spec.run.extra_args),
     ]
 
 
 # --------------------------------------------------------------------------- runtime env
+
 
 @lru_cache(maxsize=1)
 def probe_nvlink() -> bool:
@@ -287,7 +408,9 @@ def probe_nvlink() -> bool:
     if not exe:
         return False
     try:
-        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=10, check=False).stdout
+        out = subprocess.run(
+            [exe, "topo", "-m"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return False
     return bool(re.search(r"\bNV\d+", out))
@@ -311,8 +434,14 @@ def _shim_runtime_env(spec: RunSpec) -> dict[str, Any]:
     return shim.runtime_env_additions(hf_checkpoint=f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}")
 
 
-def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[str, str] | None = None,
-                inherit: Mapping[str, str] | None = None, with_shim: bool = True) -> dict[str, Any]:
+def runtime_env(
+    spec: RunSpec,
+    *,
+    nvlink: bool | None = None,
+    secrets: Mapping[str, str] | None = None,
+    inherit: Mapping[str, str] | None = None,
+    with_shim: bool = True,
+) -> dict[str, Any]:
     nv = spec.cluster.gpu_nvlink if spec.cluster.gpu_nvlink is not None else nvlink
     if nv is None:
         nv = probe_nvlink()
@@ -323,17 +452,19 @@ def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[s
         "NCCL_NVLS_ENABLE": "1" if nv else "0",
     }
     env.update({k: inherit[k] for k in INHERITED_ENV if inherit and inherit.get(k)})
-    env.update({
-        "no_proxy": f"127.0.0.1,{master}",
-        "MASTER_ADDR": master,
-        "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
-        "PYTHONPATH": ":".join(dict.fromkeys([spec.paths.miles_root, spec.paths.megatron_path])),
-        "RAY_JOB_STOP_SIGNAL": "SIGINT",
-        "RAY_JOB_STOP_WAIT_TIME_S": str(spec.run.stop_wait_s),
-        # Ray's driver folds "similar" lines across actors ignoring digits; the shim's per-actor line must
-        # never be folded, or a wrong scaling factor on one actor hides behind "[repeated 127x ...]".
-        "RAY_DEDUP_LOGS_ALLOW_REGEX": re.escape(SHIM_LINE_PREFIX.strip()),
-    })
+    env.update(
+        {
+            "no_proxy": f"127.0.0.1,{master}",
+            "MASTER_ADDR": master,
+            "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
+            "PYTHONPATH": ":".join(dict.fromkeys([spec.paths.miles_root, spec.paths.megatron_path])),
+            "RAY_JOB_STOP_SIGNAL": "SIGINT",
+            "RAY_JOB_STOP_WAIT_TIME_S": str(spec.run.stop_wait_s),
+            # Ray's driver folds "similar" lines across actors ignoring digits; the shim's per-actor line must
+            # never be folded, or a wrong scaling factor on one actor hides behind "[repeated 127x ...]".
+            "RAY_DEDUP_LOGS_ALLOW_REGEX": re.escape(SHIM_LINE_PREFIX.strip()),
+        }
+    )
     env.update(spec.run.extra_env)
     env.update(secrets or {})
     out: dict[str, Any] = {"env_vars": env}
@@ -346,9 +477,15 @@ def runtime_env(spec: RunSpec, *, nvlink: bool | None = None, secrets: Mapping[s
     return out
 
 
-def build_submission(spec: RunSpec, *, run_id: str | None = None, secrets: Mapping[str, str] | None = None,
-                     nvlink: bool | None = None, inherit: Mapping[str, str] | None = None,
-                     with_shim: bool = True) -> Submission:
+def build_submission(
+    spec: RunSpec,
+    *,
+    run_id: str | None = None,
+    secrets: Mapping[str, str] | None = None,
+    nvlink: bool | None = None,
+    inherit: Mapping[str, str] | None = None,
+    with_shim: bool = True,
+) -> Submission:
     """The job for `spec`. `secrets` (e.g. {"WANDB_API_KEY": ...}) go only into the runtime env."""
     run_id = run_id or spec.run.id or new_run_id()
     secrets = dict(secrets or {})
@@ -364,7 +501,7 @@ def build_submission(spec: RunSpec, *, run_id: str | None = None, secrets: Mappi
         "nodes": str(spec.cluster.nodes),
         "gpus": str(spec.cluster.total_gpus),
         "layout": f"tp{t.tp} pp{t.pp} cp{t.cp} ep{t.ep} etp{t.etp if t.etp is not None else '-'}"
-                  f" | engine {r.gpus_per_engine} ep{r.ep} dp{r.dp}",
+        f" | engine {r.gpus_per_engine} ep{r.ep} dp{r.dp}",
         "num_rollout": str(spec.batch.num_rollout),
         "save_interval": str(spec.checkpoint.save_interval),
     }

@@ -78,19 +78,32 @@ def _preset_for(name: str, models: dict[str, tuple[str, int]], default: str) -> 
     return default
 
 
-def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
-                  current: str | None = None) -> list[Variant]:
+def list_variants(
+    model_dir: str | os.PathLike[str] | None, default_preset: str, current: str | None = None
+) -> list[Variant]:
     """The operator's own preset file (`current`, when it is a path, e.g. the demo's), then the
     presets, then checkpoints under `model_dir` not already named by a preset."""
     models = _preset_models()
     variants: list[Variant] = []
     if current and current not in models:
         model = load_preset_dict(current).get("model", {})
-        variants.append(Variant(key=f"file:{current}", label=f"{one_line(Path(current).stem)} (file)", kind="file",
-                                preset=current, slice_layers=_slice_layers(str(model.get("name", "")))))
+        variants.append(
+            Variant(
+                key=f"file:{current}",
+                label=f"{one_line(Path(current).stem)} (file)",
+                kind="file",
+                preset=current,
+                slice_layers=_slice_layers(str(model.get("name", ""))),
+            )
+        )
     variants += [
-        Variant(key=f"preset:{name}", label=f"{name} (preset)", kind="preset", preset=name,
-                slice_layers=_slice_layers(models[name][0]))
+        Variant(
+            key=f"preset:{name}",
+            label=f"{name} (preset)",
+            kind="preset",
+            preset=name,
+            slice_layers=_slice_layers(models[name][0]),
+        )
         for name in models
     ]
     preset_models = {m for m, _ in models.values()}
@@ -101,6 +114,14 @@ def list_variants(model_dir: str | os.PathLike[str] | None, default_preset: str,
         if path.name not in preset_models:
             overrides = (("model.name", path.name), ("paths.model_dir", str(path.parent)))
         kind_text = f"{layers}-layer slice" if layers is not None else "checkpoint"
-        variants.append(Variant(key=f"checkpoint:{path.name}", label=f"{one_line(path.name)} ({kind_text})",
-                                kind="checkpoint", preset=preset, overrides=overrides, slice_layers=layers))
+        variants.append(
+            Variant(
+                key=f"checkpoint:{path.name}",
+                label=f"{one_line(path.name)} ({kind_text})",
+                kind="checkpoint",
+                preset=preset,
+                overrides=overrides,
+                slice_layers=layers,
+            )
+        )
     return variants

@@ -26,13 +26,23 @@ class PlanStart:
     notices: list[str] = field(default_factory=list)  # one-line problems met on the way (a bad preset)
 
     def to_json(self) -> dict[str, Any]:
-        return {"choices": [list(c) for c in self.choices], "variant": self.variant, "base": self.base,
-                "evaluation": self.evaluation.to_json(), "notices": self.notices}
+        return {
+            "choices": [list(c) for c in self.choices],
+            "variant": self.variant,
+            "base": self.base,
+            "evaluation": self.evaluation.to_json(),
+            "notices": self.notices,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PlanStart:
-        return cls([(str(label), str(key)) for label, key in data["choices"]], data["variant"], data["base"],
-                   PlanEvaluation.from_json(data["evaluation"]), [str(n) for n in data["notices"]])
+        return cls(
+            [(str(label), str(key)) for label, key in data["choices"]],
+            data["variant"],
+            data["base"],
+            PlanEvaluation.from_json(data["evaluation"]),
+            [str(n) for n in data["notices"]],
+        )
 
 
 def field_text(base: Mapping[str, Any], path: str) -> str:
@@ -82,8 +92,10 @@ def plan_start(preset: str | None, model_dir: str | None, *, run_id: str | None,
     """The configured preset's variant (else the first), evaluated with no edits."""
     variants, preset, notices = list_choices(preset, model_dir)
     start = PlanStart([(v.label, v.key) for v in variants], notices=notices)
-    first = next((v for v in variants if v.preset == preset and v.kind in ("file", "preset")),
-                 variants[0] if variants else None)
+    first = next(
+        (v for v in variants if v.preset == preset and v.kind in ("file", "preset")),
+        variants[0] if variants else None,
+    )
     if first is None:
         return start
     start.variant = first.key

@@ -51,9 +51,25 @@ else:  # pragma: no cover
 SEVERITIES = ("critical", "warning", "info")
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
 RANK_CHECKS = ("straggler", "no_progress")  # per-rank phases (backend.signals.rank_phases)
-BLIND_CHECKS = ("unreadable_metrics", "no_metrics", "log_without_metrics", "key_missing", "hang", "series_cap")
-OTHER_CHECKS = ("log", "shim_fields", "shim_missing", "stall", "phase_stall", "job_failed", "node_dead", *BLIND_CHECKS,
-                *RANK_CHECKS)
+BLIND_CHECKS = (
+    "unreadable_metrics",
+    "no_metrics",
+    "log_without_metrics",
+    "key_missing",
+    "hang",
+    "series_cap",
+)
+OTHER_CHECKS = (
+    "log",
+    "shim_fields",
+    "shim_missing",
+    "stall",
+    "phase_stall",
+    "job_failed",
+    "node_dead",
+    *BLIND_CHECKS,
+    *RANK_CHECKS,
+)
 MAX_ALERTS = 1000
 SAMPLE_CHARS = 200
 _LINE_PREFIX = re.compile(r"^\((?P<prefix>[^()\n]*)\) ")
@@ -102,9 +118,16 @@ class Alert:
         step = self.step
         if isinstance(step, float) and step.is_integer():
             step = int(step)
-        return {"id": self.id, "severity": self.severity, "message": self.message, "step": step,
-                "key": self.key, "count": self.count, "sample": self.sample,
-                **({"action": self.action} if self.action else {})}
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "message": self.message,
+            "step": step,
+            "key": self.key,
+            "count": self.count,
+            "sample": self.sample,
+            **({"action": self.action} if self.action else {}),
+        }
 
 
 def default_rules_path() -> Path:
@@ -206,15 +229,31 @@ class AlertEngine:
     def _rule(self, when: str) -> Rule | None:
         return next((r for r in self.rules if r.when == when), None)
 
-    def _fire(self, rule: Rule, fields: dict[str, Any], *, step: float | None = None, key: str | None = None,
-              once: tuple[Any, ...] | None = None, sample: str = "") -> Alert | None:
+    def _fire(
+        self,
+        rule: Rule,
+        fields: dict[str, Any],
+        *,
+        step: float | None = None,
+        key: str | None = None,
+        once: tuple[Any, ...] | None = None,
+        sample: str = "",
+    ) -> Alert | None:
         if once is not None:
             if once in self._fired:
                 return None
             self._fired.add(once)
         text = rule.message.format_map(_Fields({k: _fmt(v) for k, v in fields.items()}))
-        alert = Alert(rule.id, rule.severity, text, step, key, last_step=step, sample=_sample(sample),
-                      blind=rule.when in BLIND_CHECKS)
+        alert = Alert(
+            rule.id,
+            rule.severity,
+            text,
+            step,
+            key,
+            last_step=step,
+            sample=_sample(sample),
+            blind=rule.when in BLIND_CHECKS,
+        )
         self._add(alert)
         return alert
 
@@ -246,8 +285,12 @@ class AlertEngine:
                 current.count += 1
                 current.last_step = point.step
                 continue
-            alert = self._fire(rule, {"key": point.key, "step": point.step, "value": point.value, **fields},
-                               step=point.step, key=point.key)
+            alert = self._fire(
+                rule,
+                {"key": point.key, "step": point.step, "value": point.value, **fields},
+                step=point.step,
+                key=point.key,
+            )
             if alert is not None:
                 self._episodes[episode] = alert
                 fired.append(alert)
@@ -269,8 +312,11 @@ class AlertEngine:
         window = int(rule.param("window", 5))
         if rule.when == "climb":
             tail = series.tail(window + 1)
-            rising = len(tail) == window + 1 and all(math.isfinite(x) for x in tail) and all(
-                a < b for a, b in itertools.pairwise(tail))
+            rising = (
+                len(tail) == window + 1
+                and all(math.isfinite(x) for x in tail)
+                and all(a < b for a, b in itertools.pairwise(tail))
+            )
             return rising and v >= rule.param("floor", 0.0), fields
         if rule.when == "collapse":
             tail = series.tail(window)
@@ -315,8 +361,13 @@ class AlertEngine:
             alert = self._failure_alerts.get((event.kind, event.seq))
             if alert is None:
                 kind = self.failures.catalog.kind(event.kind)
-                alert = Alert(event.kind, "warning" if kind.cascade == "report" else "critical", "", key=event.who,
-                              sample=_sample(event.line))
+                alert = Alert(
+                    event.kind,
+                    "warning" if kind.cascade == "report" else "critical",
+                    "",
+                    key=event.who,
+                    sample=_sample(event.line),
+                )
                 self._failure_alerts[(event.kind, event.seq)] = alert
                 fired.append(alert)
             alert.count = event.count
@@ -341,9 +392,13 @@ class AlertEngine:
 
     def diagnosis(self) -> Diagnosis | None:
         """Why the run failed (or is failing): the cause and its consequences, from every failure seen."""
-        return diagnose(self.failures.events, self.failures.catalog, world=self.world_of(),
-                        ranks_seen=sorted(self.failures.ranks_seen),
-                        succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED")
+        return diagnose(
+            self.failures.events,
+            self.failures.catalog,
+            world=self.world_of(),
+            ranks_seen=sorted(self.failures.ranks_seen),
+            succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED",
+        )
 
     def _log_line(self, rule: Rule, line: str, text: str, start: int) -> Alert | None:
         assert rule.pattern is not None
@@ -394,20 +449,32 @@ class AlertEngine:
         self.shim.report((pid, ip or ""), parsed, repeats)
         if parsed.status == "not_applied":
             rule = next((r for r in self._log_rules if r.id == "shim-not-loaded"), None)
-            alert = rule and self._fire(rule, {"reason": parsed.reason[:200] or "no reason given", "actor": actor},
-                                        key=actor, once=(rule.id, actor), sample=line)
+            alert = rule and self._fire(
+                rule,
+                {"reason": parsed.reason[:200] or "no reason given", "actor": actor},
+                key=actor,
+                once=(rule.id, actor),
+                sample=line,
+            )
             return [alert] if alert else []
         rule = self._rule("shim_fields")
         if rule is None:
             return []
         name = str(rule.params.get("field", "moe_router_topk_scaling_factor"))
         value = parsed.fields.get(name)
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isclose(
-            float(value), self.expected_scaling, rel_tol=1e-6)
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isclose(float(value), self.expected_scaling, rel_tol=1e-6)
+        )
         if ok:
             return []
-        alert = self._fire(rule, {"actor": actor, "value": value, "expected": self.expected_scaling},
-                           key=actor, once=(rule.id, actor))
+        alert = self._fire(
+            rule,
+            {"actor": actor, "value": value, "expected": self.expected_scaling},
+            key=actor,
+            once=(rule.id, actor),
+        )
         return [alert] if alert else []
 
     # ------------------------------------------------------------------ what the run controller reports
@@ -448,7 +515,9 @@ class AlertEngine:
         failed = next((a for a in reversed(self.alerts) if rule is not None and a.id == rule.id), None)
         if rule is None or failed is None:
             return
-        failed.message = rule.message.format_map(_Fields({k: _fmt(v) for k, v in self._failed_fields().items()}))
+        failed.message = rule.message.format_map(
+            _Fields({k: _fmt(v) for k, v in self._failed_fields().items()})
+        )
         failed.sample = self._failed_sample()
         self.version += 1
 
@@ -469,7 +538,9 @@ class AlertEngine:
 
     # ------------------------------------------------------------------ blind spots
 
-    def _update(self, rule: Rule, episode: str, fields: dict[str, Any], count: int, sample: str) -> Alert | None:
+    def _update(
+        self, rule: Rule, episode: str, fields: dict[str, Any], count: int, sample: str
+    ) -> Alert | None:
         """Fire a blind-spot alert once per episode; while it lasts, keep its count and message current."""
         current = self._episodes.get((rule.id, episode))
         if current is not None:
@@ -500,10 +571,16 @@ class AlertEngine:
         if rule is None or dropped <= 0:
             return None
         shown = ", ".join(sample[:3]) + (" …" if dropped > 3 else "")
-        return self._update(rule, "series-cap", {"count": dropped, "threshold": limit, "key": shown}, dropped, shown)
+        return self._update(
+            rule, "series-cap", {"count": dropped, "threshold": limit, "key": shown}, dropped, shown
+        )
 
-    def check_missing_keys(self, records_by_prefix: dict[str, int], present: Callable[[str], bool],
-                           keys_seen: Callable[[str], list[str]]) -> list[Alert]:
+    def check_missing_keys(
+        self,
+        records_by_prefix: dict[str, int],
+        present: Callable[[str], bool],
+        keys_seen: Callable[[str], list[str]],
+    ) -> list[Alert]:
         """A chart's key that never arrived although `after` dicts with its prefix did (no `train/ppo_kl`)."""
         fired = []
         for rule in self.rules:
@@ -520,12 +597,16 @@ class AlertEngine:
                     continue
                 others = keys_seen(prefix)
                 shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-                alert = self._update(rule, key, {"key": key, "count": seen, "reason": shown or "none"}, seen, "")
+                alert = self._update(
+                    rule, key, {"key": key, "count": seen, "reason": shown or "none"}, seen, ""
+                )
                 if alert is not None:
                     fired.append(alert)
         return fired
 
-    def check_no_metrics(self, running: bool, logged_s: float, lines: int, records: int, sample: str) -> Alert | None:
+    def check_no_metrics(
+        self, running: bool, logged_s: float, lines: int, records: int, sample: str
+    ) -> Alert | None:
         """A running run that has logged longer than a first rollout takes, with no metric at all."""
         rule = self._rule("no_metrics")
         if rule is None or not running or records > 0 or not math.isfinite(logged_s):
@@ -534,7 +615,9 @@ class AlertEngine:
             return None
         if logged_s <= rule.param("min_s", 1800.0):
             return None
-        return self._update(rule, "no-metrics", {"minutes": round(logged_s / 60), "count": lines}, lines, sample)
+        return self._update(
+            rule, "no-metrics", {"minutes": round(logged_s / 60), "count": lines}, lines, sample
+        )
 
     def check_log_without_metrics(self, source: str, lines: int, records: int, sample: str) -> Alert | None:
         """A whole log (or dump) read to its end with no metric: the charts are empty, and this says so."""
@@ -548,19 +631,29 @@ class AlertEngine:
         rule = self._rule("hang")
         if rule is None:
             return None
-        if not running or noise_lines == 0 or not math.isfinite(quiet_s) or quiet_s <= rule.param("min_s", 600.0):
+        if (
+            not running
+            or noise_lines == 0
+            or not math.isfinite(quiet_s)
+            or quiet_s <= rule.param("min_s", 600.0)
+        ):
             if noise_lines == 0:
                 self._end(rule.id, "hang")
             return None
-        return self._update(rule, "hang", {"minutes": round(quiet_s / 60), "count": noise_lines}, noise_lines,
-                            sample)
+        return self._update(
+            rule, "hang", {"minutes": round(quiet_s / 60), "count": noise_lines}, noise_lines, sample
+        )
 
     def on_node_dead(self, node_id: str, reason: str | None = None) -> Alert | None:
         rule = self._rule("node_dead")
         if rule is None:
             return None
-        return self._fire(rule, {"node": node_id, "reason": (reason or "no reason given")[:500]}, key=node_id,
-                          once=(rule.id, node_id))
+        return self._fire(
+            rule,
+            {"node": node_id, "reason": (reason or "no reason given")[:500]},
+            key=node_id,
+            once=(rule.id, node_id),
+        )
 
     def check_stall(self, now: float, last_metric_ts: float, median_step_s: float | None) -> Alert | None:
         """No new metric for max(factor x median rollout time, min_s) seconds (all on miles' clock)."""
@@ -572,11 +665,22 @@ class AlertEngine:
         idle = now - last_metric_ts
         if idle <= limit:
             return None
-        return self._fire(rule, {"minutes": round(idle / 60), "factor": rule.param("factor", 6.0),
-                                 "threshold": round(limit / 60)}, once=(rule.id, last_metric_ts))
+        return self._fire(
+            rule,
+            {
+                "minutes": round(idle / 60),
+                "factor": rule.param("factor", 6.0),
+                "threshold": round(limit / 60),
+            },
+            once=(rule.id, last_metric_ts),
+        )
 
-    def check_phases(self, open_phases: dict[tuple[str, int, str, str], float],
-                     median_of: Callable[[str], float | None], now: float) -> list[Alert]:
+    def check_phases(
+        self,
+        open_phases: dict[tuple[str, int, str, str], float],
+        median_of: Callable[[str], float | None],
+        now: float,
+    ) -> list[Alert]:
         """Dashboard phases open longer than max(factor x their median, min_s)."""
         rule, fired = self._rule("phase_stall"), list[Alert]()
         if rule is None or not math.isfinite(now):
@@ -586,10 +690,19 @@ class AlertEngine:
             if now - t0 <= limit:
                 continue
             note = ": the trainer is starved of rollout data" if name == "train_wait" else ""
-            alert = self._fire(rule, {"key": name, "node": f"{node} rank {rank}" if rank >= 0 else node,
-                                      "minutes": round((now - t0) / 60), "factor": rule.param("factor", 6.0),
-                                      "threshold": round(limit / 60), "reason": note},
-                               key=name, once=(rule.id, node, rank, name, t0))
+            alert = self._fire(
+                rule,
+                {
+                    "key": name,
+                    "node": f"{node} rank {rank}" if rank >= 0 else node,
+                    "minutes": round((now - t0) / 60),
+                    "factor": rule.param("factor", 6.0),
+                    "threshold": round(limit / 60),
+                    "reason": note,
+                },
+                key=name,
+                once=(rule.id, node, rank, name, t0),
+            )
             if alert:
                 fired.append(alert)
         return fired
@@ -618,30 +731,62 @@ class AlertEngine:
                 streak = self._straggles[episode] = self._straggles.get(episode, 0) + 1
                 if streak < int(rule.param("times", 3)):
                     continue
-                alert = self._update(rule, f"{lane_name(lane)}:{rnd.name}",
-                                     {"node": lane_name(lane), "key": rnd.name, "value": round(t1 - median_end, 1),
-                                      "count": streak, "threshold": round(limit, 1)}, streak, "")
+                alert = self._update(
+                    rule,
+                    f"{lane_name(lane)}:{rnd.name}",
+                    {
+                        "node": lane_name(lane),
+                        "key": rnd.name,
+                        "value": round(t1 - median_end, 1),
+                        "count": streak,
+                        "threshold": round(limit, 1),
+                    },
+                    streak,
+                    "",
+                )
                 if alert is not None:
                     fired.append(alert)
         return fired
 
-    def check_no_progress(self, running: bool, phases: RankPhases, phase_now: float, metric_idle_s: float,
-                          median_step_s: float | None) -> Alert | None:
+    def check_no_progress(
+        self,
+        running: bool,
+        phases: RankPhases,
+        phase_now: float,
+        metric_idle_s: float,
+        median_step_s: float | None,
+    ) -> Alert | None:
         """No metric and no phase change for more than max(factor x the median step time, min_s): a hang;
         names the ranks longest in one phase and offers `stacks`."""
         rule = self._rule("no_progress")
-        if rule is None or not phases.lanes or not math.isfinite(phases.last_change) or not math.isfinite(phase_now):
+        if (
+            rule is None
+            or not phases.lanes
+            or not math.isfinite(phases.last_change)
+            or not math.isfinite(phase_now)
+        ):
             return None
-        idle = min(phase_now - phases.last_change, metric_idle_s if math.isfinite(metric_idle_s) else math.inf)
+        idle = min(
+            phase_now - phases.last_change, metric_idle_s if math.isfinite(metric_idle_s) else math.inf
+        )
         limit = max(rule.param("factor", 5.0) * (median_step_s or 0.0), rule.param("min_s", 300.0))
         if not running or idle <= limit:
             self._end(rule.id, "no-progress")
             return None
         longest = phases.longest_in_phase(phase_now)
         names = ", ".join(f"{lane_name(k)} in {name} for {round(s / 60, 1)} min" for k, name, s in longest)
-        alert = self._update(rule, "no-progress", {"minutes": round(idle / 60, 1), "factor": rule.param("factor", 5.0),
-                                                   "threshold": round(limit / 60, 1),
-                                                   "reason": names or "no rank in an open phase"}, 1, "")
+        alert = self._update(
+            rule,
+            "no-progress",
+            {
+                "minutes": round(idle / 60, 1),
+                "factor": rule.param("factor", 5.0),
+                "threshold": round(limit / 60, 1),
+                "reason": names or "no rank in an open phase",
+            },
+            1,
+            "",
+        )
         if alert is not None:
             alert.action = "stacks"
         return alert

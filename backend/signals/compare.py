@@ -68,11 +68,20 @@ def load_config(path: str | Path | None = None) -> CompareConfig:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         head = data.get("headline", {})
-        metrics = tuple(ComparedMetric(str(m["key"]), str(m["chart"]), str(m.get("title", m["key"])),
-                                       float(m.get("abs", 0.0)), float(m.get("rel", 0.0)),
-                                       max(1, int(m.get("sustain", 1))))
-                        for m in data.get("metric", []))
-        return CompareConfig(metrics, **{k: str(head[k]) for k in ("kl", "reward", "throughput") if k in head})
+        metrics = tuple(
+            ComparedMetric(
+                str(m["key"]),
+                str(m["chart"]),
+                str(m.get("title", m["key"])),
+                float(m.get("abs", 0.0)),
+                float(m.get("rel", 0.0)),
+                max(1, int(m.get("sustain", 1))),
+            )
+            for m in data.get("metric", [])
+        )
+        return CompareConfig(
+            metrics, **{k: str(head[k]) for k in ("kl", "reward", "throughput") if k in head}
+        )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as err:
         raise CompareConfigError(f"cannot read the comparison settings {path}: {err}") from None
 
@@ -117,8 +126,14 @@ class Divergence:
         return f"{self.key} from {_axis_word(self.axis)} {_num(self.step)}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "key": self.key, "axis": self.axis, "step": _num(self.step),
-                "first": _finite(self.first), "other": _finite(self.other)}
+        return {
+            "label": self.label,
+            "key": self.key,
+            "axis": self.axis,
+            "step": _num(self.step),
+            "first": _finite(self.first),
+            "other": _finite(self.other),
+        }
 
 
 @dataclass(frozen=True)
@@ -135,10 +150,16 @@ class MetricOverlay:
         return dict(line.points).get(step) if line is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.metric.key, "chart": self.metric.chart, "title": self.metric.title,
-                "axis": self.metric.axis,
-                "runs": [{"label": ln.label, "points": [[_num(s), v] for s, v in ln.points]} for ln in self.lines],
-                "divergence": [d.to_json() if d is not None else None for d in self.divergences]}
+        return {
+            "key": self.metric.key,
+            "chart": self.metric.chart,
+            "title": self.metric.title,
+            "axis": self.metric.axis,
+            "runs": [
+                {"label": ln.label, "points": [[_num(s), v] for s, v in ln.points]} for ln in self.lines
+            ],
+            "divergence": [d.to_json() if d is not None else None for d in self.divergences],
+        }
 
 
 @dataclass(frozen=True)
@@ -154,8 +175,12 @@ class Delta:
         return self.value - self.first
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": _num(self.step), "value": _finite(self.value), "first": _finite(self.first),
-                "diff": _finite(self.diff)}
+        return {
+            "step": _num(self.step),
+            "value": _finite(self.value),
+            "first": _finite(self.first),
+            "diff": _finite(self.diff),
+        }
 
 
 @dataclass(frozen=True)
@@ -175,21 +200,35 @@ class RunHeadline:
     divergences: tuple[Divergence, ...] = ()
 
     def text(self) -> str:
-        parts = [f"{self.label} {self.state}", f"step {_fmt(self.last_step)}",
-                 f"{_fmt(self.throughput)} tok/s/GPU", f"KL {_fmt(self.kl)}{_delta(self.kl_delta)}",
-                 f"reward {_fmt(self.reward)}{_delta(self.reward_delta)}"]
+        parts = [
+            f"{self.label} {self.state}",
+            f"step {_fmt(self.last_step)}",
+            f"{_fmt(self.throughput)} tok/s/GPU",
+            f"KL {_fmt(self.kl)}{_delta(self.kl_delta)}",
+            f"reward {_fmt(self.reward)}{_delta(self.reward_delta)}",
+        ]
         if not self.first:
-            parts.append("diverges: " + ", ".join(d.text() for d in self.divergences) if self.divergences
-                         else "no divergence")
+            parts.append(
+                "diverges: " + ", ".join(d.text() for d in self.divergences)
+                if self.divergences
+                else "no divergence"
+            )
         return "  ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "state": self.state, "first": self.first, "live": self.live,
-                "last_step": _num(self.last_step) if self.last_step is not None else None,
-                "throughput": _finite(self.throughput), "kl": _finite(self.kl), "reward": _finite(self.reward),
-                "kl_delta": self.kl_delta.to_json() if self.kl_delta else None,
-                "reward_delta": self.reward_delta.to_json() if self.reward_delta else None,
-                "divergence": [d.to_json() for d in self.divergences]}
+        return {
+            "label": self.label,
+            "state": self.state,
+            "first": self.first,
+            "live": self.live,
+            "last_step": _num(self.last_step) if self.last_step is not None else None,
+            "throughput": _finite(self.throughput),
+            "kl": _finite(self.kl),
+            "reward": _finite(self.reward),
+            "kl_delta": self.kl_delta.to_json() if self.kl_delta else None,
+            "reward_delta": self.reward_delta.to_json() if self.reward_delta else None,
+            "divergence": [d.to_json() for d in self.divergences],
+        }
 
 
 @dataclass(frozen=True)
@@ -205,9 +244,13 @@ class Comparison:
         return next((o for o in self.overlays if o.metric.chart == chart), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"runs": [r.to_json() for r in self.runs], "metrics": [o.to_json() for o in self.overlays],
-                "changes": [{"label": label, "diff": d.to_json() if d is not None else None}
-                            for label, d in self.changes]}
+        return {
+            "runs": [r.to_json() for r in self.runs],
+            "metrics": [o.to_json() for o in self.overlays],
+            "changes": [
+                {"label": label, "diff": d.to_json() if d is not None else None} for label, d in self.changes
+            ],
+        }
 
 
 def _num(step: float) -> float | int:
@@ -245,8 +288,9 @@ def unique_labels(labels: Sequence[str]) -> list[str]:
     return out
 
 
-def divergence(metric: ComparedMetric, label: str, first: Sequence[Point], other: Sequence[Point]
-               ) -> Divergence | None:
+def divergence(
+    metric: ComparedMetric, label: str, first: Sequence[Point], other: Sequence[Point]
+) -> Divergence | None:
     """The first step both logged from which `other` stays beyond the threshold for `sustain` steps."""
     theirs = dict(other)
     run: list[tuple[float, float, float]] = []
@@ -288,19 +332,37 @@ def compare(sides: Sequence[RunSide], config: CompareConfig) -> Comparison:
     first = sides[0]
     overlays = []
     for metric in config.metrics:
-        lines = tuple(RunLine(label, side.points(metric.key), i == 0, side.live)
-                      for i, (label, side) in enumerate(zip(labels, sides, strict=True)))
-        overlays.append(MetricOverlay(metric, lines, tuple(divergence(metric, ln.label, lines[0].points, ln.points)
-                                                          for ln in lines[1:])))
+        lines = tuple(
+            RunLine(label, side.points(metric.key), i == 0, side.live)
+            for i, (label, side) in enumerate(zip(labels, sides, strict=True))
+        )
+        overlays.append(
+            MetricOverlay(
+                metric,
+                lines,
+                tuple(divergence(metric, ln.label, lines[0].points, ln.points) for ln in lines[1:]),
+            )
+        )
     heads = []
     for i, (label, side) in enumerate(zip(labels, sides, strict=True)):
         others = i > 0
-        heads.append(RunHeadline(
-            label, side.state, not others, side.live, _last_step(side), _last(side, config.throughput),
-            _last(side, config.kl), _last(side, config.reward),
-            latest_common(first.points(config.kl), side.points(config.kl)) if others else None,
-            latest_common(first.points(config.reward), side.points(config.reward)) if others else None,
-            tuple(d for o in overlays if (d := o.divergences[i - 1]) is not None) if others else ()))
-    changes = tuple((label, diff_flags(side.flags, first.flags)) for label, side in zip(labels[1:], sides[1:],
-                                                                                       strict=True))
+        heads.append(
+            RunHeadline(
+                label,
+                side.state,
+                not others,
+                side.live,
+                _last_step(side),
+                _last(side, config.throughput),
+                _last(side, config.kl),
+                _last(side, config.reward),
+                latest_common(first.points(config.kl), side.points(config.kl)) if others else None,
+                latest_common(first.points(config.reward), side.points(config.reward)) if others else None,
+                tuple(d for o in overlays if (d := o.divergences[i - 1]) is not None) if others else (),
+            )
+        )
+    changes = tuple(
+        (label, diff_flags(side.flags, first.flags))
+        for label, side in zip(labels[1:], sides[1:], strict=True)
+    )
     return Comparison(tuple(heads), tuple(overlays), changes)

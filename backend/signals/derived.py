@@ -22,8 +22,16 @@ from backend.signals.metrics import MetricRecord, MetricsCollector, lines_contai
 from backend.signals.rank_phases import RankPhases
 from backend.signals.run_signals import CheckpointState, Progress, RunSignals, Throughput, TimePerRollout
 
-FACT_KEYS = ("num_rollout", "rollout_num_gpus", "rollout_batch_size", "n_samples_per_prompt",
-             "global_batch_size", "save_interval", "actor_num_nodes", "actor_num_gpus_per_node")
+FACT_KEYS = (
+    "num_rollout",
+    "rollout_num_gpus",
+    "rollout_batch_size",
+    "n_samples_per_prompt",
+    "global_batch_size",
+    "save_interval",
+    "actor_num_nodes",
+    "actor_num_gpus_per_node",
+)
 # `--num-rollout 30` (the submit line, the job's entrypoint); literal-prefixed, so the regex engine skips ahead.
 _FLAG = re.compile(r"--(" + "|".join(k.replace("_", "-") for k in FACT_KEYS) + r")[ =](\d+)(?=\s|$)")
 # Megatron's argument dump: `  num_rollout ..................... 30`
@@ -55,9 +63,11 @@ class RunFacts:
         """Facts from a `backend.plan.spec.RunSpec` (duck-typed: only attributes that exist are read)."""
         facts = cls()
         for section, name, target in (
-            ("rollout", "num_rollout", "num_rollout"), ("batch", "rollout_batch_size", "rollout_batch_size"),
+            ("rollout", "num_rollout", "num_rollout"),
+            ("batch", "rollout_batch_size", "rollout_batch_size"),
             ("batch", "n_samples_per_prompt", "n_samples_per_prompt"),
-            ("batch", "global_batch_size", "global_batch_size"), ("checkpoint", "save_interval", "save_interval"),
+            ("batch", "global_batch_size", "global_batch_size"),
+            ("checkpoint", "save_interval", "save_interval"),
         ):
             value = getattr(getattr(spec, section, None), name, None)
             if isinstance(value, int):
@@ -97,8 +107,13 @@ class RunFacts:
                 save = _CHECKPOINT.search(line)
                 if save is not None:
                     stamp = parse_line(line).ts
-                    saves.append((start, parse_ts(stamp) if stamp else math.nan,
-                                  int(save["iteration"]) if save["iteration"] else None))
+                    saves.append(
+                        (
+                            start,
+                            parse_ts(stamp) if stamp else math.nan,
+                            int(save["iteration"]) if save["iteration"] else None,
+                        )
+                    )
                 pos = -1 if end < 0 else text.find(needle, end)
         saves.sort()
         for i, (_pos, ts, iteration) in enumerate(saves):
@@ -117,8 +132,12 @@ class RunFacts:
         if self.checkpoints:
             last_ts, last_it = self.checkpoints[-1]
             if (math.isnan(ts) or math.isnan(last_ts) or abs(ts - last_ts) < CHECKPOINT_MERGE_S) and (
-                    iteration is None or last_it is None or iteration == last_it):
-                self.checkpoints[-1] = (last_ts if math.isfinite(last_ts) else ts, iteration if last_it is None else last_it)
+                iteration is None or last_it is None or iteration == last_it
+            ):
+                self.checkpoints[-1] = (
+                    last_ts if math.isfinite(last_ts) else ts,
+                    iteration if last_it is None else last_it,
+                )
                 return
         self.checkpoints.append((ts, iteration))
 
@@ -149,7 +168,10 @@ def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float |
     if not counts and zero_pct is None and one_pct is None:
         return None
     if n_groups is None:
-        for count_key, pct in (("rollout/zero_std/count_0.0", zero_pct), ("rollout/zero_std/count_1.0", one_pct)):
+        for count_key, pct in (
+            ("rollout/zero_std/count_0.0", zero_pct),
+            ("rollout/zero_std/count_1.0", one_pct),
+        ):
             if count_key in counts and pct and pct > 0:
                 n_groups = round(counts[count_key] / pct)
                 break
@@ -205,13 +227,21 @@ class Telemetry:
     def add(self, batch: DumpBatch) -> None:
         for g in batch.gpu_util:
             gpu = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
-            self.gpus[gpu] = {"util": num(g.get("util")), "mem_mb": num(g.get("mem_mb")),
-                              "power_w": num(g.get("power_w")), "ts": num(g.get("ts"))}
+            self.gpus[gpu] = {
+                "util": num(g.get("util")),
+                "mem_mb": num(g.get("mem_mb")),
+                "power_w": num(g.get("power_w")),
+                "ts": num(g.get("ts")),
+            }
             self._seen(num(g.get("ts")))
         for p in batch.phases:
             name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
-            phase = (str(p.get("node")), int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
-                     str(p.get("role")), name)
+            phase = (
+                str(p.get("node")),
+                int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
+                str(p.get("role")),
+                name,
+            )
             self.ranks.add_event(p)
             if t1 == -1.0:
                 if t0 > self._closed_t0.get(phase, -math.inf):  # not an open whose close came first
@@ -226,7 +256,11 @@ class Telemetry:
         for e in batch.engine_series:
             raw_labels = e.get("labels")
             labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
-            engine = (str(e.get("addr")), str(e.get("metric")), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+            engine = (
+                str(e.get("addr")),
+                str(e.get("metric")),
+                ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+            )
             self.engines[engine] = num(e.get("value"))
             self._seen(num(e.get("ts")))
 
@@ -246,17 +280,32 @@ class Telemetry:
             for (node, _gpu), g in self.gpus.items():
                 if math.isfinite(g["util"]):
                     per_node.setdefault(node, []).append(g["util"])
-            out["gpu"] = {"count": len(self.gpus), "util_mean": statistics.fmean(utils) if utils else None,
-                          "util_min": min(utils) if utils else None,
-                          "nodes": {n: statistics.fmean(v) for n, v in sorted(per_node.items())}}
+            out["gpu"] = {
+                "count": len(self.gpus),
+                "util_mean": statistics.fmean(utils) if utils else None,
+                "util_min": min(utils) if utils else None,
+                "nodes": {n: statistics.fmean(v) for n, v in sorted(per_node.items())},
+            }
         if self.phase_durations or self.open_phases:
-            out["phases"] = {n: {"count": len(d), "median_s": statistics.median(d)}
-                             for n, d in sorted(self.phase_durations.items())}
-            out["open_phases"] = [{"node": k[0], "rank": k[1], "role": k[2], "name": k[3],
-                                   "open_s": now - t0 if math.isfinite(now) else None}
-                                  for k, t0 in sorted(self.open_phases.items())]
+            out["phases"] = {
+                n: {"count": len(d), "median_s": statistics.median(d)}
+                for n, d in sorted(self.phase_durations.items())
+            }
+            out["open_phases"] = [
+                {
+                    "node": k[0],
+                    "rank": k[1],
+                    "role": k[2],
+                    "name": k[3],
+                    "open_s": now - t0 if math.isfinite(now) else None,
+                }
+                for k, t0 in sorted(self.open_phases.items())
+            ]
         if self.engines:
-            out["engines"] = {"count": len({k[0] for k in self.engines}), "totals": engine_totals(self.engines)}
+            out["engines"] = {
+                "count": len({k[0] for k in self.engines}),
+                "totals": engine_totals(self.engines),
+            }
         return out
 
 
@@ -285,8 +334,14 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
     if series is not None and len(series) > 0:
         return _median(series.tail(32))
     per_rollout = 1
-    series = next((s for s in (collector.series.get(k) for k in ("rollout/raw_reward", "perf/rollout_time"))
-                   if s is not None and len(s) > 2), None)
+    series = next(
+        (
+            s
+            for s in (collector.series.get(k) for k in ("rollout/raw_reward", "perf/rollout_time"))
+            if s is not None and len(s) > 2
+        ),
+        None,
+    )
     if series is None:
         series = collector.series.get("train/loss")
         per_rollout = collector.steps_per_rollout() or 0
@@ -300,39 +355,63 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
     return None
 
 
-def derive(collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float) -> RunSignals:
+def derive(
+    collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float
+) -> RunSignals:
     """The derived signals of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
     series = collector.series
     throughput = None
     tpgs = series.latest("perf/tokens_per_gpu_per_sec")
     if tpgs is not None:
         gpus = facts.rollout_num_gpus
-        throughput = Throughput(tpgs, gpus, tpgs * gpus if gpus else None,
-                                series.latest("perf/effective_tokens_per_gpu_per_sec"))
+        throughput = Throughput(
+            tpgs, gpus, tpgs * gpus if gpus else None, series.latest("perf/effective_tokens_per_gpu_per_sec")
+        )
     timing = None
     rollout_s, train_s = series.latest("perf/rollout_time"), series.latest("perf/train_time")
     if rollout_s is not None or train_s is not None:
-        timing = TimePerRollout(rollout_s, train_s, series.latest("perf/step_time"), series.latest("perf/wait_time_ratio"),
-                                rollout_s / train_s if rollout_s is not None and train_s else None)
-    done = max((collector.last_step.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1) + 1
+        timing = TimePerRollout(
+            rollout_s,
+            train_s,
+            series.latest("perf/step_time"),
+            series.latest("perf/wait_time_ratio"),
+            rollout_s / train_s if rollout_s is not None and train_s else None,
+        )
+    done = (
+        max((collector.last_step.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1)
+        + 1
+    )
     step_s = median_step_seconds(collector)
     progress = None
     if done > 0 or facts.num_rollout:
         total = facts.num_rollout
         remaining = max(0, total - done) if total else None
-        progress = Progress(done, total, done / total if total else None, collector.last_step.get("step", -1) + 1,
-                            collector.steps_per_rollout(), step_s,
-                            remaining * step_s if remaining is not None and step_s else None)
+        progress = Progress(
+            done,
+            total,
+            done / total if total else None,
+            collector.last_step.get("step", -1) + 1,
+            collector.steps_per_rollout(),
+            step_s,
+            remaining * step_s if remaining is not None and step_s else None,
+        )
     if facts.checkpoints:
         last_ts, iteration = max(facts.checkpoints, key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf)
-        checkpoint = CheckpointState(len(facts.checkpoints), iteration,
-                                     now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None)
+        checkpoint = CheckpointState(
+            len(facts.checkpoints),
+            iteration,
+            now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None,
+        )
     else:
         checkpoint = CheckpointState(0, None, None, facts.save_interval)
     has_last = math.isfinite(collector.last_ts)
     return RunSignals(
-        checkpoint=checkpoint, throughput=throughput, time_per_rollout=timing, progress=progress,
-        zero_std_frac=series.latest("derived/zero_std_frac"), has_last_metric=has_last,
+        checkpoint=checkpoint,
+        throughput=throughput,
+        time_per_rollout=timing,
+        progress=progress,
+        zero_std_frac=series.latest("derived/zero_std_frac"),
+        has_last_metric=has_last,
         since_last_metric_s=now - collector.last_ts if has_last and math.isfinite(now) else None,
         telemetry=telemetry.summary(now) if telemetry is not None else {},
     )

@@ -36,8 +36,10 @@ PREFIX_INNER = (
     r"|(?P<sys>raylet|autoscaler|gcs_server|monitor|dashboard)(?:, ip=(?P<sip>[^()\s]+))?(?: [^()\n]*)?"
 )
 # The store cuts a line at its first ") " and asks whether the head is a Ray prefix (bytes, for speed).
-PREFIX_KEY = re.compile(rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|(?:raylet|autoscaler|gcs_server|monitor|dashboard)"
-                        rb"(?:, ip=[^()\s]+)?(?: [^()\n]*)?)")
+PREFIX_KEY = re.compile(
+    rb"\(((?:[^()\n]* )?pid=\d+(?:, ip=[^()\s]+)?|(?:raylet|autoscaler|gcs_server|monitor|dashboard)"
+    rb"(?:, ip=[^()\s]+)?(?: [^()\n]*)?)"
+)
 _PREFIX_KEY_TEXT = re.compile(PREFIX_KEY.pattern.decode())  # the same, for text
 _PREFIX = re.compile(r"\((?P<inner>[^()\n]*)\) ")
 _INNER = re.compile(PREFIX_INNER)
@@ -57,7 +59,9 @@ class Shape:
 
 BRACKETS: tuple[Shape, ...] = (
     # SGLang scheduler: `[2026-03-02 10:00:05 TP4 EP4] `
-    Shape("timestamp+rank tags", re.compile(r"\[" + _TS + r" (?P<tags>(?:[A-Z_]*(?:TP|PP|EP|DP|CP)\d+ ?)+)\] ")),
+    Shape(
+        "timestamp+rank tags", re.compile(r"\[" + _TS + r" (?P<tags>(?:[A-Z_]*(?:TP|PP|EP|DP|CP)\d+ ?)+)\] ")
+    ),
     # newest miles: `[2026-10-02 10:00:05.120 actor_cell0_rank0] `
     Shape("timestamp+process", re.compile(r"\[" + _TS + r" (?P<proc>[^\]\s]+)\] ")),
     # miles up to mid 2026, Megatron: `[2026-03-02 10:00:05] `
@@ -68,8 +72,13 @@ LOCATIONS: tuple[Shape, ...] = (
     # miles: `log_utils.py:443 - `
     Shape("file:line -", re.compile(r"(?P<file>[\w./-]+\.\w+):(?P<lineno>\d+) - ")),
     # Megatron's logger: `INFO file.py:69: `
-    Shape("LEVEL file:line:", re.compile(r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) "
-                                         r"(?P<file>[\w./-]+\.\w+):(?P<lineno>\d+): ")),
+    Shape(
+        "LEVEL file:line:",
+        re.compile(
+            r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) "
+            r"(?P<file>[\w./-]+\.\w+):(?P<lineno>\d+): "
+        ),
+    ),
     # a bare level word: `WARNING: `
     Shape("LEVEL:", re.compile(r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):? ")),
 )
@@ -77,7 +86,9 @@ LOCATIONS: tuple[Shape, ...] = (
 _RANK_PROC = re.compile(r"_rank(\d+)$")
 
 # Ray's dedup suffix, with or without its one-time note (colour codes already removed).
-REPEATED = re.compile(r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$")
+REPEATED = re.compile(
+    r" \[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^\n]*\))?$"
+)
 
 # ---------------------------------------------------------------- the metric message
 
@@ -88,7 +99,9 @@ METRIC_MESSAGE = re.compile(
 )
 # What a metric line looks like, even when its dict or its prefix cannot be read: the kind at the start of
 # the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as "Finish rollout 3: {" is not one.
-METRIC_LOOKING = re.compile(r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)")
+METRIC_LOOKING = re.compile(
+    r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
+)
 # Literal pieces every metric line holds: found with str.find before any regex runs.
 METRIC_NEEDLES = (": {", " skipped: ")
 
@@ -192,7 +205,9 @@ def parse_line(text: str) -> ParsedLine:
             lineno = int(groups["lineno"]) if groups.get("lineno") else None
             pos = m.end()
             break
-    return ParsedLine(actor, pid, ip, ts, proc, tags, rank_of(proc), file, lineno, level, text[pos:], repeat, shape)
+    return ParsedLine(
+        actor, pid, ip, ts, proc, tags, rank_of(proc), file, lineno, level, text[pos:], repeat, shape
+    )
 
 
 # ---------------------------------------------------------------- levels
@@ -204,8 +219,16 @@ _LEVELS = re.compile(
 )
 LEVEL_NAMES = ("info", "warning", "error")
 # Literal pieces of every _LEVELS match: found with bytes.find (fast) before the regex confirms a line.
-LEVEL_HINTS = (b"ERROR", b"CRITICAL", b"FATAL", b"Traceback (most recent call last)", b"Error: ", b"Exception: ",
-               b"WARN", b"Warning: ")
+LEVEL_HINTS = (
+    b"ERROR",
+    b"CRITICAL",
+    b"FATAL",
+    b"Traceback (most recent call last)",
+    b"Error: ",
+    b"Exception: ",
+    b"WARN",
+    b"Warning: ",
+)
 LEVEL_CODES = {name: code for code, name in enumerate(LEVEL_NAMES)}
 
 

@@ -37,8 +37,9 @@ class LogChunk:
     lines: int
 
 
-async def text_chunks(lines: AsyncIterable[str], *, max_lines: int = HISTORY_BATCH_LINES,
-                      flush_s: float | None = None) -> AsyncIterator[LogChunk]:
+async def text_chunks(
+    lines: AsyncIterable[str], *, max_lines: int = HISTORY_BATCH_LINES, flush_s: float | None = None
+) -> AsyncIterator[LogChunk]:
     """Lines (without their newlines) in chunks of at most `max_lines`; with `flush_s`, a chunk is also
     cut once its first line has waited that long, even if no further line comes."""
     if flush_s is None:
@@ -131,7 +132,9 @@ class RunLog:
             store.subscribe(monitor.on_log_lines)
 
     @classmethod
-    def open(cls, spool_dir: str | os.PathLike[str], run_id: str, monitor: RunMonitor | None = None) -> RunLog:
+    def open(
+        cls, spool_dir: str | os.PathLike[str], run_id: str, monitor: RunMonitor | None = None
+    ) -> RunLog:
         return cls(LogStore(spool_dir, run_id=run_id), monitor)
 
     @classmethod

@@ -82,8 +82,12 @@ class FlagDiff:
     uncompared: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"before_source": self.before_source, "after_source": self.after_source,
-                "changes": [c.to_json() for c in self.changes], "uncompared": self.uncompared}
+        return {
+            "before_source": self.before_source,
+            "after_source": self.after_source,
+            "changes": [c.to_json() for c in self.changes],
+            "uncompared": self.uncompared,
+        }
 
 
 def _side(value: str | None) -> str:
@@ -106,7 +110,9 @@ def flag_value(name: str, raw: str) -> FlagValue:
 
 
 def _flags(pairs: Iterable[tuple[str, str]], source: FlagSource) -> LaunchFlags:
-    return LaunchFlags(source, MappingProxyType({one_line(name): flag_value(name, raw) for name, raw in pairs}))
+    return LaunchFlags(
+        source, MappingProxyType({one_line(name): flag_value(name, raw) for name, raw in pairs})
+    )
 
 
 def _tokens(command: str) -> list[str]:
@@ -121,11 +127,11 @@ def argv_pairs(tokens: list[str]) -> list[tuple[str, str]]:
     `NAME=value` environment assignments before the program."""
     pairs: list[tuple[str, str]] = []
     script = next((i for i, t in enumerate(tokens) if t.endswith(".py")), None)
-    for tok in tokens[:script if script is not None else 0]:
+    for tok in tokens[: script if script is not None else 0]:
         env = _ENV_PAIR.match(tok)
         if env is not None:
             pairs.append((env.group(1), env.group(2)))
-    rest = tokens[script + 1:] if script is not None else tokens
+    rest = tokens[script + 1 :] if script is not None else tokens
     i = 0
     while i < len(rest):
         tok = rest[i]
@@ -153,8 +159,14 @@ def flags_from_command(command: str, source: FlagSource = "argv") -> LaunchFlags
 
 def flags_from_audit(entries: Iterable[Mapping[str, Any]], job_id: str) -> LaunchFlags | None:
     """The flags of `job_id`'s launch, from our audit log (its command is already scrubbed there)."""
-    command = next((str(e.get("command") or "") for e in reversed(list(entries))
-                    if e.get("action") == "launch" and e.get("job") == job_id), "")
+    command = next(
+        (
+            str(e.get("command") or "")
+            for e in reversed(list(entries))
+            if e.get("action") == "launch" and e.get("job") == job_id
+        ),
+        "",
+    )
     return flags_from_command(command, "audit") if command else None
 
 
@@ -180,7 +192,7 @@ class ArgumentDump:
             if start is None:
                 return
             self._until = first + text.count("\n", 0, start.start()) + DUMP_SPAN
-            text = text[start.end():]
+            text = text[start.end() :]
         end = text.find(_DUMP_END)
         for m in _DUMP_LINE.finditer(text if end < 0 else text[:end]):
             self._pairs.setdefault(dump_flag_name(m.group(1)), m.group(2).rstrip("\r"))

@@ -33,15 +33,29 @@ SAMPLE_CHARS = 160
 
 # The two `perf N` dicts of a rollout, told apart by keys: the rollout side's throughput and response
 # lengths, the train side's timings and MFU (miles-log-formats.md §2; producers' names changed, keys did not).
-ROLLOUT_PERF_KEYS = frozenset({
-    "perf/rollout_time", "perf/tokens_per_gpu_per_sec", "perf/effective_tokens_per_gpu_per_sec",
-    "perf/longest_sample_tokens_per_sec", "perf/longest_effective_sample_tokens_per_sec",
-})
+ROLLOUT_PERF_KEYS = frozenset(
+    {
+        "perf/rollout_time",
+        "perf/tokens_per_gpu_per_sec",
+        "perf/effective_tokens_per_gpu_per_sec",
+        "perf/longest_sample_tokens_per_sec",
+        "perf/longest_effective_sample_tokens_per_sec",
+    }
+)
 ROLLOUT_PERF_PREFIXES = ("rollout/", "passrate/", "perf/non_generation_time/", "perf/longest_sample")
-TRAIN_PERF_KEYS = frozenset({
-    "perf/actor_train_time", "perf/step_time", "perf/train_time", "perf/train_wait_time", "perf/log_probs_time",
-    "perf/actor_train_tflops", "perf/actor_train_mfu", "perf/wait_time_ratio", "perf/update_weights_time",
-})
+TRAIN_PERF_KEYS = frozenset(
+    {
+        "perf/actor_train_time",
+        "perf/step_time",
+        "perf/train_time",
+        "perf/train_wait_time",
+        "perf/log_probs_time",
+        "perf/actor_train_tflops",
+        "perf/actor_train_mfu",
+        "perf/wait_time_ratio",
+        "perf/update_weights_time",
+    }
+)
 STEP_KINDS = frozenset({"step", "critic-step"})
 _DEDUP_WINDOW = 64  # recent step dicts remembered to drop their second printing
 
@@ -50,7 +64,9 @@ _DEDUP_WINDOW = 64  # recent step dicts remembered to drop their second printing
 class MetricRecord:
     """One metric dict as miles logged it."""
 
-    kind: str  # step, critic-step, perf-rollout, perf-train, rollout, eval, eval-skipped, multi_turn, passrate
+    kind: (
+        str  # step, critic-step, perf-rollout, perf-train, rollout, eval, eval-skipped, multi_turn, passrate
+    )
     n: int  # the number printed after the kind (train step, or rollout id)
     ts: float  # miles' own timestamp, epoch seconds (node-local clock read as UTC), nan if unknown
     proc: str  # bracket name / event source
@@ -192,7 +208,7 @@ def _candidate_lines(text: str) -> list[str]:
             end = len(text) if end < 0 else end
             starts[start] = end
             pos = text.find(needle, end)
-    return [text[a:starts[a]] for a in sorted(starts)]
+    return [text[a : starts[a]] for a in sorted(starts)]
 
 
 def _sample(line: str) -> str:
@@ -219,8 +235,11 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     if m is None:
         if METRIC_LOOKING.search(line) is None:
             return None
-        why = "unreadable metric line (cut off?)" if "{" in line and not line.rstrip().endswith("}") else \
-            "metric line of an unknown shape"
+        why = (
+            "unreadable metric line (cut off?)"
+            if "{" in line and not line.rstrip().endswith("}")
+            else "metric line of an unknown shape"
+        )
         return Unreadable(why, _sample(line))
     n, kind = int(m["n"]), m["kind"]
     ts = parse_ts(parsed.ts) if parsed.ts else math.nan
@@ -251,7 +270,9 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     return MetricRecord(kind, n, ts, proc, values)
 
 
-def parse_metric_text(text: str, cache: PayloadCache | None = None) -> tuple[list[MetricRecord], list[Unreadable]]:
+def parse_metric_text(
+    text: str, cache: PayloadCache | None = None
+) -> tuple[list[MetricRecord], list[Unreadable]]:
     """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed."""
     records: list[MetricRecord] = []
     problems: list[Unreadable] = []
@@ -277,10 +298,20 @@ def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRe
     raw_src = event.get("source")
     src: dict[str, Any] = raw_src if isinstance(raw_src, dict) else {}
     comp = str(src.get("component", "?"))
-    proc = f"actor_cell{src.get('cell_index', 0)}_rank{src['rank_within_cell']}" if "rank_within_cell" in src else comp
+    proc = (
+        f"actor_cell{src.get('cell_index', 0)}_rank{src['rank_within_cell']}"
+        if "rank_within_cell" in src
+        else comp
+    )
     n = values[step_key]
-    return MetricRecord(_event_kind(step_key, values, comp), int(n) if math.isfinite(n) else -1,
-                        parse_iso(event.get("timestamp")), proc, values, source)
+    return MetricRecord(
+        _event_kind(step_key, values, comp),
+        int(n) if math.isfinite(n) else -1,
+        parse_iso(event.get("timestamp")),
+        proc,
+        values,
+        source,
+    )
 
 
 def record_from_dashboard(rec: dict[str, Any]) -> MetricRecord | None:
@@ -294,8 +325,14 @@ def record_from_dashboard(rec: dict[str, Any]) -> MetricRecord | None:
         return None
     values.setdefault(step_key, step)
     ts = scalar(rec.get("ts"))
-    return MetricRecord(_event_kind(step_key, values, "dashboard"), int(step), ts if ts is not None else math.nan,
-                        "dashboard", values, "dashboard")
+    return MetricRecord(
+        _event_kind(step_key, values, "dashboard"),
+        int(step),
+        ts if ts is not None else math.nan,
+        "dashboard",
+        values,
+        "dashboard",
+    )
 
 
 def _event_kind(step_key: str, values: dict[str, float], component: str) -> str:
@@ -315,7 +352,9 @@ class MetricsCollector:
 
     def __init__(self, max_points: int = 4096) -> None:
         self.series = SeriesSet(max_points)
-        self.records: dict[str, int] = {}  # kind -> records seen (for the summary), second printings not counted
+        self.records: dict[
+            str, int
+        ] = {}  # kind -> records seen (for the summary), second printings not counted
         self.problems: list[Unreadable] = []
         self.problem_count = 0  # metric-looking lines that could not be read
         self.duplicates = 0  # step dicts printed a second time, dropped
@@ -409,7 +448,9 @@ class MetricsCollector:
             if key in STEP_KEYS:
                 continue
             step = rec.values.get(axis_for(key), float(rec.n))
-            if not math.isfinite(step):  # a NaN/Infinity step (a dump's `"train/step": Infinity`) has no place
+            if not math.isfinite(
+                step
+            ):  # a NaN/Infinity step (a dump's `"train/step": Infinity`) has no place
                 self.bad_steps += 1
                 continue
             if self.series.add(key, step, value, rec.ts, priority):
@@ -425,5 +466,6 @@ class MetricsCollector:
 
 
 def _same_values(a: dict[str, float], b: dict[str, float]) -> bool:
-    return a.keys() == b.keys() and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in
-                                        ((a[k], b[k]) for k in a))
+    return a.keys() == b.keys() and all(
+        x == y or (math.isnan(x) and math.isnan(y)) for x, y in ((a[k], b[k]) for k in a)
+    )

@@ -62,9 +62,15 @@ def jsonable(value: Any, nulled: list[int] | None = None) -> Any:
 class RunMonitor:
     """Metrics + facts + telemetry + alerts of one run."""
 
-    def __init__(self, *, facts: RunFacts | None = None, rules: list[Rule] | None = None,
-                 expected_scaling: float = 5.0, max_points: int = 4096,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        facts: RunFacts | None = None,
+        rules: list[Rule] | None = None,
+        expected_scaling: float = 5.0,
+        max_points: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.collector = MetricsCollector(max_points)
         self.facts = facts or RunFacts()
         self.telemetry = Telemetry()
@@ -108,8 +114,11 @@ class RunMonitor:
         self.activity.note(text)
         self._check_blind_spots()
         self._check_shim()
-        newest = max(self.facts.last_log_ts, self.collector.last_ts) if math.isfinite(
-            self.collector.last_ts) else self.facts.last_log_ts
+        newest = (
+            max(self.facts.last_log_ts, self.collector.last_ts)
+            if math.isfinite(self.collector.last_ts)
+            else self.facts.last_log_ts
+        )
         if math.isfinite(newest) and not newest <= self._seen_ts:
             self._seen_ts = newest
             self._offset = self._clock() - newest
@@ -141,8 +150,11 @@ class RunMonitor:
         c = self.collector
         if c.problem_count:
             self.alerts.check_unreadable(c.problem_count, c.problems[0].line if c.problems else "")
-        self.alerts.check_missing_keys(c.records_by_prefix, lambda key: c.series.get(key) is not None,
-                                       lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)])
+        self.alerts.check_missing_keys(
+            c.records_by_prefix,
+            lambda key: c.series.get(key) is not None,
+            lambda prefix: [k for k in c.series.keys() if k.startswith(prefix)],
+        )
         if c.series.dropped_keys:
             self.alerts.check_series_cap(c.series.dropped_keys, c.series.max_series, c.series.dropped_sample)
 
@@ -207,19 +219,24 @@ class RunMonitor:
         if alert is not None:
             fired.append(alert)
         dash_now = self._clock() if dashboard_now is None else dashboard_now
-        fired.extend(self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now))
+        fired.extend(
+            self.alerts.check_phases(self.telemetry.open_phases, self.telemetry.median_phase, dash_now)
+        )
         running = self.alerts.job_status == "RUNNING"
         ranks = self.telemetry.ranks
         fired.extend(self.alerts.check_stragglers(ranks))
         phase_now = dash_now if ranks.source == "dashboard" else now
         metric_idle = now - self.collector.last_ts if math.isfinite(self.collector.last_ts) else math.nan
-        hang = self.alerts.check_no_progress(running, ranks, phase_now, metric_idle, median_step_seconds(self.collector))
+        hang = self.alerts.check_no_progress(
+            running, ranks, phase_now, metric_idle, median_step_seconds(self.collector)
+        )
         if hang is not None:
             fired.append(hang)
         act = self.activity
         for alert in (
-            self.alerts.check_no_metrics(running, act.logged_s(now), act.lines, sum(self.collector.records.values()),
-                                         act.last_line),
+            self.alerts.check_no_metrics(
+                running, act.logged_s(now), act.lines, sum(self.collector.records.values()), act.last_line
+            ),
             self.alerts.check_quiet(running, act.quiet_s(), act.noise_lines, act.noise_sample),
         ):
             if alert is not None:
@@ -237,7 +254,11 @@ class RunMonitor:
 
     def _train_world(self) -> int | None:
         f = self.facts
-        return f.actor_num_nodes * f.actor_num_gpus_per_node if f.actor_num_nodes and f.actor_num_gpus_per_node else None
+        return (
+            f.actor_num_nodes * f.actor_num_gpus_per_node
+            if f.actor_num_nodes and f.actor_num_gpus_per_node
+            else None
+        )
 
     # ------------------------------------------------------------------ output
 
@@ -245,9 +266,12 @@ class RunMonitor:
         """The series and derived signals for the UI: immutable, safe to hand to another thread."""
         now = self.miles_now() if now is None else now
         with self.lock:
-            return MetricsSnapshot(self.collector.series.snapshot(),
-                                   derive(self.collector, self.facts, self.telemetry, now),
-                                   sources_by_key(self.collector.series), self._phase_view(now))
+            return MetricsSnapshot(
+                self.collector.series.snapshot(),
+                derive(self.collector, self.facts, self.telemetry, now),
+                sources_by_key(self.collector.series),
+                self._phase_view(now),
+            )
 
     def _phase_view(self, miles_now: float) -> PhaseView:
         """Per-rank phases, with the offset from the wall clock to their source's (miles' clock for the log)."""
@@ -280,15 +304,20 @@ class RunMonitor:
         if self.collector.bad_steps:
             problems.append(f"{self.collector.bad_steps} point(s) with a NaN/Infinity step skipped")
         nulled = [0]
-        out: dict[str, Any] = jsonable({
-            "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
-            "latest": self.collector.latest(),
-            "derived": derive(self.collector, self.facts, self.telemetry, now).to_json(),
-            "alerts": [a.to_json() for a in self.alerts.alerts],
-            "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
-            "problems": problems,
-        }, nulled)
+        out: dict[str, Any] = jsonable(
+            {
+                "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
+                "latest": self.collector.latest(),
+                "derived": derive(self.collector, self.facts, self.telemetry, now).to_json(),
+                "alerts": [a.to_json() for a in self.alerts.alerts],
+                "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
+                "problems": problems,
+            },
+            nulled,
+        )
         # series points carry None for NaN/Infinity already (Series.points): those say so too
         if nulled[0] or any(v is None for pts in out["series"].values() for _, v in pts):
-            out["notes"] = ["null stands for a non-finite number (NaN or Infinity) in the input: JSON has none"]
+            out["notes"] = [
+                "null stands for a non-finite number (NaN or Infinity) in the input: JSON has none"
+            ]
         return out

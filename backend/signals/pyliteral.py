@@ -27,16 +27,36 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _NAMES: dict[str, Any] = {
-    "nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf, "infinity": math.inf,
-    "True": True, "False": False, "None": None, "np.True_": True, "np.False_": False,
+    "nan": math.nan,
+    "NaN": math.nan,
+    "inf": math.inf,
+    "Infinity": math.inf,
+    "infinity": math.inf,
+    "True": True,
+    "False": False,
+    "None": None,
+    "np.True_": True,
+    "np.False_": False,
 }
 # Scalar constructors whose repr miles can print, mapped to how to coerce their one argument.
 _CALLS: dict[str, type[float] | type[int] | type[bool] | type[str]] = {
     f"{mod}.{name}": kind
     for mod in ("np", "numpy")
-    for name, kind in (("float64", float), ("float32", float), ("float16", float), ("longdouble", float),
-                       ("int64", int), ("int32", int), ("int16", int), ("int8", int), ("uint64", int),
-                       ("uint32", int), ("uint8", int), ("bool_", bool), ("str_", str))
+    for name, kind in (
+        ("float64", float),
+        ("float32", float),
+        ("float16", float),
+        ("longdouble", float),
+        ("int64", int),
+        ("int32", int),
+        ("int16", int),
+        ("int8", int),
+        ("uint64", int),
+        ("uint32", int),
+        ("uint8", int),
+        ("bool_", bool),
+        ("str_", str),
+    )
 } | {"tensor": float, "torch.tensor": float, "float": float, "int": int}
 
 

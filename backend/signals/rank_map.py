@@ -14,8 +14,10 @@ from collections.abc import Iterable
 
 from backend.signals.metrics import lines_containing
 
-_PREFIX_RANK = re.compile(r"\((?:\x1b\[[0-9;]*m)*[\w.]+ pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)(?:\x1b\[[0-9;]*m)* "
-                          r"\[[^\]\n]* (?:actor|critic)_cell\d+_rank(?P<rank>\d+)\]")
+_PREFIX_RANK = re.compile(
+    r"\((?:\x1b\[[0-9;]*m)*[\w.]+ pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)(?:\x1b\[[0-9;]*m)* "
+    r"\[[^\]\n]* (?:actor|critic)_cell\d+_rank(?P<rank>\d+)\]"
+)
 
 ProcessRanks = dict[tuple[str, int], int]
 

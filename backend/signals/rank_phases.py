@@ -62,7 +62,9 @@ class PhaseView:
     source: str  # "dashboard", "log" or "" (no phase seen)
     lanes: tuple[LaneView, ...]
     last_change: float  # newest t0/t1 seen: when any rank last changed phase (nan before any)
-    offset: float = 0.0  # the source's clock minus the wall clock when the view was made ("now" = time() + offset)
+    offset: float = (
+        0.0  # the source's clock minus the wall clock when the view was made ("now" = time() + offset)
+    )
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,9 @@ class RankPhases:
             pending.remove(p)
             ran.update(p.ends)
             self._seq += 1
-            self.rounds.append(Round(self._seq, p.name, p.t0, tuple((k, a, b) for k, (a, b) in p.ends.items())))
+            self.rounds.append(
+                Round(self._seq, p.name, p.t0, tuple((k, a, b) for k, (a, b) in p.ends.items()))
+            )
 
     # ------------------------------------------------------------ output
     def current(self, key: LaneKey) -> tuple[str, float] | None:
@@ -187,9 +191,19 @@ class RankPhases:
             lane = self.lanes[key]
             opened = [Span(name, t0, math.nan) for name, t0 in lane.open]
             now = self.current(key)
-            lanes.append(LaneView(key[0], key[1], key[2], tuple(sorted([*lane.spans, *opened], key=lambda s: s.t0)),
-                                  now[0] if now else None, now[1] if now else math.nan))
-        return PhaseView(self.source, tuple(lanes), self.last_change, offset if math.isfinite(offset) else 0.0)
+            lanes.append(
+                LaneView(
+                    key[0],
+                    key[1],
+                    key[2],
+                    tuple(sorted([*lane.spans, *opened], key=lambda s: s.t0)),
+                    now[0] if now else None,
+                    now[1] if now else math.nan,
+                )
+            )
+        return PhaseView(
+            self.source, tuple(lanes), self.last_change, offset if math.isfinite(offset) else 0.0
+        )
 
     def longest_in_phase(self, now: float, count: int = 3) -> list[tuple[LaneKey, str, float]]:
         """The lanes that have been in their current phase longest: (lane, phase, seconds)."""
@@ -199,7 +213,9 @@ class RankPhases:
 
 def _natural(text: str) -> tuple[tuple[int, str], ...]:
     """`10.0.0.9` before `10.0.0.12`: numbers compared as numbers."""
-    return tuple((int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text) if part)
+    return tuple(
+        (int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text) if part
+    )
 
 
 def lane_name(key: LaneKey) -> str:
@@ -209,4 +225,3 @@ def lane_name(key: LaneKey) -> str:
 
 def rounds_after(phases: RankPhases, seq: int) -> Iterable[Round]:
     return (r for r in phases.rounds if r.seq > seq)
-

@@ -62,7 +62,9 @@ def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
             raise ReplayError(str(err)) from None
         inner = p / "dump_details"
         if not any((d / sub).is_dir() for d in (p, inner) for sub in ("events", "dashboard")):
-            raise ReplayError(f"{p} is a directory but not a --dump-details directory (no events/ or dashboard/)")
+            raise ReplayError(
+                f"{p} is a directory but not a --dump-details directory (no events/ or dashboard/)"
+            )
         return ReplaySource("dump", p)
     if not p.exists():
         raise ReplayError(f"no such file or directory: {p}")
@@ -171,7 +173,9 @@ def record_line(rec: MetricRecord) -> str:
 
 def dump_log_text(records: list[MetricRecord]) -> str:
     """Every record of a dump as log lines, in time order (a record without a time keeps its place)."""
-    ordered = sorted(enumerate(records), key=lambda p: (p[1].ts if math.isfinite(p[1].ts) else -math.inf, p[0]))
+    ordered = sorted(
+        enumerate(records), key=lambda p: (p[1].ts if math.isfinite(p[1].ts) else -math.inf, p[0])
+    )
     return "".join(record_line(rec) + "\n" for _, rec in ordered)
 
 
@@ -187,7 +191,9 @@ class ReplaySession:
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
         self.rollouts = RolloutIndex()
         self.store.subscribe(self.rollouts.on_lines)
-        self.arguments = ArgumentDump()  # what it was launched with, when its log says (a comparison shows it)
+        self.arguments = (
+            ArgumentDump()
+        )  # what it was launched with, when its log says (a comparison shows it)
         self.store.subscribe(self.arguments.on_lines)
         self.entrypoint: str | None = None  # a job's command line, from Ray's record of it
         self.job_status: str | None = None
@@ -260,7 +266,11 @@ class ReplaySession:
         monitor.input_ended()
         now = monitor.end_of_log()
         if not math.isfinite(now):
-            now = monitor.telemetry.last_ts if math.isfinite(monitor.telemetry.last_ts) else monitor.collector.last_ts
+            now = (
+                monitor.telemetry.last_ts
+                if math.isfinite(monitor.telemetry.last_ts)
+                else monitor.collector.last_ts
+            )
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
 
     def launch_flags(self) -> LaunchFlags | None:
@@ -281,8 +291,11 @@ class ReplaySession:
         from backend.signals.compare import RunSide
         from backend.signals.series import SeriesSetSnapshot
 
-        series = (self.monitor.metrics_snapshot().series if self.monitor is not None
-                  else SeriesSetSnapshot(MappingProxyType({})))
+        series = (
+            self.monitor.metrics_snapshot().series
+            if self.monitor is not None
+            else SeriesSetSnapshot(MappingProxyType({}))
+        )
         return RunSide(label or self.source.name, self.state(), series, self.launch_flags())
 
     def close(self) -> None:

@@ -45,7 +45,11 @@ class CheckpointState:
     save_interval: int | None = None  # said only before the first checkpoint (when is the first one due)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count, "last_iteration": self.last_iteration, "since_s": self.since_s}
+        out: dict[str, Any] = {
+            "count": self.count,
+            "last_iteration": self.last_iteration,
+            "since_s": self.since_s,
+        }
         if self.count == 0:
             out["save_interval"] = self.save_interval
         return out
@@ -65,7 +69,9 @@ class RunSignals:
     zero_std_frac: float | None = None
     since_last_metric_s: float | None = None
     has_last_metric: bool = False
-    telemetry: Mapping[str, Any] = field(default_factory=dict)  # dashboard streams' summary (gpus, phases, ...)
+    telemetry: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # dashboard streams' summary (gpus, phases, ...)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -139,7 +139,9 @@ def make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes
 
         return find_bytes
     try:
-        rx = re.compile(pattern if regex else re.escape(pattern), re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+        rx = re.compile(
+            pattern if regex else re.escape(pattern), re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
+        )
     except re.error as err:
         raise SearchPatternError(f"bad search pattern {pattern!r}: {err}") from None
 
@@ -167,8 +169,14 @@ class SearchTask:
 
     BATCH = 256
 
-    def __init__(self, store: LogStore, pattern: str, on_batch: Callable[[list[int]], None] | None,
-                 on_done: Callable[[SearchTask], None] | None, kwargs: dict) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        pattern: str,
+        on_batch: Callable[[list[int]], None] | None,
+        on_done: Callable[[SearchTask], None] | None,
+        kwargs: dict,
+    ) -> None:
         self.store, self.pattern = store, pattern
         self.token = kwargs.pop("cancel", None) or CancelToken()
         self.matches = array("I")

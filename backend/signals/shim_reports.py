@@ -36,8 +36,13 @@ ProcessKey = tuple[int, str]  # (pid, ip or "")
 # A train actor's ordinary line: Ray's prefix at the start of a line, any message but the shim's. Searched for
 # as "\n(" (a literal the regex engine finds fast; `^` in MULTILINE mode is tried at every position, 8x slower),
 # and the chunk's first line on its own.
-_TRAIN_PREFIX = (r"\((?P<actor>" + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True))
-                 + r") pid=(?P<pid>\d{1,10})(?:, ip=(?P<ip>[^()\s]+))?\) (?!" + re.escape(LINE_PREFIX) + ")")
+_TRAIN_PREFIX = (
+    r"\((?P<actor>"
+    + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True))
+    + r") pid=(?P<pid>\d{1,10})(?:, ip=(?P<ip>[^()\s]+))?\) (?!"
+    + re.escape(LINE_PREFIX)
+    + ")"
+)
 _TRAIN_LINE = re.compile("\n" + _TRAIN_PREFIX)
 _TRAIN_FIRST_LINE = re.compile(_TRAIN_PREFIX)
 
@@ -54,7 +59,9 @@ class ShimLedger:
     """The train actors of a run (from their ordinary lines) and the shim reports of processes."""
 
     def __init__(self) -> None:
-        self.train: dict[ProcessKey, str] = {}  # process -> its prefix text, e.g. "MegatronTrainRayActor pid=1"
+        self.train: dict[
+            ProcessKey, str
+        ] = {}  # process -> its prefix text, e.g. "MegatronTrainRayActor pid=1"
         self.reports: dict[ProcessKey, ShimReport] = {}
         self.folded = 0  # reports Ray folded into a "[repeated Nx]" line: processes it does not name
         self.untracked = 0  # processes past MAX_PROCESSES, neither tracked nor judged
@@ -91,7 +98,9 @@ class ShimLedger:
 
     def trusted(self) -> dict[str, dict[str, object]]:
         """Train actor -> the provider fields it reported (only reports a train actor's process made)."""
-        return {label: dict(self.reports[key].fields) for key, label in self.train.items() if key in self.reports}
+        return {
+            label: dict(self.reports[key].fields) for key, label in self.train.items() if key in self.reports
+        }
 
     def missing(self) -> list[str]:
         """Train actors that never reported and were not named before; each is named once."""

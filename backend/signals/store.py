@@ -132,7 +132,9 @@ class LogStore:
         try:
             directory.mkdir(parents=True, exist_ok=True)
             inside(str(directory), self.path.name)  # a job id names it: never outside the spool directory
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            self._fd = os.open(
+                self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600
+            )
         except UnsafePath as err:
             raise LogStoreError(f"cannot create the log spool: {err}") from None
         except OSError as err:
@@ -278,8 +280,12 @@ class LogStore:
                 block = self._read(a, b)
                 lines = block.split(b"\n")
                 lines.pop()
-                self._src.extend(map(self._source_ids.__getitem__,
-                                     map(_FIRST, map(bytes.partition, lines, itertools.repeat(b") ")))))
+                self._src.extend(
+                    map(
+                        self._source_ids.__getitem__,
+                        map(_FIRST, map(bytes.partition, lines, itertools.repeat(b") "))),
+                    )
+                )
                 if self._unnamed:
                     self._learn_proc_names(block.decode("utf-8", errors="replace"))
                 a = b
@@ -308,7 +314,9 @@ class LogStore:
             found = grammar.match_bracket(text, pos + len(head) - 1) if pos >= 0 else None
             proc = grammar.bracket_proc(found[0]) if found is not None else None
             if proc is not None:
-                self._sources[sid] = Source(sid, src.prefix, src.actor, src.pid, src.ip, proc, grammar.rank_of(proc))
+                self._sources[sid] = Source(
+                    sid, src.prefix, src.actor, src.pid, src.ip, proc, grammar.rank_of(proc)
+                )
                 self._unnamed.pop(sid, None)
 
     # ------------------------------------------------------------------ reading
@@ -357,7 +365,9 @@ class LogStore:
         if start >= stop:
             return []
         texts = self._read(start, stop).decode("utf-8", errors="replace").split("\n")
-        return [self._remember(self._make_line(i, t)) for i, t in zip(range(start, stop), texts, strict=False)]
+        return [
+            self._remember(self._make_line(i, t)) for i, t in zip(range(start, stop), texts, strict=False)
+        ]
 
     def _remember(self, line: LogLine) -> LogLine:
         with self._cache_lock:
@@ -370,14 +380,27 @@ class LogStore:
         text, repeat = grammar.strip_repeat(text)
         parsed = grammar.parse_line(text)
         proc = parsed.proc
-        if proc is None and parsed.actor is not None:  # the process's bracket name, learnt from its other lines
+        if (
+            proc is None and parsed.actor is not None
+        ):  # the process's bracket name, learnt from its other lines
             inner = text[1 : text.find(") ")] if text.startswith("(") else ""
             sid = self._source_ids.get(("(" + inner).encode("utf-8"))
             proc = self._sources[sid].proc if sid is not None else None
         return LogLine(
-            index=i, text=text, message=parsed.message, actor=parsed.actor, pid=parsed.pid, ip=parsed.ip,
-            node=parsed.node, proc=proc, rank=grammar.rank_of(proc), ts=parsed.ts, file=parsed.file,
-            level=LEVEL_NAMES[level_of(text)], repeat=repeat, tags=parsed.tags,
+            index=i,
+            text=text,
+            message=parsed.message,
+            actor=parsed.actor,
+            pid=parsed.pid,
+            ip=parsed.ip,
+            node=parsed.node,
+            proc=proc,
+            rank=grammar.rank_of(proc),
+            ts=parsed.ts,
+            file=parsed.file,
+            level=LEVEL_NAMES[level_of(text)],
+            repeat=repeat,
+            tags=parsed.tags,
         )
 
     def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:

@@ -84,4 +84,6 @@ class StructuredFeed:
         dump = self.monitor.dump
         if self.path is None or dump is None:
             return StructuredState(self.path, False, 0, 0, 0, 0)
-        return StructuredState(self.path, dump.present, self.records, dump.bad_lines, dump.repeated_lines, dump.swaps)
+        return StructuredState(
+            self.path, dump.present, self.records, dump.bad_lines, dump.repeated_lines, dump.swaps
+        )

@@ -30,4 +30,6 @@ def check_text_log(path: Path) -> None:
         raise NotALogError(f"{name} is empty: not a Ray job log or a miles log")
     controls = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27))
     if b"\x00" in head or controls > MAX_CONTROL_SHARE * len(head):
-        raise NotALogError(f"{name} is binary, not a text log (pick the Ray job's log or a miles --dump-details dir)")
+        raise NotALogError(
+            f"{name} is binary, not a text log (pick the Ray job's log or a miles --dump-details dir)"
+        )

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-_WHERE = (("role", "role"), ("actor", "actor"), ("pid", "pid"), ("node", "node"), ("rank", "rank"), ("GPU", "gpu"),
-          ("at", "time"))
+_WHERE = (
+    ("role", "role"),
+    ("actor", "actor"),
+    ("pid", "pid"),
+    ("node", "node"),
+    ("rank", "rank"),
+    ("GPU", "gpu"),
+    ("at", "time"),
+)
 
 
 def cause_lines(cause: dict[str, Any], indent: str = "") -> list[str]:

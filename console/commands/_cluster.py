@@ -25,8 +25,13 @@ T = TypeVar("T")
 
 def add_job_arg(parser: argparse.ArgumentParser) -> None:
     # dest differs from the global --job so a subparser default never overwrites `ultra-console --job X cmd`.
-    parser.add_argument("--job", dest="sub_job", default=None, metavar="ID",
-                        help="submission id or Ray job id (default: the latest run, ours or miles')")
+    parser.add_argument(
+        "--job",
+        dest="sub_job",
+        default=None,
+        metavar="ID",
+        help="submission id or Ray job id (default: the latest run, ours or miles')",
+    )
 
 
 def job_of(args: argparse.Namespace) -> str | None:
@@ -54,8 +59,12 @@ def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings],
     async def main() -> T:
         token = settings.token.get_secret_value() if settings.token else None
         async with RayClient(settings.address, token, timeout=30.0) as client:
-            ctl = RunController(client, state_dir=settings.state_dir, readonly=settings.readonly,
-                                poll_s=min(settings.poll_interval_s * 2, 5.0))
+            ctl = RunController(
+                client,
+                state_dir=settings.state_dir,
+                readonly=settings.readonly,
+                poll_s=min(settings.poll_interval_s * 2, 5.0),
+            )
             return await body(ctl, settings)
 
     return asyncio.run(main())
@@ -82,4 +91,6 @@ def say(text: str, *, err: bool = False) -> None:
 
 
 def finding_lines(findings: list[Any]) -> list[str]:
-    return [f"  {f.severity:<7} [{f.rule}] {f.message}" + (f" — fix: {f.fix}" if f.fix else "") for f in findings]
+    return [
+        f"  {f.severity:<7} [{f.rule}] {f.message}" + (f" — fix: {f.fix}" if f.fix else "") for f in findings
+    ]

@@ -27,15 +27,24 @@ if TYPE_CHECKING:
     from backend.cluster.controller import RunController, RunEvent
     from backend.settings import Settings
 
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("abort", help="stop a run gracefully (default: the latest run)")
     add_job_arg(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--force", action="store_true",
-                   help="second step: SIGKILL the driver's process tree now (skips miles' clean shutdown)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="second step: SIGKILL the driver's process tree now (skips miles' clean shutdown)",
+    )
     p.add_argument("--no-wait", action="store_true", help="return once the stop is requested")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="how long to watch for STOPPED (default: the job's grace period + 30 s; 60 s after --force)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how long to watch for STOPPED (default: the job's grace period + 30 s; 60 s after --force)",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,15 +68,19 @@ def run(args: argparse.Namespace) -> int:
         policy = abort_policy(job, wait_s=args.timeout)
         signal, grace = policy.signal, policy.grace_s
         if args.force:
-            question = (f"FORCE-stop {job.id} ({job.status}): SIGKILL its driver process tree now, without "
-                        "a clean shutdown?")
+            question = (
+                f"FORCE-stop {job.id} ({job.status}): SIGKILL its driver process tree now, without "
+                "a clean shutdown?"
+            )
             if not confirm(question, args.yes, "abort --force"):
                 say("abort cancelled", err=True)
                 return 1
             ctl.subscribe(_printer)
             say(await ctl.force_stop())
         else:
-            if not confirm(f"Abort {job.id} ({job.status}) with {signal}, grace {grace} s?", args.yes, "abort"):
+            if not confirm(
+                f"Abort {job.id} ({job.status}) with {signal}, grace {grace} s?", args.yes, "abort"
+            ):
                 say("abort cancelled", err=True)
                 return 1
             outcome = await ctl.abort()
@@ -80,12 +93,21 @@ def run(args: argparse.Namespace) -> int:
             final = await ctl.wait_terminal(timeout)
         except asyncio.TimeoutError:
             state = ctl.state.value if ctl.state else "unknown"
-            hint = ("; Ray will start it when resources free up and stop it then" if state == "PENDING" else
-                    f"; to kill it now: ultra-console abort --job {job.id} --force")
+            hint = (
+                "; Ray will start it when resources free up and stop it then"
+                if state == "PENDING"
+                else f"; to kill it now: ultra-console abort --job {job.id} --force"
+            )
             say(f"ultra-console: error: job {job.id} is still {state} after {timeout:.0f} s{hint}", err=True)
             return 1
-        say(f"job {final.id} ended {final.status}"
-            + ("; to check its nodes for leftover GPU processes: ultra-console cleanup" if final.is_terminal else ""))
+        say(
+            f"job {final.id} ended {final.status}"
+            + (
+                "; to check its nodes for leftover GPU processes: ultra-console cleanup"
+                if final.is_terminal
+                else ""
+            )
+        )
         return 0 if final.status == "STOPPED" else 1
 
     return run_with(args, body)

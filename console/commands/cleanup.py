@@ -53,9 +53,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             say(f"checking {len(nodes)} node(s) for GPU processes left behind…")
         report = await ctl.leftovers()
-        doc = {"job": report.job, "leftovers": [dataclasses.asdict(i) for i in report.killable],
-               "unidentified": [dataclasses.asdict(i) for i in report.unidentified],
-               "silent_nodes": [n.node_label for n in report.silent], "results": []}
+        doc = {
+            "job": report.job,
+            "leftovers": [dataclasses.asdict(i) for i in report.killable],
+            "unidentified": [dataclasses.asdict(i) for i in report.unidentified],
+            "silent_nodes": [n.node_label for n in report.silent],
+            "results": [],
+        }
         if not args.json:
             for line in report.lines():
                 say(line)

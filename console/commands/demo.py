@@ -27,21 +27,48 @@ NODE_CHOICES = (1, 2, 4, 8, 16)  # data parallel = 8 x nodes must divide the pre
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("demo", help="start a local simulated cluster and run, and open the console on it (DEMO)")
-    p.add_argument("--nodes", type=int, default=4, choices=NODE_CHOICES,
-                   help="Ray nodes to start, 8 simulated GPUs each (default 4; the recipe's batch needs a power of 2)")
+    p = sub.add_parser(
+        "demo", help="start a local simulated cluster and run, and open the console on it (DEMO)"
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=4,
+        choices=NODE_CHOICES,
+        help="Ray nodes to start, 8 simulated GPUs each (default 4; the recipe's batch needs a power of 2)",
+    )
     p.add_argument("--rollouts", type=int, default=40, help="rollouts the simulated run does (default 40)")
-    p.add_argument("--step-seconds", type=float, default=1.0, help="simulated seconds per train step (default 1)")
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="newest",
-                   help="which miles version's log shape the simulated trainer prints (default newest)")
-    p.add_argument("--oom-at-rollout", type=int, default=None, metavar="N",
-                   help="the simulated run dies of CUDA out of memory at rollout N")
-    p.add_argument("--fail", choices=[k for k in FAIL_KINDS if k != "error"], default=None, metavar="KIND",
-                   help="the simulated run dies this way, as real runs print it: train-oom, engine-start (an SGLang "
-                        "engine at start), host-oom (Ray's OOM killer), nccl-timeout (a hung collective); in its "
-                        "second rollout where that applies")
-    p.add_argument("--no-launch", action="store_true", help="start the cluster only; launch from the plan view")
-    p.add_argument("--no-tui", action="store_true", help="no app: print progress and follow until done or Ctrl-C")
+    p.add_argument(
+        "--step-seconds", type=float, default=1.0, help="simulated seconds per train step (default 1)"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="newest",
+        help="which miles version's log shape the simulated trainer prints (default newest)",
+    )
+    p.add_argument(
+        "--oom-at-rollout",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the simulated run dies of CUDA out of memory at rollout N",
+    )
+    p.add_argument(
+        "--fail",
+        choices=[k for k in FAIL_KINDS if k != "error"],
+        default=None,
+        metavar="KIND",
+        help="the simulated run dies this way, as real runs print it: train-oom, engine-start (an SGLang "
+        "engine at start), host-oom (Ray's OOM killer), nccl-timeout (a hung collective); in its "
+        "second rollout where that applies",
+    )
+    p.add_argument(
+        "--no-launch", action="store_true", help="start the cluster only; launch from the plan view"
+    )
+    p.add_argument(
+        "--no-tui", action="store_true", help="no app: print progress and follow until done or Ctrl-C"
+    )
     p.set_defaults(func=run)
 
 
@@ -98,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     from backend.settings import load_settings
 
     if args.nodes not in NODE_CHOICES:
-        raise ConsoleError(f"--nodes must be one of {', '.join(map(str, NODE_CHOICES))} for the local demo cluster")
+        raise ConsoleError(
+            f"--nodes must be one of {', '.join(map(str, NODE_CHOICES))} for the local demo cluster"
+        )
     if args.rollouts < 1 or args.step_seconds <= 0:
         raise ConsoleError("--rollouts must be >= 1 and --step-seconds > 0")
     _say(f"DEMO: starting a local Ray cluster ({args.nodes} nodes x 8 simulated GPUs, loopback only)…")
@@ -112,13 +141,16 @@ def run(args: argparse.Namespace) -> int:
             listeners = cluster.assert_loopback_only()
         except AssertionError as err:
             raise ConsoleError(f"refusing to run the demo: {err}") from None
-        _say(f"DEMO: cluster up in {cluster.start_seconds:.0f}s at {cluster.address} "
-             f"({listeners} listeners, all on loopback; token auth on)")
+        _say(
+            f"DEMO: cluster up in {cluster.start_seconds:.0f}s at {cluster.address} "
+            f"({listeners} listeners, all on loopback; token auth on)"
+        )
         state_dir = cluster.tmp / "state"
         state_dir.mkdir(parents=True, exist_ok=True)
         preset_path, spec = write_demo_preset(args, cluster.tmp)
-        settings = load_settings(address=cluster.address, token=token, state_dir=str(state_dir),
-                                 preset=str(preset_path))
+        settings = load_settings(
+            address=cluster.address, token=token, state_dir=str(state_dir), preset=str(preset_path)
+        )
         job_id = None
         if not args.no_launch:
             _say("DEMO: launching the SIMULATED trainer through the normal launch path…")
@@ -161,8 +193,13 @@ async def _follow(settings: Any, job_id: str | None) -> int:
         return 0
     async with RayClient(settings.address, settings.token.get_secret_value()) as client:
         controller = RunController(client, state_dir=settings.state_dir)
-        controller.subscribe(lambda e: print(f"state: {e.state.value if e.state else '?'} {e.text}".rstrip(),
-                                             flush=True) if e.kind == "state" else None)
+        controller.subscribe(
+            lambda e: (
+                print(f"state: {e.state.value if e.state else '?'} {e.text}".rstrip(), flush=True)
+                if e.kind == "state"
+                else None
+            )
+        )
         await controller.attach(job_id)
         watcher = asyncio.create_task(controller.watch())
         monitor = RunMonitor()
@@ -179,8 +216,11 @@ async def _follow(settings: Any, job_id: str | None) -> int:
                     latest = collector.latest()
                     reward = latest.get("rollout/raw_reward")
                     kl = latest.get("train/ppo_kl")
-                    print(f"rollout {done + 1}: raw_reward={_fmt(reward)} ppo_kl={_fmt(kl)} "
-                          f"lines={len(run_log.store)} t={time.monotonic() - started:.0f}s", flush=True)
+                    print(
+                        f"rollout {done + 1}: raw_reward={_fmt(reward)} ppo_kl={_fmt(kl)} "
+                        f"lines={len(run_log.store)} t={time.monotonic() - started:.0f}s",
+                        flush=True,
+                    )
             await asyncio.wait_for(watcher, 30)
         finally:
             watcher.cancel()

@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"job": job.id, "status": job.status, "run_id": run_id}))
         else:
-            say(f"launched {job.id} ({job.status}); follow it with: ultra-console logs --job {job.id} --follow")
+            say(
+                f"launched {job.id} ({job.status}); follow it with: ultra-console logs --job {job.id} --follow"
+            )
         return 0
 
     return run_with(args, body)

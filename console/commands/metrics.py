@@ -33,10 +33,21 @@ from console.commands._cause import cause_lines
 from shim.package import carries_shim
 
 SUMMARY_KEYS = (
-    "train/loss", "train/grad_norm", "train/ppo_kl", "train/train_rollout_kl", "train/train_rollout_logprob_abs_diff",
-    "train/pg_clipfrac", "rollout/raw_reward", "rollout/truncated_ratio", "derived/zero_std_frac",
-    "perf/tokens_per_gpu_per_sec", "derived/cluster_tokens_per_sec", "perf/rollout_time", "perf/train_time",
-    "perf/step_time", "perf/actor_train_mfu",
+    "train/loss",
+    "train/grad_norm",
+    "train/ppo_kl",
+    "train/train_rollout_kl",
+    "train/train_rollout_logprob_abs_diff",
+    "train/pg_clipfrac",
+    "rollout/raw_reward",
+    "rollout/truncated_ratio",
+    "derived/zero_std_frac",
+    "perf/tokens_per_gpu_per_sec",
+    "derived/cluster_tokens_per_sec",
+    "perf/rollout_time",
+    "perf/train_time",
+    "perf/step_time",
+    "perf/actor_train_mfu",
 )
 BLIND_EXIT = 3  # read, but some chart is blind: the output is printed, and the alert says why on stderr
 FAILED_EXIT = 4  # the run failed: the output is printed, and stderr names the cause
@@ -47,18 +58,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("metrics", help="metric series, throughput, KL, progress and alerts of a run")
     src = p.add_mutually_exclusive_group()
     # dest differs from the global --job so the subparser default never overwrites `ultra-console --job X metrics`.
-    src.add_argument("--job", dest="sub_job", default=None, metavar="ID",
-                     help="a job on the Ray cluster (default: the latest run)")
+    src.add_argument(
+        "--job",
+        dest="sub_job",
+        default=None,
+        metavar="ID",
+        help="a job on the Ray cluster (default: the latest run)",
+    )
     src.add_argument("--from-log", metavar="FILE", help="a saved Ray job driver log")
-    src.add_argument("--from-dump", metavar="DIR", help="a miles --dump-details directory (events/, dashboard/)")
+    src.add_argument(
+        "--from-dump", metavar="DIR", help="a miles --dump-details directory (events/, dashboard/)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--compare", action="append", default=[], metavar="PATH",
-                   help="a baseline run (saved log or dump dir) to compare with, step-aligned; repeatable")
-    p.add_argument("--num-rollout", type=int, default=None, metavar="N", help="total rollouts, when the log does not say")
-    p.add_argument("--rollout-gpus", type=int, default=None, metavar="N",
-                   help="rollout GPUs for cluster throughput, when the log does not say")
-    p.add_argument("--expected-scaling", type=float, default=5.0, metavar="X",
-                   help="moe_router_topk_scaling_factor the shim must apply (default 5.0)")
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a baseline run (saved log or dump dir) to compare with, step-aligned; repeatable",
+    )
+    p.add_argument(
+        "--num-rollout", type=int, default=None, metavar="N", help="total rollouts, when the log does not say"
+    )
+    p.add_argument(
+        "--rollout-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollout GPUs for cluster throughput, when the log does not say",
+    )
+    p.add_argument(
+        "--expected-scaling",
+        type=float,
+        default=5.0,
+        metavar="X",
+        help="moe_router_topk_scaling_factor the shim must apply (default 5.0)",
+    )
     p.set_defaults(func=run)
 
 
@@ -125,10 +160,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         monitor.tick()
     records = sum(monitor.collector.records.values())
-    if args.from_log or args.from_dump or now is not None:  # read to its end (a running job may not have begun)
+    if (
+        args.from_log or args.from_dump or now is not None
+    ):  # read to its end (a running job may not have begun)
         refused = monitor.dump.refused if monitor.dump is not None else []  # e.g. a FIFO in the dump dir
-        monitor.alerts.check_log_without_metrics(f"the {what}", monitor.activity.lines, records,
-                                                 monitor.activity.last_line or (refused[0] if refused else ""))
+        monitor.alerts.check_log_without_metrics(
+            f"the {what}",
+            monitor.activity.lines,
+            records,
+            monitor.activity.last_line or (refused[0] if refused else ""),
+        )
     snap = monitor.snapshot(now=now)
     comparison = _compare(args, monitor, arguments, snap, baselines) if baselines else None
     if comparison is not None:
@@ -143,8 +184,10 @@ def run(args: argparse.Namespace) -> int:
     cause = snap["cause"]
     if cause is not None:  # the one answer the operator came for, on one line
         where = f" (line: {cause['line']})" if cause["line"] else ""
-        sys.stderr.write(one_line(f"ultra-console: the run failed: {cause['title']}: {cause['message']}{where}")[:600]
-                         + "\n")
+        sys.stderr.write(
+            one_line(f"ultra-console: the run failed: {cause['title']}: {cause['message']}{where}")[:600]
+            + "\n"
+        )
         return FAILED_EXIT
     blind = monitor.blind_spots()
     if blind:  # the same words as the alert the app shows, and its sample line
@@ -155,7 +198,10 @@ def run(args: argparse.Namespace) -> int:
         return BLIND_EXIT
     if snap["problems"]:
         shown = "; ".join(snap["problems"][:3])
-        sys.stderr.write(sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400] + "\n")
+        sys.stderr.write(
+            sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400]
+            + "\n"
+        )
     return 0
 
 
@@ -178,8 +224,13 @@ def _baselines(paths: list[str]) -> list[RunSide]:
     return sides
 
 
-def _compare(args: argparse.Namespace, monitor: RunMonitor, arguments: ArgumentDump, snap: dict[str, Any],
-             baselines: list[RunSide]) -> Comparison:
+def _compare(
+    args: argparse.Namespace,
+    monitor: RunMonitor,
+    arguments: ArgumentDump,
+    snap: dict[str, Any],
+    baselines: list[RunSide],
+) -> Comparison:
     """The first run (the one read above) against the baselines, as the app's charts show it."""
     job = getattr(args, "primary_side", None)
     if job is not None:
@@ -201,8 +252,10 @@ def _print_comparison(comparison: Comparison) -> None:
         if diff is None:
             out.append(f"  changed {label} → {first}: launch flags unknown for one of them")
             continue
-        out.append(f"  changed {label} → {first} ({diff.before_source} vs {diff.after_source}): "
-                   + (", ".join(c.text() for c in diff.changes) or "no flag"))
+        out.append(
+            f"  changed {label} → {first} ({diff.before_source} vs {diff.after_source}): "
+            + (", ".join(c.text() for c in diff.changes) or "no flag")
+        )
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
 
 
@@ -220,25 +273,37 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
     prog = d.get("progress")
     if prog:
         eta = prog.get("eta_s")
-        out.append(f"  progress: rollout {prog['rollouts_done']} of {_fmt(prog.get('num_rollout'))}, "
-                   f"{prog['train_steps_done']} train steps" + (f", ETA {eta / 60:.1f} min" if eta is not None else ""))
+        out.append(
+            f"  progress: rollout {prog['rollouts_done']} of {_fmt(prog.get('num_rollout'))}, "
+            f"{prog['train_steps_done']} train steps"
+            + (f", ETA {eta / 60:.1f} min" if eta is not None else "")
+        )
     tp = d.get("throughput")
     if tp:
-        out.append(f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x {_fmt(tp['rollout_gpus'])} GPUs"
-                   f" = {_fmt(tp['cluster_tokens_per_sec'])} tok/s")
+        out.append(
+            f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x {_fmt(tp['rollout_gpus'])} GPUs"
+            f" = {_fmt(tp['cluster_tokens_per_sec'])} tok/s"
+        )
     tr = d.get("time_per_rollout")
     if tr:
-        out.append(f"  time per rollout: rollout {_fmt(tr['rollout_s'], ' s')}, train {_fmt(tr['train_s'], ' s')}, "
-                   f"step {_fmt(tr['step_s'], ' s')}")
+        out.append(
+            f"  time per rollout: rollout {_fmt(tr['rollout_s'], ' s')}, train {_fmt(tr['train_s'], ' s')}, "
+            f"step {_fmt(tr['step_s'], ' s')}"
+        )
     ck = d.get("checkpoint") or {}
     since = ck.get("since_s")
-    out.append(f"  checkpoints: {ck.get('count', 0)}" + (f", last {since / 60:.1f} min before the end" if since is not None else ""))
+    out.append(
+        f"  checkpoints: {ck.get('count', 0)}"
+        + (f", last {since / 60:.1f} min before the end" if since is not None else "")
+    )
     out.append("  latest:")
     latest = snap["latest"]
     for key in SUMMARY_KEYS:
         if key in latest:
             series = snap["series"].get(key) or [[None]]
-            out.append(f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})")
+            out.append(
+                f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})"
+            )
     cause = snap["cause"]
     if cause is not None:
         out += cause_lines(cause, "  ")
@@ -248,4 +313,3 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
         step = f" step {a['step']}" if a.get("step") is not None else ""
         out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
-

@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
         for node in snap.nodes:
             used = "?" if node.logical_gpus_used is None else f"{node.logical_gpus_used:g}"
             head = " head" if node.is_head else ""
-            say(f"{node.label:<28} {'ALIVE' if node.alive else node.state:<6}{head:<5} "
-                f"GPU {used}/{node.logical_gpus_total:g}  {_gpu_summary(node)}")
+            say(
+                f"{node.label:<28} {'ALIVE' if node.alive else node.state:<6}{head:<5} "
+                f"GPU {used}/{node.logical_gpus_total:g}  {_gpu_summary(node)}"
+            )
         return 0
 
     return run_with(args, body)

@@ -21,18 +21,31 @@ EXIT_FINDINGS = 2
 
 def add_spec_args(parser: argparse.ArgumentParser) -> None:
     """--preset and --set, shared by every command that builds a spec."""
-    parser.add_argument("--preset", default=None, metavar="NAME|PATH",
-                        help="preset name (file stem in configs/) or path to a TOML file; default: the full model")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a spec value by dotted path, e.g. train.tp=4 (repeatable)")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME|PATH",
+        help="preset name (file stem in configs/) or path to a TOML file; default: the full model",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec value by dotted path, e.g. train.tp=4 (repeatable)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="check a layout against every rule and show the exact submission")
     add_spec_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--deep", action="store_true",
-                   help="also run megatron-core / sglang's own checks where they are importable")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also run megatron-core / sglang's own checks where they are importable",
+    )
     p.set_defaults(func=run)
 
 

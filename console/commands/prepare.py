@@ -25,10 +25,15 @@ EXIT_NOT_READY = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prepare", help="check (and with --fetch, download) the checkpoint and dataset on every node")
+    p = sub.add_parser(
+        "prepare", help="check (and with --fetch, download) the checkpoint and dataset on every node"
+    )
     add_spec_args(p)
-    p.add_argument("--fetch", action="store_true",
-                   help="download what a node lacks (repo <model.org>/<model.name> and data.repo; $HF_ENDPOINT)")
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="download what a node lacks (repo <model.org>/<model.name> and data.repo; $HF_ENDPOINT)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-node job timeout in seconds")
     p.set_defaults(func=run)
@@ -49,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         if args.fetch and settings.readonly:
             raise RefusedError("prepare --fetch refused: the console is read-only (--readonly)")
         snap = await snapshot(ctl.client)
-        report = await prepare(spec, ctl.client, snap, fetch=args.fetch, on_event=progress, timeout_s=args.timeout)
+        report = await prepare(
+            spec, ctl.client, snap, fetch=args.fetch, on_event=progress, timeout_s=args.timeout
+        )
         if args.json:
             json.dump(report.to_json(), sys.stdout, separators=(",", ":"))
             sys.stdout.write("\n")

@@ -17,10 +17,17 @@ from console.commands._cluster import add_job_arg, job_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="open the console read-only over a saved log, a dump dir or a finished job")
-    p.add_argument("paths", nargs="*", default=[], metavar="PATH",
-                   help="a saved Ray job log, or a miles --dump-details directory; more runs (paths or finished "
-                        "jobs' ids) are compared with the first")
+    p = sub.add_parser(
+        "replay", help="open the console read-only over a saved log, a dump dir or a finished job"
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        default=[],
+        metavar="PATH",
+        help="a saved Ray job log, or a miles --dump-details directory; more runs (paths or finished "
+        "jobs' ids) are compared with the first",
+    )
     add_job_arg(p)
     p.set_defaults(func=run)
 

@@ -23,8 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the console to a browser (default http://127.0.0.1:8000)")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback --host (anyone who reaches it can drive the console)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (anyone who reaches it can drive the console)",
+    )
     p.set_defaults(func=run)
 
 
@@ -53,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise RefusedError(f"--port {args.port} is not a TCP port (1-65535)")
     if not _is_loopback(args.host) and not args.allow_remote:
-        raise RefusedError(f"refusing to serve on {args.host}: the page drives the console; "
-                           "use an SSH port-forward to 127.0.0.1, or pass --allow-remote")
+        raise RefusedError(
+            f"refusing to serve on {args.host}: the page drives the console; "
+            "use an SSH port-forward to 127.0.0.1, or pass --allow-remote"
+        )
     from textual_serve.server import Server
 
     if args.token:

@@ -20,14 +20,25 @@ class ShimCheckError(ConsoleError):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("shim-check", help="compare the NemotronH provider fields a checkpoint needs with what "
-                                          "megatron-bridge builds (with the shim)")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="HF checkpoint directory holding config.json")
+    p = sub.add_parser(
+        "shim-check",
+        help="compare the NemotronH provider fields a checkpoint needs with what "
+        "megatron-bridge builds (with the shim)",
+    )
+    p.add_argument(
+        "--checkpoint", required=True, metavar="DIR", help="HF checkpoint directory holding config.json"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--without-shim", action="store_true",
-                   help="diagnostic: build the provider with megatron-bridge alone, to see what the shim fixes")
-    p.add_argument("--expected-only", action="store_true",
-                   help="print the expected fields without building a provider even where megatron-bridge exists")
+    p.add_argument(
+        "--without-shim",
+        action="store_true",
+        help="diagnostic: build the provider with megatron-bridge alone, to see what the shim fixes",
+    )
+    p.add_argument(
+        "--expected-only",
+        action="store_true",
+        help="print the expected fields without building a provider even where megatron-bridge exists",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,8 +60,11 @@ def render_text(result: dict[str, Any]) -> str:
         lines.append(result["note"])
     if actual is not None:
         how = "with the shim" if result["shim_installed"] else "WITHOUT the shim"
-        verdict = "ok: the provider gets every field" if result["ok"] else \
-            f"MISMATCH in {len(result['mismatches'])} field(s): launching would run with wrong MoE settings"
+        verdict = (
+            "ok: the provider gets every field"
+            if result["ok"]
+            else f"MISMATCH in {len(result['mismatches'])} field(s): launching would run with wrong MoE settings"
+        )
         lines.append(f"provider built on CPU {how}: {verdict}")
     return "\n".join(lines)
 
@@ -60,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     from shim.mapping import ShimConfigError
 
     try:
-        result = run_check(args.checkpoint, with_shim=not args.without_shim,
-                           use_bridge=False if args.expected_only else None).to_json()
+        result = run_check(
+            args.checkpoint, with_shim=not args.without_shim, use_bridge=False if args.expected_only else None
+        ).to_json()
     except ShimConfigError as err:
         raise ShimCheckError(str(err)) from None
     if args.json:

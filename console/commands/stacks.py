@@ -27,8 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_job_arg(p)
     p.add_argument("--json", action="store_true", help="print the groups as one JSON object")
     p.add_argument("--native", action="store_true", help="also native frames (py-spy --native; slower)")
-    p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="seconds each node may spend dumping (default 30)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds each node may spend dumping (default 30)",
+    )
     p.set_defaults(func=run)
 
 
@@ -46,8 +51,14 @@ def run(args: argparse.Namespace) -> int:
             pass  # ranks stay unknown; the stacks do not need them
         if not args.json:
             say(f"dumping the stacks of job {job.id} on every node it runs on…")
-        report = await job_stacks(ctl.client, job, settings.state_dir, native=args.native,
-                                  budget_s=args.budget or NODE_BUDGET_S, ranks=process_ranks(lines))
+        report = await job_stacks(
+            ctl.client,
+            job,
+            settings.state_dir,
+            native=args.native,
+            budget_s=args.budget or NODE_BUDGET_S,
+            ranks=process_ranks(lines),
+        )
         if args.json:
             print(json.dumps(report.to_json()))
         else:

@@ -39,8 +39,12 @@ def run(args: argparse.Namespace) -> int:
         info = describe(job, snap, ctl.state)
         # why it failed; for a run Ray calls a success, a traceback in its log casts a doubt on that
         info["cause"] = await _cause(ctl, job) if job.status in ("FAILED", "SUCCEEDED") else None
-        info["nodes"] = {"alive": len(snap.alive_nodes), "dead": [
-            {"node_id": n.node_id, "name": n.name, "reason": n.death_reason} for n in snap.dead_nodes]}
+        info["nodes"] = {
+            "alive": len(snap.alive_nodes),
+            "dead": [
+                {"node_id": n.node_id, "name": n.name, "reason": n.death_reason} for n in snap.dead_nodes
+            ],
+        }
         if args.json:
             print(json.dumps(info))
             return 0
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         started = info["start_time"]
         lines = [
             f"job      {info['job']}  ({info['kind']}{', run ' + info['run_id'] if info['run_id'] else ''})",
-            f"status   {info['status']}" + (f"  (Ray: {info['ray_status']})" if info['status'] != info['ray_status'] else "")
+            f"status   {info['status']}"
+            + (f"  (Ray: {info['ray_status']})" if info["status"] != info["ray_status"] else "")
             + (f"  for {fmt_duration(end - started)}" if started else ""),
         ]
         if info["message"]:
@@ -81,7 +86,9 @@ async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
     except ConsoleError:
         return None
     monitor = RunMonitor()
-    monitor.facts.scan_text(" " + (job.entrypoint or ""))  # the run's shape (train ranks: who did not time out)
+    monitor.facts.scan_text(
+        " " + (job.entrypoint or "")
+    )  # the run's shape (train ranks: who did not time out)
     monitor.on_job_status(job.status)
     monitor.feed_text(sanitize_text("".join(text)))
     found = monitor.diagnosis()

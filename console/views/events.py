@@ -51,7 +51,9 @@ class EventsView(ConsoleView):
             yield Static("Alerts", classes="section", id="alerts-title")
             yield Static("no alerts", id="no-alerts")
             yield DataTable(id="alerts", cursor_type="row", zebra_stripes=False)
-            yield Static("Audit log (launch / abort / cleanup by any console) · r refresh · c copy", classes="section")
+            yield Static(
+                "Audit log (launch / abort / cleanup by any console) · r refresh · c copy", classes="section"
+            )
             yield DataTable(id="audit", cursor_type="row")
 
     def on_mount(self) -> None:
@@ -84,8 +86,12 @@ class EventsView(ConsoleView):
                 message += f"  → try: {alert.advice}"
             if alert.sample:  # the log line that said it (sanitised, cut)
                 message += f"  ⟨{alert.sample}⟩"
-            table.add_row(Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")), shown_step,
-                          Text(message), alert.id)
+            table.add_row(
+                Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")),
+                shown_step,
+                Text(message),
+                alert.id,
+            )
         table.display = bool(self.alerts)
         self.query_one("#no-alerts").display = not self.alerts
         self.query_one("#alerts-title", Static).update(f"Alerts ({len(self.alerts)})")
@@ -116,7 +122,9 @@ class EventsView(ConsoleView):
         for e in reversed(entries):  # newest first
             time = str(e.get("time", ""))[:19].replace("T", " ")
             cells = [public_line(str(e.get(k) or "")) for k in ("user", "action", "job", "result", "command")]
-            table.add_row(time, *cells[:3], Text(cells[3]), Text(cells[4][:200]))  # a file: text from elsewhere
+            table.add_row(
+                time, *cells[:3], Text(cells[3]), Text(cells[4][:200])
+            )  # a file: text from elsewhere
 
     def action_copy_entry(self) -> None:
         table = self.query_one("#audit", DataTable)

@@ -55,6 +55,8 @@ CACHE_LINES = 2000
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
+
+
 def search_options(text: str) -> tuple[str, bool]:
     """`re:PATTERN` searches a regex; anything else is a case-insensitive substring."""
     if text.startswith("re:"):
@@ -168,7 +170,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
             for m in self.pattern.finditer(text):
                 if m.end() == m.start():
                     break
-                segs.append(Segment(text[last:m.start()]))
+                segs.append(Segment(text[last : m.start()]))
                 segs.append(Segment(m.group(), _MATCH))
                 last = m.end()
             segs.append(Segment(text[last:]))
@@ -367,12 +369,12 @@ class LogsView(ConsoleView, can_focus=False):
 
     # ------------------------------------------------------------ actions
     def action_search(self) -> None:
-        self._open_prompt("search", "search text (re:PATTERN for a regex; Enter runs, Esc cancels)",
-                          self.search_text)
+        self._open_prompt(
+            "search", "search text (re:PATTERN for a regex; Enter runs, Esc cancels)", self.search_text
+        )
 
     def action_filter(self) -> None:
-        self._open_prompt("filter", f"filter: {FILTER_HELP} (empty clears)",
-                          self.filter_text)
+        self._open_prompt("filter", f"filter: {FILTER_HELP} (empty clears)", self.filter_text)
 
     def action_goto_time(self) -> None:
         self._open_prompt("time", "jump to time: HH:MM[:SS] or YYYY-MM-DD HH:MM")
@@ -438,8 +440,15 @@ class LogsView(ConsoleView, can_focus=False):
         self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
-    def _search_worker(self, store: LogStore, text: str, pattern: str, regex: bool, flt: LineFilter | None,
-                       cancel: CancelToken) -> None:
+    def _search_worker(
+        self,
+        store: LogStore,
+        text: str,
+        pattern: str,
+        regex: bool,
+        flt: LineFilter | None,
+        cancel: CancelToken,
+    ) -> None:
         try:
             hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
         except Exception as err:  # the store's error becomes a notice, not a crash

@@ -112,8 +112,9 @@ class PlanView(ConsoleView):
         from backend.plan.view_start import plan_start
 
         app = self.console
-        return plan_start(app.settings.preset, app.model_dir, run_id=app.preview_run_id,
-                          address=app.settings.address)
+        return plan_start(
+            app.settings.preset, app.model_dir, run_id=app.preview_run_id, address=app.settings.address
+        )
 
     def on_mount(self) -> None:
         self._draw()
@@ -164,7 +165,9 @@ class PlanView(ConsoleView):
             self._pending.stop()
             self._pending = None
         app = self.console
-        self.evaluation = evaluate(self.base, self.edits, run_id=app.preview_run_id, address=app.settings.address)
+        self.evaluation = evaluate(
+            self.base, self.edits, run_id=app.preview_run_id, address=app.settings.address
+        )
         if self.preflight_state in ("passed", "failed", "unavailable"):
             self.preflight_state = "stale"
         self._draw()
@@ -223,10 +226,13 @@ class PlanView(ConsoleView):
         self.query_one(LayoutForm).mark(self._field_notes())
         self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
         self.query_one(DerivedPanel).set_derived(ev.derived)
-        self.query_one(CommandPanel).set_command(ev.command or "(no command until the spec is valid)",
-                                                 phases_note(ev.command) if ev.command else "")
-        self.query_one(PreflightPanel).set_preflight(self.preflight_state, self.preflight_findings,
-                                                    self.preflight_note)
+        self.query_one(CommandPanel).set_command(
+            ev.command or "(no command until the spec is valid)",
+            phases_note(ev.command) if ev.command else "",
+        )
+        self.query_one(PreflightPanel).set_preflight(
+            self.preflight_state, self.preflight_findings, self.preflight_note
+        )
         self.query_one("#plan-summary", Static).update(Text(ev.summary), layout=False)
         status = self.query_one(LaunchStatus)
         blockers = self.launch_blockers()
@@ -378,19 +384,24 @@ class PlanView(ConsoleView):
         spec = self.evaluation.spec
         if spec is None:  # flush() builds it for every valid spec: with no blocker there is one
             return
-        self.app.push_screen(ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
-                             lambda ok: self._launch(spec) if ok else None)
+        self.app.push_screen(
+            ConfirmModal("Launch this run?", self._confirm_body(), "Launch"),
+            lambda ok: self._launch(spec) if ok else None,
+        )
 
     def _confirm_body(self) -> Text:
         warnings = [f for f in self.findings if f.severity != "error"]
-        pf = {"not checked": "not checked (press p in the plan view first to check the cluster)",
-              "stale": "stale: the spec changed since the last check"}.get(self.preflight_state,
-                                                                         self.preflight_state)
+        pf = {
+            "not checked": "not checked (press p in the plan view first to check the cluster)",
+            "stale": "stale: the spec changed since the last check",
+        }.get(self.preflight_state, self.preflight_state)
         body = Text()
         body.append(self.evaluation.summary).append("\n\n")
         figures = list(self.derived.to_json().items())[:8] if self.derived is not None else []
         body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
-        body.append("\nWarnings: ", "bold").append(str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings))
+        body.append("\nWarnings: ", "bold").append(
+            str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings)
+        )
         body.append("\nPreflight: ", "bold").append(pf)
         for f in self.preflight_findings:
             body.append(f"\n  {f.severity}: {f.message}")
@@ -411,13 +422,19 @@ class PlanView(ConsoleView):
         app = self.console
         controller = app.controller
         if controller is None:
-            app.post_message(Notice("launch is not available: no run controller is connected "
-                                    "(start the console without a subcommand, or `ultra-console demo`)", "error"))
+            app.post_message(
+                Notice(
+                    "launch is not available: no run controller is connected "
+                    "(start the console without a subcommand, or `ultra-console demo`)",
+                    "error",
+                )
+            )
             return
         checked = self.findings + self.preflight_findings if self.preflight_state == "passed" else None
         try:
-            job = await controller.launch(spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ),
-                                          findings=checked)
+            job = await controller.launch(
+                spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ), findings=checked
+            )
         except ConsoleError as err:
             app.post_message(Notice(f"launch failed: {err}", "error"))
             app.post_message(AuditChanged())

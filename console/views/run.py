@@ -47,14 +47,17 @@ if TYPE_CHECKING:
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 # Which series each chart draws (metric keys as miles / backend.signals.derived name them).
-THROUGHPUT = (("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
-              ("perf/tokens_per_gpu_per_sec", "per GPU", "orange", True))
-TIMING = (("perf/rollout_time", "rollout s", "cyan", False),
-          ("perf/train_time", "train s", "magenta", False))
-KL = (("train/ppo_kl", "ppo_kl", "cyan", False),
-      ("train/train_rollout_kl", "train/rollout kl", "magenta", False),
-      ("train/train_rollout_logprob_abs_diff", "logprob |diff|", "orange", False),
-      ("rollout/raw_reward", "raw reward", "green", True))
+THROUGHPUT = (
+    ("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
+    ("perf/tokens_per_gpu_per_sec", "per GPU", "orange", True),
+)
+TIMING = (("perf/rollout_time", "rollout s", "cyan", False), ("perf/train_time", "train s", "magenta", False))
+KL = (
+    ("train/ppo_kl", "ppo_kl", "cyan", False),
+    ("train/train_rollout_kl", "train/rollout kl", "magenta", False),
+    ("train/train_rollout_logprob_abs_diff", "logprob |diff|", "orange", False),
+    ("rollout/raw_reward", "raw reward", "green", True),
+)
 
 
 def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[float, float], ...]:
@@ -73,8 +76,14 @@ def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
     return chart_source(sources, keys)
 
 
-def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts: Sequence[Alert], now: float, *,
-               compact: bool = False) -> str:
+def state_line(
+    state: RunStatus | None,
+    metrics: MetricsSnapshot | None,
+    alerts: Sequence[Alert],
+    now: float,
+    *,
+    compact: bool = False,
+) -> str:
     """The one-line summary: job, state, elapsed (or, once ended, how long it ran), rollout i/N, ETA while it
     runs, since checkpoint, alerts."""
     if state is None:
@@ -101,10 +110,14 @@ def state_line(state: RunStatus | None, metrics: MetricsSnapshot | None, alerts:
     said = f"  · {said}" if said else ""
     if compact:
         clock = fmt_duration(timing.elapsed_s)
-        return (f"{state.job_id} {state.state} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
-                f"alerts {n_alerts}{worst}{said}")
-    return (f"job {state.job_id}  {state.state}  {timing.text(terminal)}  {progress}{f'  ETA {eta}' if eta else ''}  "
-            f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}")
+        return (
+            f"{state.job_id} {state.state} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
+            f"alerts {n_alerts}{worst}{said}"
+        )
+    return (
+        f"job {state.job_id}  {state.state}  {timing.text(terminal)}  {progress}{f'  ETA {eta}' if eta else ''}  "
+        f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
+    )
 
 
 class RunView(ConsoleView):
@@ -136,8 +149,9 @@ class RunView(ConsoleView):
         yield Static("", id="run-state", markup=False)
         yield GpuFleet(id="fleet", max_share=0.6)
         with Horizontal(id="run-charts"):
-            yield LineChart("throughput", x_label="rollout", y_label="tok/s", right_label="per GPU",
-                            id="chart-throughput")
+            yield LineChart(
+                "throughput", x_label="rollout", y_label="tok/s", right_label="per GPU", id="chart-throughput"
+            )
             yield LineChart("rollout vs train time (s)", x_label="rollout", id="chart-time")
             yield LineChart("KL / reward", x_label="step", right_label="reward", id="chart-kl")
 
@@ -154,7 +168,7 @@ class RunView(ConsoleView):
         stack = self.app.screen_stack
         if self.screen not in stack:
             return False
-        above = stack[stack.index(self.screen) + 1:]
+        above = stack[stack.index(self.screen) + 1 :]
         return all(isinstance(s, ModalScreen) for s in above)
 
     def wants_telemetry(self) -> bool:
@@ -190,10 +204,15 @@ class RunView(ConsoleView):
         for alert in self.alerts:
             if alert.action == "stacks" and alert.id not in self._offered:
                 self._offered.add(alert.id)
-                key = keymap.effective_key(next(s for s in keymap.specs("run") if s.id == "run.stacks"),
-                                           getattr(self.app, "keymap_overrides", {}) or {})
-                self.notify(f"{alert.message} — press {key} in the Run view for every rank's stack",
-                            severity="error", timeout=30)
+                key = keymap.effective_key(
+                    next(s for s in keymap.specs("run") if s.id == "run.stacks"),
+                    getattr(self.app, "keymap_overrides", {}) or {},
+                )
+                self.notify(
+                    f"{alert.message} — press {key} in the Run view for every rank's stack",
+                    severity="error",
+                    timeout=30,
+                )
 
     def on_rollout_cursor(self, message: RolloutCursor) -> None:
         """The rollout charts mark the rollout, the KL chart (train steps) its first step."""
@@ -208,7 +227,7 @@ class RunView(ConsoleView):
         self._mark("charts")
 
     def action_compare(self) -> None:
-        """"Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
+        """ "Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
         from console.compare import ask_and_add
 
         ask_and_add(self.console)
@@ -234,8 +253,12 @@ class RunView(ConsoleView):
         if not self.is_mounted:
             return
         if "state" in self._dirty:
-            text = state_line(self.run_state, self.metrics, self.alerts, self.clock(),
-                              compact=self.size.width < 100) + self.history
+            text = (
+                state_line(
+                    self.run_state, self.metrics, self.alerts, self.clock(), compact=self.size.width < 100
+                )
+                + self.history
+            )
             widget = self.query_one("#run-state", Static)
             if str(widget.content) != text:
                 widget.update(text, layout=False)
@@ -244,10 +267,18 @@ class RunView(ConsoleView):
         compared = bool(self._dirty & {"charts", "state"}) and self.comparison.draw()
         if "charts" in self._dirty and not compared:
             sources = self.metrics.sources if self.metrics is not None else {}
-            for chart_id, spec in (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL)):
+            for chart_id, spec in (
+                ("#chart-throughput", THROUGHPUT),
+                ("#chart-time", TIMING),
+                ("#chart-kl", KL),
+            ):
                 chart = self.query_one(chart_id, LineChart)
-                chart.set_series([Series(label, series_points(self.metrics, key), color, right)
-                                  for key, label, color, right in spec])
+                chart.set_series(
+                    [
+                        Series(label, series_points(self.metrics, key), color, right)
+                        for key, label, color, right in spec
+                    ]
+                )
                 source = _chart_source(sources, [key for key, *_ in spec]) if sources else ""
                 base = chart.title.split(" · from ")[0]
                 chart.set_title(f"{base} · from {source}" if source else base)
@@ -261,8 +292,10 @@ class RunView(ConsoleView):
             self.notify("no run attached: no stacks to dump", severity="warning")
             return
         if controller.state is not None and controller.state.terminal:
-            self.notify(f"run {controller.job.id} ended {controller.state.value}: no process left to dump",
-                        severity="warning")
+            self.notify(
+                f"run {controller.job.id} ended {controller.state.value}: no process left to dump",
+                severity="warning",
+            )
             return
         runtime = getattr(self.app, "runtime", None)
         monitor = getattr(runtime, "monitor", None)
@@ -301,10 +334,13 @@ class RunView(ConsoleView):
     def loss_text(self) -> str:
         """What an abort loses (backend.cluster.lost_work), from the run monitor's derived numbers."""
         d = _derived(self.metrics)
-        return LostWork(since_checkpoint_s=d.checkpoint.since_s,
-                        rollouts_done=d.progress.rollouts_done if d.progress is not None else None,
-                        last_checkpoint_rollout=d.checkpoint.last_iteration, checkpoints_saved=d.checkpoint.count,
-                        gpus=d.throughput.rollout_gpus if d.throughput is not None else None).text()
+        return LostWork(
+            since_checkpoint_s=d.checkpoint.since_s,
+            rollouts_done=d.progress.rollouts_done if d.progress is not None else None,
+            last_checkpoint_rollout=d.checkpoint.last_iteration,
+            checkpoints_saved=d.checkpoint.count,
+            gpus=d.throughput.rollout_gpus if d.throughput is not None else None,
+        ).text()
 
 
 def abort_actions(controller: RunController) -> AbortActions:
@@ -336,6 +372,7 @@ def abort_actions(controller: RunController) -> AbortActions:
         killed = sum(1 for r in results if r.action == "killed")
         skipped = [f"pid {r.pid}: {r.reason}" for r in results if r.action != "killed"]
         return f"killed {killed} of {len(items)} leftover process(es)" + (
-            "; " + "; ".join(skipped[:4]) if skipped else "")
+            "; " + "; ".join(skipped[:4]) if skipped else ""
+        )
 
     return AbortActions(stop, force, check_nodes, controller.leftovers, cleanup)

@@ -42,14 +42,17 @@ def legend_label(label: str, room: int) -> str:
     if room <= 0 or len(label) <= room:
         return label
     head = (room - 1) // 2
-    return label[:head] + "…" + label[len(label) - (room - 1 - head):]
+    return label[:head] + "…" + label[len(label) - (room - 1 - head) :]
 
 
 def overlay_series(overlay: MetricOverlay, width: int = 0) -> list[Series]:
     """The chart's lines: the other runs in order, then the first run (drawn on top); labels fit `width`."""
     palette = colours(len(overlay.lines))
     room = max(6, width - LEGEND_MARGIN) if width > 0 else 0
-    drawn = [Series(legend_label(line.label, room), line.points, palette[i]) for i, line in enumerate(overlay.lines)]
+    drawn = [
+        Series(legend_label(line.label, room), line.points, palette[i])
+        for i, line in enumerate(overlay.lines)
+    ]
     return drawn[1:] + drawn[:1]
 
 
@@ -61,8 +64,11 @@ def cursor_values(overlay: MetricOverlay, x: float | None) -> str:
     """Each run's value of the metric at the cursor (`reward at rollout 2: a 0.225 · b 0.375`), or ""."""
     if x is None:
         return ""
-    values = [f"{ln.label} {value:.4g}" for ln in overlay.lines
-              if (value := overlay.value_at(ln.label, x)) is not None]
+    values = [
+        f"{ln.label} {value:.4g}"
+        for ln in overlay.lines
+        if (value := overlay.value_at(ln.label, x)) is not None
+    ]
     where = "rollout" if overlay.metric.axis == ROLLOUT_AXIS else "step"
     return f"{overlay.metric.title} at {where} {x:g}: " + (" · ".join(values) or "no run logged it")
 
@@ -126,8 +132,9 @@ class RunComparison:
         series = view.metrics.series if view.metrics is not None else SeriesSetSnapshot(MappingProxyType({}))
         replay = view.console.replay is not None
         state = self.state if replay and self.state else (status.state if status is not None else "—")
-        return RunSide(status.job_id if status is not None else "this run", state, series, self.flags,
-                       live=not replay)
+        return RunSide(
+            status.job_id if status is not None else "this run", state, series, self.flags, live=not replay
+        )
 
     def draw(self) -> bool:
         """Draw the comparison into the view's charts and header; False when there is none (single-run view)."""

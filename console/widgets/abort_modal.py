@@ -82,8 +82,10 @@ class AbortModal(ModalScreen[str]):
                 yield Button("Stop gracefully", id="abort-go", variant="error")
 
     def _confirm_text(self) -> str:
-        return (f"{self.loss_text}\n\nStep 1 sends a graceful stop (miles gets SIGINT and may finish its "
-                "current step). Force kill is offered only if the job does not stop.")
+        return (
+            f"{self.loss_text}\n\nStep 1 sends a graceful stop (miles gets SIGINT and may finish its "
+            "current step). Force kill is offered only if the job does not stop."
+        )
 
     def on_mount(self) -> None:
         self.query_one("#abort-cancel", Button).focus()
@@ -116,7 +118,10 @@ class AbortModal(ModalScreen[str]):
     def _go(self) -> None:
         if self.stage == "confirm":
             self.stage = "stopping"
-            self._busy("Stopping gracefully…", f"Sent a graceful stop to {self.job}; waiting for Ray to report it stopped.")
+            self._busy(
+                "Stopping gracefully…",
+                f"Sent a graceful stop to {self.job}; waiting for Ray to report it stopped.",
+            )
             self._run_stop(force=False)
         elif self.stage == "force?":
             self.stage = "forcing"
@@ -124,7 +129,10 @@ class AbortModal(ModalScreen[str]):
             self._run_stop(force=True)
         elif self.stage == "leftovers":
             self.stage = "cleaning"
-            self._busy("Cleaning up…", f"Killing {len(self.leftover_items)} leftover GPU process(es) of the job by PID.")
+            self._busy(
+                "Cleaning up…",
+                f"Killing {len(self.leftover_items)} leftover GPU process(es) of the job by PID.",
+            )
             self._run_cleanup()
 
     @work(exclusive=True, group="abort", exit_on_error=False)
@@ -142,42 +150,65 @@ class AbortModal(ModalScreen[str]):
         if force:
             self.result = "failed"
             self.stage = "done"
-            self._show("Force stop did not finish", f"{error or 'The job is still not terminal.'} "
-                       "Check `ultra-console status`.", None, "Close")
+            self._show(
+                "Force stop did not finish",
+                f"{error or 'The job is still not terminal.'} Check `ultra-console status`.",
+                None,
+                "Close",
+            )
             return
         self.stage = "force?"
-        self._show("The job did not stop gracefully",
-                   f"{error or 'Ray still reports the job running after the graceful stop.'}\n\n"
-                   "Force stop kills the job's processes now; anything since the last checkpoint is lost.",
-                   "Force stop")
+        self._show(
+            "The job did not stop gracefully",
+            f"{error or 'Ray still reports the job running after the graceful stop.'}\n\n"
+            "Force stop kills the job's processes now; anything since the last checkpoint is lost.",
+            "Force stop",
+        )
 
     async def _after_stop(self) -> None:
         try:
             nodes = list(await self.actions.check_nodes())
-            self._busy("Stopped — checking for leftovers",
-                       f"{self.job} is STOPPED. Checking {len(nodes)} node(s) for GPU processes left behind… "
-                       f"(read on each node now: {', '.join(nodes[:6])}{' …' if len(nodes) > 6 else ''})")
+            self._busy(
+                "Stopped — checking for leftovers",
+                f"{self.job} is STOPPED. Checking {len(nodes)} node(s) for GPU processes left behind… "
+                f"(read on each node now: {', '.join(nodes[:6])}{' …' if len(nodes) > 6 else ''})",
+            )
             report = await self.actions.leftovers()
         except Exception as err:
             self.stage = "done"
-            self._show("Stopped", f"{self.job} is STOPPED. Could not check for leftover GPU processes: {err}",
-                       None, "Close")
+            self._show(
+                "Stopped",
+                f"{self.job} is STOPPED. Could not check for leftover GPU processes: {err}",
+                None,
+                "Close",
+            )
             return
         self.leftover_items = list(report.killable)
         lines = report.lines()
-        shown = "\n".join(lines[:24]) + (f"\n  … and {len(lines) - 24} more line(s)" if len(lines) > 24 else "")
+        shown = "\n".join(lines[:24]) + (
+            f"\n  … and {len(lines) - 24} more line(s)" if len(lines) > 24 else ""
+        )
         summary = report.summary()
         if not self.leftover_items:
             self.stage = "done"
             title = "Stopped" if report.clean else "Stopped — see what the nodes said"
-            self._show(title, f"{self.job} is STOPPED. {summary[0].upper()}{summary[1:]}."
-                       + (f"\n\n{shown}" if shown else ""), None, "Close")
+            self._show(
+                title,
+                f"{self.job} is STOPPED. {summary[0].upper()}{summary[1:]}."
+                + (f"\n\n{shown}" if shown else ""),
+                None,
+                "Close",
+            )
             return
         self.stage = "leftovers"
-        self._show("Stopped — GPU processes left behind",
-                   f"{self.job} is STOPPED, but {shown}\n\n"
-                   "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks again "
-                   "that each still holds GPU memory and is the job's.", "Clean up", "Leave them")
+        self._show(
+            "Stopped — GPU processes left behind",
+            f"{self.job} is STOPPED, but {shown}\n\n"
+            "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks again "
+            "that each still holds GPU memory and is the job's.",
+            "Clean up",
+            "Leave them",
+        )
 
     @work(exclusive=True, group="abort", exit_on_error=False)
     async def _run_cleanup(self) -> None:

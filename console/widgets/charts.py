@@ -52,9 +52,17 @@ def _unit(values: list[float]) -> tuple[float, str]:
     return 1.0, ""
 
 
-def build_chart(title: str, series: Sequence[Series], width: int, height: int, *,
-                x_label: str = "", y_label: str = "", right_label: str = "", marker: float | None = None
-                ) -> list[str]:
+def build_chart(
+    title: str,
+    series: Sequence[Series],
+    width: int,
+    height: int,
+    *,
+    x_label: str = "",
+    y_label: str = "",
+    right_label: str = "",
+    marker: float | None = None,
+) -> list[str]:
     """The chart as lines of ANSI text (plotext), or a placeholder when there is no data; `marker` draws a
     vertical line at that x (the replay's rollout cursor)."""
     drawable = [s for s in series if s.points]
@@ -67,12 +75,20 @@ def build_chart(title: str, series: Sequence[Series], width: int, height: int, *
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("clear")
-    scale = {side: _unit([p[1] for s in drawable if s.right == side for p in s.points]) for side in (False, True)}
+    scale = {
+        side: _unit([p[1] for s in drawable if s.right == side for p in s.points]) for side in (False, True)
+    }
     for s in drawable:
         pts = _thin(s.points)
         factor = scale[s.right][0]
-        plt.plot([p[0] for p in pts], [p[1] / factor for p in pts], label=s.label, color=s.color,
-                 marker="braille", yside="right" if s.right else "left")
+        plt.plot(
+            [p[0] for p in pts],
+            [p[1] / factor for p in pts],
+            label=s.label,
+            color=s.color,
+            marker="braille",
+            yside="right" if s.right else "left",
+        )
     if marker is not None:
         plt.vline(marker, "red")
     plt.title(title if marker is None else f"{title} · at {marker:g}")
@@ -93,8 +109,17 @@ class LineChart(Widget, can_focus=False):
     LineChart { height: 1fr; min-height: 5; }
     """
 
-    def __init__(self, title: str, *, x_label: str = "", y_label: str = "", right_label: str = "",
-                 name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        title: str,
+        *,
+        x_label: str = "",
+        y_label: str = "",
+        right_label: str = "",
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.title = title
         self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
@@ -148,8 +173,16 @@ class LineChart(Widget, can_focus=False):
             return
         self._key = key
         self.builds += 1
-        lines = build_chart(self.title, self._series, width, height, x_label=self.x_label,
-                            y_label=self.y_label, right_label=self.right_label, marker=self._marker)
+        lines = build_chart(
+            self.title,
+            self._series,
+            width,
+            height,
+            x_label=self.x_label,
+            y_label=self.y_label,
+            right_label=self.right_label,
+            marker=self._marker,
+        )
         console = self.app.console
         base = self.rich_style
         strips = []

@@ -24,8 +24,10 @@ class ComparePrompt(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("compare with… a saved Ray job log, a --dump-details directory, or a finished job's id",
-                         markup=False)
+            yield Static(
+                "compare with… a saved Ray job log, a --dump-details directory, or a finished job's id",
+                markup=False,
+            )
             yield Input(placeholder="path or job id", id="compare-target")
 
     def on_mount(self) -> None:

@@ -62,7 +62,9 @@ class NodeRow:
     note: str = ""
     expected_gpus: int = 8
     stale: bool = False
-    age_s: int | None = None  # a stale row's age in whole seconds (None while fresh: a fresh row does not change as
+    age_s: int | None = (
+        None  # a stale row's age in whole seconds (None while fresh: a fresh row does not change as
+    )
     # its reading ages, so it is not re-sent)
 
 
@@ -76,8 +78,9 @@ class FleetHeader:
     holders: tuple[str, ...] = ()
 
 
-def fleet_rows(snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
-               ) -> tuple[NodeRow, ...]:
+def fleet_rows(
+    snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
+) -> tuple[NodeRow, ...]:
     """Adapt a backend ClusterSnapshot to drawable rows, ages and staleness as of `now` (default: when taken)."""
     if snapshot is None:
         return ()
@@ -85,13 +88,25 @@ def fleet_rows(snapshot: ClusterSnapshot | None, now: float | None = None, gpus_
     rows: list[NodeRow] = []
     for i, node in enumerate(snapshot.nodes):
         label = node.name or node.hostname or node.ip or node.short_id or f"node-{i}"
-        gpus = None if node.gpus is None else tuple(
-            GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
+        gpus = (
+            None
+            if node.gpus is None
+            else tuple(GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
+        )
         expected = len(gpus) if gpus else int(node.logical_gpus_total) or gpus_per_node
         note = node.gpu_note if node.alive else (node.death_reason or "dead")
         age, stale = snapshot.age_at(node, at), snapshot.stale_at(node, at)
-        rows.append(NodeRow(label, node.alive, gpus, note, expected, stale,
-                            int(age) if stale and age is not None else None))
+        rows.append(
+            NodeRow(
+                label,
+                node.alive,
+                gpus,
+                note,
+                expected,
+                stale,
+                int(age) if stale and age is not None else None,
+            )
+        )
     return tuple(rows)
 
 
@@ -103,7 +118,7 @@ def fleet_header(snapshot: ClusterSnapshot | None, now: float | None = None) -> 
 
 
 def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    """"<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest first,
+    """ "<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest first,
     named by the attached job's role for it where Ray lists one (only the probe's list: Ray's reporter's is seconds
     old and, on some drivers, empty; ray.md §8)."""
     found: list[tuple[int, str]] = []
@@ -115,8 +130,13 @@ def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
             for proc in gpu.processes:
                 if proc.mem_mb > 0:
                     role = snapshot.role_of(node.node_id, proc.pid)
-                    found.append((proc.mem_mb, f"{label} g{gpu.index} pid {proc.pid}{f' {role}' if role else ''} "
-                                               f"{proc.mem_mb / 1024:.0f}G"))
+                    found.append(
+                        (
+                            proc.mem_mb,
+                            f"{label} g{gpu.index} pid {proc.pid}{f' {role}' if role else ''} "
+                            f"{proc.mem_mb / 1024:.0f}G",
+                        )
+                    )
     return tuple(text for _, text in sorted(found, key=lambda item: -item[0]))
 
 
@@ -153,7 +173,9 @@ def _fg_for(level: int, n: int) -> str:
 
 _UTIL_STYLES = tuple(Style(color=_fg_for(i, len(_UTIL_BG)), bgcolor=c) for i, c in enumerate(_UTIL_BG))
 _MEM_STYLES = tuple(Style(color=_fg_for(i, len(_MEM_BG)), bgcolor=c) for i, c in enumerate(_MEM_BG))
-_GLYPH_STYLES = tuple(Style(color="#d0d0ff" if i < 3 else "#10203a", bgcolor=c) for i, c in enumerate(_UTIL_BG))
+_GLYPH_STYLES = tuple(
+    Style(color="#d0d0ff" if i < 3 else "#10203a", bgcolor=c) for i, c in enumerate(_UTIL_BG)
+)
 
 
 def _util_style(util: float) -> Style:
@@ -167,6 +189,7 @@ def _mem_glyph(frac: float | None) -> str:
 
 
 # ---------------------------------------------------------------- layout (pure)
+
 
 @dataclass(frozen=True)
 class Mode:
@@ -224,7 +247,9 @@ def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeade
     """The header: counts, then what the readings are worth (source and oldest age), then averages and the
     key. What does not fit `width` is left out from the least telling end; the age never is."""
     alive = sum(r.alive for r in rows)
-    gpus = [c for r in rows if r.alive and r.gpus and not r.stale for c in r.gpus]  # a stale value is no value
+    gpus = [
+        c for r in rows if r.alive and r.gpus and not r.stale for c in r.gpus
+    ]  # a stale value is no value
     utils = [c.util for c in gpus if c.util is not None]
     mems = [f for c in gpus if (f := c.mem_frac) is not None]
     no_tel = sum(1 for r in rows if r.alive and r.gpus is None)
@@ -233,12 +258,18 @@ def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeade
     age = f"oldest {header.oldest_age_s}s" if header.oldest_age_s is not None else "age unknown"
     source = f"  {'+'.join(header.sources)}, {age}" if header.sources else ""
     key = {FULL: "  [util% memGiB]", NODE: "  [a node per char: shade=util glyph=mem]"}.get(
-        mode, "  [shade=util glyph=mem]")
+        mode, "  [shade=util glyph=mem]"
+    )
     # (text, style, rank): rank 0 always stays; higher ranks are dropped first when the line is too long
     parts: list[tuple[str, Style, int]] = [
         (f"{total} GPUs {alive}/{len(rows)} nodes up", _LABEL, 0),
-        (f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%" if utils else "",
-         _PLAIN, 3),
+        (
+            f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%"
+            if utils
+            else "",
+            _PLAIN,
+            3,
+        ),
         (f"  {no_tel} no telemetry" if no_tel else "", _UNKNOWN, 2),
         (f"  {len(rows) - alive} dead" if len(rows) - alive else "", _LABEL_DEAD, 0),
         (f"  {stale} stale" if stale else "", _UNKNOWN, 0),
@@ -259,11 +290,17 @@ def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeade
 def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
     label = row.label[: lw - 1].ljust(lw)
     if not row.alive:
-        return [Segment(("✗" + label)[:lw], _LABEL_DEAD), Segment(f" dead: {row.note} "[: g * FULL.cell], _DEAD)]
+        return [
+            Segment(("✗" + label)[:lw], _LABEL_DEAD),
+            Segment(f" dead: {row.note} "[: g * FULL.cell], _DEAD),
+        ]
     segs = [Segment(label, _UNKNOWN if row.stale else _LABEL)]
     if row.gpus is None or row.stale:
-        text = (f" {row.note} " if row.note else " no telemetry ") if row.gpus is None else (
-            f" stale: last reading {_age(row)} ago ")
+        text = (
+            (f" {row.note} " if row.note else " no telemetry ")
+            if row.gpus is None
+            else (f" stale: last reading {_age(row)} ago ")
+        )
         segs.append(Segment(text.ljust(g * FULL.cell - 1)[: g * FULL.cell - 1], _UNKNOWN))
         return segs
     for cell in row.gpus:
@@ -275,7 +312,9 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
         if frac is None or cell.mem_used_mb is None:
             segs.append(Segment("  ?", _UNKNOWN))
         else:
-            segs.append(Segment(f"{cell.mem_used_mb / 1024:>3.0f}"[-3:], _MEM_STYLES[_level(frac, len(_MEM_STYLES))]))
+            segs.append(
+                Segment(f"{cell.mem_used_mb / 1024:>3.0f}"[-3:], _MEM_STYLES[_level(frac, len(_MEM_STYLES))])
+            )
         segs.append(Segment(" "))
     return segs
 
@@ -309,7 +348,9 @@ def _compact_cells(row: NodeRow, mode: Mode, g: int) -> list[Segment]:
     for cell in row.gpus:
         glyph = _mem_glyph(cell.mem_frac)
         if cell.util is None:
-            segs.append(Segment(("?" if mode is GLYPH else "?" + " " + glyph)[: mode.cell].rjust(mode.cell), _UNKNOWN))
+            segs.append(
+                Segment(("?" if mode is GLYPH else "?" + " " + glyph)[: mode.cell].rjust(mode.cell), _UNKNOWN)
+            )
             continue
         lvl = _level(cell.util / 100.0, len(_UTIL_BG))
         if mode is GLYPH:
@@ -323,8 +364,9 @@ def _compact_cells(row: NodeRow, mode: Mode, g: int) -> list[Segment]:
     return segs
 
 
-def build_lines(rows: Sequence[NodeRow], width: int, height: int, header: FleetHeader | None = None
-                ) -> tuple[Mode, list[list[Segment]]]:
+def build_lines(
+    rows: Sequence[NodeRow], width: int, height: int, header: FleetHeader | None = None
+) -> tuple[Mode, list[list[Segment]]]:
     """All lines of the fleet (header first) as segment lists; pure, so tests can read them."""
     mode, npr = plan_layout(rows, width, height)
     g = _gpus_per_node(rows)
@@ -343,14 +385,14 @@ def build_lines(rows: Sequence[NodeRow], width: int, height: int, header: FleetH
     if mode is NODE:
         for start in range(0, len(rows), npr):
             segs = [Segment(f"{start:>{iw}} ", _DIM)]
-            for j, row in enumerate(rows[start: start + npr]):
+            for j, row in enumerate(rows[start : start + npr]):
                 if j and j % 8 == 0:
                     segs.append(Segment(" "))
                 segs.append(_node_cell(row))
             lines.append(segs)
         return mode, lines
     for start in range(0, len(rows), npr):
-        chunk = rows[start: start + npr]
+        chunk = rows[start : start + npr]
         segs = []
         if mode is GLYPH:
             segs.append(Segment(f"{start:>{iw}} ", _DIM))
@@ -370,6 +412,7 @@ def line_text(segments: Iterable[Segment]) -> str:
 
 # ---------------------------------------------------------------- the widget
 
+
 class GpuFleet(ScrollView, can_focus=False):
     """Draws a ClusterSnapshot; `update_snapshot` repaints only the rows whose content changed."""
 
@@ -377,8 +420,14 @@ class GpuFleet(ScrollView, can_focus=False):
     GpuFleet { height: 1fr; min-height: 3; overflow-x: hidden; }
     """
 
-    def __init__(self, *, max_share: float = 1.0, name: str | None = None, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_share: float = 1.0,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.max_share = max_share  # with `height: auto`: the part of the parent's height it may take
         self._rows: tuple[NodeRow, ...] = ()
@@ -426,7 +475,9 @@ class GpuFleet(ScrollView, can_focus=False):
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """As tall as the richest layout that fits `max_share` of the room offered (`height: auto`)."""
-        _, lines = build_lines(self._rows, width or 80, max(3, int(container.height * self.max_share)), self._header)
+        _, lines = build_lines(
+            self._rows, width or 80, max(3, int(container.height * self.max_share)), self._header
+        )
         return min(len(lines), max(3, int(container.height * self.max_share)))
 
     def _rebuild(self) -> bool:

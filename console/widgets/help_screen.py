@@ -17,22 +17,43 @@ from textual.widgets import Static
 from console import keymap
 
 SSH_TIPS: tuple[tuple[str, str], ...] = (
-    ("Colours", "Truecolor needs COLORTERM=truecolor on the head (ssh does not forward it: "
-                "`SendEnv COLORTERM` locally + `AcceptEnv COLORTERM` in sshd, or export it). "
-                "TERM=*-256color gives 256 colours, otherwise 16; TEXTUAL_COLOR_SYSTEM forces one."),
-    ("tmux", "Run the console inside tmux so an SSH drop never matters; `set -sg escape-time 10` "
-             "makes Esc respond at once; `set -g set-clipboard on` lets copies reach your clipboard."),
-    ("Selecting text", "The app owns the mouse: hold Shift (Option in iTerm2) while dragging to "
-                       "select with your terminal."),
-    ("Copying", "c copies the command (and y/c the current line in views) with OSC 52: it works over "
-                "SSH when your terminal allows clipboard writes (not macOS Terminal)."),
-    ("Leaving", "q (or ctrl+q) closes the console only; the run keeps going on Ray and "
-                "`ultra-console` attaches again. Abort is a separate, confirmed action."),
+    (
+        "Colours",
+        "Truecolor needs COLORTERM=truecolor on the head (ssh does not forward it: "
+        "`SendEnv COLORTERM` locally + `AcceptEnv COLORTERM` in sshd, or export it). "
+        "TERM=*-256color gives 256 colours, otherwise 16; TEXTUAL_COLOR_SYSTEM forces one.",
+    ),
+    (
+        "tmux",
+        "Run the console inside tmux so an SSH drop never matters; `set -sg escape-time 10` "
+        "makes Esc respond at once; `set -g set-clipboard on` lets copies reach your clipboard.",
+    ),
+    (
+        "Selecting text",
+        "The app owns the mouse: hold Shift (Option in iTerm2) while dragging to select with your terminal.",
+    ),
+    (
+        "Copying",
+        "c copies the command (and y/c the current line in views) with OSC 52: it works over "
+        "SSH when your terminal allows clipboard writes (not macOS Terminal).",
+    ),
+    (
+        "Leaving",
+        "q (or ctrl+q) closes the console only; the run keeps going on Ray and "
+        "`ultra-console` attaches again. Abort is a separate, confirmed action.",
+    ),
     ("Read-only", "--readonly hides and refuses launch, abort and cleanup: safe for spectators."),
 )
 
-_KEY_NAMES = {"question_mark": "?", "escape": "Esc", "slash": "/", "shift+tab": "Shift+Tab", "tab": "Tab",
-              "left_square_bracket": "[", "right_square_bracket": "]"}
+_KEY_NAMES = {
+    "question_mark": "?",
+    "escape": "Esc",
+    "slash": "/",
+    "shift+tab": "Shift+Tab",
+    "tab": "Tab",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+}
 
 
 def key_label(key: str) -> str:
@@ -81,11 +102,20 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("ultra-console — keys (remap by id in the settings file [keys]) · Esc closes",
-                         classes="title", markup=False)
+            yield Static(
+                "ultra-console — keys (remap by id in the settings file [keys]) · Esc closes",
+                classes="title",
+                markup=False,
+            )
             with VerticalScroll(can_focus=True):
-                yield Static(Group(keys_table(self._remap, self._readonly), Text(""),
-                                   Text("Over SSH", style="bold underline"), tips_text()))
+                yield Static(
+                    Group(
+                        keys_table(self._remap, self._readonly),
+                        Text(""),
+                        Text("Over SSH", style="bold underline"),
+                        tips_text(),
+                    )
+                )
 
     def on_mount(self) -> None:
         self.query_one(VerticalScroll).focus()

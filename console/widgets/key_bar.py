@@ -50,7 +50,12 @@ class KeyBar(Widget):
         for key, active in self.screen.active_bindings.items():
             binding = active.binding
             if key == app.COMMAND_PALETTE_BINDING and app.ENABLE_COMMAND_PALETTE:
-                palette = (key, app.get_key_display(binding), binding.description or "Commands", active.enabled)
+                palette = (
+                    key,
+                    app.get_key_display(binding),
+                    binding.description or "Commands",
+                    active.enabled,
+                )
                 continue
             if not binding.show or binding.action in seen:
                 continue
@@ -66,7 +71,9 @@ class KeyBar(Widget):
         entries, palette = self._entries()
         right = Text()
         if palette is not None:
-            right.append("│ ", off_style).append(f"{palette[1]}", key_style).append(f" {palette[2]} ", desc_style)
+            right.append("│ ", off_style).append(f"{palette[1]}", key_style).append(
+                f" {palette[2]} ", desc_style
+            )
         room = max(0, width - right.cell_len)
         line = Text(no_wrap=True, overflow="ellipsis")
         spans: list[tuple[int, int, str]] = []

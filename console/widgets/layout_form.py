@@ -62,8 +62,14 @@ class LayoutForm(Widget, can_focus=True):
     """The variant row and one row per field; the cursor row is edited when the form has focus."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "layout-form--label", "layout-form--value", "layout-form--cursor", "layout-form--caret",
-        "layout-form--error", "layout-form--warning", "layout-form--note-error", "layout-form--note-warning",
+        "layout-form--label",
+        "layout-form--value",
+        "layout-form--cursor",
+        "layout-form--caret",
+        "layout-form--error",
+        "layout-form--warning",
+        "layout-form--note-error",
+        "layout-form--note-warning",
         "layout-form--note",
     }
     DEFAULT_CSS = """
@@ -95,8 +101,13 @@ class LayoutForm(Widget, can_focus=True):
             super().__init__()
             self.key = key
 
-    def __init__(self, values: Mapping[str, str] | None = None,
-                 variants: Sequence[tuple[str, str]] = (), variant: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, str] | None = None,
+        variants: Sequence[tuple[str, str]] = (),
+        variant: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         """values: path -> text shown first; variants: (label, key) choices of row 0."""
         super().__init__(**kwargs)
         self._texts: dict[str, str] = {f.path: "" for f in FIELDS} | dict(values or {})
@@ -226,7 +237,7 @@ class LayoutForm(Widget, can_focus=True):
             handled = False
         elif event.is_printable and event.character:
             text = self._texts[field.path]  # type: ignore[union-attr]
-            self._set_text(text[: self.caret] + event.character + text[self.caret:], self.caret + 1)
+            self._set_text(text[: self.caret] + event.character + text[self.caret :], self.caret + 1)
         else:
             handled = self._edit_key(key, self._texts[field.path])  # type: ignore[union-attr]
         if handled:
@@ -240,7 +251,7 @@ class LayoutForm(Widget, can_focus=True):
             if caret:
                 self._set_text(text[: caret - 1] + text[caret:], caret - 1)
         elif key == "delete":
-            self._set_text(text[:caret] + text[caret + 1:], caret)
+            self._set_text(text[:caret] + text[caret + 1 :], caret)
         elif key == "left":
             self._set_text(text, caret - 1)
         elif key == "right":
@@ -306,22 +317,29 @@ class LayoutForm(Widget, can_focus=True):
         inner = VALUE_W - 2
         if field.choices:
             body = f"‹{text}›" if self.has_focus and self.cursor == y else f" {text}"
-            segments = [Segment(field.label[:LABEL_W - 1].ljust(LABEL_W), label_style),
-                        Segment(body[:VALUE_W].ljust(VALUE_W), cell)]
+            segments = [
+                Segment(field.label[: LABEL_W - 1].ljust(LABEL_W), label_style),
+                Segment(body[:VALUE_W].ljust(VALUE_W), cell),
+            ]
         else:
             start = max(0, self.caret - inner + 1) if self.cursor == y else 0
-            visible = text[start:start + inner]
-            segments = [Segment(field.label[:LABEL_W - 1].ljust(LABEL_W), label_style), Segment(" ", cell)]
+            visible = text[start : start + inner]
+            segments = [Segment(field.label[: LABEL_W - 1].ljust(LABEL_W), label_style), Segment(" ", cell)]
             if self.has_focus and self.cursor == y:
                 at = self.caret - start
                 caret_char = visible[at] if at < len(visible) else " "
-                segments += [Segment(visible[:at], cell), Segment(caret_char, cell + self._style("caret")),
-                             Segment(visible[at + 1:].ljust(inner - at - 1) + " ", cell)]
+                segments += [
+                    Segment(visible[:at], cell),
+                    Segment(caret_char, cell + self._style("caret")),
+                    Segment(visible[at + 1 :].ljust(inner - at - 1) + " ", cell),
+                ]
             else:
                 segments.append(Segment(visible.ljust(inner) + " ", cell))
         note_w = width - LABEL_W - VALUE_W - 1
         if note and note_w > 0:
-            note_style = base + self._style(f"note-{severity}" if severity in ("error", "warning") else "note")
+            note_style = base + self._style(
+                f"note-{severity}" if severity in ("error", "warning") else "note"
+            )
             shown = note if len(note) <= note_w else note[: note_w - 1] + "…"
             segments += [Segment(" ", base), Segment(shown, note_style)]
         return Strip(segments).crop_extend(0, width, base)

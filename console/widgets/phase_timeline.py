@@ -29,11 +29,21 @@ from console import keymap
 WINDOW_S = 300.0
 # phase name -> (glyph, colour); miles' Timer names and the rollout manager's phases
 PHASE_GLYPHS: dict[str, tuple[str, str]] = {
-    "rollout": ("R", "cyan"), "eval_rollout": ("E", "cyan"), "generate": ("R", "cyan"),
-    "actor_train": ("█", "magenta"), "train": ("█", "magenta"), "critic_train": ("▓", "magenta"),
-    "train_wait": ("·", "yellow"), "update_weights": ("W", "green"), "log_probs": ("L", "blue"),
-    "ref_log_probs": ("l", "blue"), "data_preprocess": ("d", "white"), "sleep": ("z", "bright_black"),
-    "wake_up": ("u", "bright_black"), "save_model": ("S", "red"), "initialize": ("i", "bright_black"),
+    "rollout": ("R", "cyan"),
+    "eval_rollout": ("E", "cyan"),
+    "generate": ("R", "cyan"),
+    "actor_train": ("█", "magenta"),
+    "train": ("█", "magenta"),
+    "critic_train": ("▓", "magenta"),
+    "train_wait": ("·", "yellow"),
+    "update_weights": ("W", "green"),
+    "log_probs": ("L", "blue"),
+    "ref_log_probs": ("l", "blue"),
+    "data_preprocess": ("d", "white"),
+    "sleep": ("z", "bright_black"),
+    "wake_up": ("u", "bright_black"),
+    "save_model": ("S", "red"),
+    "initialize": ("i", "bright_black"),
 }
 LABEL_W = 8
 STATUS_W = 20
@@ -81,8 +91,9 @@ def _cell(text: Text, value: str, width: int, style: str = "") -> None:
     text.append(value[:width].ljust(width), style)
 
 
-def _rank_rows(view: PhaseView, now: float, width: int, rows: int, window_s: float,
-               stages: Mapping[int, str]) -> list[Text] | None:
+def _rank_rows(
+    view: PhaseView, now: float, width: int, rows: int, window_s: float, stages: Mapping[int, str]
+) -> list[Text] | None:
     """One lane per rank in as few columns as fit `rows` (None when even the widest layout does not fit)."""
     lanes = list(view.lanes)
     if not lanes:
@@ -100,7 +111,11 @@ def _rank_rows(view: PhaseView, now: float, width: int, rows: int, window_s: flo
             row = out[i % per]
             if i >= per:
                 row.append(" ")
-            label = f"{node_tag(lane.node)}:{lane.rank}" if lane.rank >= 0 else f"{node_tag(lane.node)}:{lane.role[:3]}"
+            label = (
+                f"{node_tag(lane.node)}:{lane.rank}"
+                if lane.rank >= 0
+                else f"{node_tag(lane.node)}:{lane.role[:3]}"
+            )
             stage = stages.get(lane.rank, "")
             _cell(row, label + (f" {stage}" if stage else ""), label_w, "dim")
             _bars(row, _slots(lane, now - window_s, bars, now, window_s))
@@ -142,18 +157,31 @@ def _node_rows(view: PhaseView, now: float, width: int, rows: int, window_s: flo
     return out
 
 
-def render_timeline(view: PhaseView | None, now: float, width: int, height: int, *, window_s: float = WINDOW_S,
-                    stages: Mapping[int, str] | None = None) -> Text:
+def render_timeline(
+    view: PhaseView | None,
+    now: float,
+    width: int,
+    height: int,
+    *,
+    window_s: float = WINDOW_S,
+    stages: Mapping[int, str] | None = None,
+) -> Text:
     """The whole timeline as text, `width` × at most `height` lines."""
     if view is None or not view.lanes:
-        return Text("no per-rank phases yet: they come from miles' dashboard stream (run.miles_dashboard = true, "
-                    "which adds --use-miles-dashboard to argv) or the log's Timer lines that carry a rank", "dim")
+        return Text(
+            "no per-rank phases yet: they come from miles' dashboard stream (run.miles_dashboard = true, "
+            "which adds --use-miles-dashboard to argv) or the log's Timer lines that carry a rank",
+            "dim",
+        )
     ranks = sum(1 for lane in view.lanes if lane.rank >= 0)
     nodes = len({lane.node for lane in view.lanes})
     idle = _age(now, view.last_change)
     head = Text(no_wrap=True, overflow="ellipsis")
-    head.append("phases ", "bold").append(f"last {fmt_duration(window_s)} · {ranks} rank(s) on {nodes} node(s) · "
-                                          f"from {view.source} · last change {idle} ago", "dim")
+    head.append("phases ", "bold").append(
+        f"last {fmt_duration(window_s)} · {ranks} rank(s) on {nodes} node(s) · "
+        f"from {view.source} · last change {idle} ago",
+        "dim",
+    )
     rows = max(1, height - 2)
     body = _rank_rows(view, now, width, rows, window_s, stages or {})
     if body is None:
@@ -206,8 +234,12 @@ class PhasesScreen(ModalScreen[None]):
     """
     BINDINGS = keymap.bindings_for("phases")
 
-    def __init__(self, view: PhaseView | None, clock: Callable[[], float] = time.time,
-                 stages: Mapping[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        view: PhaseView | None,
+        clock: Callable[[], float] = time.time,
+        stages: Mapping[int, str] | None = None,
+    ) -> None:
         super().__init__()
         self._initial = (view, stages)
         self._clock = clock

@@ -56,9 +56,14 @@ class FindingsPanel(_Panel):
     FindingsPanel { height: auto; padding: 0 1; }
     """
 
-    def set_findings(self, findings: Sequence[Finding], field_errors: Mapping[str, str], error: str | None) -> None:
-        key = (tuple((f.rule, f.severity, tuple(f.fields), f.message, f.fix) for f in findings),
-               tuple(sorted(field_errors.items())), error)
+    def set_findings(
+        self, findings: Sequence[Finding], field_errors: Mapping[str, str], error: str | None
+    ) -> None:
+        key = (
+            tuple((f.rule, f.severity, tuple(f.fields), f.message, f.fix) for f in findings),
+            tuple(sorted(field_errors.items())),
+            error,
+        )
         text = Text()
         for path, message in field_errors.items():
             text.append("✗ ", "bold red").append(f"{path}: ", "bold").append(f"{message}\n")
@@ -97,12 +102,16 @@ class DerivedPanel(_Panel):
         if derived is not None:
             for name, value in derived.to_json().items():
                 if name == "stages":
-                    items.extend((f"stages[{s.stage}]", " ".join(f"{k}={_fmt(v)}" for k, v in s.to_json().items()))
-                                 for s in derived.training.stages)
+                    items.extend(
+                        (f"stages[{s.stage}]", " ".join(f"{k}={_fmt(v)}" for k, v in s.to_json().items()))
+                        for s in derived.training.stages
+                    )
                 else:
                     items.append((name, _fmt(value)))
         width = min(max((len(k) for k, _ in items), default=0), 26) + 2
-        text = Text(no_wrap=True, overflow="ellipsis")  # plain lines: a Rich Table re-measures on every render
+        text = Text(
+            no_wrap=True, overflow="ellipsis"
+        )  # plain lines: a Rich Table re-measures on every render
         for k, v in items:
             text.append(k.replace("_", " ")[: width - 2].ljust(width), "dim").append(v + "\n")
         text.rstrip()
@@ -117,11 +126,14 @@ class PreflightPanel(_Panel):
     def set_preflight(self, state: str, findings: Sequence[Finding], note: str = "") -> None:
         key = (state, note, tuple((f.rule, f.severity, f.message) for f in findings))
         text = Text()
-        label = {"not checked": ("not checked — press p to check the cluster", "dim"),
-                 "running": ("checking the cluster…", "yellow"),
-                 "stale": ("stale: the spec changed since the last check — press p", "yellow"),
-                 "passed": ("passed", "green"), "failed": ("FAILED", "bold red"),
-                 "unavailable": ("could not run", "yellow")}.get(state, (state, ""))
+        label = {
+            "not checked": ("not checked — press p to check the cluster", "dim"),
+            "running": ("checking the cluster…", "yellow"),
+            "stale": ("stale: the spec changed since the last check — press p", "yellow"),
+            "passed": ("passed", "green"),
+            "failed": ("FAILED", "bold red"),
+            "unavailable": ("could not run", "yellow"),
+        }.get(state, (state, ""))
         text.append("preflight: ", "bold").append(label[0], label[1])
         if note:
             text.append(f"\n  {note}", "dim")

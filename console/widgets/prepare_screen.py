@@ -73,7 +73,9 @@ class PrepareScreen(ModalScreen[None]):
             self.notify("prepare is still running", severity="warning")
             return
         self.running = True
-        self.query_one("#prepare-verdict", Static).update("fetching what nodes lack…" if fetch else "checking every node…")
+        self.query_one("#prepare-verdict", Static).update(
+            "fetching what nodes lack…" if fetch else "checking every node…"
+        )
         self._run(fetch)
 
     @work(exclusive=True, group="prepare", exit_on_error=False)
@@ -93,17 +95,24 @@ class PrepareScreen(ModalScreen[None]):
             async with RayClient(settings.address, token) as client:
                 findings = list(await preflight(self.spec, client))
                 snap = await snapshot(client)
-                report = await prepare(self.spec, client, snap, fetch=fetch,
-                                       on_event=progress)
+                report = await prepare(self.spec, client, snap, fetch=fetch, on_event=progress)
         except ConsoleError as err:
             self.post_message(PrepareFinished(f"prepare could not run: {public_line(str(err))}", []))
             return
         for line in table(report):
             self.post_message(PrepareLine(line))
-        verdict = "READY: every node holds the checkpoint and the dataset" if report.ready else (
-            "NOT READY — press F to fetch what the nodes lack" if not fetch else "NOT READY after the fetch")
-        self.post_message(PrepareFinished(verdict, [f for f in findings if f.rule not in ("P4", "P5")]
-                                          + report.findings()))
+        verdict = (
+            "READY: every node holds the checkpoint and the dataset"
+            if report.ready
+            else (
+                "NOT READY — press F to fetch what the nodes lack"
+                if not fetch
+                else "NOT READY after the fetch"
+            )
+        )
+        self.post_message(
+            PrepareFinished(verdict, [f for f in findings if f.rule not in ("P4", "P5")] + report.findings())
+        )
 
     def on_prepare_line(self, message: PrepareLine) -> None:
         self.query_one(Log).write_line(public_text(message.text).replace("\n", " "))

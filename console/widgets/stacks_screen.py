@@ -83,7 +83,8 @@ class StacksScreen(ModalScreen[None]):
             return
         self.running = True
         self.query_one("#stacks-summary", Static).update(
-            f"dumping the Python stack of every process of {self.job_id} on every node it runs on…")
+            f"dumping the Python stack of every process of {self.job_id} on every node it runs on…"
+        )
         self._run()
 
     @work(exclusive=True, group="stacks", exit_on_error=False)
@@ -105,13 +106,24 @@ class StacksScreen(ModalScreen[None]):
             return
         report = self.report = message.report
         summary.update(f"{report.job}: {report.summary()} — the smallest groups first")
-        groups.add_options([Option(Text(g.line(), no_wrap=True, overflow="ellipsis"), id=f"g{i}")
-                            for i, g in enumerate(report.groups)])
-        problems = [line for line in report.lines() if not line.startswith(tuple(g.line() for g in report.groups))]
-        groups.add_options([Option(Text(line, style="yellow", no_wrap=True, overflow="ellipsis"), disabled=True)
-                            for line in problems])
-        self.query_one("#stacks-saved", Static).update(f"every stack saved to {report.saved_to}" if report.saved_to
-                                                       else "")
+        groups.add_options(
+            [
+                Option(Text(g.line(), no_wrap=True, overflow="ellipsis"), id=f"g{i}")
+                for i, g in enumerate(report.groups)
+            ]
+        )
+        problems = [
+            line for line in report.lines() if not line.startswith(tuple(g.line() for g in report.groups))
+        ]
+        groups.add_options(
+            [
+                Option(Text(line, style="yellow", no_wrap=True, overflow="ellipsis"), disabled=True)
+                for line in problems
+            ]
+        )
+        self.query_one("#stacks-saved", Static).update(
+            f"every stack saved to {report.saved_to}" if report.saved_to else ""
+        )
         if report.groups:
             groups.highlighted = 0
             self.action_open_group()

@@ -24,10 +24,14 @@ async def test_alerts_and_audit_are_shown(tmp_path):
         assert str(audit.get_row_at(0)[2]) == "abort"  # newest first
         alerts = app.query_one("#alerts", DataTable)
         assert not alerts.display
-        app.post_message(AlertsChanged([
-            Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
-            Alert("stall", "error", "rollout stalled 6x its median"),
-        ]))
+        app.post_message(
+            AlertsChanged(
+                [
+                    Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
+                    Alert("stall", "error", "rollout stalled 6x its median"),
+                ]
+            )
+        )
         await pilot.pause()
         assert alerts.display and alerts.row_count == 2
         assert str(alerts.get_row_at(0)[2]) == "train/ppo_kl jumped 8x  (×3)"
@@ -42,7 +46,9 @@ async def test_audit_refreshes_after_an_action_and_copies(tmp_path):
         await app.workers.wait_for_complete()
         audit = app.query_one("#audit", DataTable)
         assert audit.row_count == 0
-        AuditLog(tmp_path).record("cleanup", job="j1", command="kill 4242 on node-3", result="killed 1 process")
+        AuditLog(tmp_path).record(
+            "cleanup", job="j1", command="kill 4242 on node-3", result="killed 1 process"
+        )
         app.post_message(AuditChanged())
         await pilot.pause()
         await app.workers.wait_for_complete()

@@ -23,13 +23,19 @@ async def test_a_run_that_died_at_start_shows_its_cause_and_consequences(tmp_pat
     scenario = next(s for s in SCENARIOS if s.name == "SGLang engine failed at start")
     log = tmp_path / "job-driver.log"
     log.write_text(render(scenario, "ray"), encoding="utf-8")
-    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"),
-                          replay=ReplaySession(detect_source(log), tmp_path / "spool"), watchdog=False)
+    app = UltraConsoleApp(
+        Settings(state_dir=tmp_path / "state"),
+        replay=ReplaySession(detect_source(log), tmp_path / "spool"),
+        watchdog=False,
+    )
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.press("2")
         header = app.view("run").query_one("#run-state", Static)
-        await until(pilot, lambda: "failure: SGLang scheduler TP3 in SGLangEngine pid=5300" in str(header.render()),
-                    lambda: f"the cause in the header (it reads {header.render()!s})")
+        await until(
+            pilot,
+            lambda: "failure: SGLang scheduler TP3 in SGLangEngine pid=5300" in str(header.render()),
+            lambda: f"the cause in the header (it reads {header.render()!s})",
+        )
         await pilot.press("4")
         await until(pilot, lambda: len(_events_rows(app)) >= 4, "the failures in Events")
         rows = _events_rows(app)
@@ -37,6 +43,10 @@ async def test_a_run_that_died_at_start_shows_its_cause_and_consequences(tmp_pat
         assert len(cause) == 1 and "Not enough memory" in cause[0] and "→ try: " in cause[0]
         assert "rollout.mem_fraction" in cause[0]
         consequences = [r for r in rows if "consequence · " in r]
-        assert [r.rsplit(" ", 1)[-1] for r in consequences] == ["engine-exit", "ray-task-error", "python-error"]
+        assert [r.rsplit(" ", 1)[-1] for r in consequences] == [
+            "engine-exit",
+            "ray-task-error",
+            "python-error",
+        ]
         assert any("no-metrics-in-log" in r for r in rows)  # no metric: one alert among the others
         assert all("\x1b" not in r for r in rows)

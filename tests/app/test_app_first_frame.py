@@ -44,8 +44,15 @@ def test_first_frame_has_the_plan_and_the_footer_keys(tmp_path):
         assert b"Commands" in seen, "the footer's palette key was never drawn"
         # Everything written up to the palette key: the plan's panels and its own footer keys are in it.
         # Computed ones too (the preview helper's plan): the status, the findings and the command.
-        for text in (b"Preflight", b"Findings", b"Launch", b"Plan", b"Ready to launch", b"no findings",
-                     b"ray job submit"):
+        for text in (
+            b"Preflight",
+            b"Findings",
+            b"Launch",
+            b"Plan",
+            b"Ready to launch",
+            b"no findings",
+            b"ray job submit",
+        ):
             assert text in seen, f"{text!r} missing from the first frame"
     finally:
         _close(proc, master)

@@ -25,7 +25,6 @@ from console.widgets.confirm import ConfirmModal
 pytestmark = pytest.mark.ray
 
 
-
 async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
     spec = sim_spec(tmp_path, nodes=1)
     preset = tmp_path / "plan.toml"
@@ -34,15 +33,18 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
     settings = Settings(address=ray_cluster.address, state_dir=state, preset=str(preset))
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         controller = RunController(client, state_dir=state)
-        app = UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID + "1",
-                              controller=controller)
+        app = UltraConsoleApp(
+            settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID + "1", controller=controller
+        )
         job_id = None
         try:
             async with app.run_test(size=(120, 40)) as pilot:
                 plan = app.query_one(PlanView)
                 assert plan.variant_key is not None and plan.variant_key.startswith("file:")
                 await pilot.press("p")
-                await until(pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight")
+                await until(
+                    pilot, lambda: plan.preflight_state not in ("running", "not checked"), "preflight"
+                )
                 assert plan.preflight_state == "passed", plan.preflight_findings or plan.preflight_note
                 assert plan.launch_blockers() == []
                 await pilot.press("L")
@@ -51,14 +53,19 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                 await pilot.press("right")
                 assert isinstance(app.focused, Button) and app.focused.id == "confirm"
                 await pilot.press("enter")
-                await until(pilot, lambda: any(n.message.startswith("launched ") for n in app._notifications),
-                             "the launch notice", timeout=90)
+                await until(
+                    pilot,
+                    lambda: any(n.message.startswith("launched ") for n in app._notifications),
+                    "the launch notice",
+                    timeout=90,
+                )
                 entries = [e for e in AuditLog(state).entries() if e["action"] == "launch"]
                 assert entries and entries[-1]["result"] == "submitted"
                 job_id = entries[-1]["job"]
                 assert job_id.endswith(RUN_ID + "1")  # what was previewed is what was launched
                 assert app.preview_run_id != RUN_ID + "1"  # the next launch would be a new run
                 assert app.current_view == "run"  # the operator is taken to watch it
+
                 async def running() -> bool:
                     return (await client.get_job(job_id)).status == "RUNNING"
 

@@ -25,18 +25,31 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 async def test_2026_04_log_fills_the_charts_and_a_cuda_oom_is_the_failed_header(ray_cluster, tmp_path):
     script = tmp_path / "run.py"
     lines = text(Shape("2026-04", rollouts=4, colour="esc")).splitlines() + OOM_TRACEBACK
-    script.write_text("import sys, time\n"
-                      f"for line in {lines!r}:\n"
-                      "    print(line, flush=True)\n"
-                      "    time.sleep(0.01)\n"
-                      "time.sleep(2)\n"
-                      "sys.exit(1)\n", encoding="utf-8")
+    script.write_text(
+        "import sys, time\n"
+        f"for line in {lines!r}:\n"
+        "    print(line, flush=True)\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(2)\n"
+        "sys.exit(1)\n",
+        encoding="utf-8",
+    )
     sid = f"ultra-console-test-shapes-{int(time.time() * 1000)}"
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
-        await client.submit({"entrypoint": f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}",
-                             "submission_id": sid, "metadata": {"ultra_console": "1"}})
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+        await client.submit(
+            {
+                "entrypoint": f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}",
+                "submission_id": sid,
+                "metadata": {"ultra_console": "1"},
+            }
+        )
+    app = UltraConsoleApp(
+        Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("2")
         run = app.query_one(RunView)
@@ -45,12 +58,22 @@ async def test_2026_04_log_fills_the_charts_and_a_cuda_oom_is_the_failed_header(
             chart = run.query_one(chart_id, LineChart)
             return sum(len(s.points) for s in chart.series if s.label == label)
 
-        await until(pilot, lambda: points("#chart-kl", "ppo_kl") == 8 and points("#chart-throughput", "per GPU") == 4,
-                    "the KL and throughput charts from a 2026-04-shaped log", timeout=120)
-        oom = ("CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: asked for 2.10 GiB, "
-               "1.02 GiB free of 139.80 GiB")
-        await until(pilot, lambda: f"FAILED: {oom}" in str(run.query_one("#run-state").content),
-                    "the header naming the failure's cause", timeout=120)
+        await until(
+            pilot,
+            lambda: points("#chart-kl", "ppo_kl") == 8 and points("#chart-throughput", "per GPU") == 4,
+            "the KL and throughput charts from a 2026-04-shaped log",
+            timeout=120,
+        )
+        oom = (
+            "CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: asked for 2.10 GiB, "
+            "1.02 GiB free of 139.80 GiB"
+        )
+        await until(
+            pilot,
+            lambda: f"FAILED: {oom}" in str(run.query_one("#run-state").content),
+            "the header naming the failure's cause",
+            timeout=120,
+        )
         await pilot.press("4")
         events = app.query_one(EventsView)
         ids = [a.id for a in events.alerts]

@@ -194,8 +194,12 @@ async def test_a_burst_of_downs_walks_the_form_without_losing_one(tmp_path):
         form = app.query_one(LayoutForm)
         for _ in range(17):  # queued before any is handled
             app.post_message(events.Key("down", None))
-        await until(pilot, lambda: app.focused is form and form.current_path == "batch.num_rollout",
-                    "17 rows down (batch.num_rollout)", timeout=10)
+        await until(
+            pilot,
+            lambda: app.focused is form and form.current_path == "batch.num_rollout",
+            "17 rows down (batch.num_rollout)",
+            timeout=10,
+        )
         for _ in range(3):  # and back up, as fast
             app.post_message(events.Key("up", None))
         await until(pilot, lambda: form.current_path == "batch.n_samples_per_prompt", "3 rows up", timeout=10)

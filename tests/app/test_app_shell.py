@@ -70,8 +70,14 @@ async def test_palette_offers_every_action_and_runs_it(tmp_path):
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Events")
         commands = app.screen.query_one(CommandList)
-        await until(pilot, lambda: commands.highlighted is not None and "Events" in str(
-            commands.get_option_at_index(commands.highlighted).prompt), "the palette to offer Events")
+        await until(
+            pilot,
+            lambda: (
+                commands.highlighted is not None
+                and "Events" in str(commands.get_option_at_index(commands.highlighted).prompt)
+            ),
+            "the palette to offer Events",
+        )
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, CommandPalette)
@@ -150,8 +156,11 @@ async def test_every_scope_remappable_from_the_config_file(tmp_path, monkeypatch
         await pilot.press("A")  # the old key no longer aborts
         assert not any("nothing to abort" in n.message for n in app._notifications)
         await pilot.press("ctrl+k")
-        await until(pilot, lambda: any("nothing to abort" in n.message for n in app._notifications),
-                    "the abort action on ctrl+k")
+        await until(
+            pilot,
+            lambda: any("nothing to abort" in n.message for n in app._notifications),
+            "the abort action on ctrl+k",
+        )
 
 
 async def test_density_class_follows_size(tmp_path):

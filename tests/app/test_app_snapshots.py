@@ -25,9 +25,13 @@ ALERTS = [
 
 @pytest.fixture(autouse=True)
 def _pinned_shim(monkeypatch):
-    monkeypatch.setattr("backend.plan.submission._shim_runtime_env", lambda *args, **kwargs: {
-        "py_modules": ["gcs://_ray_pkg_0000000000000000000000000000000000000000.zip"],
-        "worker_process_setup_hook": "shim.ray_hook.setup"})
+    monkeypatch.setattr(
+        "backend.plan.submission._shim_runtime_env",
+        lambda *args, **kwargs: {
+            "py_modules": ["gcs://_ray_pkg_0000000000000000000000000000000000000000.zip"],
+            "worker_process_setup_hook": "shim.ray_hook.setup",
+        },
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -41,7 +45,9 @@ def test_plan_view_with_error_finding(snap_compare, tmp_path):
         form.focus()
         form.move_to("train.tp")
         await pilot.press("backspace", "3", "escape")
-        await until(pilot, lambda: edit_settled(pilot.app.query_one(PlanView), "train.tp", "3"), "the edit re-checked")
+        await until(
+            pilot, lambda: edit_settled(pilot.app.query_one(PlanView), "train.tp", "3"), "the edit re-checked"
+        )
 
     assert snap_compare(make_app(tmp_path), terminal_size=(120, 40), run_before=edit)
 

@@ -46,11 +46,23 @@ def _spawn(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEXTUAL", "PYTEST"))}
-    env.update(TERM="xterm-256color", ULTRA_CONSOLE_STATE_DIR=str(tmp_path / "state"),
-               ULTRA_CONSOLE_CONFIG=str(tmp_path / "none.toml"), RAY_ADDRESS="http://127.0.0.1:9")
+    env.update(
+        TERM="xterm-256color",
+        ULTRA_CONSOLE_STATE_DIR=str(tmp_path / "state"),
+        ULTRA_CONSOLE_CONFIG=str(tmp_path / "none.toml"),
+        RAY_ADDRESS="http://127.0.0.1:9",
+    )
     # Textual draws on stderr, so all three go to the pty; an unexpected error would exit 1 (cli.py).
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli"], stdin=slave, stdout=slave, stderr=slave,
-                            env=env, cwd=ROOT, start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        close_fds=True,
+    )
     os.close(slave)
     return proc, master
 

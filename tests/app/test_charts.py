@@ -16,8 +16,17 @@ def _plain(lines: list[str]) -> list[str]:
 def test_chart_has_axes_legend_and_scaled_ticks():
     pts = tuple((float(i), 2_400_000.0 + 10_000 * i) for i in range(20))
     per_gpu = tuple((float(i), 17.0 + i % 3) for i in range(20))
-    lines = _plain(build_chart("throughput", [Series("cluster tok/s", pts), Series("per GPU", per_gpu, right=True)],
-                               60, 14, x_label="rollout", y_label="tok/s", right_label="per GPU"))
+    lines = _plain(
+        build_chart(
+            "throughput",
+            [Series("cluster tok/s", pts), Series("per GPU", per_gpu, right=True)],
+            60,
+            14,
+            x_label="rollout",
+            y_label="tok/s",
+            right_label="per GPU",
+        )
+    )
     text = "\n".join(lines)
     assert len(lines) == 14 and all(len(line) <= 60 for line in lines)
     assert "cluster tok/s" in text and "per GPU" in text and "rollout" in text

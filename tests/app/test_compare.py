@@ -34,8 +34,12 @@ from console.widgets.charts import LineChart
 from console.widgets.compare_prompt import ComparePrompt
 
 SECRET_A, SECRET_B = "sk-live-AAAA1111secret", "sk-live-BBBB2222secret"
-CHARTS = {"throughput": "perf/tokens_per_gpu_per_sec", "time": "perf/step_time", "kl": "train/ppo_kl",
-          "reward": "rollout/raw_reward"}
+CHARTS = {
+    "throughput": "perf/tokens_per_gpu_per_sec",
+    "time": "perf/step_time",
+    "kl": "train/ppo_kl",
+    "reward": "rollout/raw_reward",
+}
 
 
 def _dump(prefix: str, pairs: dict[str, object]) -> list[str]:
@@ -57,9 +61,17 @@ def newest_log(path: Path) -> sample_log.SampleRun:
 def april_log(path: Path) -> shapes.Shape:
     """B: the 2026-04 shape, 4 rollouts, other values; its dump differs in two flags and the secret."""
     shape = shapes.Shape(format="2026-04", rollouts=4)
-    dump = _dump("(MegatronTrainRayActor pid=4100) ", {
-        "num_rollout": 30, "rollout_num_gpus": 8, "rollout_batch_size": 64, "n_samples_per_prompt": 8,
-        "global_batch_size": 256, "wandb_key": SECRET_B})
+    dump = _dump(
+        "(MegatronTrainRayActor pid=4100) ",
+        {
+            "num_rollout": 30,
+            "rollout_num_gpus": 8,
+            "rollout_batch_size": 64,
+            "n_samples_per_prompt": 8,
+            "global_batch_size": 256,
+            "wandb_key": SECRET_B,
+        },
+    )
     path.write_text("\n".join(dump) + "\n" + shapes.text(shape))
     return shape
 
@@ -83,7 +95,9 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
     a, b = two_logs
     headless = _headless(a, b, capsys)["compare"]
     session = ReplaySession(detect_source(a), tmp_path / "spool")
-    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False, compare=[str(b)])
+    app = UltraConsoleApp(
+        Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False, compare=[str(b)]
+    )
     expected_b = shapes.expected_series(shapes.Shape(format="2026-04", rollouts=4))
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.press("2")
@@ -93,8 +107,15 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
         def chart(name: str) -> LineChart:
             return run.query_one(f"#chart-{name}", LineChart)
 
-        await until(pilot, lambda: run.query("#chart-reward") and len(chart("reward").series) == 2
-                    and len(chart("kl").series[-1].points) == 10, "both runs overlaid")
+        await until(
+            pilot,
+            lambda: (
+                run.query("#chart-reward")
+                and len(chart("reward").series) == 2
+                and len(chart("kl").series[-1].points) == 10
+            ),
+            "both runs overlaid",
+        )
         for name, key in CHARTS.items():
             series = chart(name).series
             # the other run first, the run being looked at last (drawn on top), each in its colour
@@ -103,8 +124,10 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
             assert list(series[0].points) == expected_b[key], name  # the 2026-04 run's own numbers
             # the headless comparison's numbers are the charts'
             (metric,) = [m for m in headless["metrics"] if m["key"] == key]
-            assert [[[float(s), v] for s, v in r["points"]] for r in metric["runs"]] == \
-                   [[list(p) for p in series[1].points], [list(p) for p in series[0].points]]
+            assert [[[float(s), v] for s, v in r["points"]] for r in metric["runs"]] == [
+                [list(p) for p in series[1].points],
+                [list(p) for p in series[0].points],
+            ]
         assert [p[1] for p in chart("kl").series[1].points] == [0.001 * (s % 3) for s in range(10)]
         drawn = "\n".join(chart("kl").render_line(y).text for y in range(chart("kl").size.height))
         assert "run-april.log" in drawn and "run-new.log" in drawn  # the legend names both
@@ -114,7 +137,12 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
         assert lines[0].startswith("■ run-new.log SAVED  step 9  17.5 tok/s/GPU  KL 0  reward 0.325"), lines
         assert lines[1].startswith("■ run-april.log SAVED  step 7  16.5 tok/s/GPU"), lines
         assert [r["label"] for r in headless["runs"]] == ["run-new.log", "run-april.log"]
-        assert headless["runs"][1]["reward_delta"] == {"step": 3, "value": 0.5, "first": 0.275, "diff": 0.5 - 0.275}
+        assert headless["runs"][1]["reward_delta"] == {
+            "step": 3,
+            "value": 0.5,
+            "first": 0.275,
+            "diff": 0.5 - 0.275,
+        }
         assert "diverges: rollout/raw_reward from rollout 2" in lines[1]
         changed = headless["changes"][0]["diff"]["changes"]
         assert [c["flag"] for c in changed] == ["--global-batch-size", "--rollout-batch-size", "--wandb-key"]
@@ -123,7 +151,9 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
 
         # the rollout cursor marks the same rollout (and its first step) on every run
         await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
-        await until(pilot, lambda: app.rollout_cursor == 2 and chart("reward").marker == 2, "the cursor on rollout 2")
+        await until(
+            pilot, lambda: app.rollout_cursor == 2 and chart("reward").marker == 2, "the cursor on rollout 2"
+        )
         assert chart("kl").marker == 4 and chart("throughput").marker == 2 and chart("time").marker == 2
         panel = str(run.query_one("#run-compare").content)
         cursor = panel.splitlines()[-1]
@@ -150,14 +180,23 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
         await app.run_binding("run.compare")  # what the palette's "Run: Compare with…" entry runs
         await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt again")
         await pilot.press(*str(b), "enter")
-        await until(pilot, lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,
-                    "the run overlaid")
+        await until(
+            pilot,
+            lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,
+            "the run overlaid",
+        )
         assert re.search(r"run-april\.log SAVED", str(run.query_one("#run-compare").content))
 
 
 def _scaled(snap: SeriesSetSnapshot, factor: float) -> SeriesSetSnapshot:
-    return SeriesSetSnapshot(MappingProxyType({k: dataclasses.replace(s, values=tuple(v * factor for v in s.values))
-                                               for k, s in snap.by_key.items()}))
+    return SeriesSetSnapshot(
+        MappingProxyType(
+            {
+                k: dataclasses.replace(s, values=tuple(v * factor for v in s.values))
+                for k, s in snap.by_key.items()
+            }
+        )
+    )
 
 
 def test_compare_run_view_snapshot(snap_compare, tmp_path):
@@ -165,8 +204,12 @@ def test_compare_run_view_snapshot(snap_compare, tmp_path):
     hidden), each chart with both runs and a legend, the cursor on rollout 3."""
     app = make_app(tmp_path)
     live = metrics_view(rollouts=10)
-    base = RunSide("baseline-0412.log", "SUCCEEDED", _scaled(metrics_view(rollouts=12).series, 1.3),
-                   flags_from_command(f"python3 train.py --rollout-batch-size 32 --wandb-key {SECRET_B} --lr 1e-6"))
+    base = RunSide(
+        "baseline-0412.log",
+        "SUCCEEDED",
+        _scaled(metrics_view(rollouts=12).series, 1.3),
+        flags_from_command(f"python3 train.py --rollout-batch-size 32 --wandb-key {SECRET_B} --lr 1e-6"),
+    )
     mine = flags_from_command(f"python3 train.py --rollout-batch-size 64 --wandb-key {SECRET_A} --lr 1e-6")
 
     async def run_before(pilot) -> None:
@@ -196,25 +239,45 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
 
     saved = tmp_path / "baseline.log"
     april_log(saved)
-    dump = {"--num-rollout": 30, "--rollout-num-gpus": 8, "--rollout-batch-size": 64, "--n-samples-per-prompt": 8,
-            "--global-batch-size": 256}
+    dump = {
+        "--num-rollout": 30,
+        "--rollout-num-gpus": 8,
+        "--rollout-batch-size": 64,
+        "--n-samples-per-prompt": 8,
+        "--global-batch-size": 256,
+    }
     state = tmp_path / "state"
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         job = await launch_when_free(RunController(client, state_dir=state), sim_spec(tmp_path, nodes=1))
         try:
-            app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=state), job=job.id, watchdog=False,
-                                  preview_run_id=RUN_ID, model_dir=str(MODELS))
+            app = UltraConsoleApp(
+                Settings(address=ray_cluster.address, state_dir=state),
+                job=job.id,
+                watchdog=False,
+                preview_run_id=RUN_ID,
+                model_dir=str(MODELS),
+            )
             async with app.run_test(size=(200, 50)) as pilot:
                 run = app.query_one(RunView)
-                await until(pilot, lambda: app.current_view == "run", "the run view of the active run", timeout=90)
-                await until(pilot, lambda: run.metrics is not None and run.metrics.series.get("train/ppo_kl"),
-                            "live metrics", timeout=120)
+                await until(
+                    pilot, lambda: app.current_view == "run", "the run view of the active run", timeout=90
+                )
+                await until(
+                    pilot,
+                    lambda: run.metrics is not None and run.metrics.series.get("train/ppo_kl"),
+                    "live metrics",
+                    timeout=120,
+                )
                 await pilot.press("C")
                 await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt")
                 await pilot.press(*str(saved), "enter")
                 kl = run.query_one("#chart-kl", LineChart)
-                await until(pilot, lambda: run.query("#chart-reward") and len(kl.series) == 2, "both runs overlaid",
-                            timeout=60)
+                await until(
+                    pilot,
+                    lambda: run.query("#chart-reward") and len(kl.series) == 2,
+                    "both runs overlaid",
+                    timeout=60,
+                )
                 assert [s.label for s in kl.series] == ["baseline.log", job.id]  # the live run last
                 assert [s.color for s in kl.series] == ["orange", "cyan"]
                 await until(pilot, lambda: len(kl.series[1].points) >= 4, "the live line growing", timeout=60)
@@ -231,7 +294,10 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
                 assert re.findall(r"(--[a-z-]+) \S+ → ", changed.group(1)) == expected
                 assert SECRET_B not in panel
                 await pilot.press("right_square_bracket")
-                await until(pilot, lambda: all(run.query_one(f"#chart-{c}", LineChart).marker is not None
-                                               for c in CHARTS), "the cursor on every chart")
+                await until(
+                    pilot,
+                    lambda: all(run.query_one(f"#chart-{c}", LineChart).marker is not None for c in CHARTS),
+                    "the cursor on every chart",
+                )
         finally:
             await stop_quietly(client, job.id)

@@ -51,7 +51,9 @@ def test_logs_view_snapshot(snap_compare, tmp_path, size):
 def stale_fleet() -> ClusterSnapshot:
     """Four nodes read 2 s ago by Ray's reporter, one of them last heard from 14 s ago (stale)."""
     snap = snapshot(4, 8, dead=(), no_telemetry=())
-    nodes = [n.model_copy(update={"telemetry_age_s": 14.0 if i == 2 else 2.0}) for i, n in enumerate(snap.nodes)]
+    nodes = [
+        n.model_copy(update={"telemetry_age_s": 14.0 if i == 2 else 2.0}) for i, n in enumerate(snap.nodes)
+    ]
     return snap.model_copy(update={"nodes": nodes})
 
 

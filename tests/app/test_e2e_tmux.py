@@ -42,7 +42,9 @@ def _wait(pattern: str, timeout: float = 90.0) -> re.Match[str]:
         last[0] = _screen()
         return rx.search(last[0])
 
-    return asyncio.run(until(None, shown, lambda: f"{pattern!r}; screen was:\n{last[0]}", timeout, interval=0.2))
+    return asyncio.run(
+        until(None, shown, lambda: f"{pattern!r}; screen was:\n{last[0]}", timeout, interval=0.2)
+    )
 
 
 def _keys(*keys: str) -> None:
@@ -71,8 +73,10 @@ def demo_session(tmp_path):
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     env = f"TERM=xterm-256color COLORTERM=truecolor XDG_STATE_HOME={tmp_path} XDG_CONFIG_HOME={tmp_path}"
-    cmd = (f"env -u COLUMNS -u LINES {env} {BIN} demo --nodes 2 --rollouts 200 --step-seconds 0.5 --no-launch; "
-           "echo DEMO-EXITED $?; sleep 600")
+    cmd = (
+        f"env -u COLUMNS -u LINES {env} {BIN} demo --nodes 2 --rollouts 200 --step-seconds 0.5 --no-launch; "
+        "echo DEMO-EXITED $?; sleep 600"
+    )
     _tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", cmd)
     _tmux("set-option", "-t", SESSION, "-s", "escape-time", "10")
     _tmux("resize-window", "-t", SESSION, "-x", "120", "-y", "40")

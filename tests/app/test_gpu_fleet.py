@@ -98,15 +98,21 @@ def test_1024_gpus_in_a_short_pane_aggregate_to_a_char_per_node():
 
 def test_a_stale_node_is_drawn_stale_not_as_its_last_values():
     snap = snapshot(4, 8, dead=(), no_telemetry=())
-    nodes = [n.model_copy(update={"telemetry_age_s": 14.0 if i == 2 else 2.0}) for i, n in enumerate(snap.nodes)]
+    nodes = [
+        n.model_copy(update={"telemetry_age_s": 14.0 if i == 2 else 2.0}) for i, n in enumerate(snap.nodes)
+    ]
     snap = snap.model_copy(update={"nodes": nodes})
     _, lines = _lines(snap, 80, 20)
     assert "stale: last reading 14s ago" in lines[3] and "%" not in lines[3]
     assert lines[1].count("%") == 8  # the fresh ones keep their values
     assert "1 stale" in lines[0] and "Ray reporter, oldest 14s" in lines[0]
     # readings age as time passes: 9 s later every node is past two reporter periods
-    later = [line_text(s) for s in build_lines(fleet_rows(snap, snap.taken_at + 9), 80, 20,
-                                               fleet_header(snap, snap.taken_at + 9))[1]]
+    later = [
+        line_text(s)
+        for s in build_lines(
+            fleet_rows(snap, snap.taken_at + 9), 80, 20, fleet_header(snap, snap.taken_at + 9)
+        )[1]
+    ]
     assert "4 stale" in later[0] and "oldest 23s" in later[0]
     assert all("stale: last reading" in row for row in later[1:])
     _, compact = _lines(snap, 80, 4)  # one character per node: a stale node is "~"
@@ -123,18 +129,32 @@ def test_the_probe_names_the_processes_holding_gpus_and_a_node_without_nvml():
     head, other = snap.nodes[0], snap.nodes[1]
     now = snap.taken_at
     readings = {
-        head.node_id: parse_reading({"k": "s", "n": head.node_id, "t": now, "g": [
-            [0, 97, 61440, 143771, 612, 45, [[52001, 60825]]], [1, 90, 41440, 143771, 600, 44, [[52002, 40960]]]]}),
-        other.node_id: parse_reading({"k": "s", "n": other.node_id, "t": now, "nvml": "no NVML (or AMD SMI) answers"}),
+        head.node_id: parse_reading(
+            {
+                "k": "s",
+                "n": head.node_id,
+                "t": now,
+                "g": [
+                    [0, 97, 61440, 143771, 612, 45, [[52001, 60825]]],
+                    [1, 90, 41440, 143771, 600, 44, [[52002, 40960]]],
+                ],
+            }
+        ),
+        other.node_id: parse_reading(
+            {"k": "s", "n": other.node_id, "t": now, "nvml": "no NVML (or AMD SMI) answers"}
+        ),
     }
     merged = with_probe_readings(snap, readings, now).model_copy(
-        update={"roles": {f"{head.node_id}:52001": "MegatronTrainRayActor"}})
+        update={"roles": {f"{head.node_id}:52001": "MegatronTrainRayActor"}}
+    )
     _, lines = build_lines(fleet_rows(merged), 80, 10, fleet_header(merged))
     text = [line_text(segs) for segs in lines]
     assert "GPU probe" in text[0] and "Ray reporter" in text[0]
     assert "no NVML" in text[2] and "%" not in text[2]
     assert text[-1] == "GPU holders (probe): node-00 g0 pid 52001 MegatronTrainRayActor 59G +1 more"
     _, wide = build_lines(fleet_rows(merged), 120, 10, fleet_header(merged))
-    assert line_text(wide[-1]).endswith("MegatronTrainRayActor 59G, node-00 g1 pid 52002 40G")  # biggest first
+    assert line_text(wide[-1]).endswith(
+        "MegatronTrainRayActor 59G, node-00 g1 pid 52002 40G"
+    )  # biggest first
     _, tight = build_lines(fleet_rows(merged), 80, 5, fleet_header(merged))
     assert not any("GPU holders" in line_text(segs) for segs in tight)  # never at the cost of a node's row

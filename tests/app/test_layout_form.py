@@ -93,9 +93,17 @@ async def test_marks_highlight_rows_and_clicks_move_the_cursor():
     app = FormHost()
     async with app.run_test(size=(100, 24)) as pilot:
         form = app.query_one(LayoutForm)
-        form.mark({"cluster.nodes": ("error", "does not\n divide"), "train.ep": ("warning", "wide"),
-                   "train.cp": ("info", "fine")})
-        assert form.severity_of("cluster.nodes") == "error" and form.note_of("cluster.nodes") == "does not divide"
+        form.mark(
+            {
+                "cluster.nodes": ("error", "does not\n divide"),
+                "train.ep": ("warning", "wide"),
+                "train.cp": ("info", "fine"),
+            }
+        )
+        assert (
+            form.severity_of("cluster.nodes") == "error"
+            and form.note_of("cluster.nodes") == "does not divide"
+        )
         assert form.severity_of("train.ep") == "warning" and form.severity_of("train.cp") == ""
         assert "does not divide" in form.render_line(1).text
         await pilot.click(LayoutForm, offset=(2, 3))
@@ -104,8 +112,10 @@ async def test_marks_highlight_rows_and_clicks_move_the_cursor():
 
 class KeyHost(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("L", "launch", "Launch"), Binding("p", "preflight", "Preflight"),
-        Binding("q", "quit", "Quit"), Binding("x", "hidden", "Hidden", show=False),
+        Binding("L", "launch", "Launch"),
+        Binding("p", "preflight", "Preflight"),
+        Binding("q", "quit", "Quit"),
+        Binding("x", "hidden", "Hidden", show=False),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
     ]
     allowed = True

@@ -96,8 +96,10 @@ async def test_filter_by_node_and_rank_then_clear(tmp_path):
         kept = [lines.record(i) for i in range(lines.count)]
         assert kept and all(r.ip == "10.0.0.2" for r in kept)
         assert lines.count == sum(1 for i in range(300) if i % 3 == 2 and i % 50)
-        st.append("(MegatronTrainRayActor pid=52002, ip=10.0.0.2) [2026-01-01 12:10:00.000 actor_cell0_rank8] x.py:1 - late\n"
-                  "(RolloutManager pid=51234, ip=10.0.0.1) other node\n")
+        st.append(
+            "(MegatronTrainRayActor pid=52002, ip=10.0.0.2) [2026-01-01 12:10:00.000 actor_cell0_rank8] x.py:1 - late\n"
+            "(RolloutManager pid=51234, ip=10.0.0.1) other node\n"
+        )
         app.post_message(LogAppended(len(st)))
         await pilot.pause()
         assert lines.record(lines.count - 1).message == "late"  # the filter follows new lines too
@@ -127,7 +129,9 @@ async def test_wrap_jump_to_time_and_copy(tmp_path):
         rows = [lines.render_line(y).text for y in range(lines.size.height)]
         assert all(len(r) <= width for r in rows)
         first = lines.record(int(lines.scroll_y)).text
-        assert rows[0].rstrip() == first[:width].rstrip() and rows[1].strip() == first[width:2 * width].strip()
+        assert (
+            rows[0].rstrip() == first[:width].rstrip() and rows[1].strip() == first[width : 2 * width].strip()
+        )
 
 
 async def test_view_reads_only_visible_lines(tmp_path):

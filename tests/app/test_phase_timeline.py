@@ -27,15 +27,49 @@ def phase_view() -> PhaseView:
         for r in range(RANKS):
             node = f"10.0.0.{r // PER_NODE}"
             late = 15.0 if r == 97 else 0.0
-            events.append(({"name": "actor_train", "t0": t0, "t1": -1.0, "node": node, "rank": r, "role": "train"},
-                           t0))
+            events.append(
+                ({"name": "actor_train", "t0": t0, "t1": -1.0, "node": node, "rank": r, "role": "train"}, t0)
+            )
             if step < 4:
-                events.append(({"name": "actor_train", "t0": t0, "t1": t0 + 40 + late, "node": node, "rank": r,
-                                "role": "train"}, t0 + 60.5))  # arrives after the next step's open
-                events.append(({"name": "update_weights", "t0": t0 + 40 + late, "t1": t0 + 50 + late, "node": node,
-                                "rank": r, "role": "train"}, t0 + 61))
-    events.append(({"name": "rollout", "t0": NOW - 290, "t1": -1.0, "node": "10.0.0.0", "rank": -1,
-                    "role": "rollout_manager"}, NOW - 290))
+                events.append(
+                    (
+                        {
+                            "name": "actor_train",
+                            "t0": t0,
+                            "t1": t0 + 40 + late,
+                            "node": node,
+                            "rank": r,
+                            "role": "train",
+                        },
+                        t0 + 60.5,
+                    )
+                )  # arrives after the next step's open
+                events.append(
+                    (
+                        {
+                            "name": "update_weights",
+                            "t0": t0 + 40 + late,
+                            "t1": t0 + 50 + late,
+                            "node": node,
+                            "rank": r,
+                            "role": "train",
+                        },
+                        t0 + 61,
+                    )
+                )
+    events.append(
+        (
+            {
+                "name": "rollout",
+                "t0": NOW - 290,
+                "t1": -1.0,
+                "node": "10.0.0.0",
+                "rank": -1,
+                "role": "rollout_manager",
+            },
+            NOW - 290,
+        )
+    )
     for event, _arrives in sorted(events, key=lambda e: e[1]):
         phases.add_event(event)
     return phases.view()
@@ -81,16 +115,28 @@ def test_timeline_snapshot(snap_compare, size: tuple[int, int]) -> None:
 
 def stacks_report() -> StacksReport:
     def item(pid: int, inner: str) -> dict:
-        frames = [{"name": n, "file": "train.py", "line": 3} for n in (inner, "train_step", "MegatronTrainRayActor.train")]
-        return {"pid": pid, "cmd": "ray::MegatronTrainRayActor.train",
-                "threads": [{"name": "MainThread", "tid": pid, "frames": frames}]}
+        frames = [
+            {"name": n, "file": "train.py", "line": 3}
+            for n in (inner, "train_step", "MegatronTrainRayActor.train")
+        ]
+        return {
+            "pid": pid,
+            "cmd": "ray::MegatronTrainRayActor.train",
+            "threads": [{"name": "MainThread", "tid": pid, "frames": frames}],
+        }
 
     procs = [parse_process(f"n{p % 3}", f"node-{p % 3}", item(p, "allreduce"), {}) for p in range(100, 107)]
     odd = parse_process("n2", "node-2", item(4411, "recv"), {4411: 97})
-    return StacksReport.build("raysubmit_1", NOW, [*procs, odd], nodes_asked=4, seconds=3.2,
-                              saved_to="/state/stacks/raysubmit_1.txt",
-                              unreadable=(Unreadable("n1", "node-1", 55, "ray::X", "ptrace", "EPERM: ptrace refused"),),
-                              failed_nodes=(parse_failure(),))
+    return StacksReport.build(
+        "raysubmit_1",
+        NOW,
+        [*procs, odd],
+        nodes_asked=4,
+        seconds=3.2,
+        saved_to="/state/stacks/raysubmit_1.txt",
+        unreadable=(Unreadable("n1", "node-1", 55, "ray::X", "ptrace", "EPERM: ptrace refused"),),
+        failed_nodes=(parse_failure(),),
+    )
 
 
 def parse_failure():  # type: ignore[no-untyped-def]
@@ -107,7 +153,9 @@ async def test_stacks_screen_lists_small_groups_first_and_opens_the_odd_stack() 
     async with app.run_test(size=(120, 40)) as pilot:
         await app.push_screen(StacksScreen("raysubmit_1", collect))
         screen = app.screen
-        await until(pilot, lambda: isinstance(screen, StacksScreen) and screen.report is not None, "the report")
+        await until(
+            pilot, lambda: isinstance(screen, StacksScreen) and screen.report is not None, "the report"
+        )
         await pilot.pause()
         from textual.widgets import OptionList, Static
 

@@ -42,9 +42,13 @@ def test_helper_answers_what_the_console_computes(config: Path) -> None:
     here = list(plan_preview.helper_lines(address="127.0.0.1:7777"))
     assert basics["settings"] == here[0]["settings"]
     assert json.dumps(plan).replace(basics["run_id"], "RUN") == json.dumps(here[1]["start"]).replace(
-        here[0]["run_id"], "RUN")  # the same plan, but for the run id each one drew
-    assert basics["settings"] == {"address": "http://127.0.0.1:7777", "readonly": True,
-                                  "keys": {"plan.preflight": "ctrl+t"}}
+        here[0]["run_id"], "RUN"
+    )  # the same plan, but for the run id each one drew
+    assert basics["settings"] == {
+        "address": "http://127.0.0.1:7777",
+        "readonly": True,
+        "keys": {"plan.preflight": "ctrl+t"},
+    }
     start = PlanStart.from_json(plan)
     assert start.variant == "preset:nemotron-3-ultra-550b-a55b" and start.evaluation.valid
     assert start.evaluation.command.startswith("ray job submit --address=http://127.0.0.1:7777")
@@ -71,10 +75,18 @@ def _script(tmp_path: Path, body: str) -> str:
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
     assert plan_preview.start(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
-    assert plan_preview.start(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None  # garbage
-    assert plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None  # not an answer
-    assert plan_preview.start(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).settings_answer() \
-        is None  # not the shape the console reads
+    assert (
+        plan_preview.start(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None
+    )  # garbage
+    assert (
+        plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None
+    )  # not an answer
+    assert (
+        plan_preview.start(
+            python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")
+        ).settings_answer()
+        is None
+    )  # not the shape the console reads
     half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
     assert half.settings_answer() == json.loads(BASICS) and half.plan() is None  # died after the first answer
 
@@ -120,7 +132,10 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
             assert preview._proc.wait(timeout=10) == 0  # its plan was read to the end
     assert screens[0] == screens[1]
     assert any("READ-ONLY" in line for line in screens[0])
-    assert from_preview._settings is not None and from_preview.settings.token.get_secret_value() == "tok-secret-123"
+    assert (
+        from_preview._settings is not None
+        and from_preview.settings.token.get_secret_value() == "tok-secret-123"
+    )
 
 
 @pytest.mark.parametrize("cpus", [None, "0"], ids=["helper", "one-cpu-no-helper"])
@@ -134,8 +149,9 @@ def test_bad_config_stops_the_console_with_one_line(tmp_path: Path, cpus: str | 
         if shutil.which("taskset") is None:
             pytest.skip("taskset is not installed")
         argv = ["taskset", "-c", cpus, *argv]  # one CPU: no helper, the app loads the settings itself
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("ultra-console: error: cannot read config file")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -26,31 +26,53 @@ async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster,
         await pilot.press("P")
         await until(pilot, lambda: isinstance(app.screen, PrepareScreen), "the prepare screen")
         screen = app.screen
-        await until(pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120)
-        await until(pilot, lambda: plan.preflight_state == "failed", "the plan's preflight to take the verdict")
+        await until(
+            pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120
+        )
+        await until(
+            pilot, lambda: plan.preflight_state == "failed", "the plan's preflight to take the verdict"
+        )
         p8 = [f for f in plan.preflight_findings if f.rule == "P8"]
         assert len(p8) == len(ray_cluster.node_ids)
         assert all(any(n[:8] in f.message for f in p8) for n in ray_cluster.node_ids), p8
         assert all(" is not ready: missing: " in f.message for f in p8), p8
-        assert not any(f.rule in ("P4", "P5") for f in plan.preflight_findings)  # the per-node check replaces them
+        assert not any(
+            f.rule in ("P4", "P5") for f in plan.preflight_findings
+        )  # the per-node check replaces them
 
         # F: fetch into node-specific directories from the fake hub, with progress per node on screen
-        hub = FakeHub({("model", MODEL_REPO): model_files(), ("dataset", DATASET_REPO): dataset_files()}).start()
+        hub = FakeHub(
+            {("model", MODEL_REPO): model_files(), ("dataset", DATASET_REPO): dataset_files()}
+        ).start()
         try:
             monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
             root = tmp_path / "nodes"
             write_files(root / ray_cluster.node_ids[0] / "models" / MODEL_REPO.split("/")[1], model_files())
-            spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", [
-                f"paths.model_dir={root}/{{node_id}}/models", f"paths.data_dir={root}/{{node_id}}/data",
-                f"model.name={MODEL_REPO.split('/')[1]}", f"data.prompt_data=tiny-math/{DATASET_FILE}",
-                f"data.repo={DATASET_REPO}"])
+            spec = build_spec(
+                "nemotron-3-ultra-550b-a55b-4layer",
+                [
+                    f"paths.model_dir={root}/{{node_id}}/models",
+                    f"paths.data_dir={root}/{{node_id}}/data",
+                    f"model.name={MODEL_REPO.split('/')[1]}",
+                    f"data.prompt_data=tiny-math/{DATASET_FILE}",
+                    f"data.repo={DATASET_REPO}",
+                ],
+            )
             await pilot.press("escape")
             app.push_screen(PrepareScreen(spec, plan))
-            await until(pilot, lambda: isinstance(app.screen, PrepareScreen) and app.screen is not screen, "a new screen")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, PrepareScreen) and app.screen is not screen,
+                "a new screen",
+            )
             screen = app.screen
-            await until(pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120)
+            await until(
+                pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120
+            )
             await pilot.press("F")
-            await until(pilot, lambda: not screen.running and screen.verdict.startswith("READY"), "the fetch", 180)
+            await until(
+                pilot, lambda: not screen.running and screen.verdict.startswith("READY"), "the fetch", 180
+            )
             lines = screen.query_one(Log).lines
             for node in ray_cluster.node_ids[1:]:
                 assert any(f"{node[:8]})] checkpoint: " in ln and "complete" in ln for ln in lines), lines

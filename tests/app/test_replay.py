@@ -49,20 +49,50 @@ def dump_dir(root: Path, rollouts: int = 5) -> Path:
 
     def event(t: float, source: dict, rollout: int, metrics: dict) -> str:
         stamp = (base + timedelta(seconds=t)).isoformat()
-        return json.dumps({"timestamp": stamp, "source": source, "type": "metric", "rollout_id": rollout,
-                           "attempt": 0, "metrics": metrics}) + "\n"
+        return (
+            json.dumps(
+                {
+                    "timestamp": stamp,
+                    "source": source,
+                    "type": "metric",
+                    "rollout_id": rollout,
+                    "attempt": 0,
+                    "metrics": metrics,
+                }
+            )
+            + "\n"
+        )
 
     rank0 = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
     for i in range(rollouts):
         t = 60.0 * i
-        rm.append(event(t + 40, {"component": "rollout_manager"}, i, {
-            "perf/rollout_time": 31.8 + i, "perf/tokens_per_gpu_per_sec": 13.5 + i, "rollout/step": i}))
+        rm.append(
+            event(
+                t + 40,
+                {"component": "rollout_manager"},
+                i,
+                {"perf/rollout_time": 31.8 + i, "perf/tokens_per_gpu_per_sec": 13.5 + i, "rollout/step": i},
+            )
+        )
         actor.append(event(t + 42, rank0, i, {"rollout/raw_reward": 0.1 + 0.05 * i, "rollout/step": i}))
         for s in range(2):
             step = 2 * i + s
-            actor.append(event(t + 45 + s, rank0, i, {"train/loss": -0.001 * step, "train/ppo_kl": 0.001 * s,
-                                                      "train/grad_norm": 0.08, "train/step": step}))
-        actor.append(event(t + 56, rank0, i, {"perf/train_time": 12.7, "perf/step_time": 60.0, "rollout/step": i}))
+            actor.append(
+                event(
+                    t + 45 + s,
+                    rank0,
+                    i,
+                    {
+                        "train/loss": -0.001 * step,
+                        "train/ppo_kl": 0.001 * s,
+                        "train/grad_norm": 0.08,
+                        "train/step": step,
+                    },
+                )
+            )
+        actor.append(
+            event(t + 56, rank0, i, {"perf/train_time": 12.7, "perf/step_time": 60.0, "rollout/step": i})
+        )
     (events / "rollout_manager.jsonl").write_text("".join(rm))
     (events / "actor_cell0_rank0.jsonl").write_text("".join(actor))
     (events / "main.jsonl").write_text("")
@@ -82,8 +112,11 @@ def chart_points(app: UltraConsoleApp, chart_id: str) -> int:
 async def _charts_filled(app: UltraConsoleApp, pilot, what: str) -> None:
     """The run view draws only while shown: look at it, then go back to the log."""
     await pilot.press("2")
-    await until(pilot, lambda: chart_points(app, "#chart-throughput") >= 5 and chart_points(app, "#chart-kl") >= 10,
-                what)
+    await until(
+        pilot,
+        lambda: chart_points(app, "#chart-throughput") >= 5 and chart_points(app, "#chart-kl") >= 10,
+        what,
+    )
     await pilot.press("3")
     await until(pilot, lambda: app.current_view == "logs", "the logs view")
 
@@ -91,8 +124,16 @@ async def _charts_filled(app: UltraConsoleApp, pilot, what: str) -> None:
 async def _loaded(app: UltraConsoleApp, pilot) -> LogsView:
     logs = app.view("logs")
     assert isinstance(logs, LogsView)
-    await until(pilot, lambda: "loading history" not in logs.history and app.history_text == ""
-                and getattr(app, "runtime", None) is not None and len(app.runtime.store) > 0, "the replay to finish reading")
+    await until(
+        pilot,
+        lambda: (
+            "loading history" not in logs.history
+            and app.history_text == ""
+            and getattr(app, "runtime", None) is not None
+            and len(app.runtime.store) > 0
+        ),
+        "the replay to finish reading",
+    )
     return logs
 
 
@@ -116,7 +157,9 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     assert run.query_one("#chart-time", LineChart).marker == 2
     at = logs.lines.cursor
     top, height = int(logs.lines.scroll_y), logs.lines.size.height
-    assert at > 0 and (top == at or (top < at < top + height and top + height >= logs.lines.count))  # on top, or all shown
+    assert at > 0 and (
+        top == at or (top < at < top + height and top + height >= logs.lines.count)
+    )  # on top, or all shown
     store = app.runtime.store
     assert re.search(r"\bperf 1: \{", store.line(at - 1).text)  # the line before it closed rollout 1
     later = [store.line(i).text for i in range(at, len(store))]
@@ -125,8 +168,11 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     await pilot.press("left_square_bracket")
     await until(pilot, lambda: app.rollout_cursor == 1 and kl.marker == 2, "the cursor back on rollout 1")
     await pilot.press("2")  # the mark is drawn on screen in the run view's charts
-    await until(pilot, lambda: "· at 1" in str(run.query_one("#chart-time", LineChart).render_line(0)),
-                "the time chart drawing the mark")
+    await until(
+        pilot,
+        lambda: "· at 1" in str(run.query_one("#chart-time", LineChart).render_line(0)),
+        "the time chart drawing the mark",
+    )
 
 
 @pytest.mark.parametrize("shape", ["newest", "2026-04"])
@@ -175,8 +221,14 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(ReplayError, match="not a --dump-details directory"):
         detect_source(tmp_path / "plain")
-    proc = subprocess.run([sys.executable, "-m", "console.cli", "replay", str(tmp_path / "nope.log")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", "replay", str(tmp_path / "nope.log")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "no such file or directory" in proc.stderr
 
@@ -198,8 +250,9 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
             assert time.monotonic() < deadline, "the job never ended"
             await asyncio.sleep(0.5)
     session = ReplaySession(ReplaySource("job", job_id=sid), tmp_path / "spool")
-    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session,
-                          watchdog=False)
+    app = UltraConsoleApp(
+        Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session, watchdog=False
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         logs = await _loaded(app, pilot)
         assert logs.lines.count > 50
@@ -208,7 +261,9 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
         hit = await _search(logs, pilot, "step 6:")
         assert "step 6: {" in hit
         await pilot.press("right_square_bracket", "right_square_bracket")
-        await until(pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1")
+        await until(
+            pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1"
+        )
 
 
 async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
@@ -227,6 +282,8 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
         store.append(path.read_bytes())
         await pilot.press("3", "right_square_bracket", "right_square_bracket")
         logs = app.view("logs")
-        await until(pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1")
+        await until(
+            pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1"
+        )
         assert re.search(r"\bperf 0: \{", store.line(logs.lines.cursor - 1).text)
         await runtime.client.aclose()

@@ -36,12 +36,15 @@ def test_state_line_says_a_failed_runs_cause_and_a_blind_chart():
     monitor.feed_text("\n".join(OOM_TRACEBACK) + "\n")
     monitor.on_job_status("FAILED", "exit code 1")
     line = state_line(status("FAILED"), None, monitor.alerts.snapshot(), T0 + 60)
-    assert line.endswith("  · FAILED: CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: "
-                         "asked for 2.10 GiB, 1.02 GiB free of 139.80 GiB")
+    assert line.endswith(
+        "  · FAILED: CUDA out of memory on GPU 3 in MegatronTrainRayActor pid=4101 on 10.0.0.3: "
+        "asked for 2.10 GiB, 1.02 GiB free of 139.80 GiB"
+    )
     blind = RunMonitor()
     blind.feed_text("step 2: {'train/loss': 0.4, 'tr\n")
     assert state_line(status(), None, blind.alerts.snapshot(), T0).endswith(
-        "  · 1 metric line(s) in the log could not be read: the charts miss them (the sample shows one)")
+        "  · 1 metric line(s) in the log could not be read: the charts miss them (the sample shows one)"
+    )
 
 
 async def _feed(app) -> None:
@@ -70,8 +73,12 @@ async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
         assert len(app.query_one(GpuFleet).rows) == 16
         assert all(c.builds >= 1 for c in charts)
         kl = app.query_one("#chart-kl", LineChart)
-        assert {s.label for s in kl.series if s.points} == {"ppo_kl", "train/rollout kl", "logprob |diff|",
-                                                            "raw reward"}
+        assert {s.label for s in kl.series if s.points} == {
+            "ppo_kl",
+            "train/rollout kl",
+            "logprob |diff|",
+            "raw reward",
+        }
         tput = app.query_one("#chart-throughput", LineChart)
         assert [len(s.points) for s in tput.series if s.label == "per GPU"] == [12]
         assert "rollout 12/40" in str(app.query_one("#run-state").content)
@@ -117,7 +124,11 @@ async def _wait_stage(modal: AbortModal, stage: str, pilot) -> None:
     def reached() -> bool:
         go = modal.query_one("#abort-go", Button)
         cancel = modal.query_one("#abort-cancel", Button)
-        return modal.stage == stage and (not go.display or go in modal.focus_chain) and modal.app.focused is cancel
+        return (
+            modal.stage == stage
+            and (not go.display or go in modal.focus_chain)
+            and modal.app.focused is cancel
+        )
 
     await until(pilot, reached, f"the abort modal at stage {stage}", timeout=10.0)
     await pilot.pause()  # the shown button has joined the focus chain
@@ -202,7 +213,9 @@ async def test_history_rebuild_progress_is_visible(tmp_path):
         assert "loading history 20,000 lines" in str(app.query_one("#run-state").content)
         await pilot.press("3")
         await pilot.pause()
-        assert f"loading history of {JOB}… 20,000 lines" in str(app.query_one(LogsView).query_one("#logs-status").content)
+        assert f"loading history of {JOB}… 20,000 lines" in str(
+            app.query_one(LogsView).query_one("#logs-status").content
+        )
         app.post_message(HistoryProgress(JOB, 25_000, done=True))
         await pilot.pause()
         assert "loading" not in str(app.query_one(LogsView).query_one("#logs-status").content)
@@ -250,8 +263,11 @@ async def test_the_state_line_under_the_abort_modal_follows_the_run(tmp_path):
         await _choose_go(modal, pilot)
         await until(pilot, lambda: modal.stage == "stopping", "stopping")
         app.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 14)))
-        await until(pilot, lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state").content),
-                    "the state line under the modal to say STOPPED")
+        await until(
+            pilot,
+            lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state").content),
+            "the state line under the modal to say STOPPED",
+        )
         assert app.screen is modal and "ETA" not in str(view.query_one("#run-state").content)
         release.set()
         await until(pilot, lambda: modal.stage == "done", "the modal to finish")
@@ -282,8 +298,13 @@ async def test_abort_modal_says_checking_n_nodes_until_they_answer_and_names_a_s
 
     async def report() -> LeftoverReport:
         await answer.wait()
-        return LeftoverReport(JOB, (NodeCheck("01" * 20, "node-01", True),
-                                    NodeCheck("02" * 20, "node-02", False, "no answer in 45 s")))
+        return LeftoverReport(
+            JOB,
+            (
+                NodeCheck("01" * 20, "node-01", True),
+                NodeCheck("02" * 20, "node-02", False, "no answer in 45 s"),
+            ),
+        )
 
     async def cleanup(items) -> str:
         return ""

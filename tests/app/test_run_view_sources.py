@@ -25,18 +25,42 @@ from console.widgets.charts import LineChart
 pytestmark = pytest.mark.ray
 
 CHARTS = (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL))
-COMPARED = ("perf/tokens_per_gpu_per_sec", "perf/rollout_time", "perf/train_time", "train/ppo_kl",
-            "train/train_rollout_kl", "rollout/raw_reward")
+COMPARED = (
+    "perf/tokens_per_gpu_per_sec",
+    "perf/rollout_time",
+    "perf/train_time",
+    "train/ppo_kl",
+    "train/train_rollout_kl",
+    "rollout/raw_reward",
+)
 
 
 async def _finished_sim(address: str, tmp: Path, *extra: str) -> tuple[str, str]:
     """A finished 3-rollout simulated run (2 steps per rollout) and its whole job log, saved to a file."""
     sid = f"ultra-console-src-{uuid.uuid4().hex[:8]}"
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--rollout-num-gpus", "8", "--num-rollout", "3",
-            "--rollout-batch-size", "32",
-            "--n-samples-per-prompt", "8", "--global-batch-size", "128", "--sim-step-seconds", "0.3", *extra]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "1",
+        "--rollout-num-gpus",
+        "8",
+        "--num-rollout",
+        "3",
+        "--rollout-batch-size",
+        "32",
+        "--n-samples-per-prompt",
+        "8",
+        "--global-batch-size",
+        "128",
+        "--sim-step-seconds",
+        "0.3",
+        *extra,
+    ]
     async with RayClient(address, timeout=30.0) as client:
-        await client.submit({"entrypoint": shlex.join(argv), "submission_id": sid, "metadata": {"ultra_console": "1"}})
+        await client.submit(
+            {"entrypoint": shlex.join(argv), "submission_id": sid, "metadata": {"ultra_console": "1"}}
+        )
         job = await job_reaches(client, sid, timeout=120)
         assert job.status == "SUCCEEDED", job.message
         text = "".join([line + "\n" async for line in client.read_log(sid)])
@@ -55,16 +79,28 @@ async def _charts(app: UltraConsoleApp, pilot, want: str, timeout: float = 60.0)
     await pilot.press("2")
     view = app.query_one(RunView)
     charts = {cid: view.query_one(cid, LineChart) for cid, _ in CHARTS}
-    await until(pilot, lambda: all(c.title.endswith(f"· from {want}") for c in charts.values())
-                and len(series_points(view.metrics, "train/ppo_kl")) == 6, f"every chart drawn from {want}", timeout)
+    await until(
+        pilot,
+        lambda: (
+            all(c.title.endswith(f"· from {want}") for c in charts.values())
+            and len(series_points(view.metrics, "train/ppo_kl")) == 6
+        ),
+        f"every chart drawn from {want}",
+        timeout,
+    )
     return charts
 
 
 async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path):
     dump = tmp_path / "dump_details"
     sid, log = await _finished_sim(ray_cluster.address, tmp_path, "--dump-details", str(dump))
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    app = UltraConsoleApp(
+        Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         charts = await _charts(app, pilot, "events")
         view = app.query_one(RunView)
@@ -80,22 +116,39 @@ async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path)
 
 async def test_without_a_dump_dir_the_charts_say_log(ray_cluster, tmp_path):
     sid, log = await _finished_sim(ray_cluster.address, tmp_path)
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    app = UltraConsoleApp(
+        Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         await _charts(app, pilot, "log")
         view = app.query_one(RunView)
         assert set(view.metrics.sources.values()) == {"log"}
-        assert series_points(view.metrics, "train/ppo_kl") == series_points(_log_only(log).metrics_snapshot(),
-                                                                           "train/ppo_kl")
+        assert series_points(view.metrics, "train/ppo_kl") == series_points(
+            _log_only(log).metrics_snapshot(), "train/ppo_kl"
+        )
 
 
 async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cluster, tmp_path):
     """Whatever the log's shape (here miles of April 2026), the events fill KL and throughput."""
-    sid, _ = await _finished_sim(ray_cluster.address, tmp_path, "--sim-log-format", "2026-04",
-                                 "--dump-details", str(tmp_path / "dump_details"))
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    sid, _ = await _finished_sim(
+        ray_cluster.address,
+        tmp_path,
+        "--sim-log-format",
+        "2026-04",
+        "--dump-details",
+        str(tmp_path / "dump_details"),
+    )
+    app = UltraConsoleApp(
+        Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         charts = await _charts(app, pilot, "events")
         tput = {s.label: s.points for s in charts["#chart-throughput"].series}
@@ -106,8 +159,13 @@ async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cl
 
 async def test_old_shape_log_alone_fills_kl_and_throughput(ray_cluster, tmp_path):
     sid, _ = await _finished_sim(ray_cluster.address, tmp_path, "--sim-log-format", "2026-04")
-    app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "state"), job=sid,
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    app = UltraConsoleApp(
+        Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         await _charts(app, pilot, "log", timeout=20.0)
         view = app.query_one(RunView)

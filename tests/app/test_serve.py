@@ -31,9 +31,15 @@ def _free_port() -> int:
 def test_serve_answers_on_loopback_then_stops(tmp_path):
     port = _free_port()
     env = dict(os.environ, ULTRA_CONSOLE_STATE_DIR=str(tmp_path), RAY_ADDRESS="http://127.0.0.1:9")
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--readonly", "serve", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "--readonly", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
+
         def answered() -> httpx.Response | None:
             try:
                 return httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
@@ -45,14 +51,20 @@ def test_serve_answers_on_loopback_then_stops(tmp_path):
         assert page.status_code == 200
         assert "ultra-console" in page.text and "/ws" in page.text
         # A browser session: the page's websocket runs the real app with the same flags (--readonly).
-        with httpx.Client() as client, connect_ws(f"http://127.0.0.1:{port}/ws?width=100&height=30", client) as ws:
+        with (
+            httpx.Client() as client,
+            connect_ws(f"http://127.0.0.1:{port}/ws?width=100&height=30", client) as ws,
+        ):
             screen, deadline = b"", time.monotonic() + 30
             while b"READ-ONLY" not in screen and time.monotonic() < deadline:
                 data = ws.receive(timeout=10).data
                 screen += data.encode() if isinstance(data, str) else data
         assert b"READ-ONLY" in screen and b"Plan" in screen
-        listening = {c.laddr.ip for c in psutil.net_connections(kind="tcp")
-                     if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN}
+        listening = {
+            c.laddr.ip
+            for c in psutil.net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        }
         assert listening == {"127.0.0.1"}  # bound to loopback only
     finally:
         proc.send_signal(signal.SIGTERM)

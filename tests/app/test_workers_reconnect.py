@@ -58,12 +58,15 @@ class Relay:
         await self.server.wait_closed()
 
 
-
 async def test_dashboard_lost_then_back_by_itself(ray_cluster, tmp_path):
     relay = Relay(int(ray_cluster.address.rsplit(":", 1)[1]))
     await relay.start()
-    app = UltraConsoleApp(Settings(address=f"http://127.0.0.1:{relay.port}", state_dir=tmp_path),
-                          watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+    app = UltraConsoleApp(
+        Settings(address=f"http://127.0.0.1:{relay.port}", state_dir=tmp_path),
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("2")

@@ -26,7 +26,9 @@ from tests.support.raycluster import REPO, LocalRayCluster
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-SHORT_LEASE_S = 6.0  # the tests' lease timeout (the real default, <= 60 s, is asserted in tests/unit/test_gpu_probe)
+SHORT_LEASE_S = (
+    6.0  # the tests' lease timeout (the real default, <= 60 s, is asserted in tests/unit/test_gpu_probe)
+)
 
 
 async def _probes(client: RayClient) -> list[str]:
@@ -43,7 +45,9 @@ async def _none(client: RayClient) -> bool:
 
 @contextlib.asynccontextmanager
 async def _consoles(client: RayClient, *readonly: bool) -> AsyncIterator[list[GpuProbe]]:
-    probes = [GpuProbe(client, readonly=ro, lease_timeout_s=SHORT_LEASE_S, lease_renew_s=1.0) for ro in readonly]
+    probes = [
+        GpuProbe(client, readonly=ro, lease_timeout_s=SHORT_LEASE_S, lease_renew_s=1.0) for ro in readonly
+    ]
     tasks = [asyncio.create_task(p.run()) for p in probes]
     try:
         yield probes
@@ -59,7 +63,8 @@ def _alive(probe: GpuProbe, rc: LocalRayCluster, ids: list[str] | None = None) -
 
 
 async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_nothing(
-        ray_cluster: LocalRayCluster, ray_client: RayClient) -> None:
+    ray_cluster: LocalRayCluster, ray_client: RayClient
+) -> None:
     await _no_probe_left(ray_client)
     head = ray_cluster.node_ids[0]
     override = ray_cluster.fake_gpu_dir / head / "override.json"
@@ -68,8 +73,13 @@ async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_not
     holder.write_text(json.dumps({"mem": 40000, "util": 10}))
     try:
         async with _consoles(ray_client, False, False) as (one, two):
-            await until(None, lambda: _alive(one, ray_cluster) and _alive(two, ray_cluster),
-                        "both consoles reading every node from the probe", timeout=90, interval=0.3)
+            await until(
+                None,
+                lambda: _alive(one, ray_cluster) and _alive(two, ray_cluster),
+                "both consoles reading every node from the probe",
+                timeout=90,
+                interval=0.3,
+            )
             assert len(one.started + two.started) == 1 and len(await _probes(ray_client)) == 1
             (sid,) = one.started + two.started
             assert one.job_id == two.job_id == sid and sid.startswith("ultra-console-gpu-probe-")
@@ -83,7 +93,9 @@ async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_not
                 node = snap.node(head)
                 return bool(node and node.gpus and node.gpus[3].utilization_pct == 77.0)
 
-            await until(None, shows_77, "the head's GPU 3 at 77 % through the probe", timeout=10, interval=0.2)
+            await until(
+                None, shows_77, "the head's GPU 3 at 77 % through the probe", timeout=10, interval=0.2
+            )
             snap = await poller.poll_once()
             node = snap.node(head)
             assert node is not None and node.gpu_source == "probe" and "GPU probe" in snap.sources
@@ -98,29 +110,49 @@ async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_not
             findings = await preflight(build_spec("nemotron-3-ultra-550b-a55b-4layer"), ray_client)
             assert not [f for f in findings if f.rule in ("P1", "P3") and f.severity == "error"], findings
         # both consoles gone cleanly (leases given back): the probe ends at once
-        await until(None, lambda: _none(ray_client), "the probe ending after its consoles left", timeout=30,
-                    interval=0.5)
+        await until(
+            None,
+            lambda: _none(ray_client),
+            "the probe ending after its consoles left",
+            timeout=30,
+            interval=0.5,
+        )
     finally:
         holder.unlink(missing_ok=True)
         override.unlink(missing_ok=True)
 
 
 async def test_a_readonly_console_starts_none_reads_one_that_runs_and_a_late_node_is_sampled(
-        ray_cluster: LocalRayCluster, ray_client: RayClient) -> None:
+    ray_cluster: LocalRayCluster, ray_client: RayClient
+) -> None:
     await _no_probe_left(ray_client)
     async with _consoles(ray_client, True) as (reader,):
-        await until(None, lambda: "--readonly" in reader.status, "the read-only console saying it starts none",
-                    timeout=20)
+        await until(
+            None,
+            lambda: "--readonly" in reader.status,
+            "the read-only console saying it starts none",
+            timeout=20,
+        )
         await asyncio.sleep(0)  # (its look at the job list is done: nothing was submitted)
         assert await _probes(ray_client) == [] and reader.started == []
         async with _consoles(ray_client, False) as (writer,):
-            await until(None, lambda: _alive(reader, ray_cluster), "the read-only console reading the probe",
-                        timeout=90, interval=0.3)
+            await until(
+                None,
+                lambda: _alive(reader, ray_cluster),
+                "the read-only console reading the probe",
+                timeout=90,
+                interval=0.3,
+            )
             assert reader.started == [] and len(writer.started) == 1
             late = ray_cluster.add_node()
             try:
-                await until(None, lambda: _alive(writer, ray_cluster, [ray_cluster.node_ids[late]]),
-                            "the node that joined later sampled", timeout=60, interval=0.5)
+                await until(
+                    None,
+                    lambda: _alive(writer, ray_cluster, [ray_cluster.node_ids[late]]),
+                    "the node that joined later sampled",
+                    timeout=60,
+                    interval=0.5,
+                )
             finally:
                 ray_cluster.kill_node(late)
     await _no_probe_left(ray_client)  # its consoles gave their leases back: it ends by itself
@@ -145,11 +177,16 @@ asyncio.run(main())
 
 
 async def test_the_probe_is_gone_soon_after_its_last_console_is_sigkilled(
-        ray_cluster: LocalRayCluster, ray_client: RayClient) -> None:
+    ray_cluster: LocalRayCluster, ray_client: RayClient
+) -> None:
     await _no_probe_left(ray_client)
-    console = subprocess.Popen([sys.executable, "-c", CONSOLE, ray_cluster.address, str(SHORT_LEASE_S)],
-                               stdout=subprocess.PIPE, text=True, cwd=REPO,
-                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    console = subprocess.Popen(
+        [sys.executable, "-c", CONSOLE, ray_cluster.address, str(SHORT_LEASE_S)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert console.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(console.stdout.readline), 90)
@@ -158,8 +195,13 @@ async def test_the_probe_is_gone_soon_after_its_last_console_is_sigkilled(
         assert await _probes(ray_client) == [sid]
         console.send_signal(signal.SIGKILL)  # no clean exit: its lease stays behind, unrenewed
         killed = time.monotonic()
-        await until(None, lambda: _none(ray_client), "the probe ending after its console's SIGKILL", timeout=60,
-                    interval=0.5)
+        await until(
+            None,
+            lambda: _none(ray_client),
+            "the probe ending after its console's SIGKILL",
+            timeout=60,
+            interval=0.5,
+        )
         gone = time.monotonic() - killed
         job = await ray_client.get_job(sid)
         assert job.status == "SUCCEEDED" and gone < 60, (job.status, gone)

@@ -53,10 +53,16 @@ HOLDER = textwrap.dedent("""\
 
 async def submit_holder(client: RayClient, node_id: str, tag: str, *, orphan: bool = False) -> str:
     sid = f"leftover-test-{tag}-{int(time.time() * 1000)}"
-    await client.submit({"entrypoint": shlex.join([sys.executable, "-c", HOLDER, node_id,
-                                                   "orphan" if orphan else "plain"]),
-                         "submission_id": sid, "entrypoint_label_selector": {"ray.io/node-id": node_id},
-                         "entrypoint_num_cpus": 0.01})
+    await client.submit(
+        {
+            "entrypoint": shlex.join(
+                [sys.executable, "-c", HOLDER, node_id, "orphan" if orphan else "plain"]
+            ),
+            "submission_id": sid,
+            "entrypoint_label_selector": {"ray.io/node-id": node_id},
+            "entrypoint_num_cpus": 0.01,
+        }
+    )
     return sid
 
 
@@ -77,7 +83,8 @@ async def summary_pids(client: RayClient, node_id: str) -> set[int]:
 
 @pytest.mark.timeout(480)
 async def test_ten_graceful_aborts_end_with_no_leftover_while_the_summary_lists_dead_pids(
-        ray_client: RayClient, ray_cluster, tmp_path: Path) -> None:
+    ray_client: RayClient, ray_cluster, tmp_path: Path
+) -> None:
     node_id = ray_cluster.node_ids[1]
     listed_dead = 0
     for i in range(10):
@@ -93,7 +100,9 @@ async def test_ten_graceful_aborts_end_with_no_leftover_while_the_summary_lists_
         await ctl.abort()
         job = await ctl.wait_terminal(30)
         assert job.status == "STOPPED"
-        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+        assert not any(
+            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+        )
         stale = pids & await summary_pids(ray_client, node_id)  # what a dashboard-based check would report
         report = await ctl.leftovers()
         listed_dead += bool(stale)
@@ -105,8 +114,9 @@ async def test_ten_graceful_aborts_end_with_no_leftover_while_the_summary_lists_
 
 
 @pytest.mark.timeout(240)
-async def test_double_forked_orphan_is_listed_and_killed(ray_client: RayClient, ray_cluster, tmp_path: Path
-                                                         ) -> None:
+async def test_double_forked_orphan_is_listed_and_killed(
+    ray_client: RayClient, ray_cluster, tmp_path: Path
+) -> None:
     node_id = ray_cluster.node_ids[2]
     sid = await submit_holder(ray_client, node_id, "orphan", orphan=True)
     (orphan,) = await log_pids(ray_client, sid, "ORPHAN")
@@ -120,12 +130,16 @@ async def test_double_forked_orphan_is_listed_and_killed(ray_client: RayClient, 
         assert (await ctl.wait_terminal(30)).status == "STOPPED"
         assert psutil.pid_exists(orphan)  # it escaped the driver's process tree: Ray's stop missed it
         report = await ctl.leftovers()
-        assert [(i.pid, i.gpu_index, i.mem_mb) for i in report.killable] == [(orphan, 6, 12806)], report.lines()
+        assert [(i.pid, i.gpu_index, i.mem_mb) for i in report.killable] == [(orphan, 6, 12806)], (
+            report.lines()
+        )
         assert not report.unidentified and "submission id" in report.killable[0].reason
 
         async def p2() -> bool:  # the launch check warns about the GPU in use meanwhile
-            return any(f.rule == "P2" and f"pid {orphan}" in f.message for f in await preflight(sim_spec(tmp_path),
-                                                                                             ray_client))
+            return any(
+                f.rule == "P2" and f"pid {orphan}" in f.message
+                for f in await preflight(sim_spec(tmp_path), ray_client)
+            )
 
         await until(None, p2, "preflight P2 naming the orphan", 30, interval=0.5)
 
@@ -139,7 +153,9 @@ async def test_double_forked_orphan_is_listed_and_killed(ray_client: RayClient, 
         await asyncio.sleep(0)
         assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
         again = cli(ray_cluster.address, tmp_path / "state", "cleanup", "--yes", "--job", sid)
-        assert again.returncode == 0 and "no leftover GPU processes" in again.stdout, again.stdout + again.stderr
+        assert again.returncode == 0 and "no leftover GPU processes" in again.stdout, (
+            again.stdout + again.stderr
+        )
         assert "checking 1 node(s)" in again.stdout  # the footprint the abort recorded: the node that ran it
     finally:
         bystander.kill()
@@ -148,8 +164,9 @@ async def test_double_forked_orphan_is_listed_and_killed(ray_client: RayClient, 
             psutil.Process(orphan).kill()
 
 
-async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(ray_client: RayClient, ray_cluster,
-                                                                 tmp_path: Path) -> None:
+async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(
+    ray_client: RayClient, ray_cluster, tmp_path: Path
+) -> None:
     """A process of no job, holding a GPU, is offered to the kill job directly: it is checked there and spared."""
     node_id = ray_cluster.node_ids[2]
     stray = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
@@ -158,8 +175,9 @@ async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(ray_client: Ray
     hold.write_text('{"mem": 5000, "util": 40}')
     try:
         item = Leftover(node_id, node_id[:8], 7, stray.pid, 5000)
-        (result,) = await kill_leftovers(ray_client, JobFootprint("some-other-job", "0f000000"), [item],
-                                         grace_s=1.0, timeout_s=60)
+        (result,) = await kill_leftovers(
+            ray_client, JobFootprint("some-other-job", "0f000000"), [item], grace_s=1.0, timeout_s=60
+        )
         assert result.action == "skipped"
         assert result.reason.startswith("held by a process this node cannot identify as the job's")
         assert stray.is_running()
@@ -169,15 +187,18 @@ async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(ray_client: Ray
         stray.wait(10)
 
 
-
-async def test_a_node_that_does_not_answer_in_time_is_named_not_assumed_clean(ray_client: RayClient,
-                                                                             ray_cluster) -> None:
+async def test_a_node_that_does_not_answer_in_time_is_named_not_assumed_clean(
+    ray_client: RayClient, ray_cluster
+) -> None:
     nodes = [(n, f"node-{i}") for i, n in enumerate(ray_cluster.node_ids[:2])]
     report = await read_leftovers(ray_client, JobFootprint("some-job"), nodes, timeout_s=0.01)
     assert not report.clean and len(report.silent) == 2
     assert all(n.problem.startswith("no answer in 0 s") for n in report.silent)
-    assert any(line.startswith("node node-1 did not answer: no answer in 0 s (its list job was still ")
-               and line.endswith("; stopped)") for line in report.lines()), report.lines()
+    assert any(
+        line.startswith("node node-1 did not answer: no answer in 0 s (its list job was still ")
+        and line.endswith("; stopped)")
+        for line in report.lines()
+    ), report.lines()
 
     async def stopped() -> bool:  # the reaper jobs that did not answer in time were stopped, not left running
         jobs = [j for j in await ray_client.list_jobs() if (j.metadata or {}).get("ultra_console_cleanup")]

@@ -31,9 +31,22 @@ MODEL_NAME = MODEL_REPO.split("/")[1]
 
 def spec_args(root: Path, *, per_node: bool = True) -> list[str]:
     base = f"{root}/{{node_id}}" if per_node else str(root)
-    return ["--preset", PRESET, "--set", f"paths.model_dir={base}/models", "--set", f"paths.data_dir={base}/data",
-            "--set", f"model.name={MODEL_NAME}", "--set", "model.org=nvidia",
-            "--set", f"data.prompt_data=tiny-math/{DATASET_FILE}", "--set", f"data.repo={DATASET_REPO}"]
+    return [
+        "--preset",
+        PRESET,
+        "--set",
+        f"paths.model_dir={base}/models",
+        "--set",
+        f"paths.data_dir={base}/data",
+        "--set",
+        f"model.name={MODEL_NAME}",
+        "--set",
+        "model.org=nvidia",
+        "--set",
+        f"data.prompt_data=tiny-math/{DATASET_FILE}",
+        "--set",
+        f"data.repo={DATASET_REPO}",
+    ]
 
 
 def ckpt_dir(root: Path, node: str) -> Path:
@@ -66,7 +79,9 @@ def problems(node: dict) -> list[tuple[str, str]]:
 
 
 def test_complete_checkpoint_on_every_node_is_ready(ray_cluster, tmp_path):
-    alive = [n for i, n in enumerate(ray_cluster.node_ids) if i not in ray_cluster.dead]  # earlier tests kill nodes
+    alive = [
+        n for i, n in enumerate(ray_cluster.node_ids) if i not in ray_cluster.dead
+    ]  # earlier tests kill nodes
     for node in alive:
         complete(tmp_path, node)
     proc = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path), "--json")
@@ -76,7 +91,9 @@ def test_complete_checkpoint_on_every_node_is_ready(ray_cluster, tmp_path):
     assert sorted(by_node(rep)) == sorted(alive)
     for node_id, node in by_node(rep).items():
         assert node["ready"] and node["checkpoint"]["files"] == 2, node
-        assert node["checkpoint"]["path"] == str(ckpt_dir(tmp_path, node_id))  # `{node_id}` expanded on the node
+        assert node["checkpoint"]["path"] == str(
+            ckpt_dir(tmp_path, node_id)
+        )  # `{node_id}` expanded on the node
     text = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path))
     assert text.returncode == 0
     assert "verdict: READY (3 of 3 node(s) ready)" in text.stdout
@@ -105,9 +122,13 @@ def test_missing_and_truncated_shard_and_wrong_keys_are_named_per_node(ray_clust
     text = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path))
     assert text.returncode == 3
     lines = text.stdout.splitlines()
-    assert any(no_shard[:8] in ln and "missing:" in ln and ln.endswith(SHARDS[1]) for ln in lines), text.stdout
+    assert any(no_shard[:8] in ln and "missing:" in ln and ln.endswith(SHARDS[1]) for ln in lines), (
+        text.stdout
+    )
     assert any(damaged[:8] in ln and "short:" in ln and SHARDS[0] in ln for ln in lines), text.stdout
-    assert any(damaged[:8] in ln and "wrong keys:" in ln and "lacks prompt, label" in ln for ln in lines), text.stdout
+    assert any(damaged[:8] in ln and "wrong keys:" in ln and "lacks prompt, label" in ln for ln in lines), (
+        text.stdout
+    )
     assert not any(good[:8] in ln and ":" in ln.split(good[:8])[1][:3] for ln in lines if "problem" in ln)
     assert lines[-1] == "verdict: NOT READY (1 of 3 node(s) ready)"
 
@@ -123,8 +144,13 @@ def test_bad_input_is_one_line_per_node(ray_cluster, tmp_path):
     out = proc.stdout
     assert f"{nodes[0][:8]}): missing: " in out and "(no index: the shards cannot be checked)" in out
     assert f"{nodes[1][:8]}): unreadable: " in out and "config.json (does not parse" in out
-    assert f"{nodes[2][:8]}): missing: {ckpt_dir(tmp_path, nodes[2])} (the checkpoint directory does not exist)" in out
-    bad = one_line_error(cli(ray_cluster.address, tmp_path / "state", "prepare", "--preset", "no-such-preset"))
+    assert (
+        f"{nodes[2][:8]}): missing: {ckpt_dir(tmp_path, nodes[2])} (the checkpoint directory does not exist)"
+        in out
+    )
+    bad = one_line_error(
+        cli(ray_cluster.address, tmp_path / "state", "prepare", "--preset", "no-such-preset")
+    )
     assert "unknown preset" in bad
 
 
@@ -141,15 +167,27 @@ def test_fetch_completes_each_node_and_resumes_partial_downloads(ray_cluster, tm
     complete(tmp_path, done)
     files = model_files()
     ckpt = ckpt_dir(tmp_path, partial)
-    write_files(ckpt, {"config.json": files["config.json"], "model.safetensors.index.json":
-                       files["model.safetensors.index.json"]})
+    write_files(
+        ckpt,
+        {
+            "config.json": files["config.json"],
+            "model.safetensors.index.json": files["model.safetensors.index.json"],
+        },
+    )
     (ckpt / SHARDS[0]).write_bytes(files[SHARDS[0]][:30000])  # a truncated shard: resumed, not discarded
     (ckpt / (SHARDS[1] + ".part")).write_bytes(files[SHARDS[1]][:50000])  # an interrupted download
     config_before = (ckpt / "config.json").stat().st_mtime_ns
 
     env = cli_env(tmp_path / "state", HF_ENDPOINT=hub.endpoint)
-    proc = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path), "--fetch", env=env,
-               timeout=240)
+    proc = cli(
+        ray_cluster.address,
+        tmp_path / "state",
+        "prepare",
+        *spec_args(tmp_path),
+        "--fetch",
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: READY (3 of 3 node(s) ready)" in proc.stdout
     for node in (done, empty, partial):
@@ -165,15 +203,25 @@ def test_fetch_completes_each_node_and_resumes_partial_downloads(ray_cluster, tm
     assert len(hub.downloads(SHARDS[0])) == 2 and len(hub.downloads("config.json")) == 1
     lines = proc.stdout.splitlines()
     assert any(f"{empty[:8]})] checkpoint: fetching {SHARDS[1]}" in ln for ln in lines), proc.stdout
-    assert any(f"{partial[:8]})] checkpoint: resuming {SHARDS[1]} 48.8 KiB of" in ln for ln in lines), proc.stdout
+    assert any(f"{partial[:8]})] checkpoint: resuming {SHARDS[1]} 48.8 KiB of" in ln for ln in lines), (
+        proc.stdout
+    )
     assert any(f"{empty[:8]})] dataset: {DATASET_FILE} complete" in ln for ln in lines), proc.stdout
     assert any(f"{done[:8]})] checkpoint: fetched 0 file(s)" in ln for ln in lines), proc.stdout
 
 
 def test_fetch_of_a_shared_directory_happens_once(ray_cluster, tmp_path, hub):
     env = cli_env(tmp_path / "state", HF_ENDPOINT=hub.endpoint)
-    proc = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path, per_node=False), "--fetch",
-               "--json", env=env, timeout=240)
+    proc = cli(
+        ray_cluster.address,
+        tmp_path / "state",
+        "prepare",
+        *spec_args(tmp_path, per_node=False),
+        "--fetch",
+        "--json",
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = report(proc)
     assert rep["ready"] and len(rep["nodes"]) == 3
@@ -186,8 +234,19 @@ def test_fetch_of_a_shared_directory_happens_once(ray_cluster, tmp_path, hub):
 
 def test_fetch_without_a_hub_is_one_line_per_node(ray_cluster, tmp_path):
     env = cli_env(tmp_path / "state", HF_ENDPOINT="http://127.0.0.1:9")
-    proc = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path), "--fetch", env=env,
-               timeout=300)
+    proc = cli(
+        ray_cluster.address,
+        tmp_path / "state",
+        "prepare",
+        *spec_args(tmp_path),
+        "--fetch",
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 3 and "Traceback" not in proc.stdout + proc.stderr
-    failed = [ln for ln in proc.stdout.splitlines() if "checkpoint: fetch failed: cannot reach the hub at http://127.0.0.1:9" in ln]
+    failed = [
+        ln
+        for ln in proc.stdout.splitlines()
+        if "checkpoint: fetch failed: cannot reach the hub at http://127.0.0.1:9" in ln
+    ]
     assert len(failed) == 3, proc.stdout

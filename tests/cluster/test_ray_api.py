@@ -35,23 +35,43 @@ def _py(code: str) -> str:
 
 
 def _sim_payload(sid: str, *extra: str, env: dict[str, str] | None = None) -> dict:
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8",
-            "--sim-step-seconds", "0.3", "--colocate", "--some-unknown-miles-flag", "7", *extra]
-    return {"entrypoint": shlex.join(argv), "submission_id": sid,
-            "metadata": {"simulated": "1"}, "runtime_env": {"env_vars": env or {}}}
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "1",
+        "--actor-num-gpus-per-node",
+        "8",
+        "--sim-step-seconds",
+        "0.3",
+        "--colocate",
+        "--some-unknown-miles-flag",
+        "7",
+        *extra,
+    ]
+    return {
+        "entrypoint": shlex.join(argv),
+        "submission_id": sid,
+        "metadata": {"simulated": "1"},
+        "runtime_env": {"env_vars": env or {}},
+    }
 
 
 # ------------------------------------------------------------------ unit (no cluster)
 def test_ray_error_sentence_keeps_the_reason_only():
-    body = ("Traceback (most recent call last):\n  File \"/x/job_manager.py\", line 1, in submit\n"
-            "    raise ValueError(msg)\nValueError: Job with submission_id a already exists. "
-            "Please use a different submission_id.\n")
-    assert ray_error_sentence(body) == ("Job with submission_id a already exists. "
-                                        "Please use a different submission_id.")
+    body = (
+        'Traceback (most recent call last):\n  File "/x/job_manager.py", line 1, in submit\n'
+        "    raise ValueError(msg)\nValueError: Job with submission_id a already exists. "
+        "Please use a different submission_id.\n"
+    )
+    assert ray_error_sentence(body) == (
+        "Job with submission_id a already exists. Please use a different submission_id."
+    )
     assert ray_error_sentence("") == "no reason given"
     assert "\n" not in ray_error_sentence("a\nb\nRuntimeError: it broke\n")
     assert ray_error_sentence("Traceback:\nRuntimeError: Attempted to delete job 'x'.\n.\n") == (
-        "Attempted to delete job 'x'.")
+        "Attempted to delete job 'x'."
+    )
 
 
 def test_line_splitter_matches_text_mode_newlines_across_chunks():
@@ -92,8 +112,13 @@ async def test_version_nodes_and_fake_gpus(ray_cluster, ray_client):
         gpus.update({s["raylet"]["nodeId"]: s["gpus"] for s in summary["summary"]})
         return all(len(gpus.get(n, [])) == 8 for n in ray_cluster.node_ids[:3])
 
-    await until(None, eight_each, lambda: f"8 fake GPUs per node (have { {k: len(v) for k, v in gpus.items()} })",
-                30, interval=1.0)
+    await until(
+        None,
+        eight_each,
+        lambda: f"8 fake GPUs per node (have { {k: len(v) for k, v in gpus.items()} })",
+        30,
+        interval=1.0,
+    )
     first = gpus[ray_cluster.node_ids[0]][0]
     assert first["name"] == "NVIDIA H200 (fake)" and first["memoryTotal"] == 143771
     detail = await ray_client.node_detail(ray_cluster.node_ids[1])
@@ -148,8 +173,11 @@ async def test_delete_running_job_is_refused_in_one_sentence(ray_client):
 async def test_sim_launch_follow_metrics_then_sigint_stop(ray_client):
     """RUNNING -> metric lines in the followed log -> stop (SIGINT) -> STOPPED, follow ends."""
     sid = _sid("sim-stop")
-    await ray_client.submit(_sim_payload(sid, "--sim-forever",
-                                         env={"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "10"}))
+    await ray_client.submit(
+        _sim_payload(
+            sid, "--sim-forever", env={"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "10"}
+        )
+    )
     await job_reaches(ray_client, sid, {"RUNNING"})
     seen: list[str] = []
     stop_sent = False
@@ -180,8 +208,9 @@ async def test_sim_launch_follow_metrics_then_sigint_stop(ray_client):
 @pytest.mark.ray
 async def test_trainer_ignoring_sigterm_still_ends_stopped(ray_client):
     sid = _sid("sim-term")
-    await ray_client.submit(_sim_payload(sid, "--sim-forever", "--sim-ignore-sigterm",
-                                         env={"RAY_JOB_STOP_WAIT_TIME_S": "2"}))
+    await ray_client.submit(
+        _sim_payload(sid, "--sim-forever", "--sim-ignore-sigterm", env={"RAY_JOB_STOP_WAIT_TIME_S": "2"})
+    )
     await job_reaches(ray_client, sid, {"RUNNING"})
     async for line in ray_client.follow_log(sid):
         if "Placement group ready" in line:
@@ -199,7 +228,9 @@ async def test_trainer_ignoring_sigterm_still_ends_stopped(ray_client):
 @pytest.mark.ray
 async def test_read_log_tail_returns_the_last_lines(ray_client):
     sid = _sid("tail")
-    await ray_client.submit({"entrypoint": _py("for i in range(300): print(f'row {i}')"), "submission_id": sid})
+    await ray_client.submit(
+        {"entrypoint": _py("for i in range(300): print(f'row {i}')"), "submission_id": sid}
+    )
     await job_reaches(ray_client, sid, {"SUCCEEDED"})
     whole = [line async for line in ray_client.read_log(sid)]
     last = [line async for line in ray_client.read_log(sid, tail=7)]
@@ -259,9 +290,14 @@ class CuttableProxy:
 async def test_follow_log_survives_dropped_connections_without_loss_or_repeat(ray_cluster, ray_client):
     sid = _sid("cut")
     n = 400
-    await ray_client.submit({"entrypoint": _py(
-        f"import time\nfor i in range({n}):\n    print(f'counter {{i:05d}}', flush=True)\n    time.sleep(0.015)"),
-        "submission_id": sid})
+    await ray_client.submit(
+        {
+            "entrypoint": _py(
+                f"import time\nfor i in range({n}):\n    print(f'counter {{i:05d}}', flush=True)\n    time.sleep(0.015)"
+            ),
+            "submission_id": sid,
+        }
+    )
     port = int(ray_cluster.address.rsplit(":", 1)[1])
     proxy = CuttableProxy(port)
     proxy_port = await proxy.start()
@@ -269,6 +305,7 @@ async def test_follow_log_survives_dropped_connections_without_loss_or_repeat(ra
     cuts = 0
     try:
         async with RayClient(f"http://127.0.0.1:{proxy_port}", timeout=30.0) as via_proxy:
+
             async def follow() -> None:
                 nonlocal cuts
                 async for line in via_proxy.follow_log(sid, reconnect_delay_s=0.2):
@@ -312,9 +349,15 @@ async def test_follow_log_replaces_a_silently_dead_connection(ray_cluster, ray_c
     """A connection that stays open but carries nothing (no RST, no FIN) is found by the idle
     check (the log moved on without us) and replaced, again without loss or repeat."""
     sid = _sid("freeze")
-    await ray_client.submit({"entrypoint": _py(
-        "import time\nfor i in range(60):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n"
-        "time.sleep(4)\nprint('after the pause', flush=True)"), "submission_id": sid})
+    await ray_client.submit(
+        {
+            "entrypoint": _py(
+                "import time\nfor i in range(60):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n"
+                "time.sleep(4)\nprint('after the pause', flush=True)"
+            ),
+            "submission_id": sid,
+        }
+    )
     proxy = CuttableProxy(int(ray_cluster.address.rsplit(":", 1)[1]))
     proxy_port = await proxy.start()
     got: list[str] = []
@@ -336,9 +379,14 @@ async def test_follow_log_replaces_a_silently_dead_connection(ray_cluster, ray_c
 async def test_follow_from_offset_resumes_after_history(ray_client):
     """What a restarted console does: rebuild history, then follow from where it ended."""
     sid = _sid("resume")
-    await ray_client.submit({"entrypoint": _py(
-        "import time\nfor i in range(40):\n    print(f'item {i}', flush=True)\n    time.sleep(0.05)"),
-        "submission_id": sid})
+    await ray_client.submit(
+        {
+            "entrypoint": _py(
+                "import time\nfor i in range(40):\n    print(f'item {i}', flush=True)\n    time.sleep(0.05)"
+            ),
+            "submission_id": sid,
+        }
+    )
     await job_reaches(ray_client, sid, {"RUNNING", "SUCCEEDED"})
 
     async def some_items() -> bool:  # the history to rebuild is part of the run, not nothing

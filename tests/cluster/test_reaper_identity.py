@@ -20,9 +20,13 @@ import pytest
 
 from backend.demo.local_cluster import FAKEGPU_DIR, REPO
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(120),
-              pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
-                                 reason="needs unshare -p (root)")]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare -p (root)"
+    ),
+]
 
 JOB_HEX = "05000000"
 REAPER = REPO / "backend" / "cluster" / "reaper_job.py"
@@ -49,23 +53,34 @@ NAMESPACE_SCRIPT = textwrap.dedent("""\
 
 
 def _results(lines: list[str]) -> list[dict[str, object]]:
-    return [json.loads(line[len(MARK):]) for line in lines if line.startswith(MARK)]
+    return [json.loads(line[len(MARK) :]) for line in lines if line.startswith(MARK)]
 
 
 def test_unidentifiable_holders_in_a_pid_namespace_are_reported_never_signalled(tmp_path: Path) -> None:
     fake = tmp_path / "fakegpu"
     (fake / "nsnode").mkdir(parents=True)
     # a host process that even carries the job's id: invisible from the namespace, so not provably the job's
-    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                            env={**os.environ, "RAY_JOB_ID": JOB_HEX})
+    host = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, "RAY_JOB_ID": JOB_HEX}
+    )
     try:
         (fake / "nsnode" / f"gpu0-{host.pid}.json").write_text(json.dumps({"mem": 7000, "host": True}))
-        env = {**os.environ, "FAKE_GPU_DIR": str(fake), "PY": sys.executable, "REAPER": str(REAPER),
-               "HOSTPID": str(host.pid),
-               "PYTHONPATH": os.pathsep.join([str(FAKEGPU_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "FAKE_GPU_DIR": str(fake),
+            "PY": sys.executable,
+            "REAPER": str(REAPER),
+            "HOSTPID": str(host.pid),
+            "PYTHONPATH": os.pathsep.join([str(FAKEGPU_DIR), str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
         env.pop("RAY_JOB_ID", None)
-        out = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "bash", "-c", NAMESPACE_SCRIPT], env=env,
-                             capture_output=True, text=True, timeout=90)
+        out = subprocess.run(
+            ["unshare", "-p", "-f", "--mount-proc", "bash", "-c", NAMESPACE_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         lines = out.stdout.splitlines()
         bystander, jobproc = (int(x) for x in next(ln for ln in lines if ln.startswith("PIDS ")).split()[1:])
@@ -76,8 +91,10 @@ def test_unidentifiable_holders_in_a_pid_namespace_are_reported_never_signalled(
         assert listed[0]["pid"] == host.pid and listed[0]["identity"] == "unidentified"
         assert "not visible in this node's PID namespace" in str(listed[0]["reason"])
         assert listed[1]["pid"] == bystander and listed[1]["identity"] == "unidentified"
-        assert "held by a process this node cannot identify as the job's: no job id in its environment" == \
-            listed[1]["reason"]
+        assert (
+            "held by a process this node cannot identify as the job's: no job id in its environment"
+            == listed[1]["reason"]
+        )
         assert listed[2]["pid"] == jobproc and listed[2]["identity"] == "job"
         assert JOB_HEX in str(listed[2]["reason"])
         assert listed[3]["pid"] == 1 and listed[3]["identity"] == "exempt"

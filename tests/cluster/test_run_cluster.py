@@ -72,7 +72,9 @@ async def start_run(client: RayClient, tmp: Path, **spec_kw: object) -> tuple[Ru
     return ctl, job
 
 
-async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: RayClient, tmp_path: Path) -> None:
+async def test_launch_running_metrics_abort_stopped_and_refusals(
+    ray_client: RayClient, tmp_path: Path
+) -> None:
     spec = sim_spec(tmp_path, stop_wait_s=15)
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)
     events: list[RunEvent] = []
@@ -96,7 +98,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
         with pytest.raises(LaunchRefused) as refused:
             await ctl.launch(sim_spec(tmp_path))
         assert refused.value.exit_code == 2
-        assert any(f.rule == "P3" and f.severity == "error" and job.id in f.message for f in refused.value.findings)
+        assert any(
+            f.rule == "P3" and f.severity == "error" and job.id in f.message for f in refused.value.findings
+        )
         assert ctl.job is not None and ctl.job.id == job.id  # the controller still follows the first run
 
         # the same submission id again (forced past P3): Ray refuses it, the first run is untouched
@@ -135,8 +139,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(ray_client: Ray
 
 
 async def test_trainer_ignoring_signals_still_ends_stopped(ray_client: RayClient, tmp_path: Path) -> None:
-    ctl, job = await start_run(ray_client, tmp_path, sim="--sim-forever --sim-ignore-sigterm --sim-ignore-sigint",
-                               stop_wait_s=3)
+    ctl, job = await start_run(
+        ray_client, tmp_path, sim="--sim-forever --sim-ignore-sigterm --sim-ignore-sigint", stop_wait_s=3
+    )
     try:
         await metric_lines(ray_client, job.id, want=1)
         await ctl.abort()
@@ -175,9 +180,15 @@ async def test_console_killed_midrun_then_status_and_logs_rebuild(ray_cluster, t
     assert launched.returncode == 0, launched.stderr
     job_id = json.loads(launched.stdout.strip().splitlines()[-1])["job"]
     try:
-        follower = subprocess.Popen([sys.executable, "-m", "console.cli", "--address", addr, "logs", "--follow"],
-                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=cli_env(state), stdin=subprocess.DEVNULL)
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "console.cli", "--address", addr, "logs", "--follow"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(state),
+            stdin=subprocess.DEVNULL,
+        )
         seen = []
         assert follower.stdout is not None
         deadline = time.monotonic() + 90
@@ -222,8 +233,9 @@ async def test_console_killed_midrun_then_status_and_logs_rebuild(ray_cluster, t
             await stop_quietly(client, job_id)
 
 
-async def test_attach_to_a_run_submitted_by_miles_launcher(ray_cluster, ray_client: RayClient, tmp_path: Path
-                                                            ) -> None:
+async def test_attach_to_a_run_submitted_by_miles_launcher(
+    ray_cluster, ray_client: RayClient, tmp_path: Path
+) -> None:
     # What miles' launcher sends: `ray job submit --runtime-env-json=... -- python3 <repo>/train.py <args>`,
     # no submission id, no metadata, no stop settings (Ray's SIGTERM and 3 s apply).
     sub = build_submission(sim_spec(tmp_path), run_id="261130-080000-000", nvlink=False, with_shim=False)
@@ -241,7 +253,9 @@ async def test_attach_to_a_run_submitted_by_miles_launcher(ray_cluster, ray_clie
         assert (info["job"], info["kind"], info["status"]) == (sid, "miles", "RUNNING")
         assert info["stop"] == {"signal": "SIGTERM", "grace_s": 3}
         abort = cli(ray_cluster.address, state, "abort", "--yes")
-        assert abort.returncode == 0 and "SIGTERM" in abort.stdout and f"job {sid} ended STOPPED" in abort.stdout
+        assert (
+            abort.returncode == 0 and "SIGTERM" in abort.stdout and f"job {sid} ended STOPPED" in abort.stdout
+        )
     finally:
         await stop_quietly(ray_client, sid)
 
@@ -252,8 +266,9 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
     state = tmp_path / "state"
     try:
         async with RayClient(proxy.address, timeout=5.0, retries=1) as client:
-            sid = await client.submit({"entrypoint": "echo short run",
-                                       "metadata": {"ultra_console": "1", "run_id": "proxy-test"}})
+            sid = await client.submit(
+                {"entrypoint": "echo short run", "metadata": {"ultra_console": "1", "run_id": "proxy-test"}}
+            )
             ctl = RunController(client, state_dir=state, poll_s=0.3)
             await ctl.attach(sid)
             events: list[RunEvent] = []
@@ -267,7 +282,9 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
 
             watcher = asyncio.create_task(ctl.watch(until_terminal=False))
             poll_task = asyncio.create_task(poll())
-            await until(None, lambda: polled and not isinstance(polled[-1], Exception), "a first good poll", 20)
+            await until(
+                None, lambda: polled and not isinstance(polled[-1], Exception), "a first good poll", 20
+            )
             await proxy.pause()
 
             async def lost() -> bool:
@@ -277,14 +294,29 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
             err = next(e for e in events if e.kind == "error")
             assert f"unreachable at {proxy.address}" in err.text
             cli_proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "console.cli", "--address", proxy.address, "status", cwd=REPO,
-                env=cli_env(state), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                sys.executable,
+                "-m",
+                "console.cli",
+                "--address",
+                proxy.address,
+                "status",
+                cwd=REPO,
+                env=cli_env(state),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             _, errb = await asyncio.wait_for(cli_proc.communicate(), 60)
             assert cli_proc.returncode == 1
             lines = errb.decode().strip().splitlines()
-            assert len(lines) == 1 and "Ray dashboard unreachable at" in lines[0] and "Traceback" not in errb.decode()
+            assert (
+                len(lines) == 1
+                and "Ray dashboard unreachable at" in lines[0]
+                and "Traceback" not in errb.decode()
+            )
             # the poller reports the loss too (its next request, once its 2.5 s request spacing has passed)
-            await until(None, lambda: any(isinstance(p, Exception) for p in polled), "the poller's lost reading", 20)
+            await until(
+                None, lambda: any(isinstance(p, Exception) for p in polled), "the poller's lost reading", 20
+            )
             n_before = len(polled)
 
             await proxy.resume()
@@ -293,7 +325,12 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
                 return any(e.kind == "recovered" for e in events)
 
             await until(None, back, "the dashboard-back event", 20, interval=0.2)
-            await until(None, lambda: len(polled) > n_before and not isinstance(polled[-1], Exception), "a good poll", 20)
+            await until(
+                None,
+                lambda: len(polled) > n_before and not isinstance(polled[-1], Exception),
+                "a good poll",
+                20,
+            )
             assert not isinstance(polled[-1], Exception)  # the poller recovered by itself
             watcher.cancel()
             poller.stop()
@@ -302,8 +339,9 @@ async def test_dashboard_unreachable_then_recovers(ray_cluster, tmp_path: Path) 
         await proxy.close()
 
 
-async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_client: RayClient, tmp_path: Path
-                                                          ) -> None:
+async def test_raylet_killed_node_dead_and_failure_reason(
+    ray_cluster, ray_client: RayClient, tmp_path: Path
+) -> None:
     idx = ray_cluster.add_node()
     dead_id = ray_cluster.node_ids[idx]
     ctl, job = await start_run(ray_client, tmp_path, nodes=4)
@@ -327,12 +365,18 @@ async def test_raylet_killed_node_dead_and_failure_reason(ray_cluster, ray_clien
         await stop_quietly(ray_client, job.id)
 
 
-async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_client: RayClient,
-                                                              tmp_path: Path) -> None:
+async def test_abort_while_pending_says_so_and_keeps_watching(
+    ray_cluster, ray_client: RayClient, tmp_path: Path
+) -> None:
     # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does not cancel a
     # PENDING job (one still waiting for resources): the controller must say so, stay PENDING, and see what happens next.
-    sid = await ray_client.submit({"entrypoint": "sleep 600", "entrypoint_num_gpus": 16,
-                                   "metadata": {"ultra_console": "1", "run_id": "pending-test"}})
+    sid = await ray_client.submit(
+        {
+            "entrypoint": "sleep 600",
+            "entrypoint_num_gpus": 16,
+            "metadata": {"ultra_console": "1", "run_id": "pending-test"},
+        }
+    )
     ctl = RunController(ray_client, state_dir=tmp_path / "state", poll_s=0.5)
     events: list[RunEvent] = []
     ctl.subscribe(events.append)
@@ -340,7 +384,9 @@ async def test_abort_while_pending_says_so_and_keeps_watching(ray_cluster, ray_c
         await ctl.attach(sid)
         assert ctl.state is RunState.PENDING
         outcome = await ctl.abort()
-        assert outcome.message.startswith("the job is still PENDING: Ray's stop does not cancel a pending job")
+        assert outcome.message.startswith(
+            "the job is still PENDING: Ray's stop does not cancel a pending job"
+        )
         assert any(e.kind == "notice" and "still watching" in e.text for e in events)
         forced = await ctl.force_stop()
         assert "no way to remove a PENDING job" in forced

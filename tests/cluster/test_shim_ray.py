@@ -29,12 +29,25 @@ NODES = 3  # the shared cluster: head + 2 workers, 8 fake GPUs each -> one train
 
 def write_config(model_dir: Path, scaling: float) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.json").write_text(json.dumps({
-        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hybrid_override_pattern": "ME*E",
-        "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 5120,
-        "moe_shared_expert_intermediate_size": 10240, "moe_latent_size": 2048, "routed_scaling_factor": scaling,
-        "n_group": 1, "topk_group": 1, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
-    }))
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["NemotronHForCausalLM"],
+                "model_type": "nemotron_h",
+                "hybrid_override_pattern": "ME*E",
+                "n_routed_experts": 512,
+                "num_experts_per_tok": 22,
+                "moe_intermediate_size": 5120,
+                "moe_shared_expert_intermediate_size": 10240,
+                "moe_latent_size": 2048,
+                "routed_scaling_factor": scaling,
+                "n_group": 1,
+                "topk_group": 1,
+                "num_nextn_predict_layers": 1,
+                "mtp_hybrid_override_pattern": "*E",
+            }
+        )
+    )
 
 
 async def train_actors(client: RayClient, job_id: str, want: int, timeout: float = 120) -> list[dict]:
@@ -48,14 +61,24 @@ async def train_actors(client: RayClient, job_id: str, want: int, timeout: float
         if job.job_id:
             data = await client.get_json("/api/v0/actors", {"detail": 1, "limit": 1000})
             rows = data.get("data", {}).get("result", {}).get("result", [])
-            alive.extend(a for a in rows if str(a.get("class_name")).startswith("MegatronTrainRayActor")
-                         and a.get("job_id") == job.job_id and a.get("state") == "ALIVE" and a.get("pid"))
+            alive.extend(
+                a
+                for a in rows
+                if str(a.get("class_name")).startswith("MegatronTrainRayActor")
+                and a.get("job_id") == job.job_id
+                and a.get("state") == "ALIVE"
+                and a.get("pid")
+            )
         return list(alive) if len(alive) >= want else []
 
-    return await until(None, enough, lambda: f"{want} train actors alive ({len(alive)} are)", timeout, interval=0.5)
+    return await until(
+        None, enough, lambda: f"{want} train actors alive ({len(alive)} are)", timeout, interval=0.5
+    )
 
 
-async def shim_lines_by_pid(client: RayClient, job_id: str, pids: set[int], timeout: float = 90) -> dict[int, list]:
+async def shim_lines_by_pid(
+    client: RayClient, job_id: str, pids: set[int], timeout: float = 90
+) -> dict[int, list]:
     """Shim lines of the job log, keyed by the worker pid in Ray's line prefix."""
     found: dict[int, list] = {}
 
@@ -68,11 +91,18 @@ async def shim_lines_by_pid(client: RayClient, job_id: str, pids: set[int], time
                 found.setdefault(int(pid.group(1)), []).append(parsed)
         return dict(found) if pids <= set(found) else {}
 
-    return await until(None, from_every_pid,
-                       lambda: f"shim lines from pids {sorted(pids)} (only from {sorted(found)})", timeout, interval=1.0)
+    return await until(
+        None,
+        from_every_pid,
+        lambda: f"shim lines from pids {sorted(pids)} (only from {sorted(found)})",
+        timeout,
+        interval=1.0,
+    )
 
 
-async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: RayClient, ray_cluster, tmp_path):
+async def test_every_train_actor_on_every_node_logs_the_shim_line(
+    ray_client: RayClient, ray_cluster, tmp_path
+):
     spec = sim_spec(tmp_path, nodes=NODES, more=["batch.global_batch_size=48"])
     write_config(tmp_path / "models" / spec.model.name, scaling=5.0)
     env = build_submission(spec, nvlink=False).runtime_env
@@ -91,7 +121,9 @@ async def test_every_train_actor_on_every_node_logs_the_shim_line(ray_client: Ra
             (line,) = lines[pid]
             assert line.status == "mapping_only"
             assert line.fields["moe_router_topk_scaling_factor"] == 5.0
-            assert line.fields["moe_latent_size"] == 2048 and line.fields["moe_shared_expert_overlap"] is False
+            assert (
+                line.fields["moe_latent_size"] == 2048 and line.fields["moe_shared_expert_overlap"] is False
+            )
             assert line.fields["mtp_num_layers"] is None
     finally:
         await stop_quietly(ray_client, job.id)

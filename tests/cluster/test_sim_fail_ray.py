@@ -96,7 +96,9 @@ def _failure_line(store: Any, cause: dict[str, Any], hints: tuple[str, ...]) -> 
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.kind)
-async def test_a_simulated_death_is_named_with_its_cause_live(ray_cluster, tmp_path: Path, case: Case) -> None:
+async def test_a_simulated_death_is_named_with_its_cause_live(
+    ray_cluster, tmp_path: Path, case: Case
+) -> None:
     kind = next(k for k in load_catalog().kinds if k.id == case.cause)
     payload = sim_fail_payload(case.kind, nodes=1)
     sid = str(payload["submission_id"])
@@ -108,8 +110,13 @@ async def test_a_simulated_death_is_named_with_its_cause_live(ray_cluster, tmp_p
             timeline.look(app, run)
             return "FAILED" in timeline.headers[-1][1]
 
-        await until(pilot, ended, lambda: f"the Run header to say FAILED; it said:\n{timeline}", timeout=150,
-                    interval=0.05)
+        await until(
+            pilot,
+            ended,
+            lambda: f"the Run header to say FAILED; it said:\n{timeline}",
+            timeout=150,
+            interval=0.05,
+        )
         job = await job_reaches(client, sid, timeout=60)
         assert job.status == "FAILED", job.message
 
@@ -123,12 +130,18 @@ async def test_a_simulated_death_is_named_with_its_cause_live(ray_cluster, tmp_p
             timeline.look(app, run)
             return timeline.shown(cause["title"], cause["message"])
 
-        named = await until(pilot, cause_shown, lambda: f"the Run header to name the cause {cause['message']!r}; "
-                            f"it said:\n{timeline}", timeout=10, interval=0.05)
+        named = await until(
+            pilot,
+            cause_shown,
+            lambda: f"the Run header to name the cause {cause['message']!r}; it said:\n{timeline}",
+            timeout=10,
+            interval=0.05,
+        )
         assert app.runtime is not None and app.runtime.store is not None
         arrived = timeline.arrived(_failure_line(app.runtime.store, cause, kind.hints))
         assert named - arrived <= HEADER_LATENCY_S, (
-            f"the header named the cause {named - arrived:.2f} s after its line reached the log\n{timeline}")
+            f"the header named the cause {named - arrived:.2f} s after its line reached the log\n{timeline}"
+        )
 
         await pilot.press("4")
         events = app.query_one(EventsView)
@@ -137,10 +150,15 @@ async def test_a_simulated_death_is_named_with_its_cause_live(ray_cluster, tmp_p
         def listed() -> bool:
             return wanted <= {a.id for a in events.alerts}
 
-        await until(pilot, listed, lambda: f"Events to list {sorted(wanted)}; it lists "
-                    f"{sorted({a.id for a in events.alerts})}", timeout=30)
-        assert any(a.id == cause["id"] and a.cause == 1 and a.message == cause["message"]
-                   for a in events.alerts), events.alerts
+        await until(
+            pilot,
+            listed,
+            lambda: f"Events to list {sorted(wanted)}; it lists {sorted({a.id for a in events.alerts})}",
+            timeout=30,
+        )
+        assert any(
+            a.id == cause["id"] and a.cause == 1 and a.message == cause["message"] for a in events.alerts
+        ), events.alerts
 
         assert (cause["id"], cause["role"]) == (case.cause, case.role), cause
         assert {k: cause[k] for k in case.where} == case.where, cause

@@ -28,7 +28,8 @@ from backend.signals.metrics import record_from_event
 MILES_LINE = re.compile(
     r"^(?:\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]+))?\) )?\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) "
     r"(?P<proc>[^\]]+)\] (?P<file>[^:\s]+):(?P<lineno>\d+) - (?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) "
-    r"(?P<n>\d+): (?P<payload>\{.*\})$")
+    r"(?P<n>\d+): (?P<payload>\{.*\})$"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
 
@@ -43,13 +44,46 @@ def _clean(line: str) -> str:
 
 # ------------------------------------------------------------------ unit
 def test_parse_takes_what_it_needs_and_ignores_the_rest():
-    a = parse(["--num-rollout", "7", "--moe-router-topk", "22", "--colocate", "--actor-num-nodes", "16",
-               "--actor-num-gpus-per-node", "8", "--pipeline-model-parallel-size", "4", "--rollout-batch-size",
-               "32", "--n-samples-per-prompt", "8", "--global-batch-size", "128", "--save-interval", "50",
-               "--eval-prompt-data", "aime", "/d/aime.jsonl", "--sim-step-seconds", "0.1", "--sim-forever"])
-    assert (a.num_rollout, a.save_interval, a.eval_name, a.step_seconds, a.forever) == (7, 50, "aime", 0.1, True)
+    a = parse(
+        [
+            "--num-rollout",
+            "7",
+            "--moe-router-topk",
+            "22",
+            "--colocate",
+            "--actor-num-nodes",
+            "16",
+            "--actor-num-gpus-per-node",
+            "8",
+            "--pipeline-model-parallel-size",
+            "4",
+            "--rollout-batch-size",
+            "32",
+            "--n-samples-per-prompt",
+            "8",
+            "--global-batch-size",
+            "128",
+            "--save-interval",
+            "50",
+            "--eval-prompt-data",
+            "aime",
+            "/d/aime.jsonl",
+            "--sim-step-seconds",
+            "0.1",
+            "--sim-forever",
+        ]
+    )
+    assert (a.num_rollout, a.save_interval, a.eval_name, a.step_seconds, a.forever) == (
+        7,
+        50,
+        "aime",
+        0.1,
+        True,
+    )
     assert a.steps_per_rollout == 2  # 32*8/128, like the Nemotron recipe
-    assert a.metric_rank == 96  # first rank of the last PP stage of 128 GPUs, pp=4 (the rank miles logs train metrics from)
+    assert (
+        a.metric_rank == 96
+    )  # first rank of the last PP stage of 128 GPUs, pp=4 (the rank miles logs train metrics from)
     assert parse([]).metric_rank == 0
 
 
@@ -69,26 +103,46 @@ def test_metric_reprs_match_miles():
 
 def test_outside_a_ray_job_it_refuses_in_one_labelled_line():
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-m", "backend.demo.simtrainer", "--num-rollout", "2"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "backend.demo.simtrainer", "--num-rollout", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert SIM_LABEL in out.stderr.splitlines()[0] and "RAY_ADDRESS is not set" in out.stderr
 
 
 def test_is_simulated():
-    assert is_simulated(SIM_TRAIN_SCRIPT) and not is_simulated("/root/miles/train.py") and not is_simulated(None)
+    assert (
+        is_simulated(SIM_TRAIN_SCRIPT) and not is_simulated("/root/miles/train.py") and not is_simulated(None)
+    )
 
 
 # ------------------------------------------------------------------ real cluster
 def _spec_overrides(tmp_path: Path, *extra: str) -> list[str]:
-    return [f"paths.train_script={SIM_TRAIN_SCRIPT}", f"paths.output_dir={tmp_path}", "batch.num_rollout=3",
-            "checkpoint.save_interval=2", "eval.enabled=true", "eval.interval=2", *extra]
+    return [
+        f"paths.train_script={SIM_TRAIN_SCRIPT}",
+        f"paths.output_dir={tmp_path}",
+        "batch.num_rollout=3",
+        "checkpoint.save_interval=2",
+        "eval.enabled=true",
+        "eval.interval=2",
+        *extra,
+    ]
 
 
 @pytest.mark.ray
 async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
-    spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", _spec_overrides(
-        tmp_path, "cluster.nodes=2", "run.extra_args=--sim-step-seconds 0.3 --log-passrate --sim-nan-at-step 5"))
+    spec = build_spec(
+        "nemotron-3-ultra-550b-a55b-4layer",
+        _spec_overrides(
+            tmp_path,
+            "cluster.nodes=2",
+            "run.extra_args=--sim-step-seconds 0.3 --log-passrate --sim-nan-at-step 5",
+        ),
+    )
     sub = build_submission(spec, nvlink=False, with_shim=False)
     assert is_simulated(sub.metadata.get("train_script"))
     sid = await ray_client.submit(sub.to_ray_payload())
@@ -121,7 +175,10 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
 
     # --dump-details: miles' structured MetricEvents, read with the console's own parser
     events_dir = Path(sub.argv[sub.argv.index("--dump-details") + 1]) / "events"
-    assert sorted(p.name for p in events_dir.iterdir()) == ["actor_cell0_rank0.jsonl", "rollout_executor.jsonl"]
+    assert sorted(p.name for p in events_dir.iterdir()) == [
+        "actor_cell0_rank0.jsonl",
+        "rollout_executor.jsonl",
+    ]
     actor = [json.loads(x) for x in (events_dir / "actor_cell0_rank0.jsonl").read_text().splitlines()]
     assert [e["metrics"]["train/step"] for e in actor if "train/step" in e["metrics"]] == list(range(6))
     assert actor[-2]["metrics"]["train/loss"] is None  # NaN is written as null
@@ -132,7 +189,11 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert all(e["source"] == {"component": "rollout_executor"} for e in manager)
 
     ckpt = Path(sub.argv[sub.argv.index("--save") + 1])
-    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "iter_0000003", "latest_checkpointed_iteration.txt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "iter_0000002",
+        "iter_0000003",
+        "latest_checkpointed_iteration.txt",
+    ]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "3\n"
     assert SIM_LABEL in (ckpt / "iter_0000002" / "SIMULATED").read_text()
     assert any(f"successfully saved checkpoint from iteration       2 to {ckpt}" in x for x in clean)
@@ -140,8 +201,10 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
 
 @pytest.mark.ray
 async def test_sim_failure_reaches_ray_as_failed(ray_client, tmp_path):
-    spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", _spec_overrides(
-        tmp_path, "run.extra_args=--sim-step-seconds 0.2 --sim-fail-at-rollout 1"))
+    spec = build_spec(
+        "nemotron-3-ultra-550b-a55b-4layer",
+        _spec_overrides(tmp_path, "run.extra_args=--sim-step-seconds 0.2 --sim-fail-at-rollout 1"),
+    )
     sub = build_submission(spec, nvlink=False, with_shim=False)
     sid = await ray_client.submit(sub.to_ray_payload())
     job = await job_reaches(ray_client, sid, timeout=120)
@@ -155,8 +218,19 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     """Train actors show up as GPU memory holders in Ray's real telemetry; a leaked holder
     outlives the job (what `cleanup` must find) until it is killed by PID."""
     sid = f"leak-{uuid.uuid4().hex[:8]}"
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "1", "--num-rollout", "1000",
-            "--sim-step-seconds", "0.5", "--sim-leak-gpu-process", "--sim-hold-gpu-mib", "40000"]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "1",
+        "--num-rollout",
+        "1000",
+        "--sim-step-seconds",
+        "0.5",
+        "--sim-leak-gpu-process",
+        "--sim-hold-gpu-mib",
+        "40000",
+    ]
     await ray_client.submit({"entrypoint": shlex.join(argv), "submission_id": sid})
     leaked = actor = None
     async for line in ray_client.follow_log(sid):
@@ -169,8 +243,13 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     async def holders() -> dict[tuple[str, int, int], int]:
         """(node id, GPU index, pid) -> MiB of this job's processes, from Ray's real node summary."""
         summary = await ray_client.nodes_summary()
-        return {(s["raylet"]["nodeId"], g["index"], p["pid"]): p["gpuMemoryUsage"]
-                for s in summary["summary"] for g in s.get("gpus", ()) for p in g["processesPids"] if p["pid"] in mine}
+        return {
+            (s["raylet"]["nodeId"], g["index"], p["pid"]): p["gpuMemoryUsage"]
+            for s in summary["summary"]
+            for g in s.get("gpus", ())
+            for p in g["processesPids"]
+            if p["pid"] in mine
+        }
 
     async def all_held() -> dict:
         seen = await holders()
@@ -182,6 +261,7 @@ async def test_sim_holds_fake_gpus_and_can_leak_a_holder(ray_cluster, ray_client
     assert len({node for (node, _i, _p) in seen}) == 1  # the leak sits on the actor's node
     await ray_client.stop_job(sid)
     await job_reaches(ray_client, sid, timeout=120)
+
     async def only_leak() -> bool:  # the actor died with the job; the leaked holder stays
         return {pid for (_n, _i, pid) in await holders()} == {leaked}
 

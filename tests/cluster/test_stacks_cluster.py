@@ -35,13 +35,30 @@ pytestmark = [pytest.mark.ray, pytest.mark.asyncio(loop_scope="session"), pytest
 HANG_RANK = 9  # rank 9 lives on the 5th actor (2 ranks each)
 
 
-
 async def submit_hung_run(client: RayClient, tmp: Path) -> str:
     sid = f"stacks-{uuid.uuid4().hex[:8]}"
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "8", "--actor-num-gpus-per-node", "2",
-            "--num-rollout", "3", "--rollout-batch-size", "8", "--n-samples-per-prompt", "2",
-            "--global-batch-size", "16", "--sim-step-seconds", "0.3", "--sim-hold-gpu-mib", "1000",
-            "--sim-hang-rank", str(HANG_RANK)]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "8",
+        "--actor-num-gpus-per-node",
+        "2",
+        "--num-rollout",
+        "3",
+        "--rollout-batch-size",
+        "8",
+        "--n-samples-per-prompt",
+        "2",
+        "--global-batch-size",
+        "16",
+        "--sim-step-seconds",
+        "0.3",
+        "--sim-hold-gpu-mib",
+        "1000",
+        "--sim-hang-rank",
+        str(HANG_RANK),
+    ]
     await client.submit({"entrypoint": shlex.join(argv), "submission_id": sid})
     return sid
 
@@ -53,10 +70,12 @@ def hang_groups(doc: dict) -> tuple[list[dict], list[dict]]:
     return holding("simulated_allreduce_wait"), holding("simulated_stuck_recv")
 
 
-async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClient, ray_cluster,
-                                                             tmp_path: Path) -> None:
-    other_job = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                             env={**os.environ, "RAY_JOB_ID": "7f000000"})
+async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(
+    ray_client: RayClient, ray_cluster, tmp_path: Path
+) -> None:
+    other_job = psutil.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"], env={**os.environ, "RAY_JOB_ID": "7f000000"}
+    )
     bystander = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     state = tmp_path / "state"
     try:
@@ -71,8 +90,13 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClie
             waiting, stuck = hang_groups(docs[0])
             return [g["size"] for g in waiting] == [7] and [g["size"] for g in stuck] == [1]
 
-        await until(None, both_blocked, "7 actors in simulated_allreduce_wait and 1 in simulated_stuck_recv", 240,
-                    interval=1.0)
+        await until(
+            None,
+            both_blocked,
+            "7 actors in simulated_allreduce_wait and 1 in simulated_stuck_recv",
+            240,
+            interval=1.0,
+        )
         doc = docs[0]
         (seven,), (one,) = hang_groups(doc)
         (odd,) = one["members"]
@@ -83,7 +107,9 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClie
         assert groups.index(1) < groups.index(7)  # the small groups first
         nodes = {m["node_id"] for g in (seven, one) for m in g["members"]}
         assert len(nodes) == 3  # 8 actors spread over the head and both workers
-        dumped = {m["pid"] for g in doc["groups"] for m in g["members"]} | {u["pid"] for u in doc["unreadable"]}
+        dumped = {m["pid"] for g in doc["groups"] for m in g["members"]} | {
+            u["pid"] for u in doc["unreadable"]
+        }
         assert other_job.pid not in dumped and bystander.pid not in dumped
         assert doc["failed_nodes"] == []
 
@@ -99,8 +125,9 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClie
         started = time.monotonic()
         report = await collect_stacks(ray_client, fp, nodes, budget_s=3)
         assert [(f.node_id, f.node_label) for f in report.failed_nodes] == [(ghost, "ghost-node")]
-        assert report.failed_nodes[0].reason.startswith("its stacks job ended FAILED without an answer: Job "
-                                                        "supervisor actor could not be scheduled")
+        assert report.failed_nodes[0].reason.startswith(
+            "its stacks job ended FAILED without an answer: Job supervisor actor could not be scheduled"
+        )
         assert "failed: node ghost-node: its stacks job ended FAILED" in "\n".join(report.lines())
         assert any(p.pid == odd["pid"] for p in report.processes)
         assert time.monotonic() - started < 90
@@ -112,8 +139,10 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(ray_client: RayClie
 
 def _rules(**hang: float) -> list:
     """The shipped rules, the hang rule's floor lowered so a test need not wait five minutes."""
-    return [dataclasses.replace(r, params={**r.params, **hang}) if r.when == "no_progress" else r
-            for r in load_rules()]
+    return [
+        dataclasses.replace(r, params={**r.params, **hang}) if r.when == "no_progress" else r
+        for r in load_rules()
+    ]
 
 
 async def _watch(monitor: RunMonitor, feed: StructuredFeed, want: str, timeout: float) -> list:
@@ -124,17 +153,47 @@ async def _watch(monitor: RunMonitor, feed: StructuredFeed, want: str, timeout: 
     return await until(None, fired, f"the {want} alert", timeout, interval=0.5)
 
 
-async def test_a_straggler_run_names_the_rank_and_a_hung_run_raises_the_hang_alert(ray_client: RayClient,
-                                                                                   ray_cluster, tmp_path: Path
-                                                                                   ) -> None:
-    common = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
-              "--rollout-batch-size", "8", "--n-samples-per-prompt", "2", "--global-batch-size", "16",
-              "--sim-step-seconds", "0.5", "--sim-hold-gpu-mib", "1000", "--use-miles-dashboard",
-              "--dashboard-flush-interval", "1"]
+async def test_a_straggler_run_names_the_rank_and_a_hung_run_raises_the_hang_alert(
+    ray_client: RayClient, ray_cluster, tmp_path: Path
+) -> None:
+    common = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        "2",
+        "--actor-num-gpus-per-node",
+        "4",
+        "--rollout-batch-size",
+        "8",
+        "--n-samples-per-prompt",
+        "2",
+        "--global-batch-size",
+        "16",
+        "--sim-step-seconds",
+        "0.5",
+        "--sim-hold-gpu-mib",
+        "1000",
+        "--use-miles-dashboard",
+        "--dashboard-flush-interval",
+        "1",
+    ]
     slow = f"straggler-{uuid.uuid4().hex[:6]}"
-    await ray_client.submit({"entrypoint": shlex.join([*common, "--num-rollout", "6", "--sim-straggler-rank", "5",
-                                                       "--dump-details", str(tmp_path / slow)]),
-                             "submission_id": slow})
+    await ray_client.submit(
+        {
+            "entrypoint": shlex.join(
+                [
+                    *common,
+                    "--num-rollout",
+                    "6",
+                    "--sim-straggler-rank",
+                    "5",
+                    "--dump-details",
+                    str(tmp_path / slow),
+                ]
+            ),
+            "submission_id": slow,
+        }
+    )
     monitor = RunMonitor(rules=_rules())
     feed = StructuredFeed(monitor, str(tmp_path / slow))
     (alert,) = await _watch(monitor, feed, "rank-straggler", 120)
@@ -142,9 +201,22 @@ async def test_a_straggler_run_names_the_rank_and_a_hung_run_raises_the_hang_ale
     assert all("rank 5 " in a.message for a in monitor.alerts.alerts if a.id == "rank-straggler")
 
     hung = f"hung-{uuid.uuid4().hex[:6]}"
-    await ray_client.submit({"entrypoint": shlex.join([*common, "--num-rollout", "3", "--sim-hang-rank", "6",
-                                                       "--dump-details", str(tmp_path / hung)]),
-                             "submission_id": hung})
+    await ray_client.submit(
+        {
+            "entrypoint": shlex.join(
+                [
+                    *common,
+                    "--num-rollout",
+                    "3",
+                    "--sim-hang-rank",
+                    "6",
+                    "--dump-details",
+                    str(tmp_path / hung),
+                ]
+            ),
+            "submission_id": hung,
+        }
+    )
     monitor = RunMonitor(rules=_rules(min_s=8.0))
     monitor.on_job_status("RUNNING")
     feed = StructuredFeed(monitor, str(tmp_path / hung))

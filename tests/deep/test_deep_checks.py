@@ -27,17 +27,24 @@ def test_documented_layouts_pass_every_real_check(preset):
     assert {c.name for c in result.checks} == {name for name, _ in deep.CHECKS}
 
 
-@pytest.mark.parametrize("sets, check, rule", [
-    (["train.pp=5"], "select_pipeline_segment", "C2"),
-    (["train.pp=5"], "initialize_model_parallel", "A1"),
-    (["train.ep=64"], "initialize_model_parallel", "A2"),
-    (["train.ep=7", "train.pp=1", "train.tp=1", "cluster.nodes=7", "batch.global_batch_size=112"], "validate_args", "C4"),
-    (["model.num_query_groups=3"], "transformer_config", "B2"),
-    (["train.vpp=2", "train.pp=1"], "initialize_model_parallel", "A8"),
-    (["batch.global_batch_size=130"], "microbatches", "C8"),
-    (["rollout.ep=24"], "server_args", "G6"),
-    (["rollout.dp=3", "rollout.gpus_per_engine=32"], "server_args", "G1"),
-])
+@pytest.mark.parametrize(
+    "sets, check, rule",
+    [
+        (["train.pp=5"], "select_pipeline_segment", "C2"),
+        (["train.pp=5"], "initialize_model_parallel", "A1"),
+        (["train.ep=64"], "initialize_model_parallel", "A2"),
+        (
+            ["train.ep=7", "train.pp=1", "train.tp=1", "cluster.nodes=7", "batch.global_batch_size=112"],
+            "validate_args",
+            "C4",
+        ),
+        (["model.num_query_groups=3"], "transformer_config", "B2"),
+        (["train.vpp=2", "train.pp=1"], "initialize_model_parallel", "A8"),
+        (["batch.global_batch_size=130"], "microbatches", "C8"),
+        (["rollout.ep=24"], "server_args", "G6"),
+        (["rollout.dp=3", "rollout.gpus_per_engine=32"], "server_args", "G1"),
+    ],
+)
 def test_real_failures_map_to_our_rule_ids(sets, check, rule):
     result = report(FULL, *sets)
     run = next(c for c in result.checks if c.name == check)
@@ -51,14 +58,18 @@ def test_a_disagreement_is_reported_as_such():
     """Feed the comparison an engine that wrongly calls PP5 fine: the real split refuses it."""
     spec = build_spec(FULL, ["train.pp=5"])
     result = deep.run_deep_checks(spec, ours=[])
-    assert {(d.rule, d.check) for d in result.disagreements} >= {("C2", "select_pipeline_segment"),
-                                                                ("A1", "initialize_model_parallel")}
+    assert {(d.rule, d.check) for d in result.disagreements} >= {
+        ("C2", "select_pipeline_segment"),
+        ("A1", "initialize_model_parallel"),
+    }
     wrongly_strict = [constraints.Finding("G6", "error", ("rollout.ep",), "made up", "none")]
     result = deep.run_deep_checks(build_spec(FULL), ours=wrongly_strict)
     assert [(d.rule, d.ours, d.theirs) for d in result.disagreements] == [("G6", "error", "ok")]
 
 
-@pytest.mark.parametrize("sets", [("train.vpp=1",), ("train.pp=1", "train.vpp=1", "train.tp=8", "train.ep=16")])
+@pytest.mark.parametrize(
+    "sets", [("train.vpp=1",), ("train.pp=1", "train.vpp=1", "train.tp=8", "train.ep=16")]
+)
 def test_a_virtual_pipeline_of_one_is_no_virtual_pipeline(sets):
     # miles' validate_args turns vpp=1 into None before any model-building check sees it
     result = deep.run_deep_checks(build_spec(FULL, list(sets)))
@@ -74,6 +85,7 @@ def test_unavailable_is_one_line(monkeypatch):
 
 # --------------------------------------------------------------------------- differential
 
+
 def test_differential_engine_agrees_with_real_libraries():
     disagreements: list[str] = []
     decided = failed = agreed_failures = 0
@@ -85,21 +97,28 @@ def test_differential_engine_agrees_with_real_libraries():
         failed += sum(not c.ok for c in result.checks)
         ours = {f.rule for f in constraints.check(spec) if f.severity == "error"}
         agreed_failures += sum(not c.ok and deep.SAME_AS.get(c.rule, c.rule) in ours for c in result.checks)
-        disagreements += [f"{preset} {' '.join(sets)}: {d.rule} ours={d.ours} {d.check}={d.theirs} ({d.detail})"
-                          for d in result.disagreements]
+        disagreements += [
+            f"{preset} {' '.join(sets)}: {d.rule} ours={d.ours} {d.check}={d.theirs} ({d.detail})"
+            for d in result.disagreements
+        ]
     seconds = time.perf_counter() - start
     assert failed > N_LAYOUTS // 4, "the random layouts must exercise failures, not only legal layouts"
     assert agreed_failures > N_LAYOUTS // 4, "both sides must reject many layouts for the same rule"
     assert decided > N_LAYOUTS * 5
-    assert not disagreements, f"{len(disagreements)} disagreements in {seconds:.0f}s:\n" + "\n".join(disagreements[:40])
+    assert not disagreements, f"{len(disagreements)} disagreements in {seconds:.0f}s:\n" + "\n".join(
+        disagreements[:40]
+    )
 
 
 def test_a_check_missing_from_the_installed_version_is_skipped(monkeypatch):
     """miles' image runs the radixark Megatron fork (core 0.16), which has no select_pipeline_segment."""
+
     def old_core(spec):
         raise ImportError("cannot import name 'select_pipeline_segment'")
 
-    monkeypatch.setattr(deep, "CHECKS", (*deep.CHECKS[:-2], ("select_pipeline_segment", old_core), deep.CHECKS[-1]))
+    monkeypatch.setattr(
+        deep, "CHECKS", (*deep.CHECKS[:-2], ("select_pipeline_segment", old_core), deep.CHECKS[-1])
+    )
     result = deep.run_deep_checks(build_spec(FULL, ["train.pp=5"]))
     run = next(c for c in result.checks if c.name == "select_pipeline_segment")
     assert run.ok and run.skipped and run.decides == ()
@@ -116,6 +135,8 @@ def test_plan_deep_cli(capsys):
     assert good["deep"]["available"] is True and good["deep"]["ok"] is True and good["ok"] is True
     assert main(["plan", "--deep", "--json", "--set", "train.pp=5"]) == 2
     bad = json.loads(capsys.readouterr().out)["deep"]
-    assert {(f["rule"], f["check"]) for f in bad["findings"]} >= {("C2", "select_pipeline_segment"),
-                                                                  ("A1", "initialize_model_parallel")}
+    assert {(f["rule"], f["check"]) for f in bad["findings"]} >= {
+        ("C2", "select_pipeline_segment"),
+        ("A1", "initialize_model_parallel"),
+    }
     assert bad["disagreements"] == []

@@ -89,7 +89,11 @@ def test_a_config_the_bridge_refuses_is_one_sentence(tmp_path):
 
 def test_keep_mtp_env_keeps_the_head(ckpt):
     result = run_check(ckpt, with_shim=True, keep_mtp=True)
-    assert result.ok and result.actual["mtp_num_layers"] == 1 and result.actual["mtp_hybrid_override_pattern"] == "*E"
+    assert (
+        result.ok
+        and result.actual["mtp_num_layers"] == 1
+        and result.actual["mtp_hybrid_override_pattern"] == "*E"
+    )
 
 
 def test_moe_tensor_mappings_added_when_the_base_lacks_them(ckpt, monkeypatch):
@@ -109,8 +113,14 @@ def test_moe_tensor_mappings_added_when_the_base_lacks_them(ckpt, monkeypatch):
     ours = AutoBridge.from_hf_config(AutoConfig.from_pretrained(ckpt, local_files_only=True))._model_bridge
     by_name = {m.megatron_param: m.hf_param for m in ours.mapping_registry().mappings}
     assert moe_names <= set(by_name)
-    assert by_name["decoder.layers.*.mlp.router.expert_bias"] == "backbone.layers.*.mixer.gate.e_score_correction_bias"
-    assert by_name["decoder.layers.*.mlp.fc1_latent_proj.weight"] == "backbone.layers.*.mixer.fc1_latent_proj.weight"
+    assert (
+        by_name["decoder.layers.*.mlp.router.expert_bias"]
+        == "backbone.layers.*.mixer.gate.e_score_correction_bias"
+    )
+    assert (
+        by_name["decoder.layers.*.mlp.fc1_latent_proj.weight"]
+        == "backbone.layers.*.mixer.fc1_latent_proj.weight"
+    )
 
 
 def test_finalize_logs_one_line_with_the_final_fields(ckpt, capsys):
@@ -149,8 +159,12 @@ print("marker:", getattr(provider, "miles_plugin_marker", None))
 
 def run_worker(code: str, tmp_path: Path, ckpt: Path, pythonpath: list[str] | None = None) -> list[str]:
     """A fresh interpreter standing in for a Ray worker: the setup hook runs first, then user code."""
-    env = {**os.environ, "ULTRA_CONSOLE_SHIM_CHECKPOINT": str(ckpt), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([*(pythonpath or []), str(REPO)])}
+    env = {
+        **os.environ,
+        "ULTRA_CONSOLE_SHIM_CHECKPOINT": str(ckpt),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([*(pythonpath or []), str(REPO)]),
+    }
     script = tmp_path / "worker.py"
     script.write_text("import shim.ray_hook\nshim.ray_hook.setup()\n" + textwrap.dedent(code))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
@@ -161,7 +175,9 @@ def run_worker(code: str, tmp_path: Path, ckpt: Path, pythonpath: list[str] | No
 def test_setup_hook_installs_the_shim_when_megatron_bridge_loads(ckpt, tmp_path):
     lines = run_worker(BUILD_AND_FINALIZE.format(ckpt=str(ckpt)), tmp_path, ckpt)
     shim_lines = [logline.parse(line) for line in lines if line.startswith(logline.LINE_PREFIX)]
-    assert len(shim_lines) == 1 and shim_lines[0].status == "applied"  # not "mapping only": the bridge is here
+    assert (
+        len(shim_lines) == 1 and shim_lines[0].status == "applied"
+    )  # not "mapping only": the bridge is here
     assert shim_lines[0].fields["moe_router_topk_scaling_factor"] == 5.0
     assert "registered: NemotronHBridge" in lines
 
@@ -172,7 +188,8 @@ def test_setup_hook_layers_over_a_plugin_registered_later(ckpt, tmp_path):
     plugin = tmp_path / "plugins" / "miles_plugins" / "megatron_bridge"
     plugin.mkdir(parents=True)
     (plugin.parent / "__init__.py").write_text("")
-    (plugin / "__init__.py").write_text(textwrap.dedent("""
+    (plugin / "__init__.py").write_text(
+        textwrap.dedent("""
         from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge
         from megatron.bridge.models.nemotronh.nemotron_h_bridge import NemotronHBridge
         from megatron.core.models.hybrid.hybrid_model import HybridModel
@@ -184,8 +201,11 @@ def test_setup_hook_layers_over_a_plugin_registered_later(ckpt, tmp_path):
                 provider.miles_plugin_marker = True
                 provider.moe_router_topk_scaling_factor = 1.0  # the bug the shim must win over
                 return provider
-    """))
-    code = "import megatron.bridge\nimport miles_plugins.megatron_bridge\n" + BUILD_AND_FINALIZE.format(ckpt=str(ckpt))
+    """)
+    )
+    code = "import megatron.bridge\nimport miles_plugins.megatron_bridge\n" + BUILD_AND_FINALIZE.format(
+        ckpt=str(ckpt)
+    )
     lines = run_worker(code, tmp_path, ckpt, pythonpath=[str(tmp_path / "plugins")])
     assert "registered: PluginBridge" in lines and "marker: True" in lines
     shim_lines = [logline.parse(line) for line in lines if line.startswith(logline.LINE_PREFIX)]
@@ -200,7 +220,11 @@ def test_shim_check_cli_with_megatron_bridge(ckpt, capsys):
     assert main(["shim-check", "--checkpoint", str(ckpt), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["ok"] is True and payload["mismatches"] == [] and payload["shim_installed"] is True
-    assert payload["actual"]["moe_router_topk_scaling_factor"] == payload["expected"]["moe_router_topk_scaling_factor"] == 5.0
+    assert (
+        payload["actual"]["moe_router_topk_scaling_factor"]
+        == payload["expected"]["moe_router_topk_scaling_factor"]
+        == 5.0
+    )
     assert main(["shim-check", "--checkpoint", str(ckpt), "--without-shim"]) == 2
     out = capsys.readouterr().out
     assert "MISMATCH" in out and "moe_shared_expert_overlap" in out and "WITHOUT the shim" in out

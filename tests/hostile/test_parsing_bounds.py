@@ -31,7 +31,9 @@ from shim import logline
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # generous: every command here finishes in about a second
-MAX_SERIES = 2000  # backend.signals.series.MAX_SERIES (a literal: the tests also run against the code before it)
+MAX_SERIES = (
+    2000  # backend.signals.series.MAX_SERIES (a literal: the tests also run against the code before it)
+)
 MAX_SPEC_INT = 1 << 24  # backend.plan.spec.MAX_SPEC_INT
 TRAIN = "(MegatronTrainRayActor pid={pid}, ip=10.0.0.{node})"
 DEEP = "[" * 5000 + "]" * 5000
@@ -42,8 +44,15 @@ def cli(*args: str, timeout: float = BOUND_S) -> tuple[subprocess.CompletedProce
     """`ultra-console ARGS` as a subprocess: (result, seconds); a hang fails as TimeoutExpired."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "console.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     return proc, time.monotonic() - t0
 
 
@@ -87,14 +96,25 @@ def shim_good(prefix: str) -> str:
 # ---------------------------------------------------------------- 4: one malformed shim line stops the monitor
 
 
-@pytest.mark.parametrize("body", [DEEP, HUGE_INT, "{" + ",".join(f'"k{i}":1' for i in range(300)) + "}"],
-                         ids=["5000-deep", "5000-digit", "300-keys"])
+@pytest.mark.parametrize(
+    "body",
+    [DEEP, HUGE_INT, "{" + ",".join(f'"k{i}":1' for i in range(300)) + "}"],
+    ids=["5000-deep", "5000-digit", "300-keys"],
+)
 def test_a_hostile_shim_line_is_one_unreadable_line_never_a_crash(tmp_path: Path, body: str) -> None:
     """Before: RecursionError / ValueError out of shim.logline.parse, `metrics` said "internal error"."""
     log = tmp_path / "run.log"
-    log.write_text("\n".join([
-        f"(pid=11, ip=10.0.0.1) {logline.APPLIED_PREFIX}{{\"a\":{body}}}", ordinary(11, 1),
-        step_line(11, 1, 0), step_line(11, 1, 1)]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                f'(pid=11, ip=10.0.0.1) {logline.APPLIED_PREFIX}{{"a":{body}}}',
+                ordinary(11, 1),
+                step_line(11, 1, 0),
+                step_line(11, 1, 1),
+            ]
+        )
+        + "\n"
+    )
     proc, took = cli("metrics", "--from-log", str(log))
     assert_clean(proc)
     assert took < BOUND_S and proc.returncode in (0, 3), proc.stderr
@@ -108,16 +128,33 @@ def test_a_hostile_shim_line_is_one_unreadable_line_never_a_crash(tmp_path: Path
 def _shim_run_log(*, forged: str) -> str:
     """Two train actors (pids 21, 22 on two nodes); only pid 21's process logs the shim; `forged` adds a line
     that claims pid 22's report (or another's) without being its process."""
-    return "\n".join([
-        shim_good("(pid=21, ip=10.0.0.1)"), ordinary(21, 1), ordinary(22, 2), forged,
-        step_line(21, 1, 0), step_line(21, 1, 1), step_line(21, 1, 2)]) + "\n"
+    return (
+        "\n".join(
+            [
+                shim_good("(pid=21, ip=10.0.0.1)"),
+                ordinary(21, 1),
+                ordinary(22, 2),
+                forged,
+                step_line(21, 1, 0),
+                step_line(21, 1, 1),
+                step_line(21, 1, 2),
+            ]
+        )
+        + "\n"
+    )
 
 
-@pytest.mark.parametrize("forged", [
-    shim_good(""),  # the driver's own (unprefixed) line
-    shim_good("(MegatronTrainRayActor pid=999, ip=10.0.0.2)"),  # a forged prefix: pid 999 never logged a line
-    shim_good("(RolloutManager pid=22, ip=10.0.0.2)"),  # another role's class on the actor's pid
-], ids=["driver-line", "forged-pid", "other-role"])
+@pytest.mark.parametrize(
+    "forged",
+    [
+        shim_good(""),  # the driver's own (unprefixed) line
+        shim_good(
+            "(MegatronTrainRayActor pid=999, ip=10.0.0.2)"
+        ),  # a forged prefix: pid 999 never logged a line
+        shim_good("(RolloutManager pid=22, ip=10.0.0.2)"),  # another role's class on the actor's pid
+    ],
+    ids=["driver-line", "forged-pid", "other-role"],
+)
 def test_only_a_train_actors_own_process_reports_the_shim(forged: str) -> None:
     """Before: a driver line counted as a report, and nothing ever raised shim-missing."""
     monitor = RunMonitor()
@@ -128,14 +165,18 @@ def test_only_a_train_actors_own_process_reports_the_shim(forged: str) -> None:
     assert set(monitor.alerts.shim_reports) == {"MegatronTrainRayActor pid=21, ip=10.0.0.1"}
 
 
-def test_every_train_actor_reporting_raises_nothing_and_a_run_without_the_shim_is_not_called_missing() -> None:
+def test_every_train_actor_reporting_raises_nothing_and_a_run_without_the_shim_is_not_called_missing() -> (
+    None
+):
     """The check is not noise: a full set of reports, or a run launched without the console's shim."""
     full = RunMonitor()
     full.feed_text(_shim_run_log(forged=shim_good("(pid=22, ip=10.0.0.2)")))
     full.input_ended()
     assert [a.id for a in full.alerts.alerts] == []
     plain = RunMonitor()  # no shim line anywhere and nobody said the job carries the hook
-    plain.feed_text("\n".join([ordinary(21, 1), ordinary(22, 2), step_line(21, 1, 0), step_line(21, 1, 1)]) + "\n")
+    plain.feed_text(
+        "\n".join([ordinary(21, 1), ordinary(22, 2), step_line(21, 1, 0), step_line(21, 1, 1)]) + "\n"
+    )
     plain.input_ended()
     assert [a.id for a in plain.alerts.alerts] == []
     plain.expect_shim()  # the live app / metrics --job: the job's runtime env runs the hook
@@ -172,10 +213,13 @@ def test_every_whole_number_at_its_cap_is_checked_in_bounded_time() -> None:
     base = load_preset_dict("nemotron-3-ultra-550b-a55b")
     prime = 16777213  # the largest prime below 2^24 = MAX_SPEC_INT
     assert prime <= MAX_SPEC_INT
-    fields = [f"{section}.{name}" for section, model in RunSpec.model_fields.items()
-              if isinstance(model.annotation, type) and hasattr(model.annotation, "model_fields")
-              for name, info in model.annotation.model_fields.items()
-              if info.annotation in (int, int | None)]
+    fields = [
+        f"{section}.{name}"
+        for section, model in RunSpec.model_fields.items()
+        if isinstance(model.annotation, type) and hasattr(model.annotation, "model_fields")
+        for name, info in model.annotation.model_fields.items()
+        if info.annotation in (int, int | None)
+    ]
     assert "model.num_attention_heads" in fields and "train.pp" in fields
     slowest = (0.0, "")
     for key in fields:
@@ -237,8 +281,14 @@ def _events(root: Path, lines: list[str]) -> Path:
 
 def _event(step: int, metrics: dict[str, float]) -> str:
     stamp = (datetime(2026, 8, 21, 10, 0, tzinfo=UTC) + timedelta(seconds=step)).isoformat()
-    return json.dumps({"timestamp": stamp, "type": "metric", "source": {"component": "actor", "cell_index": 0,
-                       "rank_within_cell": 0}, "metrics": {"train/step": step, **metrics}})
+    return json.dumps(
+        {
+            "timestamp": stamp,
+            "type": "metric",
+            "source": {"component": "actor", "cell_index": 0, "rank_within_cell": 0},
+            "metrics": {"train/step": step, **metrics},
+        }
+    )
 
 
 def test_a_dump_dir_holding_a_fifo_neither_hangs_metrics_nor_the_reader(tmp_path: Path) -> None:
@@ -268,8 +318,12 @@ async def test_replay_of_a_dump_dir_with_a_fifo_finishes_and_quits(tmp_path: Pat
     app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
     t0 = time.monotonic()
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: monitor.collector.records.get("step") == 3 and len(session.store) == 3,
-                    "the replay to read the dump past its FIFO", BOUND_S)
+        await until(
+            pilot,
+            lambda: monitor.collector.records.get("step") == 3 and len(session.store) == 3,
+            "the replay to read the dump past its FIFO",
+            BOUND_S,
+        )
         await pilot.press("q")
     assert not app.is_running and time.monotonic() - t0 < 2 * BOUND_S
     session.close()
@@ -277,14 +331,17 @@ async def test_replay_of_a_dump_dir_with_a_fifo_finishes_and_quits(tmp_path: Pat
 
 def test_hostile_dump_lines_are_counted_and_sampled_never_a_crash(tmp_path: Path) -> None:
     """Before: RecursionError (deep nesting) / OverflowError (a 400-digit number) ended `metrics` half-way."""
-    dump = _events(tmp_path / "dump", [
-        _event(0, {"train/loss": 0.5}),
-        '{"type": "metric", "x": ' + DEEP + "}",
-        '{"type": "metric", "metrics": {"train/step": 1, "train/loss": ' + HUGE_INT + "}}",
-        '{"type": "metric", "metrics": {' + ",".join(f'"k{i}": 1' for i in range(30000)) + "}}",
-        "\x1b]52;c;aGk=\x07 not json",
-        _event(1, {"train/loss": 0.4}),
-    ])
+    dump = _events(
+        tmp_path / "dump",
+        [
+            _event(0, {"train/loss": 0.5}),
+            '{"type": "metric", "x": ' + DEEP + "}",
+            '{"type": "metric", "metrics": {"train/step": 1, "train/loss": ' + HUGE_INT + "}}",
+            '{"type": "metric", "metrics": {' + ",".join(f'"k{i}": 1' for i in range(30000)) + "}}",
+            "\x1b]52;c;aGk=\x07 not json",
+            _event(1, {"train/loss": 0.4}),
+        ],
+    )
     proc, took = cli("metrics", "--from-dump", str(dump), "--json")
     assert_clean(proc)
     assert proc.returncode == 0 and took < BOUND_S
@@ -304,7 +361,9 @@ def test_bounded_json_limits_count_structure_not_string_contents() -> None:
         bounded_loads(HUGE_INT, DUMP_LINE)
     with pytest.raises(JsonLimitError, match="items"):
         bounded_loads("[" + ",".join("1" * 30000) + "]", DUMP_LINE)
-    assert bounded_loads('{"s": "' + "[" * 100 + "9" * 100 + '"}', DUMP_LINE)["s"].startswith("[[")  # inside a string
+    assert bounded_loads('{"s": "' + "[" * 100 + "9" * 100 + '"}', DUMP_LINE)["s"].startswith(
+        "[["
+    )  # inside a string
     assert bounded_loads("[" * 32 + "]" * 32, DUMP_LINE) is not None  # exactly the depth limit
 
 
@@ -320,13 +379,16 @@ def test_a_huge_integer_metric_in_a_log_reads_as_infinity_not_a_crash(tmp_path: 
 
 def test_nan_and_infinity_in_a_dump_give_strict_json_with_a_note(tmp_path: Path) -> None:
     """Before: an Infinity step reached `json.dump(..., allow_nan=False)`, which stopped half-way."""
-    dump = _events(tmp_path / "dump", [
-        '{"type": "metric", "timestamp": "2026-08-21T10:00:00Z", "source": {"component": "actor"}, '
-        '"metrics": {"train/step": Infinity, "train/loss": NaN}}',
-        '{"type": "metric", "timestamp": "2026-08-21T10:00:01Z", "source": {"component": "actor"}, '
-        '"metrics": {"train/step": 1, "train/loss": NaN, "train/grad_norm": -Infinity}}',
-        _event(2, {"train/loss": 0.3}),
-    ])
+    dump = _events(
+        tmp_path / "dump",
+        [
+            '{"type": "metric", "timestamp": "2026-08-21T10:00:00Z", "source": {"component": "actor"}, '
+            '"metrics": {"train/step": Infinity, "train/loss": NaN}}',
+            '{"type": "metric", "timestamp": "2026-08-21T10:00:01Z", "source": {"component": "actor"}, '
+            '"metrics": {"train/step": 1, "train/loss": NaN, "train/grad_norm": -Infinity}}',
+            _event(2, {"train/loss": 0.3}),
+        ],
+    )
     proc, _ = cli("metrics", "--from-dump", str(dump), "--json")
     assert_clean(proc)
 
@@ -375,8 +437,9 @@ def test_series_cap_in_the_monitor_counts_every_dropped_key() -> None:
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_replay(ray_cluster, tmp_path: Path
-                                                                                      ) -> None:
+async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_replay(
+    ray_cluster, tmp_path: Path
+) -> None:
     """A console-launched simulated run on three nodes whose train actor 1 starts without the shim's setup hook
     (`--sim-shim-off-rank 1`): the live app, `metrics --job` and a replay of its saved log each raise the critical
     `shim-missing` naming that actor's process and no other. Before: nothing called on_shim_missing."""
@@ -395,14 +458,29 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
     from console.views.events import EventsView
 
     nodes = 3  # head + 2 workers: one train actor per node
-    spec = sim_spec(tmp_path, nodes=nodes, sim="--sim-forever --sim-shim-off-rank 1",
-                    more=["batch.global_batch_size=48"])
+    spec = sim_spec(
+        tmp_path, nodes=nodes, sim="--sim-forever --sim-shim-off-rank 1", more=["batch.global_batch_size=48"]
+    )
     model = tmp_path / "models" / spec.model.name
-    (model / "config.json").write_text(json.dumps({
-        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hybrid_override_pattern": "ME*E",
-        "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 5120,
-        "moe_shared_expert_intermediate_size": 10240, "moe_latent_size": 2048, "routed_scaling_factor": 5.0,
-        "n_group": 1, "topk_group": 1, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["NemotronHForCausalLM"],
+                "model_type": "nemotron_h",
+                "hybrid_override_pattern": "ME*E",
+                "n_routed_experts": 512,
+                "num_experts_per_tok": 22,
+                "moe_intermediate_size": 5120,
+                "moe_shared_expert_intermediate_size": 10240,
+                "moe_latent_size": 2048,
+                "routed_scaling_factor": 5.0,
+                "n_group": 1,
+                "topk_group": 1,
+                "num_nextn_predict_layers": 1,
+                "mtp_hybrid_override_pattern": "*E",
+            }
+        )
+    )
     prefix = re.compile(r"^\((?:\w*TrainRayActor\w* )?pid=(\d+)")  # a train actor's, or the hook's `(pid=N)`
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         ctl = RunController(client, state_dir=tmp_path / "state", poll_s=0.5)
@@ -411,29 +489,56 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
             lines: list[str] = []
 
             async def trained() -> bool:  # every actor's first lines and a few train steps are in the log
-                lines[:] = [sanitize_text(line) async for line in client.read_log(job.id)]  # Ray's colours off
-                train = {m.group(1) for line in lines if "TrainRayActor" in line and (m := prefix.match(line))}
+                lines[:] = [
+                    sanitize_text(line) async for line in client.read_log(job.id)
+                ]  # Ray's colours off
+                train = {
+                    m.group(1) for line in lines if "TrainRayActor" in line and (m := prefix.match(line))
+                }
                 steps = sum(1 for line in lines if re.search(r"\bstep \d+: \{", line))
                 return len(train) == nodes and steps >= 6
 
-            await until(None, trained, lambda: "three train actors and six train steps in the log; it ends:\n"
-                        + "\n".join(lines[-25:]), 150, interval=1.0)
-            train_pids = {m.group(1) for line in lines if "TrainRayActor" in line and (m := prefix.match(line))}
-            shim_pids = {m.group(1) for line in lines if logline.parse(line) is not None and (m := prefix.match(line))}
-            assert len(train_pids) == nodes and len(shim_pids & train_pids) == nodes - 1, (train_pids, shim_pids)
+            await until(
+                None,
+                trained,
+                lambda: (
+                    "three train actors and six train steps in the log; it ends:\n" + "\n".join(lines[-25:])
+                ),
+                150,
+                interval=1.0,
+            )
+            train_pids = {
+                m.group(1) for line in lines if "TrainRayActor" in line and (m := prefix.match(line))
+            }
+            shim_pids = {
+                m.group(1) for line in lines if logline.parse(line) is not None and (m := prefix.match(line))
+            }
+            assert len(train_pids) == nodes and len(shim_pids & train_pids) == nodes - 1, (
+                train_pids,
+                shim_pids,
+            )
             (off,) = train_pids - shim_pids
 
             def names_only_off(message: str) -> bool:
                 return f"pid={off}" in message and not any(f"pid={p}" in message for p in shim_pids)
 
             # the live app, attached to the running job
-            app = UltraConsoleApp(Settings(address=ray_cluster.address, state_dir=tmp_path / "app"), job=job.id,
-                                  watchdog=False, preview_run_id=RUN_ID, model_dir=str(MODELS))
+            app = UltraConsoleApp(
+                Settings(address=ray_cluster.address, state_dir=tmp_path / "app"),
+                job=job.id,
+                watchdog=False,
+                preview_run_id=RUN_ID,
+                model_dir=str(MODELS),
+            )
             async with app.run_test(size=(160, 45)) as pilot:
                 await pilot.press("4")
                 events = app.query_one(EventsView)
-                found = await until(pilot, lambda: [a for a in events.alerts if a.id == "shim-missing"],
-                                    lambda: f"shim-missing in Events (it holds {[a.id for a in events.alerts]})", 90)
+                found = await until(
+                    pilot,
+                    lambda: [a for a in events.alerts if a.id == "shim-missing"],
+                    lambda: f"shim-missing in Events (it holds {[a.id for a in events.alerts]})",
+                    90,
+                )
                 assert found[0].severity == "critical" and names_only_off(found[0].message), found[0].message
                 await pilot.press("q")
 

@@ -44,8 +44,10 @@ from console.messages import Notice
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # An HTTP error body as an attacker writes it: OSC 52 clipboard write, title change, screen clear, 8-bit CSI
 # and OSC (C1 0x9b, 0x9d), a bell, a bidi override.
-HOSTILE = ("Traceback (most recent call last):\nValueError: boom \x1b]52;c;cm0gLXJmIH4=\x07 \x1b]0;pwned\x07"
-           "\x1b[2J\x1b[H \x9b31m red \x9d0;title\x9c \x07 \u202egnp.exe")
+HOSTILE = (
+    "Traceback (most recent call last):\nValueError: boom \x1b]52;c;cm0gLXJmIH4=\x07 \x1b]0;pwned\x07"
+    "\x1b[2J\x1b[H \x9b31m red \x9d0;title\x9c \x07 \u202egnp.exe"
+)
 
 
 def assert_clean(text: str) -> None:
@@ -54,19 +56,40 @@ def assert_clean(text: str) -> None:
 
 # ---------------------------------------------------------------- 1. the hub names where files go
 
+
 def run_node_prepare(tmp: Path, hub: FakeHub, checkpoint: Path) -> list[dict]:
     """The prepare job exactly as a node runs it (`python3 -c <source> --prepare-job <json>`), fetching."""
-    request = {"node_id": "node-a", "node_ip": "127.0.0.1", "checkpoint": str(checkpoint),
-               "dataset": str(tmp / "data" / "d.jsonl"), "input_key": "prompt", "label_key": "label",
-               "fetch": True, "token": "t0", "model_repo": MODEL_REPO, "wait_s": 5}
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp / "home"), "HF_HOME": str(tmp / "hf"),
-           "HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    request = {
+        "node_id": "node-a",
+        "node_ip": "127.0.0.1",
+        "checkpoint": str(checkpoint),
+        "dataset": str(tmp / "data" / "d.jsonl"),
+        "input_key": "prompt",
+        "label_key": "label",
+        "fetch": True,
+        "token": "t0",
+        "model_repo": MODEL_REPO,
+        "wait_s": 5,
+    }
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp / "home"),
+        "HF_HOME": str(tmp / "hf"),
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
     source = script_source(JOB_SCRIPT)
     assert "from backend" not in source  # a node has no console: the path rule travels inside the script
-    proc = subprocess.run([sys.executable, "-c", source, "--prepare-job", json.dumps(request)], cwd=tmp / "home",
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", source, "--prepare-job", json.dumps(request)],
+        cwd=tmp / "home",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return [json.loads(ln[len(MARK):]) for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
+    return [json.loads(ln[len(MARK) :]) for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -74,12 +97,16 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", ["../../victim.txt", "{abs}", "sub/../../../victim.txt"])
-def test_a_hub_listing_that_names_outside_the_target_is_refused_and_nothing_outside_is_touched(tmp_path, name):
+def test_a_hub_listing_that_names_outside_the_target_is_refused_and_nothing_outside_is_touched(
+    tmp_path, name
+):
     (tmp_path / "home").mkdir()
     outside = tmp_path / "work"
     outside.mkdir()
     victim = outside / "victim.txt"
-    victim.write_bytes(b"the operator's file")  # shorter than the hub says: the old fetch moved it aside to .part
+    victim.write_bytes(
+        b"the operator's file"
+    )  # shorter than the hub says: the old fetch moved it aside to .part
     target = outside / "models" / "Tiny"
     name = str(victim) if name == "{abs}" else name
     hub = FakeHub({("model", MODEL_REPO): {**model_files(), name: b"x" * 4096}}).start()
@@ -116,6 +143,7 @@ def test_a_symlink_in_the_target_never_leads_a_download_out(tmp_path):
 
 # ---------------------------------------------------------------- 2. text from the network
 
+
 @pytest.mark.parametrize("clean", [lambda t: sanitize_text(t), lambda t: clean_chunk(t.encode()).decode()])
 def test_the_sanitiser_drops_8_bit_sequences_whole(clean):
     """C1 controls introduce sequences of their own (CSI 0x9b, OSC 0x9d, DCS 0x90): their payload goes too."""
@@ -126,8 +154,9 @@ def test_the_sanitiser_drops_8_bit_sequences_whole(clean):
 @pytest.fixture
 def hostile_500():
     # latin-1: the raw byte 0x9b reaches the client as U+009B, an 8-bit CSI
-    server = HostileServer(500, HOSTILE.encode("latin-1", "replace") + b" \x9b2J",
-                           "text/plain; charset=latin-1").start()
+    server = HostileServer(
+        500, HOSTILE.encode("latin-1", "replace") + b" \x9b2J", "text/plain; charset=latin-1"
+    ).start()
     yield server
     server.stop()
 
@@ -159,8 +188,13 @@ async def test_an_http_error_body_reaches_the_app_banner_and_notices_clean(tmp_p
 
 def test_a_saved_file_holds_no_escape_from_the_network(tmp_path):
     log = AuditLog(tmp_path)
-    log.record("abort", job="raysubmit_x", command="ultra-console abort", result="stop refused: " + HOSTILE,
-               details={"message": HOSTILE})
+    log.record(
+        "abort",
+        job="raysubmit_x",
+        command="ultra-console abort",
+        result="stop refused: " + HOSTILE,
+        details={"message": HOSTILE},
+    )
     raw = (tmp_path / "audit.jsonl").read_bytes()
     assert b"\x1b" not in raw and b"\xc2\x9b" not in raw and b"\xc2\x9d" not in raw
     entry = json.loads(raw)
@@ -170,9 +204,12 @@ def test_a_saved_file_holds_no_escape_from_the_network(tmp_path):
 
 # ---------------------------------------------------------------- 3. secrets never printed
 
+
 @pytest.fixture
 def echoing_403():
-    server = HostileServer(403, b"PermissionError: token sekrit-token-123 is not valid for this cluster").start()
+    server = HostileServer(
+        403, b"PermissionError: token sekrit-token-123 is not valid for this cluster"
+    ).start()
     yield server
     server.stop()
 
@@ -185,8 +222,12 @@ def test_a_token_a_header_cannot_carry_is_refused_in_one_line_naming_no_token(tm
     assert "sekrit" not in proc.stdout + proc.stderr and "Illegal header" not in line
     assert "unreachable" not in line and "token" in line and "RAY_AUTH_TOKEN" in line
     assert echoing_403.requests == []  # refused before any request carried it
-    via_env = cli(echoing_403.address, tmp_path / "state", "status",
-                  env=cli_env(tmp_path / "state", RAY_AUTH_TOKEN=token))
+    via_env = cli(
+        echoing_403.address,
+        tmp_path / "state",
+        "status",
+        env=cli_env(tmp_path / "state", RAY_AUTH_TOKEN=token),
+    )
     assert "sekrit" not in via_env.stdout + via_env.stderr and via_env.returncode == 1
 
 
@@ -223,8 +264,10 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["deep --set", "deep preset", "deep config", "non-UTF-8 config", "bad port",
-                                  "address without host"])
+@pytest.mark.parametrize(
+    "case",
+    ["deep --set", "deep preset", "deep config", "non-UTF-8 config", "bad port", "address without host"],
+)
 def test_rough_operator_input_is_one_clear_line(tmp_path, case):
     state = tmp_path / "state"
     env = cli_env(state)
@@ -235,7 +278,9 @@ def test_rough_operator_input_is_one_clear_line(tmp_path, case):
         preset = _write(tmp_path / "deep.toml", f"a = {DEEP}\n".encode())
         args, want = ["plan", "--preset", str(preset)], "nested deeper"
     elif case == "deep config":
-        env["ULTRA_CONSOLE_CONFIG"] = str(_write(tmp_path / "config.toml", f"keys = {{ a = {DEEP} }}\n".encode()))
+        env["ULTRA_CONSOLE_CONFIG"] = str(
+            _write(tmp_path / "config.toml", f"keys = {{ a = {DEEP} }}\n".encode())
+        )
         want = "nested deeper"
     elif case == "non-UTF-8 config":
         env["ULTRA_CONSOLE_CONFIG"] = str(_write(tmp_path / "config.toml", b'address = "\xff\xfe"\n'))
@@ -252,8 +297,9 @@ def test_rough_operator_input_is_one_clear_line(tmp_path, case):
 
 
 def test_a_remap_onto_another_bindings_key_is_refused_in_one_line():
-    good, problems = keymap.validate_keymap({"plan.launch": "2", "app.view_run": "r", "logs.follow": "F",
-                                             "app.back": "escape"})
+    good, problems = keymap.validate_keymap(
+        {"plan.launch": "2", "app.view_run": "r", "logs.follow": "F", "app.back": "escape"}
+    )
     assert good == {"logs.follow": "F", "app.back": "escape"}  # its own default key is no conflict
     assert len(problems) == 2 and all("\n" not in p and "refused" in p for p in problems)
     assert "'app.view_run'" in problems[0] and "'events.refresh'" in problems[1]
@@ -262,7 +308,9 @@ def test_a_remap_onto_another_bindings_key_is_refused_in_one_line():
 async def test_the_app_keeps_a_view_reachable_when_a_remap_would_take_its_key(tmp_path):
     app = make_app(tmp_path, keys={"plan.launch": "2"})
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: any("refused" in n.message for n in app._notifications), "the remap's warning")
+        await until(
+            pilot, lambda: any("refused" in n.message for n in app._notifications), "the remap's warning"
+        )
         await pilot.press("2")
         await until(pilot, lambda: app.current_view == "run", "the Run view on 2")
 
@@ -293,6 +341,7 @@ async def test_the_dashboard_fault_is_reported_again_when_its_words_change(tmp_p
 
 # ---------------------------------------------------------------- 7. signals give the terminal back
 
+
 def _read_until(fd: int, out: bytearray, want: bytes | None, timeout: float) -> bool:
     """Read the pty into `out` until `want` appears (or, for None, until it closes); False on timeout."""
     deadline = time.monotonic() + timeout
@@ -318,7 +367,9 @@ def test_sigterm_and_sigquit_leave_the_terminal_as_it_was(tmp_path, sig):
     pid, fd = pty.fork()
     if pid == 0:  # the child: the app on a terminal, its dashboard nowhere (the app keeps working)
         os.chdir(REPO)
-        os.execve(sys.executable, [sys.executable, "-m", "console.cli", "--address", "http://127.0.0.1:9"], env)
+        os.execve(
+            sys.executable, [sys.executable, "-m", "console.cli", "--address", "http://127.0.0.1:9"], env
+        )
     try:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         out = bytearray()

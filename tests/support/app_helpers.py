@@ -13,19 +13,33 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 MODELS = DATA / "app_models"
 RUN_ID = "260101-120000-000"
 AUDIT_ROWS = (
-    {"time": "2026-01-01T12:00:00.000+00:00", "user": "ops", "action": "launch", "job": "ultra-console-260101-120000-000",
-     "command": "ray job submit --submission-id ultra-console-260101-120000-000 -- python3 train.py",
-     "result": "submitted", "details": {}},
-    {"time": "2026-01-01T13:30:00.000+00:00", "user": "ops", "action": "abort", "job": "ultra-console-260101-120000-000",
-     "command": "POST /api/jobs/ultra-console-260101-120000-000/stop", "result": "stop requested while RUNNING",
-     "details": {}},
+    {
+        "time": "2026-01-01T12:00:00.000+00:00",
+        "user": "ops",
+        "action": "launch",
+        "job": "ultra-console-260101-120000-000",
+        "command": "ray job submit --submission-id ultra-console-260101-120000-000 -- python3 train.py",
+        "result": "submitted",
+        "details": {},
+    },
+    {
+        "time": "2026-01-01T13:30:00.000+00:00",
+        "user": "ops",
+        "action": "abort",
+        "job": "ultra-console-260101-120000-000",
+        "command": "POST /api/jobs/ultra-console-260101-120000-000/stop",
+        "result": "stop requested while RUNNING",
+        "details": {},
+    },
 )
 
 
 def write_audit(state_dir: Path) -> None:
     """An audit file as backend.cluster.audit writes it (JSON lines), with fixed times for snapshots."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8")
+    (state_dir / "audit.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in AUDIT_ROWS), encoding="utf-8"
+    )
 
 
 def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -> UltraConsoleApp:

@@ -30,10 +30,29 @@ KINDS = tuple(k for k in FAIL_KINDS if k != "error")
 
 def sim_fail_payload(kind: str, *extra: str, nodes: int = 2) -> dict[str, object]:
     """A small simulated run (2 steps per rollout) that dies of `kind` in its second rollout."""
-    argv = ["python3", SIM_TRAIN_SCRIPT, "--actor-num-nodes", str(nodes), "--actor-num-gpus-per-node", "8",
-            "--num-rollout", "3", "--rollout-batch-size", "32", "--n-samples-per-prompt", "8",
-            "--global-batch-size", "128", "--sim-step-seconds", "0.5", "--sim-fail", kind,
-            "--sim-fail-at-rollout", "1", *extra]
+    argv = [
+        "python3",
+        SIM_TRAIN_SCRIPT,
+        "--actor-num-nodes",
+        str(nodes),
+        "--actor-num-gpus-per-node",
+        "8",
+        "--num-rollout",
+        "3",
+        "--rollout-batch-size",
+        "32",
+        "--n-samples-per-prompt",
+        "8",
+        "--global-batch-size",
+        "128",
+        "--sim-step-seconds",
+        "0.5",
+        "--sim-fail",
+        kind,
+        "--sim-fail-at-rollout",
+        "1",
+        *extra,
+    ]
     sid = f"ultra-console-simfail-{kind}-{uuid.uuid4().hex[:6]}"
     return {"entrypoint": shlex.join(argv), "submission_id": sid, "metadata": {"ultra_console": "1"}}
 

@@ -42,11 +42,20 @@ def model_files() -> dict[str, bytes]:
     """config.json, the index and two shards (~96 KiB and ~160 KiB)."""
     shard1 = safetensors_bytes({"layers.0.w": 16384, "layers.0.b": 8192}, 1)
     shard2 = safetensors_bytes({"layers.1.w": 32768, "lm_head.w": 8192}, 2)
-    weight_map = {"layers.0.w": SHARDS[0], "layers.0.b": SHARDS[0], "layers.1.w": SHARDS[1], "lm_head.w": SHARDS[1]}
+    weight_map = {
+        "layers.0.w": SHARDS[0],
+        "layers.0.b": SHARDS[0],
+        "layers.1.w": SHARDS[1],
+        "lm_head.w": SHARDS[1],
+    }
     index = {"metadata": {"total_size": 4 * (16384 + 8192 + 32768 + 8192)}, "weight_map": weight_map}
     config = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "num_hidden_layers": 2}
-    return {"config.json": json.dumps(config).encode(), "model.safetensors.index.json": json.dumps(index).encode(),
-            SHARDS[0]: shard1, SHARDS[1]: shard2}
+    return {
+        "config.json": json.dumps(config).encode(),
+        "model.safetensors.index.json": json.dumps(index).encode(),
+        SHARDS[0]: shard1,
+        SHARDS[1]: shard2,
+    }
 
 
 def dataset_files(keys: tuple[str, str] = ("prompt", "label")) -> dict[str, bytes]:
@@ -80,7 +89,11 @@ class FakeHub:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def downloads(self, name: str) -> list[Request]:
-        return [r for r in self.requests if r.method == "GET" and "/resolve/" in r.path and r.path.endswith("/" + name)]
+        return [
+            r
+            for r in self.requests
+            if r.method == "GET" and "/resolve/" in r.path and r.path.endswith("/" + name)
+        ]
 
     def start(self) -> FakeHub:
         hub = self
@@ -90,7 +103,7 @@ class FakeHub:
                 path = self.path.split("?", 1)[0]
                 kind = "model"
                 if path.startswith("/datasets/"):
-                    kind, path = "dataset", path[len("/datasets"):]
+                    kind, path = "dataset", path[len("/datasets") :]
                 head, sep, rest = path.partition("/resolve/")
                 if not sep:
                     return None
@@ -136,7 +149,7 @@ class FakeHub:
                 body = data[start:]
                 self._send_meta(data, status, len(body), extra)
                 for i in range(0, len(body), 16384):
-                    self.wfile.write(body[i:i + 16384])
+                    self.wfile.write(body[i : i + 16384])
                     if hub.chunk_delay_s:
                         time.sleep(hub.chunk_delay_s)
 
@@ -149,10 +162,18 @@ class FakeHub:
                     return
                 listing = []
                 for name, data in sorted(files.items()):
-                    item: dict[str, object] = {"type": "file", "oid": hashlib.sha1(data).hexdigest(),
-                                               "size": len(data), "path": name}
+                    item: dict[str, object] = {
+                        "type": "file",
+                        "oid": hashlib.sha1(data).hexdigest(),
+                        "size": len(data),
+                        "path": name,
+                    }
                     if name.endswith(".safetensors"):
-                        item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                        item["lfs"] = {
+                            "oid": hashlib.sha256(data).hexdigest(),
+                            "size": len(data),
+                            "pointerSize": 134,
+                        }
                     listing.append(item)
                 body = json.dumps(listing).encode()
                 self.send_response(200)

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 ESC_OPEN, ESC_CLOSE = "\x1b[2m\x1b[36m", "\x1b[0m"
 CARET_OPEN, CARET_CLOSE = "^[[36m", "^[[0m"
-REPEAT = " [repeated 2x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log " \
-         "deduplication, or see https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html#log-deduplication for more options.)"
+REPEAT = (
+    " [repeated 2x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log "
+    "deduplication, or see https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html#log-deduplication for more options.)"
+)
 
 ACTORS = {
     "2026-04": ("MegatronTrainRayActor", "RolloutManager"),
@@ -42,8 +44,12 @@ class Shape:
 
 
 def step_values(step: int) -> dict[str, float]:
-    return {"train/loss": round(0.5 - 0.01 * step, 6), "train/ppo_kl": round(-3.1e-05 * (step + 1), 12),
-            "train/grad_norm": 0.2 + step, "train/step": step}
+    return {
+        "train/loss": round(0.5 - 0.01 * step, 6),
+        "train/ppo_kl": round(-3.1e-05 * (step + 1), 12),
+        "train/grad_norm": 0.2 + step,
+        "train/step": step,
+    }
 
 
 def rollout_values(r: int) -> dict[str, float]:
@@ -51,8 +57,12 @@ def rollout_values(r: int) -> dict[str, float]:
 
 
 def rollout_perf(r: int) -> dict[str, float]:
-    return {"rollout/response_len/mean": 214.5 + r, "perf/rollout_time": 30.0 + r,
-            "perf/tokens_per_gpu_per_sec": 13.5 + r, "perf/effective_tokens_per_gpu_per_sec": 13.0 + r}
+    return {
+        "rollout/response_len/mean": 214.5 + r,
+        "perf/rollout_time": 30.0 + r,
+        "perf/tokens_per_gpu_per_sec": 13.5 + r,
+        "perf/effective_tokens_per_gpu_per_sec": 13.0 + r,
+    }
 
 
 def train_perf(r: int) -> dict[str, float]:
@@ -113,13 +123,15 @@ class _Printer:
         if not self.shape.noise:
             return
         if self.shape.format == "bare":
-            self.out += ["  num_rollout ..................................... 3",
-                         "Capturing batches (bs=64 avail_mem=20.1 GB):  45%|████▍     | 9/20 [00:02<00:02]"]
+            self.out += [
+                "  num_rollout ..................................... 3",
+                "Capturing batches (bs=64 avail_mem=20.1 GB):  45%|████▍     | 9/20 [00:02<00:02]",
+            ]
             return
         sg = self.prefix("SGLangEngine", engine_pid)
         self.out += [
             f"{sg}[2026-03-02 10:00:{self.second % 60:02d} DP0 TP0 EP3] Decode batch. #running-req: 64, #token: 10240",
-            f"{sg}INFO:     127.0.0.1:52344 - \"GET /health HTTP/1.1\" 200 OK" + REPEAT,
+            f'{sg}INFO:     127.0.0.1:52344 - "GET /health HTTP/1.1" 200 OK' + REPEAT,
             f"{self.prefix(ACTORS['2026-04'][0], 4100)}{self.stamp('actor_cell0_rank0')[:-1]} INFO checkpointing.py:69: loading",
             "Traceback (most recent call last):",
             '  File "train.py", line 10, in <module>',
@@ -132,17 +144,36 @@ def lines(shape: Shape) -> list[str]:
     p = _Printer(shape)
     for r in range(shape.rollouts):
         p.noise(5300)
-        p.metric(rollout, 5100, "rollout_executor" if shape.format == "newest" else "rollout_manager",
-                 "metrics.py:89", f"perf {r}: {_dict(rollout_perf(r))}")
-        p.metric(train, 5201, "actor_cell0_rank0", "log_utils.py:123", f"rollout {r}: {_dict(rollout_values(r))}")
+        p.metric(
+            rollout,
+            5100,
+            "rollout_executor" if shape.format == "newest" else "rollout_manager",
+            "metrics.py:89",
+            f"perf {r}: {_dict(rollout_perf(r))}",
+        )
+        p.metric(
+            train, 5201, "actor_cell0_rank0", "log_utils.py:123", f"rollout {r}: {_dict(rollout_values(r))}"
+        )
         for k in range(shape.steps_per_rollout):
             step = r * shape.steps_per_rollout + k
             body = f"step {step}: {_dict(step_values(step))}"
-            p.metric(train, 5201, "actor_cell0_rank0", "log_utils.py:443" if shape.format != "newest" else
-                     "log_utils.py:544", body)
-            p.metric(train, 5201, "actor_cell0_rank0", "model.py:670" if shape.format != "newest" else "model.py:854",
-                     body)  # printed twice by two modules
-        p.metric(train, 5201, "actor_cell0_rank0", "train_metric_utils.py:44", f"perf {r}: {_dict(train_perf(r))}")
+            p.metric(
+                train,
+                5201,
+                "actor_cell0_rank0",
+                "log_utils.py:443" if shape.format != "newest" else "log_utils.py:544",
+                body,
+            )
+            p.metric(
+                train,
+                5201,
+                "actor_cell0_rank0",
+                "model.py:670" if shape.format != "newest" else "model.py:854",
+                body,
+            )  # printed twice by two modules
+        p.metric(
+            train, 5201, "actor_cell0_rank0", "train_metric_utils.py:44", f"perf {r}: {_dict(train_perf(r))}"
+        )
     return p.out
 
 
@@ -163,11 +194,19 @@ OOM_TRACEBACK = [
     "ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3,"
     " actor_id=abc) torch.OutOfMemoryError: CUDA out of memory.",
 ]
-OLD_TORCH_OOM = ("(MegatronTrainRayActor pid=4102) torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                 "20.00 MiB (GPU 0; 79.15 GiB total capacity; 77.20 GiB already allocated; 10.12 MiB free; 78.00 GiB"
-                 " reserved in total by PyTorch)")
-ACTOR_DIED = ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. "
-              "class_name: RolloutExecutor")
-NAN_RESULT = "(RolloutRayActor pid=77) [2025-06-01 10:00:00] rollout.py:1132 - Unexpected result nan for sample 3"
-HEALTH_NOISE = ("(SGLangEngine pid=5300) INFO:     127.0.0.1:52344 - \"GET /health HTTP/1.1\" 200 OK" + REPEAT,
-                "(SGLangEngine pid=5300) INFO:     127.0.0.1:52345 - \"GET /metrics HTTP/1.1\" 200 OK")
+OLD_TORCH_OOM = (
+    "(MegatronTrainRayActor pid=4102) torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+    "20.00 MiB (GPU 0; 79.15 GiB total capacity; 77.20 GiB already allocated; 10.12 MiB free; 78.00 GiB"
+    " reserved in total by PyTorch)"
+)
+ACTOR_DIED = (
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. "
+    "class_name: RolloutExecutor"
+)
+NAN_RESULT = (
+    "(RolloutRayActor pid=77) [2025-06-01 10:00:00] rollout.py:1132 - Unexpected result nan for sample 3"
+)
+HEALTH_NOISE = (
+    '(SGLangEngine pid=5300) INFO:     127.0.0.1:52344 - "GET /health HTTP/1.1" 200 OK' + REPEAT,
+    '(SGLangEngine pid=5300) INFO:     127.0.0.1:52345 - "GET /metrics HTTP/1.1" 200 OK',
+)

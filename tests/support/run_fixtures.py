@@ -6,7 +6,17 @@ from backend.demo.sample_run import JOB, T0, collector, log_text, metric_lines, 
 from backend.signals.monitor import MetricsSnapshot
 from console.messages import RunStatus
 
-__all__ = ["JOB", "T0", "collector", "log_text", "metric_lines", "metrics_view", "snapshot", "status", "store"]
+__all__ = [
+    "JOB",
+    "T0",
+    "collector",
+    "log_text",
+    "metric_lines",
+    "metrics_view",
+    "snapshot",
+    "status",
+    "store",
+]
 
 
 def status(state: str = "RUNNING") -> RunStatus:

@@ -23,13 +23,24 @@ PRESET = "nemotron-3-ultra-550b-a55b-4layer"
 METRIC_LINE = re.compile(r"\bstep \d+: \{")
 
 
-def sim_spec(tmp: Path, *, sim: str = "--sim-forever", stop_wait_s: int = 10, nodes: int = 1,
-             more: list[str] | None = None) -> RunSpec:
+def sim_spec(
+    tmp: Path,
+    *,
+    sim: str = "--sim-forever",
+    stop_wait_s: int = 10,
+    nodes: int = 1,
+    more: list[str] | None = None,
+) -> RunSpec:
     """The 4-layer preset on the simulated trainer, with a checkpoint dir and dataset that exist."""
     overrides = [
-        f"paths.train_script={SIM_TRAIN_SCRIPT}", f"paths.model_dir={tmp}/models", f"paths.data_dir={tmp}/data",
-        f"paths.output_dir={tmp}/out", f"run.stop_wait_s={stop_wait_s}", f"cluster.nodes={nodes}",
-        f'run.extra_args="--sim-step-seconds 0.2 {sim}"', *(more or []),
+        f"paths.train_script={SIM_TRAIN_SCRIPT}",
+        f"paths.model_dir={tmp}/models",
+        f"paths.data_dir={tmp}/data",
+        f"paths.output_dir={tmp}/out",
+        f"run.stop_wait_s={stop_wait_s}",
+        f"cluster.nodes={nodes}",
+        f'run.extra_args="--sim-step-seconds 0.2 {sim}"',
+        *(more or []),
     ]
     spec = build_spec(PRESET, overrides)
     (tmp / "models" / spec.model.name).mkdir(parents=True, exist_ok=True)
@@ -43,8 +54,15 @@ def spec_args(tmp: Path, **kw: Any) -> list[str]:
     """The same spec as `--preset/--set` CLI arguments."""
     spec = sim_spec(tmp, **kw)
     out = ["--preset", PRESET]
-    for key in ("paths.train_script", "paths.model_dir", "paths.data_dir", "paths.output_dir", "run.stop_wait_s",
-                "cluster.nodes", "run.extra_args"):
+    for key in (
+        "paths.train_script",
+        "paths.model_dir",
+        "paths.data_dir",
+        "paths.output_dir",
+        "run.stop_wait_s",
+        "cluster.nodes",
+        "run.extra_args",
+    ):
         section, name = key.split(".")
         value = getattr(getattr(spec, section), name)
         out += ["--set", f"{key}={value!r}" if isinstance(value, str) and " " in value else f"{key}={value}"]
@@ -53,17 +71,30 @@ def spec_args(tmp: Path, **kw: Any) -> list[str]:
 
 def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-    env.update({"ULTRA_CONSOLE_STATE_DIR": str(state_dir), "ULTRA_CONSOLE_CONFIG": str(state_dir / "none.toml"),
-                "PYTHONPATH": str(REPO)}, **extra)
+    env.update(
+        {
+            "ULTRA_CONSOLE_STATE_DIR": str(state_dir),
+            "ULTRA_CONSOLE_CONFIG": str(state_dir / "none.toml"),
+            "PYTHONPATH": str(REPO),
+        },
+        **extra,
+    )
     return env
 
 
-def cli(address: str, state_dir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    address: str, state_dir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`ultra-console --address ADDRESS ARGS...` as a subprocess (stdin not a TTY)."""
-    return subprocess.run([sys.executable, "-m", "console.cli", "--address", address, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env=env or cli_env(state_dir))
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli", "--address", address, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=env or cli_env(state_dir),
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -74,8 +105,9 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-async def job_reaches(client: Any, job_id: str, wanted: Collection[str] | None = None,
-                      timeout: float = 90.0) -> Any:
+async def job_reaches(
+    client: Any, job_id: str, wanted: Collection[str] | None = None, timeout: float = 90.0
+) -> Any:
     """The job (a JobInfo) once its status is one of `wanted`, or once it has ended when none is given."""
     seen: list[Any] = []
 
@@ -98,9 +130,10 @@ async def stop_quietly(client: Any, job_id: str) -> None:
         await job_reaches(client, job_id, timeout=30)
 
 
-
 @contextlib.asynccontextmanager
-async def live_app(address: str, state_dir: Path, payload: dict[str, Any]) -> AsyncIterator[tuple[Any, Any, Any]]:
+async def live_app(
+    address: str, state_dir: Path, payload: dict[str, Any]
+) -> AsyncIterator[tuple[Any, Any, Any]]:
     """Submit `payload` and attach the app to that run while it is live, Run view shown: (client, app, pilot).
     The job is stopped afterwards if it is still going."""
     from app_helpers import MODELS, RUN_ID
@@ -110,8 +143,13 @@ async def live_app(address: str, state_dir: Path, payload: dict[str, Any]) -> As
     from console.app import UltraConsoleApp
 
     sid = str(payload["submission_id"])
-    app = UltraConsoleApp(Settings(address=address, state_dir=state_dir), job=sid, watchdog=False,
-                          preview_run_id=RUN_ID, model_dir=str(MODELS))
+    app = UltraConsoleApp(
+        Settings(address=address, state_dir=state_dir),
+        job=sid,
+        watchdog=False,
+        preview_run_id=RUN_ID,
+        model_dir=str(MODELS),
+    )
     async with RayClient(address, timeout=30.0) as client:
         await client.submit(payload)
         try:
@@ -190,4 +228,6 @@ async def launch_when_free(ctl: Any, spec: RunSpec, timeout: float = 60.0) -> An
         except LaunchRefused:
             return None
 
-    return await until(None, launched, "preflight to pass (the GPUs of an earlier run freed)", timeout, interval=1.0)
+    return await until(
+        None, launched, "preflight to pass (the GPUs of an earlier run freed)", timeout, interval=1.0
+    )

@@ -17,8 +17,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-async def until(pilot: Any, predicate: Callable[[], T | Awaitable[T]], what: str | Callable[[], str],
-                timeout: float = 60.0, interval: float = 0.1) -> T:
+async def until(
+    pilot: Any,
+    predicate: Callable[[], T | Awaitable[T]],
+    what: str | Callable[[], str],
+    timeout: float = 60.0,
+    interval: float = 0.1,
+) -> T:
     """Poll `predicate()` until it is truthy and return that value; `what` names it in the timeout error
     (a callable is asked only then, e.g. for the screen as it was)."""
     deadline = time.monotonic() + timeout
@@ -29,7 +34,9 @@ async def until(pilot: Any, predicate: Callable[[], T | Awaitable[T]], what: str
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}"
+            )
         if pilot is not None:
             await pilot.pause(interval)  # the app runs while the test waits
         else:

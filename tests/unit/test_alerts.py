@@ -29,20 +29,39 @@ def feed(engine: AlertEngine, key: str, values: list[float], start: int = 0) -> 
 
 def test_default_rules_cover_the_recipe_red_flags() -> None:
     ids = {r.id for r in load_rules()}
-    assert ids >= {"shim-not-loaded", "shim-wrong-scaling", "shim-missing", "logprob-diff-high", "logprob-diff-climbing",
-                   "kl-spike", "reward-collapsed", "loss-nonfinite", "zero-std-groups", "truncated", "run-stalled",
-                   "phase-stalled", "job-failed", "node-dead"}
+    assert ids >= {
+        "shim-not-loaded",
+        "shim-wrong-scaling",
+        "shim-missing",
+        "logprob-diff-high",
+        "logprob-diff-climbing",
+        "kl-spike",
+        "reward-collapsed",
+        "loss-nonfinite",
+        "zero-std-groups",
+        "truncated",
+        "run-stalled",
+        "phase-stalled",
+        "job-failed",
+        "node-dead",
+    }
     assert {r.severity for r in load_rules() if r.id.startswith("shim")} == {"critical"}
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ("[[rule]]\nid='x'\nseverity='loud'\nwhen='above'\nmessage='m'\nmetrics=['a']\n", "severity"),
-    ("[[rule]]\nid='x'\nseverity='warning'\nwhen='sometimes'\nmessage='m'\n", "unknown check"),
-    ("[[rule]]\nid='x'\nseverity='warning'\nwhen='above'\nmessage='m'\n", "needs metrics"),
-    ("[[rule]]\nid='x'\nseverity='warning'\nwhen='log'\nmessage='m'\npattern='('\n", "bad pattern"),
-    ("[[rule]]\nid='x'\nseverity='warning'\nwhen='stall'\nmessage='m'\n[[rule]]\nid='x'\nseverity='info'\nwhen='stall'\nmessage='m'\n", "unique"),
-    ("[[rule]\n", "cannot read"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("[[rule]]\nid='x'\nseverity='loud'\nwhen='above'\nmessage='m'\nmetrics=['a']\n", "severity"),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='sometimes'\nmessage='m'\n", "unknown check"),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='above'\nmessage='m'\n", "needs metrics"),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='log'\nmessage='m'\npattern='('\n", "bad pattern"),
+        (
+            "[[rule]]\nid='x'\nseverity='warning'\nwhen='stall'\nmessage='m'\n[[rule]]\nid='x'\nseverity='info'\nwhen='stall'\nmessage='m'\n",
+            "unique",
+        ),
+        ("[[rule]\n", "cannot read"),
+    ],
+)
 def test_bad_rule_files_are_one_clear_error(tmp_path, body: str, message: str) -> None:
     path = tmp_path / "alerts.toml"
     path.write_text(body)
@@ -53,11 +72,13 @@ def test_bad_rule_files_are_one_clear_error(tmp_path, body: str, message: str) -
 
 def test_shim_failure_lines_are_critical() -> None:
     engine = AlertEngine()
-    fired = engine.on_log_text(sanitize_text(
-        f"\x1b[36m{TRAIN}\x1b[0mmiles nemotron_h plugin failed to load: ImportError: no module named megatron.bridge\n"
-        f"(MegatronTrainRayActor pid=52002) miles nemotron_h shim for routed_scaling_factor not applied: provider lacks field\n"
-        f"{TRAIN}miles nemotron_h plugin failed to load: ImportError: again\n"  # same actor: once
-    ))
+    fired = engine.on_log_text(
+        sanitize_text(
+            f"\x1b[36m{TRAIN}\x1b[0mmiles nemotron_h plugin failed to load: ImportError: no module named megatron.bridge\n"
+            f"(MegatronTrainRayActor pid=52002) miles nemotron_h shim for routed_scaling_factor not applied: provider lacks field\n"
+            f"{TRAIN}miles nemotron_h plugin failed to load: ImportError: again\n"  # same actor: once
+        )
+    )
     assert [(a.id, a.severity) for a in fired] == [("shim-not-loaded", "critical")] * 2
     assert "megatron.bridge" in fired[0].message and "1.0x" in fired[0].message
     assert "provider lacks field" in fired[1].message
@@ -70,19 +91,29 @@ def test_shim_applied_lines_checked_and_recorded() -> None:
     fired = engine.on_log_text(
         f"{TRAIN}ultra-console shim: applied NemotronH provider fields {good}\n"
         f"(MegatronTrainRayActor pid=52002) ultra-console shim: applied NemotronH provider fields {bad}\n"
-        f"(MegatronTrainRayActor pid=52003) ultra-console shim: applied NemotronH provider fields {{\"other\": 1}}\n"
+        f'(MegatronTrainRayActor pid=52003) ultra-console shim: applied NemotronH provider fields {{"other": 1}}\n'
         f"(MegatronTrainRayActor pid=52004) ultra-console shim: applied NemotronH provider fields {{not json}}\n"
     )
     assert [(a.key, a.id) for a in fired] == [
-        ("MegatronTrainRayActor pid=52002", "shim-wrong-scaling"), ("MegatronTrainRayActor pid=52003", "shim-wrong-scaling"),
-        ("MegatronTrainRayActor pid=52004", "shim-not-loaded")]  # unreadable JSON is never taken as applied
+        ("MegatronTrainRayActor pid=52002", "shim-wrong-scaling"),
+        ("MegatronTrainRayActor pid=52003", "shim-wrong-scaling"),
+        ("MegatronTrainRayActor pid=52004", "shim-not-loaded"),
+    ]  # unreadable JSON is never taken as applied
     assert all(a.severity == "critical" for a in fired)
     assert "moe_router_topk_scaling_factor=1" in fired[0].message and "needs 5" in fired[0].message
     assert engine.shim_reports == {}  # no process has been seen as a train actor beyond its shim line yet
-    engine.shim.note_lines("".join(f"(MegatronTrainRayActor pid={pid}) [2026-03-02 10:00:00] actor.py:1 - up\n"
-                                   for pid in (52002, 52003, 52005)) + f"{TRAIN}[2026-03-02 10:00:00] x.py:1 - up\n")
-    assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=52001, ip=10.0.0.2", "MegatronTrainRayActor pid=52002",
-                                        "MegatronTrainRayActor pid=52003"}
+    engine.shim.note_lines(
+        "".join(
+            f"(MegatronTrainRayActor pid={pid}) [2026-03-02 10:00:00] actor.py:1 - up\n"
+            for pid in (52002, 52003, 52005)
+        )
+        + f"{TRAIN}[2026-03-02 10:00:00] x.py:1 - up\n"
+    )
+    assert set(engine.shim_reports) == {
+        "MegatronTrainRayActor pid=52001, ip=10.0.0.2",
+        "MegatronTrainRayActor pid=52002",
+        "MegatronTrainRayActor pid=52003",
+    }
     assert engine.shim.missing() == ["MegatronTrainRayActor pid=52005"]
     # the controller knows all train actors; these never logged the line
     missing = engine.on_shim_missing(["MegatronTrainRayActor pid=52005", "MegatronTrainRayActor pid=52006"])
@@ -101,12 +132,16 @@ def test_every_form_of_the_shim_line_is_understood() -> None:
         f"(MegatronTrainRayActor pid=7003) {logline.not_applied('bridge has no NemotronH provider')}\n"
         f"(pid=7001) {logline.applied(fields)} [repeated 3x across cluster]\n"
     )
-    assert [(a.id, a.key) for a in fired] == [("shim-wrong-scaling", "pid=7002"),
-                                              ("shim-not-loaded", "MegatronTrainRayActor pid=7003")]
+    assert [(a.id, a.key) for a in fired] == [
+        ("shim-wrong-scaling", "pid=7002"),
+        ("shim-not-loaded", "MegatronTrainRayActor pid=7003"),
+    ]
     assert "bridge has no NemotronH provider" in fired[1].message
     assert engine.shim_lines_seen == 1 + 1 + 1 + 3
     engine.shim.note_lines("(MegatronTrainRayActor pid=7001) [2026-03-02 10:00:00] actor.py:1 - up\n")
-    assert engine.shim_reports == {"MegatronTrainRayActor pid=7001": fields}  # the hook's `(pid=N)` line, trusted
+    assert engine.shim_reports == {
+        "MegatronTrainRayActor pid=7001": fields
+    }  # the hook's `(pid=N)` line, trusted
 
 
 def test_logprob_diff_high_and_climbing() -> None:
@@ -126,7 +161,9 @@ def test_kl_spike_against_recent_median() -> None:
 
 
 def test_reward_collapse_nonfinite_zero_std_truncated() -> None:
-    assert feed(AlertEngine(), "rollout/raw_reward", [0.1, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0]) == ["reward-collapsed"]
+    assert feed(AlertEngine(), "rollout/raw_reward", [0.1, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0]) == [
+        "reward-collapsed"
+    ]
     assert feed(AlertEngine(), "rollout/raw_reward", [0.1, 0.2, 0.3, 0.2, 0.1, 0.2]) == []
     assert feed(AlertEngine(), "train/loss", [0.1, math.nan]) == ["loss-nonfinite"]
     assert feed(AlertEngine(), "train/grad_norm", [0.1, math.inf]) == ["loss-nonfinite"]
@@ -140,16 +177,30 @@ def test_an_alert_fires_once_per_episode() -> None:
     assert fired == ["truncated", "truncated"]
     first = engine.alerts[0]
     assert (first.step, first.last_step, first.count) == (0, 2, 3)
-    assert engine.alerts[1].to_json() == {"id": "truncated", "severity": "warning", "message": engine.alerts[1].message,
-                                          "step": 4, "key": "rollout/truncated_ratio", "count": 1, "sample": ""}
+    assert engine.alerts[1].to_json() == {
+        "id": "truncated",
+        "severity": "warning",
+        "message": engine.alerts[1].message,
+        "step": 4,
+        "key": "rollout/truncated_ratio",
+        "count": 1,
+        "sample": "",
+    }
 
 
 def test_controller_hooks_job_failed_node_dead() -> None:
     engine = AlertEngine()
     assert engine.on_job_status("RUNNING") is None and engine.on_job_status("SUCCEEDED", "ok") is None
-    alert = engine.on_job_status("FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM")
+    alert = engine.on_job_status(
+        "FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM"
+    )
     assert alert.severity == "critical" and "exit code 1" in alert.message
-    assert engine.on_job_status("FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM") is None
+    assert (
+        engine.on_job_status(
+            "FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM"
+        )
+        is None
+    )
     node = engine.on_node_dead("abc123", "health check failed")
     assert node.id == "node-dead" and "abc123" in node.message and "health check failed" in node.message
     assert engine.on_node_dead("abc123", "again") is None
@@ -160,7 +211,9 @@ def test_stall_uses_max_of_six_median_steps_and_thirty_minutes() -> None:
     assert engine.check_stall(now=1000 + 1799, last_metric_ts=1000, median_step_s=60) is None  # 30 min floor
     stalled = engine.check_stall(now=1000 + 1801, last_metric_ts=1000, median_step_s=60)
     assert stalled is not None and stalled.id == "run-stalled" and "30 min" in stalled.message
-    assert engine.check_stall(now=1000 + 3000, last_metric_ts=1000, median_step_s=60) is None  # once per stall
+    assert (
+        engine.check_stall(now=1000 + 3000, last_metric_ts=1000, median_step_s=60) is None
+    )  # once per stall
     slow = AlertEngine()
     assert slow.check_stall(now=1000 + 3500, last_metric_ts=1000, median_step_s=600) is None  # 6 x 10 min
     assert slow.check_stall(now=1000 + 3700, last_metric_ts=1000, median_step_s=600) is not None
@@ -169,7 +222,10 @@ def test_stall_uses_max_of_six_median_steps_and_thirty_minutes() -> None:
 
 def test_phase_stall_names_a_starved_trainer() -> None:
     engine = AlertEngine()
-    open_phases = {("10.0.0.1", 3, "train", "train_wait"): 0.0, ("10.0.0.1", -1, "rollout_manager", "rollout"): 0.0}
+    open_phases = {
+        ("10.0.0.1", 3, "train", "train_wait"): 0.0,
+        ("10.0.0.1", -1, "rollout_manager", "rollout"): 0.0,
+    }
     medians = {"train_wait": 900.0, "rollout": 10.0}
     fired = engine.check_phases(open_phases, medians.get, now=2000.0)
     assert [a.key for a in fired] == ["rollout"]  # train_wait is under 6 x 900 s
@@ -178,13 +234,21 @@ def test_phase_stall_names_a_starved_trainer() -> None:
 
 
 def test_zero_std_fraction_from_miles_fields() -> None:
-    values = {"rollout/zero_std/count_0.0": 5, "rollout/zero_std/count_1.0": 3,
-              "rollout/zero_std/all_zero_percentage": 0.15625, "rollout/zero_std/all_one_percentage": 0.09375}
+    values = {
+        "rollout/zero_std/count_0.0": 5,
+        "rollout/zero_std/count_1.0": 3,
+        "rollout/zero_std/all_zero_percentage": 0.15625,
+        "rollout/zero_std/all_one_percentage": 0.09375,
+    }
     assert zero_std_fraction(values, None) == pytest.approx(8 / 32)  # groups inferred from count/percentage
     assert zero_std_fraction(values, 16) == pytest.approx(0.5)
     assert zero_std_fraction({"rollout/zero_std/count_0.5": 4}, 8) == 0.5
-    assert zero_std_fraction({"rollout/zero_std/all_zero_percentage": 0.0,
-                              "rollout/zero_std/all_one_percentage": 0.0}, None) == 0.0
+    assert (
+        zero_std_fraction(
+            {"rollout/zero_std/all_zero_percentage": 0.0, "rollout/zero_std/all_one_percentage": 0.0}, None
+        )
+        == 0.0
+    )
     assert zero_std_fraction({"rollout/truncated_ratio": 0.1}, None) is None
 
 
@@ -208,7 +272,9 @@ def test_monitor_end_to_end_on_the_sample_log() -> None:
     assert derived["checkpoint"]["count"] == 3 and derived["checkpoint"]["last_iteration"] == 12
     assert derived["checkpoint"]["since_s"] == pytest.approx(0.0)  # the log ends with the save
     later = monitor.snapshot(now=monitor.end_of_log() + 600)["derived"]
-    assert later["checkpoint"]["since_s"] == pytest.approx(600) and later["since_last_metric_s"] == pytest.approx(603)
+    assert later["checkpoint"]["since_s"] == pytest.approx(600) and later[
+        "since_last_metric_s"
+    ] == pytest.approx(603)
     assert derived["zero_std_frac"] == pytest.approx(0.25)
     # loss, pg_loss, grad_norm at step 9; and the NaN in the step dict is the failure catalog's divergence
     assert [a["id"] for a in snap["alerts"]] == ["loss-nonfinite"] * 3 + ["nan"]
@@ -247,8 +313,11 @@ def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
     engine.on_log_text(
         f"(MegatronTrainRayActor pid=1) ultra-console shim: applied NemotronH provider fields {fields}\n"
         f"(MegatronTrainRayActor pid=9) ultra-console shim: applied NemotronH provider fields {fields}"
-        " [repeated 127x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n")
+        " [repeated 127x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n"
+    )
     assert engine.shim_lines_seen == 128 and engine.alerts == []
-    engine.shim.note_lines("".join(f"(MegatronTrainRayActor pid={pid}) x.py:1 - up\n" for pid in range(1, 129)))
+    engine.shim.note_lines(
+        "".join(f"(MegatronTrainRayActor pid={pid}) x.py:1 - up\n" for pid in range(1, 129))
+    )
     assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=1", "MegatronTrainRayActor pid=9"}
     assert engine.shim.missing() == []  # the 126 others are inside Ray's fold

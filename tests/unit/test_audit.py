@@ -11,12 +11,18 @@ from backend.plan.submission import build_submission
 
 
 def test_launch_entry_has_every_field_and_no_secret(tmp_path) -> None:
-    spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", ["run.extra_env={HF_TOKEN = \"hf_supersecret\"}"])
+    spec = build_spec("nemotron-3-ultra-550b-a55b-4layer", ['run.extra_env={HF_TOKEN = "hf_supersecret"}'])
     secret = "wandb-0123456789abcdef"
     sub = build_submission(spec, run_id="261130-060000-001", secrets={"WANDB_API_KEY": secret}, nvlink=False)
     log = AuditLog(tmp_path / "state")
-    log.record("launch", job=sub.submission_id, command=sub.shell() + f" --wandb-key {secret}",
-               result="submitted", details={"runtime_env": sub.runtime_env}, secrets={"WANDB_API_KEY": secret})
+    log.record(
+        "launch",
+        job=sub.submission_id,
+        command=sub.shell() + f" --wandb-key {secret}",
+        result="submitted",
+        details={"runtime_env": sub.runtime_env},
+        secrets={"WANDB_API_KEY": secret},
+    )
     text = (tmp_path / "state" / "audit.jsonl").read_text()
     assert secret not in text and "hf_supersecret" not in text
     (entry,) = [json.loads(line) for line in text.splitlines()]

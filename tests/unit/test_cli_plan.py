@@ -20,7 +20,9 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 
 
 @pytest.mark.parametrize("preset", [None, SLICE])
-def test_presets_plan_ok_with_the_json_contract(capsys: pytest.CaptureFixture[str], preset: str | None) -> None:
+def test_presets_plan_ok_with_the_json_contract(
+    capsys: pytest.CaptureFixture[str], preset: str | None
+) -> None:
     code, out, _ = _plan(capsys, *(["--preset", preset] if preset else []), "--json")
     payload = json.loads(out)
     assert code == 0 and payload["ok"] is True
@@ -53,8 +55,13 @@ def test_text_output_shows_findings_and_command(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize(
     "args",
-    [["--preset", "nope"], ["--set", "train.bogus=1"], ["--set", "train.tp=x"], ["--set", "noequals"],
-     ["--set", "run.extra_args=--a 'open"]],
+    [
+        ["--preset", "nope"],
+        ["--set", "train.bogus=1"],
+        ["--set", "train.tp=x"],
+        ["--set", "noequals"],
+        ["--set", "run.extra_args=--a 'open"],
+    ],
 )
 def test_bad_input_exits_1_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     code, out, err = _plan(capsys, *args, "--json")
@@ -63,8 +70,13 @@ def test_bad_input_exits_1_with_one_line(capsys: pytest.CaptureFixture[str], arg
 
 
 def test_console_script_runs_as_a_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "console.cli", "plan", "--preset", SLICE, "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", "plan", "--preset", SLICE, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["submission"]["metadata"]["gpus"] == "8"
 

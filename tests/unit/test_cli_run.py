@@ -18,17 +18,20 @@ def _state(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["status"], "Ray dashboard unreachable at http://127.0.0.1:1"),
-    (["nodes", "--json"], "Ray dashboard unreachable at http://127.0.0.1:1"),
-    (["logs", "--follow"], "Ray dashboard unreachable at http://127.0.0.1:1"),
-    (["abort", "--yes"], "Ray dashboard unreachable at http://127.0.0.1:1"),
-    (["logs", "--tail", "-1"], "--tail must be 0 or more"),
-    (["launch", "--set", "bogus=1", "--yes"], "unknown key 'bogus'"),
-    (["--readonly", "launch", "--yes"], "launch refused: the console is read-only"),
-    (["--readonly", "abort", "--yes"], "abort refused: the console is read-only"),
-    (["--readonly", "cleanup", "--yes"], "cleanup refused: the console is read-only"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["status"], "Ray dashboard unreachable at http://127.0.0.1:1"),
+        (["nodes", "--json"], "Ray dashboard unreachable at http://127.0.0.1:1"),
+        (["logs", "--follow"], "Ray dashboard unreachable at http://127.0.0.1:1"),
+        (["abort", "--yes"], "Ray dashboard unreachable at http://127.0.0.1:1"),
+        (["logs", "--tail", "-1"], "--tail must be 0 or more"),
+        (["launch", "--set", "bogus=1", "--yes"], "unknown key 'bogus'"),
+        (["--readonly", "launch", "--yes"], "launch refused: the console is read-only"),
+        (["--readonly", "abort", "--yes"], "abort refused: the console is read-only"),
+        (["--readonly", "cleanup", "--yes"], "cleanup refused: the console is read-only"),
+    ],
+)
 def test_one_line_errors(argv: list[str], expected: str, capsys) -> None:
     code = main(["--address", DEAD, *argv])
     out, err = capsys.readouterr()

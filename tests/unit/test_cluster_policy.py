@@ -33,7 +33,9 @@ async def test_launch_rechecks_the_spec_whatever_findings_the_caller_passes(tmp_
 
 
 def _job(env: dict[str, str] | None = None, **kw: object) -> JobInfo:
-    return JobInfo(submission_id="ultra-console-x", runtime_env={"env_vars": env} if env is not None else None, **kw)
+    return JobInfo(
+        submission_id="ultra-console-x", runtime_env={"env_vars": env} if env is not None else None, **kw
+    )
 
 
 def test_one_escalation_for_app_and_cli() -> None:
@@ -50,9 +52,19 @@ def test_one_escalation_for_app_and_cli() -> None:
     assert told.wait_s(forced=False) == told.wait_s(forced=True) == 7.0
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (None, "—"), (-1, "—"), (float("nan"), "—"), (0, "0s"), (14.9, "14s"), (185, "3m05s"), (7620, "2h07m"),
-    (97200, "1d03h")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (-1, "—"),
+        (float("nan"), "—"),
+        (0, "0s"),
+        (14.9, "14s"),
+        (185, "3m05s"),
+        (7620, "2h07m"),
+        (97200, "1d03h"),
+    ],
+)
 def test_fmt_duration(seconds: float | None, text: str) -> None:
     assert fmt_duration(seconds) == text
 
@@ -69,15 +81,18 @@ def test_lost_work_arithmetic() -> None:
     lost = LostWork(since_checkpoint_s=450, rollouts_done=12, last_checkpoint_rollout=9, gpus=128)
     assert lost.rollouts == 2  # rollouts 10 and 11 came after the checkpoint of rollout 9
     assert lost.gpu_hours == pytest.approx(16.0)
-    assert lost.text() == ("Will be lost: 7m30s of training since the last checkpoint, 2 rollout(s), "
-                           "≈16.0 GPU-hours.")
+    assert lost.text() == (
+        "Will be lost: 7m30s of training since the last checkpoint, 2 rollout(s), ≈16.0 GPU-hours."
+    )
     assert LostWork(checkpoints_saved=0).text().startswith("No checkpoint has been saved yet")
     assert "not known yet" in LostWork().text()
     assert LostWork(rollouts_done=3, last_checkpoint_rollout=5).rollouts == 0
 
 
 def _leftover(identity: str, pid: int) -> Leftover:
-    return Leftover("n1" * 20, "node-1 (n1n1n1n1)", 2, pid, 12806, identity, f"why {pid}: detail {pid}", "python")  # type: ignore[arg-type]
+    return Leftover(
+        "n1" * 20, "node-1 (n1n1n1n1)", 2, pid, 12806, identity, f"why {pid}: detail {pid}", "python"
+    )  # type: ignore[arg-type]
 
 
 def test_leftover_report_says_what_the_nodes_said() -> None:
@@ -92,19 +107,31 @@ def test_leftover_report_says_what_the_nodes_said() -> None:
     assert "pid 11 (python) on node-1 (n1n1n1n1) GPU 2, 12806 MiB" in text
     assert "cannot identify as the job's (never signalled)" in text and "detail 12" in text
     assert "node node-2 (n2n2n2n2) did not answer: no answer in 45 s" in text
-    assert report.summary() == ("1 process(es) of the job left behind; 1 held by processes not provably the "
-                                "job's (1 of 2 node(s) answered)")
+    assert report.summary() == (
+        "1 process(es) of the job left behind; 1 held by processes not provably the "
+        "job's (1 of 2 node(s) answered)"
+    )
     # a node that answered without a GPU provider is not "clean" either
     assert not LeftoverReport("job-1", (NodeCheck("n3", "n3", True, nvml=False),)).clean
 
 
 def test_footprint_round_trips_through_the_audit_log(tmp_path: Path) -> None:
-    fp = JobFootprint("sid-1", "02000000", "nodeA", (("nodeA", 100), ("nodeB", 200), ("nodeB", 201)), listed=True)
+    fp = JobFootprint(
+        "sid-1", "02000000", "nodeA", (("nodeA", 100), ("nodeB", 200), ("nodeB", 201)), listed=True
+    )
     assert fp.node_ids == ("nodeA", "nodeB") and fp.complete
     assert not JobFootprint("sid-1", "02000000", "nodeA").complete  # Ray never said where its actors ran
     assert JobFootprint("sid-1", "", "nodeA").complete  # no Ray driver: nothing ran beyond its node
-    assert fp.identity_args("nodeB") == ["--submission-id", "sid-1", "--job-id", "02000000", "--worker-pid", "200",
-                                         "--worker-pid", "201"]
+    assert fp.identity_args("nodeB") == [
+        "--submission-id",
+        "sid-1",
+        "--job-id",
+        "02000000",
+        "--worker-pid",
+        "200",
+        "--worker-pid",
+        "201",
+    ]
     audit = AuditLog(tmp_path)
     audit.record("abort", job="sid-1", result="stop requested", details={"footprint": fp.to_json()})
     audit.record("abort", job="sid-2", result="stop requested", details={})

@@ -49,7 +49,9 @@ def test_runtime_env_contains_launcher_env_plus_graceful_stop(name: str) -> None
     assert {k: env[k] for k in recorded_env} == recorded_env
     assert env["RAY_JOB_STOP_SIGNAL"] == "SIGINT"
     assert int(env["RAY_JOB_STOP_WAIT_TIME_S"]) == spec.run.stop_wait_s
-    assert re.match(env["RAY_DEDUP_LOGS_ALLOW_REGEX"], "ultra-console shim: applied NemotronH provider fields {}")
+    assert re.match(
+        env["RAY_DEDUP_LOGS_ALLOW_REGEX"], "ultra-console shim: applied NemotronH provider fields {}"
+    )
 
 
 def test_full_model_has_163_tokens_and_sequence_parallel() -> None:
@@ -83,7 +85,9 @@ def test_no_wandb_flags_without_a_key() -> None:
     assert not any(a.startswith("--wandb") or a == "--use-wandb" for a in sub.argv)
 
 
-@pytest.mark.parametrize("hostile", ["; rm -rf /", "$(reboot)", "`id`", "a && b", "x | y > /etc/passwd", "'q' \"z\""])
+@pytest.mark.parametrize(
+    "hostile", ["; rm -rf /", "$(reboot)", "`id`", "a && b", "x | y > /etc/passwd", "'q' \"z\""]
+)
 def test_extra_args_cannot_inject_shell_syntax(hostile: str) -> None:
     spec = build_spec(None, [f"run.extra_args=--foo {shlex.quote(hostile)}"])
     sub = build_submission(spec, run_id="r", with_shim=False)
@@ -93,7 +97,7 @@ def test_extra_args_cannot_inject_shell_syntax(hostile: str) -> None:
 
 
 def test_extra_args_split_like_a_shell_and_append_last() -> None:
-    spec = build_spec(None, ['run.extra_args="--use-miles-dashboard --note \'two words\'"'])
+    spec = build_spec(None, ["run.extra_args=\"--use-miles-dashboard --note 'two words'\""])
     sub = build_submission(spec, run_id="r", with_shim=False)
     assert sub.argv[-3:] == ["--use-miles-dashboard", "--note", "two words"]
 
@@ -119,7 +123,9 @@ def test_run_ids_look_like_miles_and_differ() -> None:
 
 
 def test_train_script_override_replaces_train_py() -> None:
-    sub = build_submission(build_spec(SLICE, ["paths.train_script=/opt/sim/train.py"]), run_id="r", with_shim=False)
+    sub = build_submission(
+        build_spec(SLICE, ["paths.train_script=/opt/sim/train.py"]), run_id="r", with_shim=False
+    )
     assert sub.argv[1] == "/opt/sim/train.py"
     assert sub.metadata["train_script"] == "/opt/sim/train.py"
     assert "simulated" not in sub.metadata
@@ -128,7 +134,9 @@ def test_train_script_override_replaces_train_py() -> None:
 def test_simulated_trainer_runs_are_labelled() -> None:
     from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 
-    sub = build_submission(build_spec(SLICE, [f"paths.train_script={SIM_TRAIN_SCRIPT}"]), run_id="r", with_shim=False)
+    sub = build_submission(
+        build_spec(SLICE, [f"paths.train_script={SIM_TRAIN_SCRIPT}"]), run_id="r", with_shim=False
+    )
     assert sub.argv[1] == SIM_TRAIN_SCRIPT and sub.metadata["simulated"] == "1"
 
 
@@ -140,7 +148,7 @@ def test_skip_saving_drops_save_flags() -> None:
 def test_eval_flags_when_enabled() -> None:
     sub = build_submission(build_spec(SLICE, ["eval.enabled=true"]), run_id="r", with_shim=False)
     i = sub.argv.index("--eval-prompt-data")
-    assert sub.argv[i + 1:i + 3] == ["aime", "/root/datasets/aime-2024/aime-2024.jsonl"]
+    assert sub.argv[i + 1 : i + 3] == ["aime", "/root/datasets/aime-2024/aime-2024.jsonl"]
 
 
 def test_redact_free_text() -> None:
@@ -149,8 +157,11 @@ def test_redact_free_text() -> None:
 
 
 def test_megatron_and_sglang_attention_backends_are_separate_flags() -> None:
-    sub = build_submission(build_spec(SLICE, ["train.attention_backend=flash", "rollout.sglang_attention_backend=fa3"]),
-                           run_id="r", with_shim=False)
+    sub = build_submission(
+        build_spec(SLICE, ["train.attention_backend=flash", "rollout.sglang_attention_backend=fa3"]),
+        run_id="r",
+        with_shim=False,
+    )
     assert sub.argv[sub.argv.index("--attention-backend") + 1] == "flash"
     assert sub.argv[sub.argv.index("--sglang-attention-backend") + 1] == "fa3"
     plain = build_submission(build_spec(SLICE), run_id="r", with_shim=False)

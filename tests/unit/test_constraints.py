@@ -56,97 +56,274 @@ BREAKS: list[tuple[str, str, dict[str, Any], str, set[str]]] = [
     ("A8", SLICE, {"train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
     ("B1", FULL, {"train.tp": 3}, "error", {"train.tp", "model.num_attention_heads"}),
     ("B2", FULL, {"model.num_query_groups": 3}, "error", {"train.tp", "model.num_query_groups"}),
-    ("B4", FULL, {"train.sequence_parallel": False}, "warning", {"train.sequence_parallel", "train.tp", "train.ep"}),
-    ("B7", FULL, {"train.decoder_first_pipeline_num_layers": 26}, "error",
-     {"train.decoder_first_pipeline_num_layers", "train.pp"}),
-    ("B7", FULL, {"train.decoder_last_pipeline_num_layers": 0}, "error", {"train.decoder_last_pipeline_num_layers"}),
-    ("B7", FULL, {"train.pp": 3, "cluster.nodes": 12, "train.decoder_first_pipeline_num_layers": 2,
-                  "train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
+    (
+        "B4",
+        FULL,
+        {"train.sequence_parallel": False},
+        "warning",
+        {"train.sequence_parallel", "train.tp", "train.ep"},
+    ),
+    (
+        "B7",
+        FULL,
+        {"train.decoder_first_pipeline_num_layers": 26},
+        "error",
+        {"train.decoder_first_pipeline_num_layers", "train.pp"},
+    ),
+    (
+        "B7",
+        FULL,
+        {"train.decoder_last_pipeline_num_layers": 0},
+        "error",
+        {"train.decoder_last_pipeline_num_layers"},
+    ),
+    (
+        "B7",
+        FULL,
+        {"train.pp": 3, "cluster.nodes": 12, "train.decoder_first_pipeline_num_layers": 2, "train.vpp": 2},
+        "error",
+        {"train.vpp", "train.pp"},
+    ),
     ("B10", FULL, {"train.moe_token_dispatcher": "allgather"}, "warning", {"train.moe_token_dispatcher"}),
-    ("B10", FULL, {"model.moe_latent_size": None, "train.moe_shared_expert_overlap": True,
-                   "train.moe_token_dispatcher": "flex"}, "error",
-     {"train.moe_shared_expert_overlap", "train.moe_token_dispatcher"}),
-    ("B11", FULL, {"train.moe_shared_expert_overlap": True}, "warning",
-     {"train.moe_shared_expert_overlap", "model.moe_latent_size"}),
-    ("B12", FULL, {"model.add_bias_linear": True, "train.ep": 16, "train.etp": 2}, "error",
-     {"model.add_bias_linear", "train.etp"}),
+    (
+        "B10",
+        FULL,
+        {
+            "model.moe_latent_size": None,
+            "train.moe_shared_expert_overlap": True,
+            "train.moe_token_dispatcher": "flex",
+        },
+        "error",
+        {"train.moe_shared_expert_overlap", "train.moe_token_dispatcher"},
+    ),
+    (
+        "B11",
+        FULL,
+        {"train.moe_shared_expert_overlap": True},
+        "warning",
+        {"train.moe_shared_expert_overlap", "model.moe_latent_size"},
+    ),
+    (
+        "B12",
+        FULL,
+        {"model.add_bias_linear": True, "train.ep": 16, "train.etp": 2},
+        "error",
+        {"model.add_bias_linear", "train.etp"},
+    ),
     ("B13", FULL, {"model.n_group": 3}, "error", {"model.n_group", "model.num_experts"}),
     ("B13", FULL, {"model.topk_group": 2}, "error", {"model.topk_group", "model.n_group"}),
     ("B14", FULL, {"train.recompute_method": None}, "error", {"train.recompute_method"}),
     ("B14", FULL, {"train.recompute_num_layers": None}, "error", {"train.recompute_num_layers"}),
-    ("B14", FULL, {"train.recompute_granularity": "selective"}, "error",
-     {"train.recompute_granularity", "train.recompute_num_layers"}),
+    (
+        "B14",
+        FULL,
+        {"train.recompute_granularity": "selective"},
+        "error",
+        {"train.recompute_granularity", "train.recompute_num_layers"},
+    ),
     ("C2", SLICE, {"train.pp": 3, "cluster.gpus_per_node": 6}, "error", {"train.pp", "model.num_layers"}),
     ("C3", SLICE, {"train.vpp": 2}, "error", {"train.vpp", "train.pp"}),
-    ("C3", FULL, {"train.vpp": 2, "train.pp": 2, "run.extra_args": "--no-overlap-p2p-communication"}, "error",
-     {"train.vpp", "train.pp", "run.extra_args"}),
-    ("B7", SLICE, {"train.decoder_first_pipeline_num_layers": 2}, "error",
-     {"train.decoder_first_pipeline_num_layers", "train.pp"}),
+    (
+        "C3",
+        FULL,
+        {"train.vpp": 2, "train.pp": 2, "run.extra_args": "--no-overlap-p2p-communication"},
+        "error",
+        {"train.vpp", "train.pp", "run.extra_args"},
+    ),
+    (
+        "B7",
+        SLICE,
+        {"train.decoder_first_pipeline_num_layers": 2},
+        "error",
+        {"train.decoder_first_pipeline_num_layers", "train.pp"},
+    ),
     ("D7", FULL, {"train.pp": 5, "cluster.nodes": 20, "train.vpp": 1}, "error", {"train.vpp", "train.pp"}),
     ("C4", FULL, {"train.ep": 3}, "error", {"train.ep", "model.num_experts"}),
     ("C5", SLICE, {"train.sequence_parallel": True}, "warning", {"train.sequence_parallel", "train.tp"}),
-    ("C8", FULL, {"batch.global_batch_size": 130}, "error",
-     {"batch.global_batch_size", "train.micro_batch_size"}),
-    ("C10", FULL, {"model.position_embedding_type": "learned_absolute", "run.extra_env": KEEP}, "error",
-     {"model.position_embedding_type", "run.extra_env"}),
-    ("C11", FULL, {"run.extra_env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}}, "error", {"run.extra_env", "train.tp"}),
+    (
+        "C8",
+        FULL,
+        {"batch.global_batch_size": 130},
+        "error",
+        {"batch.global_batch_size", "train.micro_batch_size"},
+    ),
+    (
+        "C10",
+        FULL,
+        {"model.position_embedding_type": "learned_absolute", "run.extra_env": KEEP},
+        "error",
+        {"model.position_embedding_type", "run.extra_env"},
+    ),
+    (
+        "C11",
+        FULL,
+        {"run.extra_env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}},
+        "error",
+        {"run.extra_env", "train.tp"},
+    ),
     ("D1", FULL, {"model.mamba_num_heads": 260}, "error", {"train.tp", "model.mamba_num_heads"}),
     ("D2", FULL, {"train.tp": 16}, "error", {"train.tp", "model.mamba_num_groups"}),
-    ("D3", SLICE, {"model.mamba_num_groups": 3}, "error", {"model.mamba_num_heads", "model.mamba_num_groups"}),
+    (
+        "D3",
+        SLICE,
+        {"model.mamba_num_groups": 3},
+        "error",
+        {"model.mamba_num_heads", "model.mamba_num_groups"},
+    ),
     ("D5", FULL, {"model.num_layers": 100}, "error", {"model.hybrid_pattern", "model.num_layers"}),
     ("D7", FULL, {"train.vpp": 3}, "error", {"train.vpp"}),
-    ("D7", FULL, {"train.decoder_first_pipeline_num_layers": 27}, "warning",
-     {"train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers"}),
-    ("D7", FULL, {"train.pp": 5, "train.decoder_first_pipeline_num_layers": 20}, "error",
-     {"train.pp", "model.num_layers"}),
+    (
+        "D7",
+        FULL,
+        {"train.decoder_first_pipeline_num_layers": 27},
+        "warning",
+        {"train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers"},
+    ),
+    (
+        "D7",
+        FULL,
+        {"train.pp": 5, "train.decoder_first_pipeline_num_layers": 20},
+        "error",
+        {"train.pp", "model.num_layers"},
+    ),
     ("D10", FULL, {"model.mtp_pattern": "*X"}, "error", {"model.mtp_pattern"}),
     ("E2", FULL, {"train.sequence_parallel": False}, "error", {"train.sequence_parallel", "train.tp"}),
-    ("E4", FULL, {"model.shared_expert_intermediate_size": 10004}, "error",
-     {"train.tp", "model.shared_expert_intermediate_size"}),
-    ("E4", FULL, {"train.ep": 16, "train.etp": 2, "model.moe_ffn_hidden_size": 5121}, "error",
-     {"train.etp", "model.moe_ffn_hidden_size"}),
+    (
+        "E4",
+        FULL,
+        {"model.shared_expert_intermediate_size": 10004},
+        "error",
+        {"train.tp", "model.shared_expert_intermediate_size"},
+    ),
+    (
+        "E4",
+        FULL,
+        {"train.ep": 16, "train.etp": 2, "model.moe_ffn_hidden_size": 5121},
+        "error",
+        {"train.etp", "model.moe_ffn_hidden_size"},
+    ),
     ("F1", FULL, {"run.extra_env": KEEP}, "info", {"run.extra_env", "train.pp"}),
     ("F2", FULL, {"model.mtp_pattern": ""}, "error", {"model.mtp_pattern", "model.mtp_num_layers"}),
     ("F3", FULL, {"run.extra_args": "--enable-mtp-training"}, "error", {"run.extra_args"}),
     ("F3", FULL, {"run.extra_env": KEEP}, "info", {"run.extra_env"}),
     ("G1", FULL, {"rollout.dp": 3}, "error", {"rollout.dp", "rollout.gpus_per_engine"}),
-    ("G4", FULL, {"cluster.gpus_per_node": 6, "cluster.nodes": 16, "rollout.gpus_per_engine": 20,
-                  "rollout.ep": 20}, "error", {"rollout.gpus_per_engine", "cluster.gpus_per_node"}),
+    (
+        "G4",
+        FULL,
+        {"cluster.gpus_per_node": 6, "cluster.nodes": 16, "rollout.gpus_per_engine": 20, "rollout.ep": 20},
+        "error",
+        {"rollout.gpus_per_engine", "cluster.gpus_per_node"},
+    ),
     ("G6", FULL, {"rollout.ep": 16}, "error", {"rollout.ep", "rollout.gpus_per_engine"}),
-    ("G7", FULL, {"rollout.sglang_attention_backend": "triton"}, "error", {"rollout.sglang_attention_backend"}),
-    ("G9", FULL, {"rollout.dp": 2}, "error", {"rollout.dp", "rollout.gpus_per_engine", "model.mamba_num_groups"}),
+    (
+        "G7",
+        FULL,
+        {"rollout.sglang_attention_backend": "triton"},
+        "error",
+        {"rollout.sglang_attention_backend"},
+    ),
+    (
+        "G9",
+        FULL,
+        {"rollout.dp": 2},
+        "error",
+        {"rollout.dp", "rollout.gpus_per_engine", "model.mamba_num_groups"},
+    ),
     ("G10", SLICE, {"model.num_attention_heads": 62}, "error", {"rollout.dp", "model.num_attention_heads"}),
-    ("G11", FULL, {"rollout.ep": 1, "model.moe_ffn_hidden_size": 5104}, "error",
-     {"rollout.ep", "model.moe_ffn_hidden_size"}),
+    (
+        "G11",
+        FULL,
+        {"rollout.ep": 1, "model.moe_ffn_hidden_size": 5104},
+        "error",
+        {"rollout.ep", "model.moe_ffn_hidden_size"},
+    ),
     ("G11", FULL, {"rollout.ep": 24}, "error", {"rollout.ep", "rollout.gpus_per_engine"}),
-    ("G12", FULL, {"rollout.gpus_per_engine": 20, "rollout.ep": 20}, "error",
-     {"rollout.gpus_per_engine", "cluster.gpus_per_node"}),
-    ("G12", SLICE, {"rollout.gpus_per_engine": 3, "rollout.ep": 3, "rollout.dp": 1}, "warning",
-     {"rollout.gpus_per_engine"}),
-    ("H2", FULL, {"rollout.enable_dp_attention": False}, "error", {"rollout.dp", "rollout.enable_dp_attention"}),
+    (
+        "G12",
+        FULL,
+        {"rollout.gpus_per_engine": 20, "rollout.ep": 20},
+        "error",
+        {"rollout.gpus_per_engine", "cluster.gpus_per_node"},
+    ),
+    (
+        "G12",
+        SLICE,
+        {"rollout.gpus_per_engine": 3, "rollout.ep": 3, "rollout.dp": 1},
+        "warning",
+        {"rollout.gpus_per_engine"},
+    ),
+    (
+        "H2",
+        FULL,
+        {"rollout.enable_dp_attention": False},
+        "error",
+        {"rollout.dp", "rollout.enable_dp_attention"},
+    ),
     ("H3", FULL, {"rollout.num_gpus": 64}, "warning", {"rollout.num_gpus", "rollout.colocate"}),
     ("H3", FULL, {"rollout.colocate": False}, "error", {"rollout.num_gpus", "rollout.colocate"}),
     ("H4", FULL, {"cluster.nodes": 15}, "warning", {"rollout.gpus_per_engine", "cluster.nodes"}),
-    ("H4", FULL, {"rollout.colocate": False, "rollout.num_gpus": 16}, "error",
-     {"rollout.gpus_per_engine", "rollout.num_gpus"}),
-    ("H6", FULL, {"batch.num_steps_per_rollout": 4}, "error",
-     {"batch.global_batch_size", "batch.num_steps_per_rollout"}),
-    ("H6", FULL, {"batch.global_batch_size": 512}, "error", {"batch.global_batch_size", "batch.rollout_batch_size"}),
+    (
+        "H4",
+        FULL,
+        {"rollout.colocate": False, "rollout.num_gpus": 16},
+        "error",
+        {"rollout.gpus_per_engine", "rollout.num_gpus"},
+    ),
+    (
+        "H6",
+        FULL,
+        {"batch.num_steps_per_rollout": 4},
+        "error",
+        {"batch.global_batch_size", "batch.num_steps_per_rollout"},
+    ),
+    (
+        "H6",
+        FULL,
+        {"batch.global_batch_size": 512},
+        "error",
+        {"batch.global_batch_size", "batch.rollout_batch_size"},
+    ),
     ("H6", FULL, {"batch.global_batch_size": 96}, "warning", {"batch.global_batch_size"}),
-    ("H7", FULL, {"batch.over_sampling_batch_size": 16}, "error",
-     {"batch.over_sampling_batch_size", "batch.rollout_batch_size"}),
-    ("H8", FULL, {"batch.max_tokens_per_gpu": None}, "error",
-     {"train.use_dynamic_batch_size", "batch.max_tokens_per_gpu"}),
-    ("H10", SLICE, {"train.decoder_first_pipeline_num_layers": 2}, "error",
-     {"train.decoder_first_pipeline_num_layers", "train.pp"}),
+    (
+        "H7",
+        FULL,
+        {"batch.over_sampling_batch_size": 16},
+        "error",
+        {"batch.over_sampling_batch_size", "batch.rollout_batch_size"},
+    ),
+    (
+        "H8",
+        FULL,
+        {"batch.max_tokens_per_gpu": None},
+        "error",
+        {"train.use_dynamic_batch_size", "batch.max_tokens_per_gpu"},
+    ),
+    (
+        "H10",
+        SLICE,
+        {"train.decoder_first_pipeline_num_layers": 2},
+        "error",
+        {"train.decoder_first_pipeline_num_layers", "train.pp"},
+    ),
     ("H12", FULL, {"train.pp": 2}, "info", {"train.pp"}),
     ("H12", SLICE, {"rollout.mem_fraction": 0.7}, "info", {"rollout.mem_fraction"}),
     ("M1", FULL, {"cluster.gpu_memory_gb": 30}, "error", {"cluster.gpu_memory_gb", "train.ep"}),
     ("M1", FULL, {"cluster.gpu_memory_gb": 40}, "warning", {"cluster.gpu_memory_gb"}),
-    ("M2", FULL, {"cluster.host_memory_gb": 500}, "error", {"cluster.host_memory_gb", "optimizer.cpu_offload"}),
+    (
+        "M2",
+        FULL,
+        {"cluster.host_memory_gb": 500},
+        "error",
+        {"cluster.host_memory_gb", "optimizer.cpu_offload"},
+    ),
     ("M2", FULL, {"cluster.host_memory_gb": 650}, "warning", {"cluster.host_memory_gb"}),
-    ("M3", FULL, {"rollout.gpus_per_engine": 8, "rollout.ep": 8, "rollout.dp": 1}, "error",
-     {"rollout.gpus_per_engine", "rollout.mem_fraction", "cluster.gpu_memory_gb"}),
+    (
+        "M3",
+        FULL,
+        {"rollout.gpus_per_engine": 8, "rollout.ep": 8, "rollout.dp": 1},
+        "error",
+        {"rollout.gpus_per_engine", "rollout.mem_fraction", "cluster.gpu_memory_gb"},
+    ),
     ("M3", FULL, {"rollout.mem_fraction": 0.35}, "warning", {"rollout.mem_fraction"}),
 ]
 
@@ -165,8 +342,15 @@ PASSES: list[tuple[str, str, dict[str, Any]]] = [
     ("B11", FULL, {"train.moe_shared_expert_overlap": False}),
     ("B12", FULL, {"model.add_bias_linear": True}),
     ("B13", FULL, {"model.n_group": 8, "model.topk_group": 4}),
-    ("B14", FULL, {"train.recompute_granularity": "selective", "train.recompute_method": None,
-                   "train.recompute_num_layers": None}),
+    (
+        "B14",
+        FULL,
+        {
+            "train.recompute_granularity": "selective",
+            "train.recompute_method": None,
+            "train.recompute_num_layers": None,
+        },
+    ),
     ("C2", FULL, {"train.pp": 2}),
     ("C3", FULL, {"train.vpp": 2, "train.pp": 2}),
     ("C4", FULL, {"train.ep": 16}),
@@ -292,7 +476,13 @@ def test_finding_shape() -> None:
     assert dataclasses.is_dataclass(f) and not hasattr(f, "__dict__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.rule = "X"  # type: ignore[misc]
-    assert f.to_json() == {"rule": "D2", "severity": "error", "fields": ["train.tp"], "message": "msg", "fix": "fix"}
+    assert f.to_json() == {
+        "rule": "D2",
+        "severity": "error",
+        "fields": ["train.tp"],
+        "message": "msg",
+        "fix": "fix",
+    }
     assert has_errors([f]) and not has_errors([dataclasses.replace(f, severity="warning")])
 
 
@@ -309,9 +499,17 @@ def test_findings_sorted_errors_then_warnings_then_info_in_catalog_order() -> No
 
 
 def test_catalog_covers_every_section_and_is_consistent() -> None:
-    expected = ([f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 17)] + [f"C{i}" for i in range(1, 13)]
-                + [f"D{i}" for i in range(1, 12)] + [f"E{i}" for i in range(1, 6)] + [f"F{i}" for i in range(1, 4)]
-                + [f"G{i}" for i in range(1, 13)] + [f"H{i}" for i in range(1, 13)] + ["M1", "M2", "M3"])
+    expected = (
+        [f"A{i}" for i in range(1, 10)]
+        + [f"B{i}" for i in range(1, 17)]
+        + [f"C{i}" for i in range(1, 13)]
+        + [f"D{i}" for i in range(1, 12)]
+        + [f"E{i}" for i in range(1, 6)]
+        + [f"F{i}" for i in range(1, 4)]
+        + [f"G{i}" for i in range(1, 13)]
+        + [f"H{i}" for i in range(1, 13)]
+        + ["M1", "M2", "M3"]
+    )
     assert list(RULES) == expected
     settable = set(SETTABLE_KEYS)
     for rule in RULES.values():
@@ -370,19 +568,29 @@ def test_derive_slice_reproduces_the_documented_layout() -> None:
 # Memory per GPU and node, worked out by hand for the full model and the 4-layer slice:
 # (memory field, preset, value, tolerance); model_params_b is the whole model's size.
 MEMORY = [
-    ("weights_gb_per_gpu", FULL, 11.10, 0.01), ("grads_gb_per_gpu", FULL, 22.20, 0.01),
-    ("weights_grads_gb_per_gpu", FULL, 33.3, 0.05), ("host_adam_gb_per_gpu", FULL, 52.9, 0.05),
-    ("host_adam_gb_per_node", FULL, 423, 0.5), ("host_grad_copies_gb_per_gpu", FULL, 17.6, 0.05),
+    ("weights_gb_per_gpu", FULL, 11.10, 0.01),
+    ("grads_gb_per_gpu", FULL, 22.20, 0.01),
+    ("weights_grads_gb_per_gpu", FULL, 33.3, 0.05),
+    ("host_adam_gb_per_gpu", FULL, 52.9, 0.05),
+    ("host_adam_gb_per_node", FULL, 423, 0.5),
+    ("host_grad_copies_gb_per_gpu", FULL, 17.6, 0.05),
     ("model_params_b", FULL, 549.31, 0.01),
-    ("weights_gb_per_gpu", SLICE, 11.61, 0.01), ("grads_gb_per_gpu", SLICE, 23.21, 0.01),
-    ("weights_grads_gb_per_gpu", SLICE, 34.8, 0.05), ("host_adam_gb_per_gpu", SLICE, 36.9, 0.05),
-    ("host_adam_gb_per_node", SLICE, 295, 0.5), ("host_grad_copies_gb_per_gpu", SLICE, 12.3, 0.05),
+    ("weights_gb_per_gpu", SLICE, 11.61, 0.01),
+    ("grads_gb_per_gpu", SLICE, 23.21, 0.01),
+    ("weights_grads_gb_per_gpu", SLICE, 34.8, 0.05),
+    ("host_adam_gb_per_gpu", SLICE, 36.9, 0.05),
+    ("host_adam_gb_per_node", SLICE, 295, 0.5),
+    ("host_grad_copies_gb_per_gpu", SLICE, 12.3, 0.05),
     ("model_params_b", SLICE, 24.59, 0.01),
 ]
 
 
-@pytest.mark.parametrize(("key", "preset", "value", "tol"), MEMORY, ids=[f"{m[1][-6:]}-{m[0]}" for m in MEMORY])
-def test_derive_memory_matches_the_documented_figures(key: str, preset: str, value: float, tol: float) -> None:
+@pytest.mark.parametrize(
+    ("key", "preset", "value", "tol"), MEMORY, ids=[f"{m[1][-6:]}-{m[0]}" for m in MEMORY]
+)
+def test_derive_memory_matches_the_documented_figures(
+    key: str, preset: str, value: float, tol: float
+) -> None:
     d = derive(make(preset))
     got = d.model_params_b if key == "model_params_b" else getattr(d.memory, key)
     assert got == pytest.approx(value, abs=tol)
@@ -391,7 +599,9 @@ def test_derive_memory_matches_the_documented_figures(key: str, preset: str, val
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
     m = derive(make(FULL, {"optimizer.cpu_offload": False})).memory
     assert m.optimizer_location == "gpu" and m.host_adam_gb_per_node == 0.0
-    assert m.train_hbm_gb_per_gpu == pytest.approx(33.3 + 52.9, abs=0.1)  # weights + grads + Adam states: ≈ 86 GB
+    assert m.train_hbm_gb_per_gpu == pytest.approx(
+        33.3 + 52.9, abs=0.1
+    )  # weights + grads + Adam states: ≈ 86 GB
 
 
 def test_derive_with_kept_mtp_grows_the_last_stage_only() -> None:
@@ -410,11 +620,28 @@ def test_derive_uneven_layout_still_answers() -> None:
 def test_derive_json_keeps_the_flat_names_of_plan_json() -> None:
     """`plan --json` and the plan preview carry the figures under one flat name each, stages as rows."""
     j = derive(make(FULL)).to_json()
-    assert list(j)[:9] == ["world_size", "dp", "edp", "etp", "sequence_parallel", "experts_per_rank",
-                           "layers_per_stage", "stages", "ep_group_nodes"]
+    assert list(j)[:9] == [
+        "world_size",
+        "dp",
+        "edp",
+        "etp",
+        "sequence_parallel",
+        "experts_per_rank",
+        "layers_per_stage",
+        "stages",
+        "ep_group_nodes",
+    ]
     assert len(j) == 33 and j["rollout_engines"] == 4 and j["optimizer_location"] == "host"
-    assert j["stages"][0] == {"stage": 0, "first_layer": 0, "layers": 27, "M": 12, "E": 12, "*": 3, "-": 0,
-                              "params_per_gpu_b": 5.55}
+    assert j["stages"][0] == {
+        "stage": 0,
+        "first_layer": 0,
+        "layers": 27,
+        "M": 12,
+        "E": 12,
+        "*": 3,
+        "-": 0,
+        "params_per_gpu_b": 5.55,
+    }
 
 
 # --------------------------------------------------------------------------- legal values

@@ -31,36 +31,58 @@ def preset(name: str) -> RunSpec:
 
 
 def with_updates(spec: RunSpec, updates: dict[str, dict[str, Any]]) -> RunSpec:
-    return spec.model_copy(update={sec: getattr(spec, sec).model_copy(update=vals) for sec, vals in updates.items()})
+    return spec.model_copy(
+        update={sec: getattr(spec, sec).model_copy(update=vals) for sec, vals in updates.items()}
+    )
 
 
-layouts = st.fixed_dictionaries({
-    "preset": st.sampled_from([FULL, SLICE]),
-    "cluster": st.fixed_dictionaries({
-        "nodes": st.integers(1, 32), "gpus_per_node": st.sampled_from([4, 8]),
-        "gpu_memory_gb": st.sampled_from([80.0, 141.0]), "host_memory_gb": st.sampled_from([512.0, 2048.0]),
-    }),
-    "train": st.fixed_dictionaries({
-        "tp": st.sampled_from([1, 2, 3, 4, 6, 8, 16]), "pp": st.integers(1, 9), "cp": st.sampled_from([1, 1, 2]),
-        "ep": st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, 128]), "etp": st.sampled_from([None, 1, 1, 2, 4, 8]),
-        "vpp": st.sampled_from([None, None, None, 1, 2, 3]), "sequence_parallel": st.sampled_from([None, None, True, False]),
-        "micro_batch_size": st.sampled_from([1, 1, 2, 3]),
-        "decoder_first_pipeline_num_layers": st.sampled_from([None] * 6 + [0, 1, 26, 27]),
-        "decoder_last_pipeline_num_layers": st.sampled_from([None] * 6 + [1, 3, 27]),
-    }),
-    "rollout": st.fixed_dictionaries({
-        "gpus_per_engine": st.sampled_from([1, 2, 3, 4, 8, 12, 16, 20, 24, 32, 64]),
-        "ep": st.sampled_from([1, 2, 4, 8, 16, 32, 64]), "dp": st.sampled_from([1, 2, 3, 4, 8]),
-        "enable_dp_attention": st.sampled_from([True, True, False]), "mem_fraction": st.sampled_from([0.4, 0.7, 0.9]),
-        "colocate": st.sampled_from([True, True, False]), "num_gpus": st.sampled_from([None, 8, 16, 64, 128]),
-    }),
-    "batch": st.fixed_dictionaries({
-        "global_batch_size": st.sampled_from([16, 64, 96, 128, 130, 256, 512]),
-        "rollout_batch_size": st.sampled_from([8, 32, 33]), "n_samples_per_prompt": st.sampled_from([4, 8]),
-        "num_steps_per_rollout": st.sampled_from([None, None, 1, 2, 4]),
-        "over_sampling_batch_size": st.sampled_from([None, None, 16, 64]),
-    }),
-})
+layouts = st.fixed_dictionaries(
+    {
+        "preset": st.sampled_from([FULL, SLICE]),
+        "cluster": st.fixed_dictionaries(
+            {
+                "nodes": st.integers(1, 32),
+                "gpus_per_node": st.sampled_from([4, 8]),
+                "gpu_memory_gb": st.sampled_from([80.0, 141.0]),
+                "host_memory_gb": st.sampled_from([512.0, 2048.0]),
+            }
+        ),
+        "train": st.fixed_dictionaries(
+            {
+                "tp": st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+                "pp": st.integers(1, 9),
+                "cp": st.sampled_from([1, 1, 2]),
+                "ep": st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, 128]),
+                "etp": st.sampled_from([None, 1, 1, 2, 4, 8]),
+                "vpp": st.sampled_from([None, None, None, 1, 2, 3]),
+                "sequence_parallel": st.sampled_from([None, None, True, False]),
+                "micro_batch_size": st.sampled_from([1, 1, 2, 3]),
+                "decoder_first_pipeline_num_layers": st.sampled_from([None] * 6 + [0, 1, 26, 27]),
+                "decoder_last_pipeline_num_layers": st.sampled_from([None] * 6 + [1, 3, 27]),
+            }
+        ),
+        "rollout": st.fixed_dictionaries(
+            {
+                "gpus_per_engine": st.sampled_from([1, 2, 3, 4, 8, 12, 16, 20, 24, 32, 64]),
+                "ep": st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+                "dp": st.sampled_from([1, 2, 3, 4, 8]),
+                "enable_dp_attention": st.sampled_from([True, True, False]),
+                "mem_fraction": st.sampled_from([0.4, 0.7, 0.9]),
+                "colocate": st.sampled_from([True, True, False]),
+                "num_gpus": st.sampled_from([None, 8, 16, 64, 128]),
+            }
+        ),
+        "batch": st.fixed_dictionaries(
+            {
+                "global_batch_size": st.sampled_from([16, 64, 96, 128, 130, 256, 512]),
+                "rollout_batch_size": st.sampled_from([8, 32, 33]),
+                "n_samples_per_prompt": st.sampled_from([4, 8]),
+                "num_steps_per_rollout": st.sampled_from([None, None, 1, 2, 4]),
+                "over_sampling_batch_size": st.sampled_from([None, None, 16, 64]),
+            }
+        ),
+    }
+)
 
 
 def build(layout: dict[str, Any]) -> RunSpec:
@@ -70,7 +92,7 @@ def build(layout: dict[str, Any]) -> RunSpec:
 
 def _stages(pattern: str, layers: int, pp: int) -> list[str]:
     per = layers // pp
-    return [pattern[r * per:(r + 1) * per] for r in range(pp)]
+    return [pattern[r * per : (r + 1) * per] for r in range(pp)]
 
 
 def expected(spec: RunSpec) -> set[tuple[str, str]]:
@@ -193,8 +215,11 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
     stage_params = []
     for i, part in enumerate(_stages(pattern, L, pp)):
         n_m, n_e, n_a = part.count("M"), part.count("E"), part.count("*")
-        dense = (n_m * ((MAMBA - NORM) / tp + NORM) + n_a * ((ATTN - NORM) / tp + NORM)
-                 + n_e * (ROUTER + LATENT + SHARED / tp + NORM))
+        dense = (
+            n_m * ((MAMBA - NORM) / tp + NORM)
+            + n_a * ((ATTN - NORM) / tp + NORM)
+            + n_e * (ROUTER + LATENT + SHARED / tp + NORM)
+        )
         if i == 0:
             dense += padded / tp * HIDDEN
         if i == pp - 1:
@@ -214,8 +239,15 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         add("M2", "warning")
     if attn is not None:
         n_m, n_e, n_a = pattern.count("M"), pattern.count("E"), pattern.count("*")
-        rollout = (n_e * EXPERTS * EXPERT / g + (n_m * MAMBA + n_a * ATTN + 2 * VOCAB * HIDDEN + n_e * SHARED) / attn
-                   + n_e * (ROUTER + LATENT + NORM)) * 2 / 1e9
+        rollout = (
+            (
+                n_e * EXPERTS * EXPERT / g
+                + (n_m * MAMBA + n_a * ATTN + 2 * VOCAB * HIDDEN + n_e * SHARED) / attn
+                + n_e * (ROUTER + LATENT + NORM)
+            )
+            * 2
+            / 1e9
+        )
         budget = r.mem_fraction * c.gpu_memory_gb
         if rollout > budget:
             add("M3")
@@ -257,12 +289,32 @@ def test_findings_are_sorted_and_derive_is_consistent(layout: dict[str, Any]) ->
 FIX_FIELD = re.compile(r"(?:use|set) ((?:train|rollout|batch)\.\w+) (?:= )?((?:\d+(?:, | or )?)+)")
 FIX_BARE = re.compile(r"use ((?:\d+(?:, | or )?)+)$")
 FIX_NODES = re.compile(r"cluster of ((?:\d+(?:, | or )?)+) nodes")
-FIXABLE = {"A1", "A2", "B1", "B2", "C2", "C4", "C8", "D1", "D2", "G1", "G4", "G6", "G9", "G10", "G12", "H4", "H6"}
+FIXABLE = {
+    "A1",
+    "A2",
+    "B1",
+    "B2",
+    "C2",
+    "C4",
+    "C8",
+    "D1",
+    "D2",
+    "G1",
+    "G4",
+    "G6",
+    "G9",
+    "G10",
+    "G12",
+    "H4",
+    "H6",
+}
 
 
 def suggestions(rule: str, fix: str) -> list[tuple[str, int]]:
     out = [(m.group(1), int(v)) for m in FIX_FIELD.finditer(fix) for v in re.findall(r"\d+", m.group(2))]
-    out += [("cluster.nodes", int(v)) for m in FIX_NODES.finditer(fix) for v in re.findall(r"\d+", m.group(1))]
+    out += [
+        ("cluster.nodes", int(v)) for m in FIX_NODES.finditer(fix) for v in re.findall(r"\d+", m.group(1))
+    ]
     bare = FIX_BARE.search(fix)
     if bare and rule in ("D1", "D2"):
         out += [("train.tp", int(v)) for v in re.findall(r"\d+", bare.group(1))]

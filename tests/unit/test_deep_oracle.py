@@ -31,9 +31,23 @@ def test_deep_suite_in_oracle_venv(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
-        [str(DEEP_PYTHON), "-m", "pytest", "-c", "tests/deep/pytest.ini", "tests/deep", "-q",
-         "-W", "ignore::UserWarning", f"--junitxml={report}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+        [
+            str(DEEP_PYTHON),
+            "-m",
+            "pytest",
+            "-c",
+            "tests/deep/pytest.ini",
+            "tests/deep",
+            "-q",
+            "-W",
+            "ignore::UserWarning",
+            f"--junitxml={report}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, f"deep suite failed (exit {proc.returncode}):\n{tail}"
@@ -48,12 +62,22 @@ def test_plan_deep_without_the_libraries_says_so_in_one_line():
     import json
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "console.cli", "plan", "--deep", "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", "plan", "--deep", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     deep = json.loads(proc.stdout)["deep"]
     assert deep["available"] is False and deep["findings"] == []
     assert "not importable" in deep["message"] and "\n" not in deep["message"]
-    text = subprocess.run([sys.executable, "-m", "console.cli", "plan", "--deep"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "console.cli", "plan", "--deep"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert sum("real-library checks skipped" in line for line in text.splitlines()) == 1

@@ -48,12 +48,15 @@ def test_demo_can_die_each_way_a_real_run_does(tmp_path):
     assert (sim.fail, sim.fail_at_rollout, sim.culprit_rank) == ("nccl-timeout", 1, 7)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["demo", "--fail", "meteor"], "invalid choice: 'meteor'"),
-    (["demo", "--nodes", "3"], "invalid choice: 3"),
-    (["demo", "--rollouts", "0"], "--rollouts must be >= 1"),
-    (["demo", "--log-format", "2025"], "invalid choice: '2025'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["demo", "--fail", "meteor"], "invalid choice: 'meteor'"),
+        (["demo", "--nodes", "3"], "invalid choice: 3"),
+        (["demo", "--rollouts", "0"], "--rollouts must be >= 1"),
+        (["demo", "--log-format", "2025"], "invalid choice: '2025'"),
+    ],
+)
 def test_demo_bad_arguments_are_one_line(capsys, argv, message):
     try:
         code = main(argv)

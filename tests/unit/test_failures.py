@@ -36,7 +36,13 @@ def test_every_kind_in_every_shape(tmp_path: Path, scenario: Scenario, shape: st
     assert found is not None
     cause = found.cause
     assert (cause.id, cause.role, cause.node, cause.pid, cause.rank, cause.gpu) == (
-        want.id, want.role, want.node, want.pid, want.rank, want.gpu)
+        want.id,
+        want.role,
+        want.node,
+        want.pid,
+        want.rank,
+        want.gpu,
+    )
     folded = shape == "replayed" and want.message_if_folded is not None
     for needle in want.message_if_folded if folded and want.message_if_folded else want.message_has:
         assert needle in cause.message, cause.message
@@ -62,8 +68,12 @@ def test_a_repeat_counts_once() -> None:
     scanner.feed(text)  # the whole log printed a second time
     found = diagnose(scanner.events)
     assert found is not None
-    assert [f.id for f in (found.cause, *found.consequences)] == ["cuda-oom", "memory-saver-oom", "ray-task-error",
-                                                                   "job-failed"]
+    assert [f.id for f in (found.cause, *found.consequences)] == [
+        "cuda-oom",
+        "memory-saver-oom",
+        "ray-task-error",
+        "job-failed",
+    ]
     saver = found.consequences[0]
     assert saver.count == 2 * 3  # Ray's "[repeated 3x]", twice
 
@@ -80,7 +90,11 @@ def test_newest_first_paste_is_read_by_its_timestamps() -> None:
     scanner = FailureScanner()
     scanner.feed("\n".join(lines) + "\n")
     found = diagnose(scanner.events)
-    assert found is not None and found.cause.id == "cuda-graph-capture" and found.cause.time == "2026-10-02 10:00:01.500"
+    assert (
+        found is not None
+        and found.cause.id == "cuda-graph-capture"
+        and found.cause.time == "2026-10-02 10:00:01.500"
+    )
     assert [c.id for c in found.consequences] == ["actor-died", "memory-saver-oom"]  # the rest, in log order
 
 
@@ -104,7 +118,9 @@ def test_chunks_never_change_the_answer() -> None:
 def test_a_metric_before_the_error_means_not_at_start() -> None:
     scanner = FailureScanner()
     scanner.feed("step 0: {'train/loss': 0.5}\n")
-    scanner.feed("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\nKeyError: 'k'\n")
+    scanner.feed(
+        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\nKeyError: 'k'\n"
+    )
     found = diagnose(scanner.events)
     assert found is not None and found.cause.message == "KeyError: 'k' in the driver"
 
@@ -112,10 +128,12 @@ def test_a_metric_before_the_error_means_not_at_start() -> None:
 def test_not_failures() -> None:
     """Stack dumps at a clean exit, a retried error, `succeeded`, prose that mentions errors: nothing."""
     scanner = FailureScanner()
-    scanner.feed("Thread 0x00007f (most recent call first):\n  File \"a.py\", line 3 in run\n"
-                 "WARNING: ConnectionError: peer reset, will retry in 1 s\n"
-                 "(RolloutManager pid=1) the ErrorRate metric is 0.0; no Exception raised\n"
-                 "Job 'raysubmit_1' succeeded\n")
+    scanner.feed(
+        'Thread 0x00007f (most recent call first):\n  File "a.py", line 3 in run\n'
+        "WARNING: ConnectionError: peer reset, will retry in 1 s\n"
+        "(RolloutManager pid=1) the ErrorRate metric is 0.0; no Exception raised\n"
+        "Job 'raysubmit_1' succeeded\n"
+    )
     assert scanner.events == [] and diagnose(scanner.events) is None and scanner.succeeded
 
 
@@ -126,15 +144,20 @@ def test_every_catalog_example_is_recognised() -> None:
         assert kind.examples, f"{kind.id} has no example"
         for example in kind.examples:
             scanner = FailureScanner(catalog)
-            context = "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n" if kind.generic else ""
+            context = (
+                'Traceback (most recent call last):\n  File "a.py", line 1, in f\n' if kind.generic else ""
+            )
             scanner.feed(context + example + "\n")
             assert kind.id in {e.kind for e in scanner.events}, (kind.id, example)
 
 
 def test_the_catalog_is_checked(tmp_path: Path) -> None:
     bad = tmp_path / "failures.toml"
-    bad.write_text('[[kind]]\nid = "x"\ntitle = "x"\ncascade = "root"\nmessage = "m"\nhints = ["a"]\n'
-                   'patterns = ["(unclosed"]\n', encoding="utf-8")
+    bad.write_text(
+        '[[kind]]\nid = "x"\ntitle = "x"\ncascade = "root"\nmessage = "m"\nhints = ["a"]\n'
+        'patterns = ["(unclosed"]\n',
+        encoding="utf-8",
+    )
     with pytest.raises(FailureCatalogError, match=r"bad pattern"):
         load_catalog(bad)
     bad.write_text('[[kind]]\nid = "x"\ntitle = "x"\ncascade = "sideways"\nmessage = "m"\n', encoding="utf-8")
@@ -159,33 +182,48 @@ def test_a_run_that_died_before_its_first_metric(tmp_path: Path, capsys: pytest.
     snap = json.loads(out)
     assert code == 4 and snap["series"] == {}
     assert snap["cause"]["id"] == "sglang-scheduler" and snap["cause"]["role"] == "engine"
-    assert [c["id"] for c in snap["cause"]["consequences"]] == ["engine-exit", "ray-task-error", "python-error"]
+    assert [c["id"] for c in snap["cause"]["consequences"]] == [
+        "engine-exit",
+        "ray-task-error",
+        "python-error",
+    ]
     assert "no-metrics-in-log" in {a["id"] for a in snap["alerts"]}  # no metric: one alert among the others
-    assert err.count("\n") == 1 and err.startswith("ultra-console: the run failed: SGLang scheduler exception: ")
+    assert err.count("\n") == 1 and err.startswith(
+        "ultra-console: the run failed: SGLang scheduler exception: "
+    )
     code, out, err = run(capsys, "metrics", "--from-log", str(log))
     assert code == 4 and "cause    SGLang scheduler TP3 in SGLangEngine pid=5300 on 10.0.0.4" in out
     assert "  try    " in out and "rollout.mem_fraction" in out and "then   SGLang engine exited" in out
 
 
-def test_a_log_with_no_metric_and_no_failure_is_a_blind_spot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_log_with_no_metric_and_no_failure_is_a_blind_spot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "job.log"
-    log.write_text("[2026-03-02 10:00:00] train.py:24 - Creating placement group with 8 GPUs...\n", encoding="utf-8")
+    log.write_text(
+        "[2026-03-02 10:00:00] train.py:24 - Creating placement group with 8 GPUs...\n", encoding="utf-8"
+    )
     code, out, err = run(capsys, "metrics", "--from-log", str(log), "--json")
     assert code == 3 and json.loads(out)["cause"] is None
     assert err.startswith(f"ultra-console: error: the log {log} holds 1 lines and no miles metric")
 
 
-@pytest.mark.parametrize(("content", "needle"), [(b"", "is empty"), (b"  \n\n", "is empty"),
-                                                  (b"\x00\x01\x02ELF" * 100, "is binary")])
-def test_empty_or_binary_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
-                                      needle: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(b"", "is empty"), (b"  \n\n", "is empty"), (b"\x00\x01\x02ELF" * 100, "is binary")],
+)
+def test_empty_or_binary_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, needle: str
+) -> None:
     log = tmp_path / "job.log"
     log.write_bytes(content)
     code, out, err = run(capsys, "metrics", "--from-log", str(log))
     assert code == 1 and out == "" and needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_a_clean_log_with_faulthandler_dumps_is_healthy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_clean_log_with_faulthandler_dumps_is_healthy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from miles_log_shapes import Shape, text
 
     log = tmp_path / "job.log"
@@ -199,15 +237,29 @@ def test_a_clean_log_with_faulthandler_dumps_is_healthy(tmp_path: Path, capsys: 
 SIM_FAIL = Path(__file__).resolve().parents[1] / "data" / "sim_fail"
 
 
-@pytest.mark.parametrize(("log", "want"), [
-    ("train-oom.log", ("cuda-oom", "train", "5745", ("memory-saver-oom", "memory-saver-oom", "ray-task-error"))),
-    ("engine-start.log", ("sglang-scheduler", "engine", "6847",
-                          ("ray-task-error", "python-error", "engine-exit", "actor-died"))),
-    ("host-oom.log", ("host-oom", "train", "7374", ("actor-died", "actor-died"))),
-    ("nccl-timeout.log", ("nccl-timeout", "train", "7981", ("actor-died", "actor-died", "actor-died"))),
-])
-def test_the_simulated_deaths_as_ray_logged_them(tmp_path: Path, capsys: pytest.CaptureFixture[str], log: str,
-                                                 want: tuple[str, str, str, tuple[str, ...]]) -> None:
+@pytest.mark.parametrize(
+    ("log", "want"),
+    [
+        (
+            "train-oom.log",
+            ("cuda-oom", "train", "5745", ("memory-saver-oom", "memory-saver-oom", "ray-task-error")),
+        ),
+        (
+            "engine-start.log",
+            (
+                "sglang-scheduler",
+                "engine",
+                "6847",
+                ("ray-task-error", "python-error", "engine-exit", "actor-died"),
+            ),
+        ),
+        ("host-oom.log", ("host-oom", "train", "7374", ("actor-died", "actor-died"))),
+        ("nccl-timeout.log", ("nccl-timeout", "train", "7981", ("actor-died", "actor-died", "actor-died"))),
+    ],
+)
+def test_the_simulated_deaths_as_ray_logged_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], log: str, want: tuple[str, str, str, tuple[str, ...]]
+) -> None:
     """Two-node job logs of `--sim-fail KIND` captured from a real Ray 2.60 cluster: Ray's own prefixes, its
     colour codes inside `RayTaskError` lines, its dedup folding one node's ranks, the raylet's lines."""
     code, out, err = run(capsys, "metrics", "--from-log", str(SIM_FAIL / log), "--json")
@@ -215,7 +267,11 @@ def test_the_simulated_deaths_as_ray_logged_them(tmp_path: Path, capsys: pytest.
     assert code == 4 and err.startswith("ultra-console: the run failed: ")
     assert (cause["id"], cause["role"], cause["pid"]) == want[:3]
     assert tuple(c["id"] for c in cause["consequences"]) == want[3]
-    if log == "nccl-timeout.log":  # ranks 8-13 are folded into rank 14's "[repeated 7x]": which did not is unknown
-        assert "Ray folded 6 more watchdog line(s)" in cause["message"] and "rank(s) 0, 1, 2" in cause["message"]
+    if (
+        log == "nccl-timeout.log"
+    ):  # ranks 8-13 are folded into rank 14's "[repeated 7x]": which did not is unknown
+        assert (
+            "Ray folded 6 more watchdog line(s)" in cause["message"] and "rank(s) 0, 1, 2" in cause["message"]
+        )
     if log == "host-oom.log":
         assert cause["actor"] == "MegatronTrainRayActorWithConcurrencyGroups" and cause["node"] == "127.0.0.1"

@@ -37,12 +37,19 @@ HEAD, WORKER = "aa" * 28, "bb" * 28
 
 
 def _snap() -> ClusterSnapshot:
-    ray_gpus = [GpuSnapshot(index=i, name="NVIDIA H200", utilization_pct=5.0, mem_used_mb=615, mem_total_mb=143771)
-                for i in range(2)]
-    return ClusterSnapshot(nodes=[
-        NodeSnapshot(node_id=HEAD, name="head", ip="10.0.0.1", gpus=ray_gpus, telemetry_age_s=6.0, is_head=True),
-        NodeSnapshot(node_id=WORKER, name="w1", ip="10.0.0.2", gpus=ray_gpus, telemetry_age_s=6.0),
-    ], taken_at=T)
+    ray_gpus = [
+        GpuSnapshot(index=i, name="NVIDIA H200", utilization_pct=5.0, mem_used_mb=615, mem_total_mb=143771)
+        for i in range(2)
+    ]
+    return ClusterSnapshot(
+        nodes=[
+            NodeSnapshot(
+                node_id=HEAD, name="head", ip="10.0.0.1", gpus=ray_gpus, telemetry_age_s=6.0, is_head=True
+            ),
+            NodeSnapshot(node_id=WORKER, name="w1", ip="10.0.0.2", gpus=ray_gpus, telemetry_age_s=6.0),
+        ],
+        taken_at=T,
+    )
 
 
 def _line(obj: dict) -> str:
@@ -50,8 +57,17 @@ def _line(obj: dict) -> str:
 
 
 def test_a_probe_line_parses_into_a_reading_and_junk_does_not() -> None:
-    obj = parse_line(_line({"k": "s", "n": HEAD, "t": T, "c": 1.5,
-                            "g": [[0, 97, 61440, 143771, 612, 45, [[52001, 60825]]], [1, -1, 615, 143771, -1, -1, []]]}))
+    obj = parse_line(
+        _line(
+            {
+                "k": "s",
+                "n": HEAD,
+                "t": T,
+                "c": 1.5,
+                "g": [[0, 97, 61440, 143771, 612, 45, [[52001, 60825]]], [1, -1, 615, 143771, -1, -1, []]],
+            }
+        )
+    )
     reading = parse_reading(obj or {})
     assert reading is not None and reading.node_id == HEAD and reading.cpu_s == 1.5
     g0, g1 = reading.gpus or ()
@@ -59,16 +75,25 @@ def test_a_probe_line_parses_into_a_reading_and_junk_does_not() -> None:
     assert g0.processes[0].pid == 52001 and g0.processes[0].mem_mb == 60825
     assert (g1.util, g1.power_w, g1.temp_c) == (None, None, None)  # NVML could not say: unknown, never 0
     missing = parse_reading({"k": "s", "n": WORKER, "t": T, "nvml": "no NVML \x1b[31manswers\x1b[0m"})
-    assert missing is not None and missing.gpus is None and "\x1b" not in missing.nvml and "answers" in missing.nvml
+    assert (
+        missing is not None
+        and missing.gpus is None
+        and "\x1b" not in missing.nvml
+        and "answers" in missing.nvml
+    )
     assert parse_line("a line without the mark") is None and parse_line(MARK + "{not json") is None
     assert parse_reading({"k": "s", "n": HEAD, "t": T, "g": [[0, "x"]]}) is None
 
 
 def test_probe_first_then_miles_then_ray_per_node_each_with_its_own_staleness() -> None:
-    probe = parse_reading({"k": "s", "n": HEAD, "t": T - 1, "g": [[0, 97, 61440, 143771, 612, 45, [[52001, 60825]]]]})
+    probe = parse_reading(
+        {"k": "s", "n": HEAD, "t": T - 1, "g": [[0, 97, 61440, 143771, 612, 45, [[52001, 60825]]]]}
+    )
     assert probe is not None
-    miles = {"10.0.0.1": {0: GpuSample(T - 8, "10.0.0.1", 0, 50.0, 1)},
-             "10.0.0.2": {0: GpuSample(T - 8, "10.0.0.2", 0, 60.0, 2)}}
+    miles = {
+        "10.0.0.1": {0: GpuSample(T - 8, "10.0.0.1", 0, 50.0, 1)},
+        "10.0.0.2": {0: GpuSample(T - 8, "10.0.0.2", 0, 60.0, 2)},
+    }
     snap = with_miles_samples(with_probe_readings(_snap(), {HEAD: probe}, T), miles, T)
     head, worker = snap.nodes
     assert head.gpu_source == "probe" and head.telemetry_age_s == 1.0
@@ -82,7 +107,9 @@ def test_probe_first_then_miles_then_ray_per_node_each_with_its_own_staleness() 
 
 
 def test_a_node_without_nvml_says_so() -> None:
-    reading = parse_reading({"k": "s", "n": WORKER, "t": T, "nvml": "no NVML (or AMD SMI) answers on this node"})
+    reading = parse_reading(
+        {"k": "s", "n": WORKER, "t": T, "nvml": "no NVML (or AMD SMI) answers on this node"}
+    )
     assert reading is not None
     node = with_probe_readings(_snap(), {WORKER: reading}, T).nodes[1]
     assert node.gpus is None and node.gpu_source == "probe" and node.gpu_note.startswith("no NVML")
@@ -93,14 +120,19 @@ def test_the_probe_job_is_the_consoles_reserves_nothing_and_creates_no_cuda_cont
     assert payload["submission_id"].startswith("ultra-console-gpu-probe-")
     assert payload["entrypoint_label_selector"] == {"ray.io/node-id": HEAD}
     assert not any(k.startswith("entrypoint_num") or k == "entrypoint_resources" for k in payload)
-    job = JobInfo(submission_id=payload["submission_id"], entrypoint=payload["entrypoint"], metadata=payload["metadata"])
+    job = JobInfo(
+        submission_id=payload["submission_id"], entrypoint=payload["entrypoint"], metadata=payload["metadata"]
+    )
     assert lease_dir_of(job) == tmp_path / "leases"
     # Sampler actors reserve nothing; NVML only: no CUDA library is ever imported by the probe
     source = SCRIPT.read_text()
     assert "num_cpus=0, num_gpus=0" in source
-    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source))
-                if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
     assert not imported & {"torch", "cupy", "pycuda", "jax", "numba", "cuda"}
 
 
@@ -135,4 +167,6 @@ def test_a_reading_goes_out_at_once_on_a_change_else_once_an_interval() -> None:
     assert not sampler.due({"t": 1.5, "g": [[0, 6, 700, 143771, 95, 31, []]]}, 1.0)  # below the steps
     assert sampler.due({"t": 1.5, "g": [[0, 97, 700, 143771, 95, 31, []]]}, 1.0)  # utilisation moved: at once
     assert sampler.due({"t": 1.75, "g": [[0, 97, 700, 143771, 95, 31, [[4242, 40000]]]]}, 1.0)  # a new holder
-    assert not gpu_probe_job.changed({"nvml": "x"}, {"nvml": "x"}) and gpu_probe_job.changed({"nvml": "x"}, idle)
+    assert not gpu_probe_job.changed({"nvml": "x"}, {"nvml": "x"}) and gpu_probe_job.changed(
+        {"nvml": "x"}, idle
+    )

@@ -31,8 +31,13 @@ def _partition(root: Path, ts: float) -> Path:
 
 def _line(ts: float, node: str, gpu: int, util: object, mem: int) -> str:
     # miles' encoding: json.dumps(asdict(record), separators=(",", ":")), NaN as the bare token
-    return json.dumps({"ts": ts, "node": node, "gpu": gpu, "util": util, "mem_mb": mem, "power_w": 612},
-                      separators=(",", ":")) + "\n"
+    return (
+        json.dumps(
+            {"ts": ts, "node": node, "gpu": gpu, "util": util, "mem_mb": mem, "power_w": 612},
+            separators=(",", ":"),
+        )
+        + "\n"
+    )
 
 
 def test_toggle_off_by_default_adds_miles_dashboard_with_a_1s_flush() -> None:
@@ -42,7 +47,7 @@ def test_toggle_off_by_default_adds_miles_dashboard_with_a_1s_flush() -> None:
     on = build_spec("nemotron-3-ultra-550b-a55b-4layer", ["run.miles_dashboard=true"])
     argv = train_argv(on, "r1")
     i = argv.index("--use-miles-dashboard")
-    assert argv[i + 1: i + 3] == ["--dashboard-flush-interval", "1"] and "--dump-details" in argv
+    assert argv[i + 1 : i + 3] == ["--dashboard-flush-interval", "1"] and "--dump-details" in argv
 
 
 def test_dump_dir_from_any_launcher_entrypoint() -> None:
@@ -72,7 +77,9 @@ def test_reader_tails_complete_lines_across_hour_partitions(tmp_path: Path) -> N
 
 
 def _snap(age: float | None, taken_at: float = T) -> ClusterSnapshot:
-    gpus = [GpuSnapshot(index=i, utilization_pct=10.0, mem_used_mb=615, mem_total_mb=143771) for i in range(2)]
+    gpus = [
+        GpuSnapshot(index=i, utilization_pct=10.0, mem_used_mb=615, mem_total_mb=143771) for i in range(2)
+    ]
     node = NodeSnapshot(node_id="a" * 56, name="gpu-node", ip="10.0.0.1", gpus=gpus, telemetry_age_s=age)
     return ClusterSnapshot(nodes=[node], taken_at=taken_at)
 

@@ -68,16 +68,27 @@ def _library_modules() -> list[str]:
 def test_no_backend_file_imports_textual_or_console() -> None:
     sources = _sources()
     assert len(sources) > 20  # the walk found the tree
-    bad = {str(p.relative_to(ROOT)): sorted(_imported_roots(ast.parse(p.read_text(encoding="utf-8"))) & set(FORBIDDEN))
-           for p in sources}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(
+            _imported_roots(ast.parse(p.read_text(encoding="utf-8"))) & set(FORBIDDEN)
+        )
+        for p in sources
+    }
     assert {k: v for k, v in bad.items() if v} == {}
 
 
 def test_importing_every_backend_module_loads_neither_textual_nor_console() -> None:
     names = _library_modules()
-    assert {"backend.settings", "backend.plan", "backend.cluster", "backend.signals", "backend.demo"} <= set(names)
+    assert {"backend.settings", "backend.plan", "backend.cluster", "backend.signals", "backend.demo"} <= set(
+        names
+    )
     probe = _PROBE.replace("{forbidden!r}", repr(set(FORBIDDEN)))
-    out = subprocess.run([sys.executable, "-c", probe, json.dumps(names)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(names)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -12,8 +12,9 @@ from backend.signals.ingest import LogChunk, RunLog, text_chunks
 from backend.signals.monitor import RunMonitor
 
 
-async def _lines(items: list[str], *, pause_after: int | None = None, pause_s: float = 0.0,
-                 fail: Exception | None = None):
+async def _lines(
+    items: list[str], *, pause_after: int | None = None, pause_s: float = 0.0, fail: Exception | None = None
+):
     for i, item in enumerate(items):
         yield item
         if pause_after is not None and i + 1 == pause_after:
@@ -34,6 +35,7 @@ def test_history_chunks_by_count() -> None:
 
 def test_a_live_line_is_not_held_back_waiting_for_the_next() -> None:
     """The tail goes quiet after one line: that line still arrives within the flush time."""
+
     async def run() -> tuple[LogChunk, float]:
         t0 = time.monotonic()
         async for chunk in text_chunks(_lines(["alone", "later"], pause_after=1, pause_s=2.0), flush_s=0.05):
@@ -58,8 +60,10 @@ def test_a_tail_error_comes_after_the_lines_before_it() -> None:
 def test_run_log_feeds_store_and_monitor(tmp_path) -> None:
     monitor = RunMonitor(rules=[])
     run_log = RunLog.open(tmp_path, "job", monitor)
-    lines = ["(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05] log_utils.py:443 - step 0: {'train/loss': 0.5}",
-             "noise"]
+    lines = [
+        "(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05] log_utils.py:443 - step 0: {'train/loss': 0.5}",
+        "noise",
+    ]
 
     async def feed() -> None:
         async for chunk in text_chunks(_lines(lines)):

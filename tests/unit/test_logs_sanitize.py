@@ -20,7 +20,10 @@ HOSTILE = [
     ("a\x1b[2Jb\x1b[1;31Hc\x1b[?25ld", "abcd"),  # CSI: clear screen, cursor move, private mode
     ("x\x1b]52;c;c2VjcmV0\x07y", "xy"),  # OSC 52 clipboard write, BEL-terminated
     ("x\x1b]52;c;c2VjcmV0\x1b\\y", "xy"),  # OSC 52, ST-terminated
-    ("see \x1b]8;;http://evil.example/\x1b\\docs\x1b]8;;\x1b\\ now", "see docs now"),  # OSC 8 link: text stays
+    (
+        "see \x1b]8;;http://evil.example/\x1b\\docs\x1b]8;;\x1b\\ now",
+        "see docs now",
+    ),  # OSC 8 link: text stays
     ("t\x1b]0;pwned title\x07t", "tt"),  # OSC 0 window title
     ("d\x1bPq#0;2;0;0;0\x1b\\d", "dd"),  # DCS (sixel)
     ("a\x1b_apc payload\x1b\\b\x1b^pm\x1b\\c\x1bXsos\x1b\\d", "abcd"),  # APC, PM, SOS
@@ -68,8 +71,36 @@ def test_sanitize_text_never_leaves_a_control(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["\x1b", "[", "]", "\x07", "\\", "P", "31", ";", "m", "\r", "\n", "\x9b", "\x9d",
-                                 "\x9c", "\x00", "a", "é", "\u202e", "8", "52", "c"]), max_size=80))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "\x1b",
+                "[",
+                "]",
+                "\x07",
+                "\\",
+                "P",
+                "31",
+                ";",
+                "m",
+                "\r",
+                "\n",
+                "\x9b",
+                "\x9d",
+                "\x9c",
+                "\x00",
+                "a",
+                "é",
+                "\u202e",
+                "8",
+                "52",
+                "c",
+            ]
+        ),
+        max_size=80,
+    )
+)
 def test_escape_fragments_in_any_order_never_survive(parts: list[str]) -> None:
     text = "".join(parts)
     assert UNSAFE.search(sanitize_text(text)) is None
@@ -78,7 +109,9 @@ def test_escape_fragments_in_any_order_never_survive(parts: list[str]) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(0, 2000), max_size=6))
-def test_store_lines_are_safe_for_any_bytes_split_anywhere(tmp_path_factory, data: bytes, cuts: list[int]) -> None:
+def test_store_lines_are_safe_for_any_bytes_split_anywhere(
+    tmp_path_factory, data: bytes, cuts: list[int]
+) -> None:
     store = LogStore(tmp_path_factory.mktemp("spool"), run_id="prop")
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
     for a, b in itertools.pairwise(points):

@@ -10,15 +10,29 @@ import pytest
 
 from backend.signals.store import LogStore
 
-WORDS = ("gen throughput", "Traceback", "TRACEBACK", "traceBack x", "aa", "aaa", "step 17:", "é", "école", "x")
+WORDS = (
+    "gen throughput",
+    "Traceback",
+    "TRACEBACK",
+    "traceBack x",
+    "aa",
+    "aaa",
+    "step 17:",
+    "é",
+    "école",
+    "x",
+)
 
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
     """Lines with 0-4 words each (so some lines hit a needle several times), a dense stretch and a rare one."""
     rng = random.Random(7)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 4))) + "".join(
-        rng.choice("ab cA") for _ in range(rng.randint(0, 6))) for _ in range(6000)]
+    lines = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 4)))
+        + "".join(rng.choice("ab cA") for _ in range(rng.randint(0, 6)))
+        for _ in range(6000)
+    ]
     lines += ["only rare here"] * 3000 + ["dense dense dense"] * 3000
     store = LogStore(tmp_path_factory.mktemp("spool"), run_id="mixed")
     store.append("\n".join(lines) + "\n")
@@ -27,11 +41,29 @@ def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
 
 
 @pytest.mark.parametrize("block_bytes", [1 << 8, 1 << 14, 1 << 20])
-@pytest.mark.parametrize("pattern", ["gen throughput", "traceback", "aa", "a", "aaa", "x", "é", "dense", "rare",
-                                     "ab", "step 17:", " ", "zzz"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "gen throughput",
+        "traceback",
+        "aa",
+        "a",
+        "aaa",
+        "x",
+        "é",
+        "dense",
+        "rare",
+        "ab",
+        "step 17:",
+        " ",
+        "zzz",
+    ],
+)
 def test_substring_hits_equal_per_line_test(mixed, pattern: str, block_bytes: int) -> None:
     store, texts = mixed
-    assert list(store.search(pattern, block_bytes=block_bytes)) == [i for i, t in enumerate(texts) if pattern in t]
+    assert list(store.search(pattern, block_bytes=block_bytes)) == [
+        i for i, t in enumerate(texts) if pattern in t
+    ]
     folded = re.compile(re.escape(pattern), re.IGNORECASE)
     got = list(store.search(pattern.upper(), ignore_case=True, block_bytes=block_bytes))
     assert got == [i for i, t in enumerate(texts) if folded.search(t)]

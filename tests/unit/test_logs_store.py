@@ -34,12 +34,29 @@ def test_fields_from_ray_prefix_and_miles_bracket(store: LogStore) -> None:
         "\x1b[36m(autoscaler +1m2s)\x1b[0m Adding 1 node(s)\n"
     )
     driver, step, perf, raylet, autoscaler = store.lines(0, 5)
-    assert (driver.proc, driver.node, driver.actor, driver.ts) == ("main", "head", None, "2026-08-21 10:02:11.004")
+    assert (driver.proc, driver.node, driver.actor, driver.ts) == (
+        "main",
+        "head",
+        None,
+        "2026-08-21 10:02:11.004",
+    )
     assert driver.message == "Creating placement group with 8 GPUs..." and driver.file == "placement_group.py"
-    assert (step.actor, step.pid, step.ip, step.node, step.rank) == ("MegatronTrainRayActor", 52001, "10.0.0.2", "10.0.0.2", 96)
+    assert (step.actor, step.pid, step.ip, step.node, step.rank) == (
+        "MegatronTrainRayActor",
+        52001,
+        "10.0.0.2",
+        "10.0.0.2",
+        96,
+    )
     assert step.text.startswith("(MegatronTrainRayActor pid=52001, ip=10.0.0.2) [2026")
     assert step.message == "step 0: {'train/loss': nan}"
-    assert (perf.actor, perf.pid, perf.node, perf.proc, perf.rank) == ("RolloutManager", 51234, "head", "rollout_manager", None)
+    assert (perf.actor, perf.pid, perf.node, perf.proc, perf.rank) == (
+        "RolloutManager",
+        51234,
+        "head",
+        "rollout_manager",
+        None,
+    )
     assert (raylet.actor, raylet.ip) == ("raylet", "10.0.0.3")
     assert autoscaler.text.startswith("(autoscaler +1m2s) Adding")
 
@@ -100,14 +117,16 @@ def test_interleaved_actors_filter_by_actor_rank_node(store: LogStore) -> None:
     head.refresh()
     assert len(remote) + len(head) == len(store)
     before = len(rank0)
-    store.append("(MegatronTrainRayActor pid=52001, ip=10.0.0.9) [2026-08-21 11:00:00.000 actor_cell0_rank0] x.py:1 - new\n")
+    store.append(
+        "(MegatronTrainRayActor pid=52001, ip=10.0.0.9) [2026-08-21 11:00:00.000 actor_cell0_rank0] x.py:1 - new\n"
+    )
     assert rank0.refresh() == 1 and len(rank0) == before + 1  # incremental catch-up
 
 
 def test_level_filter_and_level_field(store: LogStore) -> None:
     store.append(
         f"{TRAIN}Traceback (most recent call last):\n"
-        f"{TRAIN}  File \"x.py\", line 1\n"
+        f'{TRAIN}  File "x.py", line 1\n'
         f"{TRAIN}RuntimeError: CUDA out of memory\n"
         f"{RM}WARNING: slow engine\n"
         f"{RM}all good\n"
@@ -138,7 +157,9 @@ def test_search_substring_regex_case_and_filter(store: LogStore) -> None:
     only_rm = list(store.search("perf", flt=LineFilter(actor="RolloutManager")))
     assert only_rm and all(texts[i].startswith("(RolloutManager") for i in only_rm)
     assert list(store.search("zzz-not-there")) == [] and list(store.search("")) == []
-    assert list(store.search("step", start=n - 5, stop=n)) == [i for i in range(n - 5, n) if "step" in texts[i]]
+    assert list(store.search("step", start=n - 5, stop=n)) == [
+        i for i in range(n - 5, n) if "step" in texts[i]
+    ]
     with pytest.raises(SearchPatternError, match="bad search pattern"):
         list(store.search("(unclosed", regex=True))
 
@@ -164,7 +185,9 @@ def test_search_is_cancellable_and_runs_in_background(tmp_path) -> None:
 
     # cancelled from its first batch (in the search thread): it stops at the next block, not at the end
     stop = CancelToken()
-    slow = store.search_background("needle", block_bytes=1 << 12, cancel=stop, on_batch=lambda _batch: stop.cancel())
+    slow = store.search_background(
+        "needle", block_bytes=1 << 12, cancel=stop, on_batch=lambda _batch: stop.cancel()
+    )
     assert slow.join(10) and slow.cancelled and 0 < len(slow.matches) < 200_000
     late = store.search_background("needle", block_bytes=1 << 12)
     late.cancel()  # from outside, at any time (it may already have finished: the whole file is small)

@@ -24,22 +24,44 @@ def clean(lines: list[str]) -> str:
 
 # ---------------------------------------------------------------- the repr parser (numpy scalars, nan, inf in printed dicts)
 
+
 def test_reprs_literal_eval_cannot_read() -> None:
     value = parse_literal(
         "{'a': nan, 'b': inf, 'c': -inf, 'd': np.float64(0.4375), 'e': np.int64(3), 'f': np.float32(1.5), "
         "'g': tensor(0.1000), 'h': tensor(2.5, device='cuda:0', dtype=torch.float64), 'i': np.bool_(True), "
-        "'j': numpy.int32(-4), 'k': -np.float64(2.0), 'l': 1e-06, 'm': [1, (2,)], 'n': None, 'o': 'it\\'s'}")
+        "'j': numpy.int32(-4), 'k': -np.float64(2.0), 'l': 1e-06, 'm': [1, (2,)], 'n': None, 'o': 'it\\'s'}"
+    )
     assert math.isnan(value["a"]) and value["b"] == math.inf and value["c"] == -math.inf
     assert value["d"] == 0.4375 and value["e"] == 3 and isinstance(value["e"], int)
-    assert (value["f"], value["g"], value["h"], value["i"], value["j"], value["k"]) == (1.5, 0.1, 2.5, True, -4, -2.0)
+    assert (value["f"], value["g"], value["h"], value["i"], value["j"], value["k"]) == (
+        1.5,
+        0.1,
+        2.5,
+        True,
+        -4,
+        -2.0,
+    )
     assert value["l"] == 1e-06 and value["m"] == [1, (2,)] and value["n"] is None and value["o"] == "it's"
 
 
-@pytest.mark.parametrize("text", [
-    "__import__('os').system('touch /tmp/pwned')", "{'a': os.system}", "{'a': np.float64}", "{'a': open('x')}",
-    "{'a': np.float64(1).real}", "{'a': (lambda: 1)()}", "[" * 200 + "]" * 200, "{'a': 1} trailing",
-    "{'a': 1", "{'a': np.float64('x')}", "{[1]: 2}", "{'a': 1 + 2}", "{'a': 9" + "9" * 500 + "}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('touch /tmp/pwned')",
+        "{'a': os.system}",
+        "{'a': np.float64}",
+        "{'a': open('x')}",
+        "{'a': np.float64(1).real}",
+        "{'a': (lambda: 1)()}",
+        "[" * 200 + "]" * 200,
+        "{'a': 1} trailing",
+        "{'a': 1",
+        "{'a': np.float64('x')}",
+        "{[1]: 2}",
+        "{'a': 1 + 2}",
+        "{'a': 9" + "9" * 500 + "}",
+    ],
+)
 def test_anything_else_is_refused_in_one_line(text: str) -> None:
     with pytest.raises(LiteralError) as err:
         parse_literal(text)
@@ -47,6 +69,7 @@ def test_anything_else_is_refused_in_one_line(text: str) -> None:
 
 
 # ---------------------------------------------------------------- metric lines (`step N: {...}` and kin)
+
 
 def test_sample_log_parses_to_one_point_per_step() -> None:
     run = SampleRun(rollouts=4, steps_per_rollout=2, eval_every=2, multi_turn=True)
@@ -86,11 +109,13 @@ def test_nan_and_inf_are_points_not_errors() -> None:
 
 
 def test_lines_with_ip_prefix_and_ansi_and_out_of_order_arrival() -> None:
-    text = clean([
-        "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=9, ip=10.0.0.7)\x1b[0m [2026-08-21 10:20:05.112 actor_cell0_rank96] "
-        "log_utils.py:542 - step 5: {'train/loss': 0.5, 'train/step': 5}",
-        f"{TRAIN}[2026-08-21 10:19:05.112 actor_cell0_rank96] log_utils.py:542 - step 4: {{'train/loss': 0.4, 'train/step': 4}}",
-    ])
+    text = clean(
+        [
+            "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=9, ip=10.0.0.7)\x1b[0m [2026-08-21 10:20:05.112 actor_cell0_rank96] "
+            "log_utils.py:542 - step 5: {'train/loss': 0.5, 'train/step': 5}",
+            f"{TRAIN}[2026-08-21 10:19:05.112 actor_cell0_rank96] log_utils.py:542 - step 4: {{'train/loss': 0.4, 'train/step': 4}}",
+        ]
+    )
     collector = MetricsCollector()
     collector.feed_text(text)
     loss = collector.series.get("train/loss")
@@ -99,15 +124,19 @@ def test_lines_with_ip_prefix_and_ansi_and_out_of_order_arrival() -> None:
 
 
 def test_perf_kinds_by_file_source_and_keys() -> None:
-    records, problems = parse_metric_text(clean([
-        f"{RM}[2026-08-21 10:19:40.311 rollout_manager] metrics.py:89 - perf 3: {{'perf/rollout_time': 31.8}}",
-        f"{TRAIN}[2026-08-21 10:20:05.402 actor_cell0_rank0] train_metric_utils.py:56 - perf 3: {{'perf/train_time': 12.7}}",
-        f"{RM}[2026-08-21 10:21:00.000 rollout_manager] metrics.py:68 - eval 20 skipped: no eval data (snapshot)",
-        f"{TRAIN}[2026-08-21 10:20:05.112 critic_cell0_rank0] log_utils.py:542 - critic-step 2: {{'train/value_loss': 0.1}}",
-        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 2: {{'train/loss': 0.1, 'tr",
-        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 3: {{'train/loss': __import__('os')}}",
-        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:99 - stepping 2: not a metric",
-    ]))
+    records, problems = parse_metric_text(
+        clean(
+            [
+                f"{RM}[2026-08-21 10:19:40.311 rollout_manager] metrics.py:89 - perf 3: {{'perf/rollout_time': 31.8}}",
+                f"{TRAIN}[2026-08-21 10:20:05.402 actor_cell0_rank0] train_metric_utils.py:56 - perf 3: {{'perf/train_time': 12.7}}",
+                f"{RM}[2026-08-21 10:21:00.000 rollout_manager] metrics.py:68 - eval 20 skipped: no eval data (snapshot)",
+                f"{TRAIN}[2026-08-21 10:20:05.112 critic_cell0_rank0] log_utils.py:542 - critic-step 2: {{'train/value_loss': 0.1}}",
+                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 2: {{'train/loss': 0.1, 'tr",
+                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 3: {{'train/loss': __import__('os')}}",
+                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:99 - stepping 2: not a metric",
+            ]
+        )
+    )
     kinds = [(r.kind, r.n) for r in records]
     assert kinds == [("perf-rollout", 3), ("perf-train", 3), ("eval-skipped", 20), ("critic-step", 2)]
     assert records[2].values == {"eval/skipped_no_eval_data_snapshot": 1.0}
@@ -116,15 +145,28 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
 
 # ---------------------------------------------------------------- structured sources (events files, dashboard records) and dedup
 
+
 def _event(metrics: dict, component: str = "actor", ts: str = "2026-08-21T10:20:05.112000Z") -> str:
-    source = {"component": component} | ({"cell_index": 0, "rank_within_cell": 0} if component == "actor" else {})
-    return json.dumps({"timestamp": ts, "source": source, "type": "metric", "rollout_id": 0, "attempt": 0,
-                       "metrics": metrics})
+    source = {"component": component} | (
+        {"cell_index": 0, "rank_within_cell": 0} if component == "actor" else {}
+    )
+    return json.dumps(
+        {
+            "timestamp": ts,
+            "source": source,
+            "type": "metric",
+            "rollout_id": 0,
+            "attempt": 0,
+            "metrics": metrics,
+        }
+    )
 
 
 def test_event_records_and_null_nan() -> None:
     rec = record_from_event(json.loads(_event({"train/loss": None, "train/grad_norm": 0.1, "train/step": 7})))
-    assert rec.kind == "step" and rec.n == 7 and math.isnan(rec.values["train/loss"]) and rec.source == "events"
+    assert (
+        rec.kind == "step" and rec.n == 7 and math.isnan(rec.values["train/loss"]) and rec.source == "events"
+    )
     assert rec.proc == "actor_cell0_rank0"
     assert record_from_event({"type": "span", "metrics": {}}) is None
     assert record_from_event({"type": "metric", "metrics": {"x": 1}}) is None  # no step key
@@ -145,39 +187,63 @@ def test_dump_reader_reads_complete_lines_only(tmp_path) -> None:
     events = tmp_path / "events"
     events.mkdir()
     path = events / "actor_cell0_rank0.jsonl"
-    path.write_text(_event({"train/loss": 0.5, "train/step": 0}) + "\n" + _event({"train/loss": 0.4, "train/step": 1})[:40])
+    path.write_text(
+        _event({"train/loss": 0.5, "train/step": 0})
+        + "\n"
+        + _event({"train/loss": 0.4, "train/step": 1})[:40]
+    )
     (events / "rollout_manager.jsonl").write_text(
-        _event({"perf/rollout_time": 30.0, "perf/tokens_per_gpu_per_sec": 12.0, "rollout/step": 0}, "rollout_manager")
-        + "\nnot json\n")
+        _event(
+            {"perf/rollout_time": 30.0, "perf/tokens_per_gpu_per_sec": 12.0, "rollout/step": 0},
+            "rollout_manager",
+        )
+        + "\nnot json\n"
+    )
     dash = tmp_path / "dashboard"
     (dash / "gpu_util").mkdir(parents=True)
     (dash / "phases").mkdir()
     (dash / "engine_series").mkdir()
-    (dash / "meta.json").write_text(json.dumps({"run_name": "r", "start_ts": 1.0, "args": {"rollout_num_gpus": 8}}))
+    (dash / "meta.json").write_text(
+        json.dumps({"run_name": "r", "start_ts": 1.0, "args": {"rollout_num_gpus": 8}})
+    )
     (dash / "gpu_util" / "20260821_10.jsonl").write_text(
         '{"ts":1755771600.0,"node":"10.0.0.1","gpu":0,"util":95,"mem_mb":61440,"power_w":612}\n'
-        '{"ts":1755771600.0,"node":"10.0.0.1","gpu":1,"util":NaN,"mem_mb":61440,"power_w":612}\n')
+        '{"ts":1755771600.0,"node":"10.0.0.1","gpu":1,"util":NaN,"mem_mb":61440,"power_w":612}\n'
+    )
     (dash / "phases" / "20260821_10.jsonl").write_text(
         '{"name":"actor_train","t0":1755771590.1,"t1":1755771599.7,"node":"10.0.0.1","gpus":[3],"rank":3,"role":"train"}\n'
-        '{"name":"rollout","t0":1755771540.2,"t1":-1.0,"node":"10.0.0.1","gpus":[],"rank":-1,"role":"rollout_manager"}\n')
+        '{"name":"rollout","t0":1755771540.2,"t1":-1.0,"node":"10.0.0.1","gpus":[],"rank":-1,"role":"rollout_manager"}\n'
+    )
     (dash / "engine_series" / "20260821_10.jsonl").write_text(
-        '{"ts":1755771600.0,"addr":"http://10.0.0.1:15000","metric":"sglang_num_running_reqs","labels":{"dp_rank":"0"},"value":16.0}\n')
+        '{"ts":1755771600.0,"addr":"http://10.0.0.1:15000","metric":"sglang_num_running_reqs","labels":{"dp_rank":"0"},"value":16.0}\n'
+    )
     (dash / "metrics.jsonl").write_text(
-        '{"ts":1755771605.4,"step_key":"train/step","step":0,"metrics":{"train/loss":0.5,"train/step":0}}\n')
+        '{"ts":1755771605.4,"step_key":"train/step","step":0,"metrics":{"train/loss":0.5,"train/step":0}}\n'
+    )
     reader = DumpReader(tmp_path)
     batch = reader.poll()
     kinds = sorted((r.source, r.kind, r.n) for r in batch.records)
     assert kinds == [("dashboard", "step", 0), ("events", "perf-rollout", 0), ("events", "step", 0)]
     assert len(batch.gpu_util) == 2 and math.isnan(batch.gpu_util[1]["util"])
-    assert len(batch.phases) == 2 and len(batch.engine_series) == 1 and batch.meta["args"]["rollout_num_gpus"] == 8
+    assert (
+        len(batch.phases) == 2
+        and len(batch.engine_series) == 1
+        and batch.meta["args"]["rollout_num_gpus"] == 8
+    )
     assert reader.bad_lines == 1
     # the cut-off line is consumed once it is complete; nothing is read twice
     with open(path, "a") as fh:
         fh.write(_event({"train/loss": 0.4, "train/step": 1})[40:] + "\n")
     again = reader.poll()
-    assert [(r.kind, r.n) for r in again.records] == [("step", 1)] and again.gpu_util == [] and again.meta is None
+    assert (
+        [(r.kind, r.n) for r in again.records] == [("step", 1)]
+        and again.gpu_util == []
+        and again.meta is None
+    )
     # a new hourly partition is picked up
-    (dash / "gpu_util" / "20260821_11.jsonl").write_text('{"ts":1755775200.0,"node":"10.0.0.2","gpu":0,"util":5}\n')
+    (dash / "gpu_util" / "20260821_11.jsonl").write_text(
+        '{"ts":1755775200.0,"node":"10.0.0.2","gpu":0,"util":5}\n'
+    )
     assert len(reader.poll().gpu_util) == 1
 
 
@@ -194,10 +260,17 @@ def test_jsonl_tail_restarts_when_the_file_is_replaced(tmp_path) -> None:
 
 # ---------------------------------------------------------------- series
 
+
 def test_axes() -> None:
     assert axis_for("train/grad_norm") == "train/step"
     assert axis_for("eval/aime") == "eval/step"
-    for key in ("rollout/raw_reward", "perf/step_time", "passrate/pass@1", "multi_turn/x", "derived/zero_std_frac"):
+    for key in (
+        "rollout/raw_reward",
+        "perf/step_time",
+        "passrate/pass@1",
+        "multi_turn/x",
+        "derived/zero_std_frac",
+    ):
         assert axis_for(key) == "rollout/step"
 
 
@@ -230,5 +303,6 @@ def test_series_replace_rules() -> None:
 def test_a_metric_line_with_a_ray_repeat_suffix_still_parses() -> None:
     records, problems = parse_metric_text(
         f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 1: {{'train/loss': 0.5}}"
-        " [repeated 2x across cluster]\n")
+        " [repeated 2x across cluster]\n"
+    )
     assert problems == [] and [(r.kind, r.n, r.values) for r in records] == [("step", 1, {"train/loss": 0.5})]

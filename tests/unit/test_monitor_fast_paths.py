@@ -50,12 +50,18 @@ def test_anchored_positions_equal_repeated_find(seed: int) -> None:
         assert anchored.find_all(text) == _naive(text, anchored.hints), text
 
 
-@pytest.mark.parametrize("payload", [
-    "{}", "{'a': 1}", "{'a': -0, 'b': -0.0, 'c': 0e0, 'd': -0e0, 'e': 1e-06, 'f': 1.5E3, 'g': 1.}",
-    "{'a': 12345678901234567890123, 'b': 1e999, 'c': -1e999, 'd': 0.1000000000000000055511151231257827}",
-    "{'a': np.float64(0.25), 'b': np.float32(-0), 'c': np.float16(-0.0), 'd': 3}",
-    "{'a': 1, 'a': 2, 'b': 3}", "{'k/with spaces@1': 2.5}",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "{}",
+        "{'a': 1}",
+        "{'a': -0, 'b': -0.0, 'c': 0e0, 'd': -0e0, 'e': 1e-06, 'f': 1.5E3, 'g': 1.}",
+        "{'a': 12345678901234567890123, 'b': 1e999, 'c': -1e999, 'd': 0.1000000000000000055511151231257827}",
+        "{'a': np.float64(0.25), 'b': np.float32(-0), 'c': np.float16(-0.0), 'd': 3}",
+        "{'a': 1, 'a': 2, 'b': 3}",
+        "{'k/with spaces@1': 2.5}",
+    ],
+)
 def test_flat_payload_reads_what_the_parser_reads(payload: str) -> None:
     fast = flat_payload(payload)
     assert fast is not None
@@ -64,10 +70,24 @@ def test_flat_payload_reads_what_the_parser_reads(payload: str) -> None:
     assert [str(v) for v in fast.values()] == [str(v) for v in slow.values()]  # -0.0 vs 0.0 too
 
 
-@pytest.mark.parametrize("payload", [
-    "{'a': nan}", "{'a': 007}", "{'a': 1_000}", '{"a": 1}', "{'a\\'b': 1}", "{'a': [1, 2]}", "{'a': True}",
-    "{'a': np.int64(3)}", "{'a': 1,}", "{'a':1}", "{'a': 'x'}", "{'a\tb': 1}", "{'a': -np.float64(1)}",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "{'a': nan}",
+        "{'a': 007}",
+        "{'a': 1_000}",
+        '{"a": 1}',
+        "{'a\\'b': 1}",
+        "{'a': [1, 2]}",
+        "{'a': True}",
+        "{'a': np.int64(3)}",
+        "{'a': 1,}",
+        "{'a':1}",
+        "{'a': 'x'}",
+        "{'a\tb': 1}",
+        "{'a': -np.float64(1)}",
+    ],
+)
 def test_flat_payload_leaves_other_shapes_to_the_parser(payload: str) -> None:
     assert flat_payload(payload) is None
 
@@ -80,7 +100,9 @@ def _mixed_log() -> str:
     for example in examples:
         lines.insert(rng.randrange(len(lines)), example)
     stamp = "[2026-08-21 11:00:00.000 actor_cell0_rank0] model.py:854 - "
-    lines.append(stamp + "step 900: {'train/loss': nan, 'train/grad_norm': inf, 'train/pg_loss': np.float64(0.5)}")
+    lines.append(
+        stamp + "step 900: {'train/loss': nan, 'train/grad_norm': inf, 'train/pg_loss': np.float64(0.5)}"
+    )
     lines.append(stamp + "step 901: {'train/loss': -0, 'train/grad_norm': 1e9, 'train/kl': 1_0}")
     return "\n".join(lines) + "\n"
 
@@ -94,8 +116,13 @@ def _run(text: str) -> dict:
             mon.on_log_lines(0, 0, text[start:end])
     mon.input_ended()
     snap = mon.snapshot(now=0.0)
-    return {"series": snap["series"], "alerts": snap["alerts"], "cause": snap["cause"],
-            "ranks": mon.process_ranks, "events": [e.frozen() for e in mon.alerts.failures.events]}
+    return {
+        "series": snap["series"],
+        "alerts": snap["alerts"],
+        "cause": snap["cause"],
+        "ranks": mon.process_ranks,
+        "events": [e.frozen() for e in mon.alerts.failures.events],
+    }
 
 
 def test_series_and_alerts_are_identical_without_the_fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,7 +131,10 @@ def test_series_and_alerts_are_identical_without_the_fast_paths(monkeypatch: pyt
     assert fast["alerts"] and fast["series"] and fast["events"] and fast["ranks"]
     monkeypatch.setattr(metrics, "flat_payload", lambda payload: None)
     monkeypatch.setattr(AnchoredHints, "find_all", lambda self, text: _naive(text, self.hints))
-    monkeypatch.setattr(RunMonitor, "_on_point",
-                        lambda self, point: self.alerts.on_point(point, self.collector.series.get(point.key)))
+    monkeypatch.setattr(
+        RunMonitor,
+        "_on_point",
+        lambda self, point: self.alerts.on_point(point, self.collector.series.get(point.key)),
+    )
     slow = _run(text)
     assert repr(fast) == repr(slow)

@@ -34,10 +34,19 @@ def test_a_spec_is_evaluated_once_with_findings_derived_numbers_and_command() ->
 
 
 def test_read_back_copy_equals_the_evaluation_but_holds_no_objects() -> None:
-    ev = evaluate(load_preset_dict(FULL), {"train.pp": "2", "rollout.dp": "x"}, run_id="r", address="http://h:1")
+    ev = evaluate(
+        load_preset_dict(FULL), {"train.pp": "2", "rollout.dp": "x"}, run_id="r", address="http://h:1"
+    )
     back = _round_trip(ev)
-    assert (back.valid, back.field_errors, back.error, back.findings, back.derived, back.command, back.summary) == (
-        ev.valid, ev.field_errors, ev.error, ev.findings, ev.derived, ev.command, ev.summary)
+    assert (
+        back.valid,
+        back.field_errors,
+        back.error,
+        back.findings,
+        back.derived,
+        back.command,
+        back.summary,
+    ) == (ev.valid, ev.field_errors, ev.error, ev.findings, ev.derived, ev.command, ev.summary)
     assert "rollout.dp" in back.field_errors and back.derived is not None and back.derived.training.dp == 8
     assert back.spec is None and back.submission is None
 
@@ -64,6 +73,14 @@ def test_run_modes_are_the_spec_field_type_and_the_form_cycles_them() -> None:
 
 def test_field_text_is_what_the_form_shows_for_a_preset_value() -> None:
     base = {"train": {"tp": 8, "etp": None, "sequence_parallel": True}, "rollout": {"mem_fraction": 0.7}}
-    assert [field_text(base, p) for p in ("train.tp", "train.etp", "train.sequence_parallel",
-                                           "rollout.mem_fraction", "train.missing", "nope.deeper")] == [
-        "8", "none", "true", "0.7", "none", "none"]
+    assert [
+        field_text(base, p)
+        for p in (
+            "train.tp",
+            "train.etp",
+            "train.sequence_parallel",
+            "rollout.mem_fraction",
+            "train.missing",
+            "nope.deeper",
+        )
+    ] == ["8", "none", "true", "0.7", "none", "none"]

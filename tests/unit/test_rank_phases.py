@@ -18,8 +18,15 @@ def test_a_close_arriving_after_the_next_open_leaves_the_new_phase_open() -> Non
     """miles sends opens at once and closes in batches: step 2's open can come before step 1's close.
     The old Telemetry cleared the open phase on any close of that name (this assertion failed there)."""
     tel = Telemetry()
-    tel.add(DumpBatch(phases=[ev("actor_train", 100.0, -1.0, 3), ev("actor_train", 110.0, -1.0, 3),
-                              ev("actor_train", 100.0, 109.0, 3)]))
+    tel.add(
+        DumpBatch(
+            phases=[
+                ev("actor_train", 100.0, -1.0, 3),
+                ev("actor_train", 110.0, -1.0, 3),
+                ev("actor_train", 100.0, 109.0, 3),
+            ]
+        )
+    )
     assert tel.open_phases == {("10.0.0.1", 3, "train", "actor_train"): 110.0}
     assert tel.ranks.current(("10.0.0.1", 3, "train")) == ("actor_train", 110.0)
     lane = tel.ranks.view().lanes[0]
@@ -29,20 +36,26 @@ def test_a_close_arriving_after_the_next_open_leaves_the_new_phase_open() -> Non
 
 def test_log_timer_lines_with_a_rank_make_a_lane_when_no_dashboard_stream_exists() -> None:
     phases = RankPhases()
-    phases.add_log_text("(MegatronTrainRayActor pid=52001) [2026-08-21 10:20:00.000 actor_cell0_rank0] timer.py:30 - "
-                        "Timer actor_train start\n"
-                        "(MegatronTrainRayActor pid=52001) [2026-08-21 10:20:09.500 actor_cell0_rank0] timer.py:41 - "
-                        "Timer actor_train end (elapsed: 9.5s)\n")
+    phases.add_log_text(
+        "(MegatronTrainRayActor pid=52001) [2026-08-21 10:20:00.000 actor_cell0_rank0] timer.py:30 - "
+        "Timer actor_train start\n"
+        "(MegatronTrainRayActor pid=52001) [2026-08-21 10:20:09.500 actor_cell0_rank0] timer.py:41 - "
+        "Timer actor_train end (elapsed: 9.5s)\n"
+    )
     view = phases.view()
     assert view.source == "log" and len(view.lanes) == 1
     assert view.lanes[0].rank == 0 and [s.t1 - s.t0 for s in view.lanes[0].spans] == [9.5]
     phases.add_event(ev("actor_train", 1.0, -1.0, 5))  # the dashboard speaks: it wins from now on
-    phases.add_log_text("(MegatronTrainRayActor pid=1) [2026-08-21 10:21:00.000 actor_cell0_rank0] timer.py:30 - "
-                        "Timer update_weights start\n")
+    phases.add_log_text(
+        "(MegatronTrainRayActor pid=1) [2026-08-21 10:21:00.000 actor_cell0_rank0] timer.py:30 - "
+        "Timer update_weights start\n"
+    )
     assert phases.current(("10.0.0.1", 0, "train")) is None
 
 
-def _steps(phases: RankPhases, *, ranks: int, steps: int, slow: int | None, late: float, start: float = 0.0) -> None:
+def _steps(
+    phases: RankPhases, *, ranks: int, steps: int, slow: int | None, late: float, start: float = 0.0
+) -> None:
     for step in range(steps):
         t0 = start + step * 20.0
         for r in range(ranks):

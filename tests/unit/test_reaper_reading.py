@@ -27,8 +27,12 @@ def test_real_provider_reading_parsed_per_gpu(monkeypatch: pytest.MonkeyPatch) -
     assert sorted(holders) == [(0, orphan, 3518), (0, bystander, 1518)]
     assert gpus == [(0, 5665, 143771)]
     # what the reaper concluded on that machine: the job's orphan killed, the bystander spared
-    assert [(r["pid"], r["identity"]) for r in capture["list"] if r["pid"] > 0] == [(orphan, "job"),
-                                                                                    (bystander, "unidentified")]
-    assert {r["pid"]: r["action"] for r in capture["kill"] if r["pid"] > 0} == {orphan: "killed",
-                                                                                bystander: "skipped"}
+    assert [(r["pid"], r["identity"]) for r in capture["list"] if r["pid"] > 0] == [
+        (orphan, "job"),
+        (bystander, "unidentified"),
+    ]
+    assert {r["pid"]: r["action"] for r in capture["kill"] if r["pid"] > 0} == {
+        orphan: "killed",
+        bystander: "skipped",
+    }
     assert capture["bystander_alive_after"] and orphan not in capture["nvml_pids_after"]

@@ -19,11 +19,31 @@ from backend.plan.spec import (
 
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
 REQUIRED_KEYS = [
-    "cluster.nodes", "cluster.gpus_per_node", "train.tp", "train.pp", "train.cp", "train.ep", "train.etp",
-    "rollout.gpus_per_engine", "rollout.ep", "rollout.dp", "rollout.mem_fraction", "batch.num_rollout",
-    "batch.rollout_batch_size", "batch.n_samples_per_prompt", "batch.global_batch_size",
-    "batch.max_tokens_per_gpu", "run.id", "run.mode", "run.extra_args", "paths.miles_root",
-    "paths.train_script", "paths.model_dir", "paths.data_dir", "paths.output_dir", "paths.megatron_path",
+    "cluster.nodes",
+    "cluster.gpus_per_node",
+    "train.tp",
+    "train.pp",
+    "train.cp",
+    "train.ep",
+    "train.etp",
+    "rollout.gpus_per_engine",
+    "rollout.ep",
+    "rollout.dp",
+    "rollout.mem_fraction",
+    "batch.num_rollout",
+    "batch.rollout_batch_size",
+    "batch.n_samples_per_prompt",
+    "batch.global_batch_size",
+    "batch.max_tokens_per_gpu",
+    "run.id",
+    "run.mode",
+    "run.extra_args",
+    "paths.miles_root",
+    "paths.train_script",
+    "paths.model_dir",
+    "paths.data_dir",
+    "paths.output_dir",
+    "paths.megatron_path",
 ]
 
 
@@ -55,7 +75,9 @@ def test_issue_keys_are_settable(key: str) -> None:
 
 
 def test_overrides_apply_with_types() -> None:
-    spec = build_spec(SLICE, ["train.tp=2", "rollout.mem_fraction=0.5", "run.mode=debug_minimal", "train.etp=none"])
+    spec = build_spec(
+        SLICE, ["train.tp=2", "rollout.mem_fraction=0.5", "run.mode=debug_minimal", "train.etp=none"]
+    )
     assert spec.train.tp == 2 and spec.rollout.mem_fraction == 0.5 and spec.run.mode == "debug_minimal"
     assert spec.train.etp is None
 

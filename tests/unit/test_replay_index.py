@@ -25,7 +25,7 @@ def _lines(shape: str) -> list[str]:
 def _index(lines: list[str], chunk: int) -> RolloutIndex:
     index = RolloutIndex()
     for first in range(0, len(lines), chunk):
-        part = lines[first:first + chunk]
+        part = lines[first : first + chunk]
         index.on_lines(first, len(part), "\n".join(part) + "\n")
     return index
 
@@ -40,7 +40,9 @@ def test_rollout_starts_after_the_line_that_closed_the_previous_one():
             for n in (1, 2, 3):
                 mark = index.mark(n)
                 assert re.search(rf"\bperf {n - 1}: \{{", lines[mark.first_line - 1]), (shape, n)
-                assert not any(re.search(rf"\b(perf|rollout) {n - 1}: \{{", ln) for ln in lines[mark.first_line:])
+                assert not any(
+                    re.search(rf"\b(perf|rollout) {n - 1}: \{{", ln) for ln in lines[mark.first_line :]
+                )
                 assert mark.first_step == 2 * n
 
 
@@ -54,10 +56,14 @@ def test_cursor_steps_and_clamps():
 
 def test_dump_records_become_log_lines_in_time_order():
     late = MetricRecord("perf-train", 0, 1755770456.0, "actor_cell0_rank0", {"perf/train_time": 12.7})
-    early = MetricRecord("step", 1, 1755770405.5, "actor_cell0_rank0", {"train/loss": -0.001, "train/step": 1.0})
+    early = MetricRecord(
+        "step", 1, 1755770405.5, "actor_cell0_rank0", {"train/loss": -0.001, "train/step": 1.0}
+    )
     undated = MetricRecord("rollout", 0, math.nan, "rollout_manager", {"rollout/raw_reward": 0.5})
     text = dump_log_text([late, early, undated])
     assert text.splitlines() == [record_line(undated), record_line(early), record_line(late)]
-    assert record_line(early) == ("[2025-08-21 10:00:05.500 actor_cell0_rank0] events - step 1: "
-                                  "{'train/loss': -0.001, 'train/step': 1.0}")
+    assert record_line(early) == (
+        "[2025-08-21 10:00:05.500 actor_cell0_rank0] events - step 1: "
+        "{'train/loss': -0.001, 'train/step': 1.0}"
+    )
     assert record_line(late).endswith("events - perf 0: {'perf/train_time': 12.7}")

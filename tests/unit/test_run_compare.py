@@ -30,7 +30,9 @@ def series(**points: list[tuple[float, float]]) -> SeriesSetSnapshot:
     by_key = {}
     for name, pts in points.items():
         key = name.replace("__", "/")
-        by_key[key] = SeriesSnapshot(key, axis_for(key), tuple(float(s) for s, _ in pts), tuple(v for _, v in pts))
+        by_key[key] = SeriesSnapshot(
+            key, axis_for(key), tuple(float(s) for s, _ in pts), tuple(v for _, v in pts)
+        )
     return SeriesSetSnapshot(MappingProxyType(by_key))
 
 
@@ -57,18 +59,35 @@ def test_divergence_needs_sustained_steps_both_logged():
 
 
 def test_compare_aligns_by_step_and_reports_latest_common_differences():
-    config = CompareConfig((ComparedMetric("train/ppo_kl", "kl", "KL", abs=0.001, sustain=1),
-                            ComparedMetric("rollout/raw_reward", "reward", "reward", abs=0.05, sustain=1)))
-    live = RunSide("run", "RUNNING", series(train__ppo_kl=[(0, 0.0), (1, 0.001), (2, 0.002)],
-                                            rollout__raw_reward=[(0, 0.1), (1, 0.2)]), live=True)
-    base = RunSide("run", "SUCCEEDED", series(train__ppo_kl=[(0, 0.0), (1, 0.001), (2, 0.01), (3, 0.02)],
-                                              rollout__raw_reward=[(0, 0.1), (1, 0.3), (2, 0.4)]))
+    config = CompareConfig(
+        (
+            ComparedMetric("train/ppo_kl", "kl", "KL", abs=0.001, sustain=1),
+            ComparedMetric("rollout/raw_reward", "reward", "reward", abs=0.05, sustain=1),
+        )
+    )
+    live = RunSide(
+        "run",
+        "RUNNING",
+        series(train__ppo_kl=[(0, 0.0), (1, 0.001), (2, 0.002)], rollout__raw_reward=[(0, 0.1), (1, 0.2)]),
+        live=True,
+    )
+    base = RunSide(
+        "run",
+        "SUCCEEDED",
+        series(
+            train__ppo_kl=[(0, 0.0), (1, 0.001), (2, 0.01), (3, 0.02)],
+            rollout__raw_reward=[(0, 0.1), (1, 0.3), (2, 0.4)],
+        ),
+    )
     got = compare([live, base], config)
     assert [r.label for r in got.runs] == ["run", "run (2)"]  # a legend never names two runs alike
     first, other = got.runs
     assert (first.last_step, first.kl, first.kl_delta) == (2, 0.002, None)
-    assert other.kl_delta is not None and (other.kl_delta.step, other.kl_delta.value, other.kl_delta.first) == \
-        (2, 0.01, 0.002)  # at the latest step both logged, not the baseline's last (3)
+    assert other.kl_delta is not None and (
+        other.kl_delta.step,
+        other.kl_delta.value,
+        other.kl_delta.first,
+    ) == (2, 0.01, 0.002)  # at the latest step both logged, not the baseline's last (3)
     assert other.reward_delta is not None and other.reward_delta.step == 1
     assert [(d.key, d.step) for d in other.divergences] == [("train/ppo_kl", 2), ("rollout/raw_reward", 1)]
     assert "diverges: train/ppo_kl from step 2, rollout/raw_reward from rollout 1" in other.text()
@@ -78,27 +97,42 @@ def test_compare_aligns_by_step_and_reports_latest_common_differences():
 
 
 def test_labels_are_clean_and_unique():
-    assert unique_labels(["a\x1b]52;c;ZXZpbA==\x07.log", "a.log", "a.log", ""]) == ["a.log", "a.log (2)",
-                                                                                   "a.log (3)", "run"]
+    assert unique_labels(["a\x1b]52;c;ZXZpbA==\x07.log", "a.log", "a.log", ""]) == [
+        "a.log",
+        "a.log (2)",
+        "a.log (3)",
+        "run",
+    ]
 
 
 def test_argv_flags_and_their_diff_name_exactly_what_differs_and_no_secret():
     before = flags_from_command(
         f"WANDB_API_KEY={WANDB} python3 /root/miles/train.py --rollout-batch-size 32 --lr 1e-6 --use-kl-loss "
-        f"--eval-prompt-data aime /d/aime.jsonl --wandb-key {WANDB} --hf-token={SECRET} --num-rollout 100")
+        f"--eval-prompt-data aime /d/aime.jsonl --wandb-key {WANDB} --hf-token={SECRET} --num-rollout 100"
+    )
     after = flags_from_command(
         f"WANDB_API_KEY={WANDB} python3 /root/miles/train.py --rollout-batch-size 64 --lr 1e-06 "
         f"--eval-prompt-data aime /d/aime2.jsonl --wandb-key {WANDB} --hf-token=other-{SECRET} --num-rollout 100 "
-        "--colocate")
+        "--colocate"
+    )
     assert before is not None and after is not None
     assert before.flags["--use-kl-loss"].shown == "True" and before.flags["--wandb-key"].shown == "***"
     diff = diff_flags(before, after)
     assert diff is not None
-    assert [c.flag for c in diff.changes] == ["--colocate", "--eval-prompt-data", "--hf-token",
-                                              "--rollout-batch-size", "--use-kl-loss"]  # 1e-6 == 1e-06
+    assert [c.flag for c in diff.changes] == [
+        "--colocate",
+        "--eval-prompt-data",
+        "--hf-token",
+        "--rollout-batch-size",
+        "--use-kl-loss",
+    ]  # 1e-6 == 1e-06
     assert [c.text() for c in diff.changes] == [
-        "--colocate (unset) → True", "--eval-prompt-data aime /d/aime.jsonl → aime /d/aime2.jsonl",
-        "--hf-token *** → ***", "--rollout-batch-size 32 → 64", "--use-kl-loss True → (unset)"]
+        "--colocate (unset) → True",
+        "--eval-prompt-data aime /d/aime.jsonl → aime /d/aime2.jsonl",
+        "--hf-token *** → ***",
+        "--rollout-batch-size 32 → 64",
+        "--use-kl-loss True → (unset)",
+    ]
     shown = json.dumps(diff.to_json()) + repr(before) + repr(after)
     assert SECRET not in shown and WANDB not in shown
     hostile = flags_from_command("python3 train.py '--x\x1b]52;c;ZXZpbA==\x07' 1 --y '\x1b[2Jv'")
@@ -108,13 +142,21 @@ def test_argv_flags_and_their_diff_name_exactly_what_differs_and_no_secret():
 def test_a_dump_compares_with_an_argv_on_the_flags_both_name():
     dump = ArgumentDump()
     prefix = "(MegatronTrainRayActor pid=7) "
-    log = "\n".join([f"{prefix}noise ... before the dump", f"{prefix}" + "-" * 24 + " arguments " + "-" * 24,
-                     f"{prefix}  rollout_batch_size ........................ 64",
-                     f"{prefix}  lr ........................................ 2e-06",
-                     f"{prefix}  wandb_key ................................. {WANDB}",
-                     f"{prefix}  seed ...................................... 1234",
-                     f"{prefix}" + "-" * 20 + " end of arguments " + "-" * 21,
-                     f"{prefix}  loading .......... done"]) + "\n"
+    log = (
+        "\n".join(
+            [
+                f"{prefix}noise ... before the dump",
+                f"{prefix}" + "-" * 24 + " arguments " + "-" * 24,
+                f"{prefix}  rollout_batch_size ........................ 64",
+                f"{prefix}  lr ........................................ 2e-06",
+                f"{prefix}  wandb_key ................................. {WANDB}",
+                f"{prefix}  seed ...................................... 1234",
+                f"{prefix}" + "-" * 20 + " end of arguments " + "-" * 21,
+                f"{prefix}  loading .......... done",
+            ]
+        )
+        + "\n"
+    )
     lines = log.splitlines(keepends=True)
     dump.on_lines(0, 3, "".join(lines[:3]))  # lines arrive in batches of whole lines (LogStore.subscribe)
     dump.on_lines(3, 5, "".join(lines[3:]))
@@ -128,9 +170,14 @@ def test_a_dump_compares_with_an_argv_on_the_flags_both_name():
 
 
 def test_audit_log_launch_gives_the_flags():
-    entries = [{"action": "launch", "job": "j1", "command": "ray job submit --submission-id j1 -- python3 "
-                                                             "train.py --num-rollout 3"},
-               {"action": "abort", "job": "j1", "command": "POST /api/jobs/j1/stop"}]
+    entries = [
+        {
+            "action": "launch",
+            "job": "j1",
+            "command": "ray job submit --submission-id j1 -- python3 train.py --num-rollout 3",
+        },
+        {"action": "abort", "job": "j1", "command": "POST /api/jobs/j1/stop"},
+    ]
     flags = flags_from_audit(entries, "j1")
     assert flags is not None and flags.source == "audit" and flags.flags["--num-rollout"].shown == "3"
     assert flags_from_audit(entries, "j2") is None
@@ -144,14 +191,18 @@ def test_metrics_compare_keeps_the_first_runs_exit_status(tmp_path, capsys):
     from console.cli import main
 
     failed, good = tmp_path / "failed.log", tmp_path / "good.log"
-    failed.write_text(shapes.text(shapes.Shape("2026-04", rollouts=2)) + "\n".join(shapes.OOM_TRACEBACK) + "\n")
+    failed.write_text(
+        shapes.text(shapes.Shape("2026-04", rollouts=2)) + "\n".join(shapes.OOM_TRACEBACK) + "\n"
+    )
     good.write_text(shapes.text(shapes.Shape("newest", rollouts=3)))
     assert main(["metrics", "--from-log", str(failed), "--compare", str(good), "--json"]) == 4
     out = json.loads(capsys.readouterr().out)
     assert {"series", "latest", "derived", "alerts", "cause", "problems", "compare"} <= set(out)
     runs = out["compare"]["runs"]
-    assert [(r["label"], r["state"], r["last_step"]) for r in runs] == [("failed.log", "FAILED", 3),
-                                                                       ("good.log", "SAVED", 5)]
+    assert [(r["label"], r["state"], r["last_step"]) for r in runs] == [
+        ("failed.log", "FAILED", 3),
+        ("good.log", "SAVED", 5),
+    ]
     assert main(["metrics", "--from-log", str(good), "--compare", str(tmp_path / "nope.log")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such file or directory" in err

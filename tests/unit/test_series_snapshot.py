@@ -12,8 +12,10 @@ KEYS = ("train/loss", "train/ppo_kl", "perf/tokens_per_gpu_per_sec")
 
 
 def _step_line(n: int) -> str:
-    return f"step {n}: {{'train/loss': {n * 0.5}, 'train/ppo_kl': {n * 1e-4}}}\n" \
-           f"perf {n}: {{'perf/tokens_per_gpu_per_sec': {100 + n}, 'perf/rollout_time': 3.0}}\n"
+    return (
+        f"step {n}: {{'train/loss': {n * 0.5}, 'train/ppo_kl': {n * 1e-4}}}\n"
+        f"perf {n}: {{'perf/tokens_per_gpu_per_sec': {100 + n}, 'perf/rollout_time': 3.0}}\n"
+    )
 
 
 def test_reading_snapshots_while_a_thread_appends_for_seconds() -> None:
@@ -39,7 +41,9 @@ def test_reading_snapshots_while_a_thread_appends_for_seconds() -> None:
         while time.monotonic() < deadline:
             snap = monitor.metrics_snapshot()
             try:
-                first = {key: snap.series.get(key).points() for key in KEYS if snap.series.get(key) is not None}
+                first = {
+                    key: snap.series.get(key).points() for key in KEYS if snap.series.get(key) is not None
+                }
                 for _ in range(3):  # what the UI read once stays what it reads again
                     again = {key: snap.series.get(key).points() for key in first}
                     assert again == first

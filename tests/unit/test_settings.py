@@ -38,7 +38,9 @@ def test_token_from_env_is_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "tok-123456" not in repr(s) and "tok-123456" not in str(s.redacted())
 
 
-@pytest.mark.parametrize("body", ["readonly = \"maybe\"\n", "bogus = 1\n", "poll_interval_s = 0.01\n", "[unclosed\n"])
+@pytest.mark.parametrize(
+    "body", ['readonly = "maybe"\n', "bogus = 1\n", "poll_interval_s = 0.01\n", "[unclosed\n"]
+)
 def test_bad_config_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(body)

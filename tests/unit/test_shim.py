@@ -17,20 +17,39 @@ from shim.mapping import ShimConfigError, expected_provider_fields, mismatches, 
 from shim.ray_hook import CHECKPOINT_ENV, mapping_only_line
 
 REPO = Path(__file__).resolve().parents[2]
-ULTRA_PATTERN = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
-                 "EMEMEMEM*EMEMEMEME")
+ULTRA_PATTERN = (
+    "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
+    "EMEMEMEM*EMEMEMEME"
+)
 
 
 def ultra_config(**changes) -> dict:
     """config.json of Nemotron-3-Ultra-550B-A55B as its Hugging Face checkpoint ships it."""
     cfg = {
-        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 8192,
-        "num_hidden_layers": 108, "hybrid_override_pattern": ULTRA_PATTERN, "num_attention_heads": 64,
-        "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 5120, "moe_intermediate_size": 5120,
-        "n_routed_experts": 512, "num_experts_per_tok": 22, "n_shared_experts": 1,
-        "moe_shared_expert_intermediate_size": 10240, "moe_latent_size": 2048, "routed_scaling_factor": 5.0,
-        "n_group": 1, "topk_group": 1, "mamba_num_heads": 256, "mamba_head_dim": 64, "n_groups": 8,
-        "vocab_size": 131072, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "hidden_size": 8192,
+        "num_hidden_layers": 108,
+        "hybrid_override_pattern": ULTRA_PATTERN,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "intermediate_size": 5120,
+        "moe_intermediate_size": 5120,
+        "n_routed_experts": 512,
+        "num_experts_per_tok": 22,
+        "n_shared_experts": 1,
+        "moe_shared_expert_intermediate_size": 10240,
+        "moe_latent_size": 2048,
+        "routed_scaling_factor": 5.0,
+        "n_group": 1,
+        "topk_group": 1,
+        "mamba_num_heads": 256,
+        "mamba_head_dim": 64,
+        "n_groups": 8,
+        "vocab_size": 131072,
+        "num_nextn_predict_layers": 1,
+        "mtp_hybrid_override_pattern": "*E",
     }
     cfg.update(changes)
     return cfg
@@ -49,7 +68,9 @@ def write_checkpoint(tmp_path: Path, config: dict | str) -> Path:
 def test_ultra_fields_carry_scaling_groups_latent_and_drop_mtp():
     fields = expected_provider_fields(ultra_config(), keep_mtp=False)
     assert fields["num_moe_experts"] == 512 and fields["moe_router_topk"] == 22
-    assert fields["moe_router_score_function"] == "sigmoid" and fields["moe_router_enable_expert_bias"] is True
+    assert (
+        fields["moe_router_score_function"] == "sigmoid" and fields["moe_router_enable_expert_bias"] is True
+    )
     assert fields["moe_router_topk_scaling_factor"] == 5.0
     assert (fields["moe_router_num_groups"], fields["moe_router_group_topk"]) == (1, 1)
     assert fields["moe_latent_size"] == 2048 and fields["moe_shared_expert_overlap"] is False
@@ -70,8 +91,11 @@ def test_mtp_kept_only_when_asked(monkeypatch):
 
 
 def test_newer_spelling_and_defaults():
-    cfg = ultra_config(layers_block_type=["mamba", "moe", "attention", "moe"], mtp_layers_block_type=["attention", "moe"],
-                       num_hidden_layers=4)
+    cfg = ultra_config(
+        layers_block_type=["mamba", "moe", "attention", "moe"],
+        mtp_layers_block_type=["attention", "moe"],
+        num_hidden_layers=4,
+    )
     del cfg["hybrid_override_pattern"], cfg["routed_scaling_factor"], cfg["n_group"], cfg["topk_group"]
     del cfg["moe_shared_expert_intermediate_size"], cfg["moe_latent_size"]
     fields = expected_provider_fields(cfg, keep_mtp=True)
@@ -121,8 +145,13 @@ def test_mismatches_catch_a_one_point_zero_scaling_factor():
 def test_log_line_forms_round_trip():
     fields = {"moe_router_topk_scaling_factor": 5.0, "num_moe_experts": 512}
     line = logline.applied(fields)
-    assert line == 'ultra-console shim: applied NemotronH provider fields {"moe_router_topk_scaling_factor":5.0,"num_moe_experts":512}'
-    assert logline.parse(f"(MegatronTrainRayActor pid=12, ip=127.0.0.1) {line}") == logline.ShimLine("applied", fields)
+    assert (
+        line
+        == 'ultra-console shim: applied NemotronH provider fields {"moe_router_topk_scaling_factor":5.0,"num_moe_experts":512}'
+    )
+    assert logline.parse(f"(MegatronTrainRayActor pid=12, ip=127.0.0.1) {line}") == logline.ShimLine(
+        "applied", fields
+    )
     mapped = logline.applied(fields, mapping_only=True)
     assert mapped.startswith(shim.APPLIED_PREFIX + "(mapping only; megatron.bridge not importable) {")
     assert logline.parse(mapped).status == "mapping_only"
@@ -137,8 +166,10 @@ def test_log_line_forms_round_trip():
 
 
 def test_import_shim_never_imports_megatron_or_torch():
-    code = ("import sys, shim, shim.ray_hook, shim.check, shim.package; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'torch', 'transformers')))")
+    code = (
+        "import sys, shim, shim.ray_hook, shim.check, shim.package; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'torch', 'transformers')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -152,16 +183,25 @@ def test_package_zip_is_deterministic_and_importable(tmp_path):
     assert not any("__pycache__" in n for n in names)
     zipfile.ZipFile(BytesIO(data)).extractall(tmp_path)
     code = "import shim.ray_hook, sys; print(shim.ray_hook.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                         env={"PYTHONPATH": str(tmp_path)}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+        check=True,
+    )
     assert out.stdout.strip().startswith(str(tmp_path))
     assert shim.upload_path(uri) == f"/api/packages/gcs/{uri.removeprefix('gcs://')}"
 
 
 def test_runtime_env_additions_shape():
     env = shim.runtime_env_additions("/models/ultra")
-    assert env == {"py_modules": [shim.package()[0]], "worker_process_setup_hook": "shim.ray_hook.setup",
-                   "env_vars": {CHECKPOINT_ENV: "/models/ultra"}}
+    assert env == {
+        "py_modules": [shim.package()[0]],
+        "worker_process_setup_hook": "shim.ray_hook.setup",
+        "env_vars": {CHECKPOINT_ENV: "/models/ultra"},
+    }
     assert shim.runtime_env_additions()["env_vars"] == {}
 
 
@@ -180,13 +220,24 @@ def test_setup_hook_in_a_worker_without_megatron(tmp_path):
     """What Ray runs first in each worker: exactly one line, and a broken config never raises."""
     ckpt = write_checkpoint(tmp_path / "ok", ultra_config())
     run = [sys.executable, "-c", "import shim.ray_hook as h; h.setup(); h.setup.__name__"]
-    out = subprocess.run(run, capture_output=True, text=True, cwd=REPO, check=True,
-                         env={"PYTHONPATH": str(REPO), CHECKPOINT_ENV: str(ckpt)})
+    out = subprocess.run(
+        run,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        env={"PYTHONPATH": str(REPO), CHECKPOINT_ENV: str(ckpt)},
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith(shim.LINE_PREFIX)]
     assert len(lines) == 1 and logline.parse(lines[0]).status == "mapping_only"
     broken = write_checkpoint(tmp_path / "bad", "{")
-    out = subprocess.run(run, capture_output=True, text=True, cwd=REPO,
-                         env={"PYTHONPATH": str(REPO), CHECKPOINT_ENV: str(broken)})
+    out = subprocess.run(
+        run,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), CHECKPOINT_ENV: str(broken)},
+    )
     assert out.returncode == 0 and out.stdout.startswith(shim.NOT_APPLIED_PREFIX)
 
 
@@ -194,8 +245,13 @@ def test_setup_hook_in_a_worker_without_megatron(tmp_path):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "console.cli", "shim-check", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli", "shim-check", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_shim_check_without_bridge(tmp_path):
@@ -210,11 +266,14 @@ def test_shim_check_without_bridge(tmp_path):
     assert "megatron.bridge not importable" in text.stdout
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "config.json does not exist"),
-    ("{oops", "is not valid JSON"),
-    (json.dumps({"model_type": "llama"}), "not a NemotronH checkpoint"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "config.json does not exist"),
+        ("{oops", "is not valid JSON"),
+        (json.dumps({"model_type": "llama"}), "not a NemotronH checkpoint"),
+    ],
+)
 def test_shim_check_bad_input_is_one_line(tmp_path, content, message):
     if content is not None:
         write_checkpoint(tmp_path, content)
@@ -230,8 +289,14 @@ def test_setup_hook_reports_a_failed_registration(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     code = "import shim.ray_hook as h; h.setup(); import megatron.bridge; print('worker alive')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
-                         env={"PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={"PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"},
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[-1] == "worker alive"

@@ -14,7 +14,10 @@ SOURCE = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
 
 
 def test_dump_dir_from_the_entrypoint():
-    assert dump_dir_of("python3 train.py --num-rollout 3 --dump-details /r/x/dump_details --colocate") == "/r/x/dump_details"
+    assert (
+        dump_dir_of("python3 train.py --num-rollout 3 --dump-details /r/x/dump_details --colocate")
+        == "/r/x/dump_details"
+    )
     assert dump_dir_of("python3 train.py --dump-details='/r/a b/d'") == "/r/a b/d"
     assert dump_dir_of("python3 train.py --save /c") is None
     assert dump_dir_of("python3 train.py --dump-details") is None
@@ -41,13 +44,18 @@ def test_resumed_run_swaps_events_no_point_twice_none_lost(tmp_path):
     assert feed.poll() == 6
     _steps(events, range(6, 7), 0.0)  # written by the first attempt after the last poll, before it died
     EventLog(str(dump), "rollout_manager", {"component": "rollout_manager"}).metric(
-        {"perf/rollout_time": 3.0, "rollout/step": 3}, 3)  # ... and a file it began after the last poll
+        {"perf/rollout_time": 3.0, "rollout/step": 3}, 3
+    )  # ... and a file it began after the last poll
     assert restore(str(dump), str(save), log) == 4  # the resumed run: events/ -> .trash_*, snapshot copied in
     trash = [p.name for p in dump.iterdir() if p.name.startswith(".trash_")]
-    assert len(trash) == 1 and sorted(p.name for p in (dump / "events").iterdir()) == ["actor_cell0_rank0.jsonl"]
+    assert len(trash) == 1 and sorted(p.name for p in (dump / "events").iterdir()) == [
+        "actor_cell0_rank0.jsonl"
+    ]
     resumed = EventLog(str(dump), "actor_cell0_rank0", SOURCE)
     _steps(resumed, range(4, 6), 100.0)  # redone after the checkpoint, with new values
-    assert feed.poll() == 4  # step 6 and the new file from the trash, the resumed 4 and 5; the copied 0..3 skipped
+    assert (
+        feed.poll() == 4
+    )  # step 6 and the new file from the trash, the resumed 4 and 5; the copied 0..3 skipped
     state = feed.state()
     assert (state.records, state.repeated_lines, state.swaps, state.bad_lines) == (10, 4, 1, 0)
     assert monitor.collector.series.get("perf/rollout_time").steps == [3]
@@ -81,8 +89,10 @@ def test_truncated_copy_without_a_dir_swap_is_not_counted_again(tmp_path):
 
 def test_sources_per_chart(tmp_path):
     monitor = RunMonitor()
-    monitor.feed_text("(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05.000 actor_cell0_rank0] log_utils.py:542 - "
-                      "step 0: {'train/loss': 0.5, 'train/ppo_kl': 0.0, 'train/step': 0}\n")
+    monitor.feed_text(
+        "(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05.000 actor_cell0_rank0] log_utils.py:542 - "
+        "step 0: {'train/loss': 0.5, 'train/ppo_kl': 0.0, 'train/step': 0}\n"
+    )
     sources = sources_by_key(monitor.collector.series)
     assert sources == {"train/loss": "log", "train/ppo_kl": "log"}
     events = EventLog(str(tmp_path), "actor_cell0_rank0", SOURCE)
@@ -92,8 +102,10 @@ def test_sources_per_chart(tmp_path):
     assert feed.poll() == 2
     sources = sources_by_key(monitor.collector.series)
     assert sources["train/ppo_kl"] == "events" and sources["rollout/raw_reward"] == "events"
-    monitor.feed_text("(MegatronTrainRayActor pid=1) [2026-03-02 10:00:06.000 actor_cell0_rank0] log_utils.py:542 - "
-                      "step 1: {'train/loss': 0.4, 'train/ppo_kl': 0.1, 'train/step': 1}\n")
+    monitor.feed_text(
+        "(MegatronTrainRayActor pid=1) [2026-03-02 10:00:06.000 actor_cell0_rank0] log_utils.py:542 - "
+        "step 1: {'train/loss': 0.4, 'train/ppo_kl': 0.1, 'train/step': 1}\n"
+    )
     sources = sources_by_key(monitor.collector.series)
     assert chart_source(sources, ["train/ppo_kl", "rollout/raw_reward"]) == "events+log"
     assert chart_source(sources, ["rollout/raw_reward"]) == "events"
@@ -120,17 +132,27 @@ def test_a_late_close_never_closes_the_next_open_of_the_same_phase(tmp_path):
     """miles sends an open marker at once and closes in batches: the close of rollout 1 can land after the open of
     rollout 2 (old code: popped the phase on any close, so rollout 2 read as closed while it ran)."""
     lane = {"node": "10.0.0.1", "gpus": [], "rank": -1, "role": "rollout_manager"}
-    tel = _telemetry_of(tmp_path, [
-        [("phases", {"name": "rollout", "t0": 100.0, "t1": -1.0, **lane})],
-        [("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane}),     # rollout 2 opens ...
-         ("phases", {"name": "rollout", "t0": 100.0, "t1": 129.5, **lane})],   # ... before rollout 1's close
-    ])
+    tel = _telemetry_of(
+        tmp_path,
+        [
+            [("phases", {"name": "rollout", "t0": 100.0, "t1": -1.0, **lane})],
+            [
+                ("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane}),  # rollout 2 opens ...
+                ("phases", {"name": "rollout", "t0": 100.0, "t1": 129.5, **lane}),
+            ],  # ... before rollout 1's close
+        ],
+    )
     assert tel.open_phases == {("10.0.0.1", -1, "rollout_manager", "rollout"): 130.0}
     assert list(tel.phase_durations["rollout"]) == [29.5]
-    tel2 = _telemetry_of(tmp_path / "b", [
-        [("phases", {"name": "rollout", "t0": 130.0, "t1": 160.0, **lane})],
-        [("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane})],  # an open read after its own close
-    ])
+    tel2 = _telemetry_of(
+        tmp_path / "b",
+        [
+            [("phases", {"name": "rollout", "t0": 130.0, "t1": 160.0, **lane})],
+            [
+                ("phases", {"name": "rollout", "t0": 130.0, "t1": -1.0, **lane})
+            ],  # an open read after its own close
+        ],
+    )
     assert tel2.open_phases == {}
 
 
@@ -141,17 +163,29 @@ def test_fraction_gauges_are_averaged_over_engines_and_dp_ranks_never_summed(tmp
     ts = 1755771600.0
 
     def row(addr: str, metric: str, value: float, dp: str) -> tuple[str, dict[str, object]]:
-        return ("engine_series", {"ts": ts, "addr": addr, "metric": metric, "labels": {"dp_rank": dp}, "value": value})
+        return (
+            "engine_series",
+            {"ts": ts, "addr": addr, "metric": metric, "labels": {"dp_rank": dp}, "value": value},
+        )
 
     a, b = "http://10.0.0.1:15000", "http://10.0.0.2:15000"
-    tel = _telemetry_of(tmp_path, [[
-        row(a, "sglang_token_usage", 0.4, "0"), row(a, "sglang_token_usage", 0.6, "1"),
-        row(b, "sglang_token_usage", 0.5, "0"),
-        row(a, "sglang_cache_hit_rate", 0.2, "0"), row(b, "sglang_cache_hit_rate", 0.8, "0"),
-        row(a, "sglang_kv_transfer_latency_ms", 10.0, "0"), row(b, "sglang_kv_transfer_latency_ms", 30.0, "0"),
-        row(a, "sglang_num_running_reqs", 16.0, "0"), row(a, "sglang_num_running_reqs", 4.0, "1"),
-        row(b, "sglang_num_running_reqs", 8.0, "0"),
-    ]])
+    tel = _telemetry_of(
+        tmp_path,
+        [
+            [
+                row(a, "sglang_token_usage", 0.4, "0"),
+                row(a, "sglang_token_usage", 0.6, "1"),
+                row(b, "sglang_token_usage", 0.5, "0"),
+                row(a, "sglang_cache_hit_rate", 0.2, "0"),
+                row(b, "sglang_cache_hit_rate", 0.8, "0"),
+                row(a, "sglang_kv_transfer_latency_ms", 10.0, "0"),
+                row(b, "sglang_kv_transfer_latency_ms", 30.0, "0"),
+                row(a, "sglang_num_running_reqs", 16.0, "0"),
+                row(a, "sglang_num_running_reqs", 4.0, "1"),
+                row(b, "sglang_num_running_reqs", 8.0, "0"),
+            ]
+        ],
+    )
     totals = tel.summary(ts)["engines"]["totals"]
     assert math.isclose(totals["sglang_token_usage"], 0.5)
     assert math.isclose(totals["sglang_cache_hit_rate"], 0.5)

@@ -67,8 +67,10 @@ def test_nvml_failure_and_processes() -> None:
     raw = copy.deepcopy(load("h200_nodes_summary_idle.json"))
     gpu = raw["data"]["summary"][0]["gpus"][0]
     gpu["utilizationGpu"] = -1
-    gpu["processesPids"] = [{"pid": 4242, "gpuMemoryUsage": 40960, "gpuUtilization": 85},
-                            {"pid": 4243, "gpuMemoryUsage": 0, "gpuUtilization": 0}]
+    gpu["processesPids"] = [
+        {"pid": 4242, "gpuMemoryUsage": 40960, "gpuUtilization": 85},
+        {"pid": 4243, "gpuMemoryUsage": 0, "gpuUtilization": 0},
+    ]
     snap = parse_nodes_summary(raw)
     g = snap.nodes[0].gpus[0]
     assert g.utilization_pct is None
@@ -81,16 +83,35 @@ def test_dead_nodes_from_state_api_are_kept_with_reason() -> None:
     raw = load("nodes_summary_fakegpu.json")
     summary_ids = [n["raylet"]["nodeId"] for n in raw["data"]["summary"]]
     state = [
-        {"node_id": summary_ids[0], "node_ip": "127.0.0.1", "is_head_node": True, "state": "ALIVE",
-         "state_message": None, "node_name": "fake-node-0", "resources_total": {"GPU": 8.0}},
+        {
+            "node_id": summary_ids[0],
+            "node_ip": "127.0.0.1",
+            "is_head_node": True,
+            "state": "ALIVE",
+            "state_message": None,
+            "node_name": "fake-node-0",
+            "resources_total": {"GPU": 8.0},
+        },
         # dying node: the summary still says ALIVE, the state API already knows better
-        {"node_id": summary_ids[2], "node_ip": "127.0.0.1", "is_head_node": False, "state": "DEAD",
-         "state_message": "Unexpected termination: health check failed due to missing too many heartbeats",
-         "node_name": "fake-node-2", "resources_total": {"GPU": 8.0}},
+        {
+            "node_id": summary_ids[2],
+            "node_ip": "127.0.0.1",
+            "is_head_node": False,
+            "state": "DEAD",
+            "state_message": "Unexpected termination: health check failed due to missing too many heartbeats",
+            "node_name": "fake-node-2",
+            "resources_total": {"GPU": 8.0},
+        },
         # long dead: gone from the summary
-        {"node_id": "2e3455" + "0" * 50, "node_ip": "127.0.0.1", "is_head_node": False, "state": "DEAD",
-         "state_message": "Expected termination: received SIGTERM", "node_name": "fake-node-5",
-         "resources_total": {"GPU": 8.0}},
+        {
+            "node_id": "2e3455" + "0" * 50,
+            "node_ip": "127.0.0.1",
+            "is_head_node": False,
+            "state": "DEAD",
+            "state_message": "Expected termination: received SIGTERM",
+            "node_name": "fake-node-5",
+            "resources_total": {"GPU": 8.0},
+        },
     ]
     snap = parse_nodes_summary(raw, state)
     assert len(snap.nodes) == 5
@@ -108,10 +129,26 @@ def test_json_round_trip_is_stable() -> None:
     text = snap.to_json()
     data = json.loads(text)
     assert set(data) == {"nodes", "taken_at", "ray_version", "gpu_source", "roles"}
-    assert set(data["nodes"][0]) >= {"node_id", "ip", "hostname", "alive", "state", "death_reason", "is_head",
-                                     "gpus", "logical_gpus_total", "logical_gpus_used"}
-    assert set(data["nodes"][0]["gpus"][0]) >= {"index", "name", "utilization_pct", "mem_used_mb",
-                                                "mem_total_mb", "processes"}
+    assert set(data["nodes"][0]) >= {
+        "node_id",
+        "ip",
+        "hostname",
+        "alive",
+        "state",
+        "death_reason",
+        "is_head",
+        "gpus",
+        "logical_gpus_total",
+        "logical_gpus_used",
+    }
+    assert set(data["nodes"][0]["gpus"][0]) >= {
+        "index",
+        "name",
+        "utilization_pct",
+        "mem_used_mb",
+        "mem_total_mb",
+        "processes",
+    }
     assert ClusterSnapshot.from_json(text) == snap
 
 

@@ -20,7 +20,9 @@ def test_checkpoints_need_config_json():
 def test_variants_map_checkpoints_to_presets():
     by_key = {v.key: v for v in list_variants(MODELS, DEFAULT_PRESET)}
     four = by_key["checkpoint:NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16-4layer"]
-    assert four.preset == "nemotron-3-ultra-550b-a55b-4layer" and four.overrides == () and four.slice_layers == 4
+    assert (
+        four.preset == "nemotron-3-ultra-550b-a55b-4layer" and four.overrides == () and four.slice_layers == 4
+    )
     two = by_key["checkpoint:Nemotron-Ultra-2layer-test"]
     assert two.is_slice and two.slice_layers == 2 and two.preset == DEFAULT_PRESET
     assert ("model.name", "Nemotron-Ultra-2layer-test") in two.overrides
@@ -29,8 +31,16 @@ def test_variants_map_checkpoints_to_presets():
 
 def test_edit_reports_each_bad_field_and_keeps_the_rest():
     base = load_preset_dict(DEFAULT_PRESET)
-    result = edit_spec(base, {"cluster.nodes": "4", "train.tp": "0", "rollout.mem_fraction": "lots",
-                              "batch.global_batch_size": "", "train.etp": "none"})
+    result = edit_spec(
+        base,
+        {
+            "cluster.nodes": "4",
+            "train.tp": "0",
+            "rollout.mem_fraction": "lots",
+            "batch.global_batch_size": "",
+            "train.etp": "none",
+        },
+    )
     assert set(result.field_errors) == {"train.tp", "rollout.mem_fraction", "batch.global_batch_size"}
     assert "greater than 0" in result.field_errors["train.tp"]
     assert result.spec is not None and not result.ok

@@ -25,4 +25,3 @@ __all__ = ["FAKEGPU_PATH", "SIM_LABEL", "SIM_TRAIN_SCRIPT", "is_simulated"]
 SIM_TRAIN_SCRIPT = str(Path(__file__).resolve().with_name("train.py"))
 SIM_LABEL = "SIMULATED TRAINER (ultra-console simtrainer, not miles)"
 FAKEGPU_PATH = str(Path(__file__).resolve().with_name("fakegpu"))
-

@@ -73,7 +73,9 @@ class RolloutManager:
         self.dashboard = DashboardClient(args.use_miles_dashboard and in_ray)
         self.log = MilesLog(self.PROC, args.log_format)
         self.events = EventLog(args.dump_details, self.PROC, {"component": self.PROC}, self.dashboard)
-        self.log.at("rollout_manager.py:59", f"{SIM_LABEL}: {type(self).__name__} started (no sglang engines)")
+        self.log.at(
+            "rollout_manager.py:59", f"{SIM_LABEL}: {type(self).__name__} started (no sglang engines)"
+        )
         if args.fail == "engine-start":
             self._start_engine(in_ray)
 
@@ -96,10 +98,19 @@ class RolloutManager:
         self.dashboard.phase(PhaseEvent("rollout", wall0, -1.0, node, [], -1, "rollout_manager"))
         time.sleep(a.step_seconds)
         self.dashboard.phase(PhaseEvent("rollout", wall0, time.time(), node, [], -1, "rollout_manager"))
-        self.log.at("inference_rollout_train.py:156",
-                    f"Finish rollout: rollout_id={rollout_id} samples={a.rollout_batch_size * a.n_samples_per_prompt}")
-        perf = metrics.rollout_perf(rollout_id, a.world_size, a.rollout_batch_size, a.n_samples_per_prompt,
-                                    a.max_response_len, round(time.monotonic() - t0, 3), a.log_passrate)
+        self.log.at(
+            "inference_rollout_train.py:156",
+            f"Finish rollout: rollout_id={rollout_id} samples={a.rollout_batch_size * a.n_samples_per_prompt}",
+        )
+        perf = metrics.rollout_perf(
+            rollout_id,
+            a.world_size,
+            a.rollout_batch_size,
+            a.n_samples_per_prompt,
+            a.max_response_len,
+            round(time.monotonic() - t0, 3),
+            a.log_passrate,
+        )
         self.log.at("metrics.py:89", f"perf {rollout_id}: {perf}")
         self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         return a.rollout_batch_size * a.n_samples_per_prompt
@@ -128,8 +139,12 @@ class MegatronTrainRayActor:
         self.dashboard = DashboardClient(args.use_miles_dashboard and in_ray and self.prints_metrics)
         self.phases = DashboardClient(args.use_miles_dashboard and in_ray)
         self.log = MilesLog(f"actor_cell0_rank{rank}", args.log_format)
-        self.events = EventLog(args.dump_details if self.prints_metrics else None, f"actor_cell0_rank{rank}",
-                               {"component": "actor", "cell_index": 0, "rank_within_cell": rank}, self.dashboard)
+        self.events = EventLog(
+            args.dump_details if self.prints_metrics else None,
+            f"actor_cell0_rank{rank}",
+            {"component": "actor", "cell_index": 0, "rank_within_cell": rank},
+            self.dashboard,
+        )
         self.gpu_ids: list[int] = []
         self.holdings: list[Path] = []
         self.node = ""
@@ -139,8 +154,10 @@ class MegatronTrainRayActor:
             self.gpu_ids = [int(x) for x in ray.get_gpu_ids()]
             self.holdings = _hold_gpus(self.gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
             self.node = _node_ip()
-        self.log.at("train_actor.py:53",
-                    f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {self.gpu_ids}")
+        self.log.at(
+            "train_actor.py:53",
+            f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {self.gpu_ids}",
+        )
         if in_ray and args.fail == "host-oom" and node_index == 0:
             # Ray's memory monitor SIGKILLs the worker while it loads the checkpoint into host memory; the
             # driver words what Ray reports (driver.py), the simulator cannot really exhaust the host's RAM.
@@ -150,7 +167,9 @@ class MegatronTrainRayActor:
     def _set_util(self, util: int, mem: int | None = None) -> None:
         for path in self.holdings:
             with contextlib.suppress(OSError):
-                path.write_text(json.dumps({"mem": self.args.hold_gpu_mib if mem is None else mem, "util": util}))
+                path.write_text(
+                    json.dumps({"mem": self.args.hold_gpu_mib if mem is None else mem, "util": util})
+                )
 
     def _metric_line(self, where: str, line: str) -> None:
         self.log.at(where, truncated(line) if self.args.unreadable_metrics else line)
@@ -165,7 +184,9 @@ class MegatronTrainRayActor:
         for path in self.holdings:
             if path.name.startswith(f"gpu{a.oom_gpu}-"):
                 with contextlib.suppress(OSError):
-                    path.write_text(json.dumps({"mem": (oom.capacity_bytes() - oom.FREE) // oom.MIB, "util": 100}))
+                    path.write_text(
+                        json.dumps({"mem": (oom.capacity_bytes() - oom.FREE) // oom.MIB, "util": 100})
+                    )
         _allocate(oom.ASKED, a.oom_gpu, rollout_id)
 
     def _collective_timeout(self) -> None:
@@ -183,7 +204,9 @@ class MegatronTrainRayActor:
         if not timed_out:  # a node of the culprit alone: it goes when Ray ends the failed job
             os.kill(os.getpid(), signal.SIGKILL)
         for rank in timed_out:
-            sys.stderr.write("".join(f"{line}\n" for line in deaths.nccl_timeout_lines(rank, timeout_ms, ran_ms)))
+            sys.stderr.write(
+                "".join(f"{line}\n" for line in deaths.nccl_timeout_lines(rank, timeout_ms, ran_ms))
+            )
             sys.stderr.flush()
         deaths.nccl_abort(timed_out[0], timeout_ms, ran_ms)
 
@@ -238,7 +261,9 @@ class MegatronTrainRayActor:
         for i, rank in enumerate(self.ranks):
             gpus = [self.gpu_ids[i]] if i < len(self.gpu_ids) else []
             late = self.args.straggler_seconds if t1 != -1.0 and rank == self.args.straggler_rank else 0.0
-            self.phases.phase(PhaseEvent(name, t0, t1 + late if t1 != -1.0 else t1, self.node, gpus, rank, "train"))
+            self.phases.phase(
+                PhaseEvent(name, t0, t1 + late if t1 != -1.0 else t1, self.node, gpus, rank, "train")
+            )
 
     def save_model(self, rollout_id: int) -> None:
         """Megatron's checkpoint lines and layout (`iter_XXXXXXX/`, tracker file) plus a marker, and
@@ -253,7 +278,9 @@ class MegatronTrainRayActor:
         (ckpt / "SIMULATED").write_text(f"{SIM_LABEL}: no weights; rollout_id={rollout_id}\n")
         (Path(save) / event_checkpoint.TRACKER).write_text(f"{it}\n")
         event_checkpoint.snapshot(self.args.dump_details, save, it, self.log)
-        print(f"  successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]", flush=True)
+        print(
+            f"  successfully saved checkpoint from iteration {it:7d} to {save} [ t 1/1, p 1/1 ]", flush=True
+        )
 
     def leak_gpu_process(self, mib: int) -> int:
         """Start a process in its own session that outlives this actor and keeps "holding" GPU 0
@@ -262,11 +289,20 @@ class MegatronTrainRayActor:
 
         # Double fork: the holder is re-parented at once, so Ray's kill of the worker's
         # children (on worker exit) does not reach it, as with a daemonised SGLang process.
-        holder = [sys.executable, "-c", "import time\nwhile True: time.sleep(60)", "simtrainer-leaked-gpu-holder"]
-        spawn = ("import subprocess, sys\n"
-                 f"p = subprocess.Popen({holder!r}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
-                 "stderr=subprocess.DEVNULL, start_new_session=True)\nprint(p.pid)")
-        out = subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True, timeout=60)
+        holder = [
+            sys.executable,
+            "-c",
+            "import time\nwhile True: time.sleep(60)",
+            "simtrainer-leaked-gpu-holder",
+        ]
+        spawn = (
+            "import subprocess, sys\n"
+            f"p = subprocess.Popen({holder!r}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL, start_new_session=True)\nprint(p.pid)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", spawn], capture_output=True, text=True, check=True, timeout=60
+        )
         pid = int(out.stdout.strip())
         gpu_ids = [int(x) for x in ray.get_gpu_ids()][:1]
         _hold_gpus(gpu_ids, pid, mib, 0)
@@ -299,8 +335,11 @@ class SGLangEngine:
 
     def __init__(self, args: SimArgs) -> None:
         self.args = args
-        print(deaths.sglang_line(f"{SIM_LABEL}: SGLangEngine launching a server (no model)"), file=sys.stderr,
-              flush=True)
+        print(
+            deaths.sglang_line(f"{SIM_LABEL}: SGLangEngine launching a server (no model)"),
+            file=sys.stderr,
+            flush=True,
+        )
 
     def init(self) -> None:
         if self.args.fail == "engine-start":

@@ -16,6 +16,7 @@ LOG_FORMATS = ("newest", "2026-04", "bare")  # see milog.py for what each prints
 FAIL_KINDS = ("error", "train-oom", "engine-start", "host-oom", "nccl-timeout")
 NEEDS_RAY = ("host-oom",)  # Ray's OOM killer has no meaning without Ray (`--sim-log-format bare`)
 
+
 @dataclass(frozen=True)
 class SimArgs:
     num_rollout: int
@@ -151,7 +152,9 @@ def parse(argv: Sequence[str]) -> SimArgs:
     ns, _unknown = parser.parse_known_args(list(argv))
     if ns.oom_at_rollout is not None:
         if ns.fail not in (None, "train-oom") or ns.fail_at_rollout not in (None, ns.oom_at_rollout):
-            parser.error("--sim-oom-at-rollout N is --sim-fail train-oom --sim-fail-at-rollout N: give one of them")
+            parser.error(
+                "--sim-oom-at-rollout N is --sim-fail train-oom --sim-fail-at-rollout N: give one of them"
+            )
         ns.fail, ns.fail_at_rollout = "train-oom", ns.oom_at_rollout
     if ns.fail is None and ns.fail_at_rollout is not None:
         ns.fail = "error"
@@ -163,5 +166,9 @@ def parse(argv: Sequence[str]) -> SimArgs:
     if ns.fail_rank is not None and not 0 <= ns.fail_rank < world:
         parser.error(f"--sim-fail-rank must be a rank of the {world}-GPU training world")
     eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
-    values = {k: v for k, v in vars(ns).items() if k not in ("eval_prompt_data", "oom_at_rollout", "fail_at_rollout")}
+    values = {
+        k: v
+        for k, v in vars(ns).items()
+        if k not in ("eval_prompt_data", "oom_at_rollout", "fail_at_rollout")
+    }
     return SimArgs(eval_name=eval_name, fail_at_rollout=ns.fail_at_rollout or 0, **values)

@@ -127,7 +127,9 @@ class DashboardStore:
             if ev["role"] != "train":
                 continue
             for gpu in ev["gpus"]:
-                lane = self._lanes.setdefault(f"{ev['node']}:{gpu}", {"ranks": [], "engine_addrs": [], "roles": []})
+                lane = self._lanes.setdefault(
+                    f"{ev['node']}:{gpu}", {"ranks": [], "engine_addrs": [], "roles": []}
+                )
                 for field, value in (("ranks", ev["rank"]), ("roles", "train")):
                     if value not in lane[field]:
                         lane[field].append(value)
@@ -189,11 +191,37 @@ class GpuSampler:
 
     def sample_once(self, ts: float, processes: bool) -> None:
         rows = fake_gpus(self.node_id)
-        util = [asdict(GpuSample(ts, self.node, int(g["index"]), int(g["utilization_gpu"]), int(g["memory_used"]),
-                                 int(g["power_mw"]) // 1000)) for g in rows]
-        procs = [asdict(GpuProcessSample(ts, self.node, int(g["index"]), int(p["pid"]), _process_name(int(p["pid"])),
-                                         int(p["gpu_memory_usage"])))
-                 for g in rows for p in g["processes_pids"].values()] if processes else []
+        util = [
+            asdict(
+                GpuSample(
+                    ts,
+                    self.node,
+                    int(g["index"]),
+                    int(g["utilization_gpu"]),
+                    int(g["memory_used"]),
+                    int(g["power_mw"]) // 1000,
+                )
+            )
+            for g in rows
+        ]
+        procs = (
+            [
+                asdict(
+                    GpuProcessSample(
+                        ts,
+                        self.node,
+                        int(g["index"]),
+                        int(p["pid"]),
+                        _process_name(int(p["pid"])),
+                        int(p["gpu_memory_usage"]),
+                    )
+                )
+                for g in rows
+                for p in g["processes_pids"].values()
+            ]
+            if processes
+            else []
+        )
         with self._lock:
             self._buf["gpu_util"].extend(util)
             self._buf["gpu_processes"].extend(procs)
@@ -239,8 +267,12 @@ def find_collector(timeout_s: float = 60.0) -> Any:
             return ray.get_actor(COLLECTOR_NAME)
         except ValueError:
             if time.monotonic() > deadline:
-                print(f"miles dashboard: collector {COLLECTOR_NAME} not found in {timeout_s:.0f}s; "
-                      "this process stops pushing", file=sys.stderr, flush=True)
+                print(
+                    f"miles dashboard: collector {COLLECTOR_NAME} not found in {timeout_s:.0f}s; "
+                    "this process stops pushing",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return None
             time.sleep(1.0)
 
@@ -265,12 +297,23 @@ class DashboardClient:
 
     def metrics(self, metrics: dict[str, Any]) -> None:
         step_key = next((k for k in ("train/step", "eval/step", "rollout/step") if k in metrics), None)
-        scalars = {k: float(v) if isinstance(v, float) else v for k, v in metrics.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        scalars = {
+            k: float(v) if isinstance(v, float) else v
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
         step = scalars.get(step_key) if step_key else None
-        self._push("metrics", asdict(MetricsRecord(time.time(), step_key,
-                                                   int(step) if step is not None and math.isfinite(step) else None,
-                                                   scalars)))
+        self._push(
+            "metrics",
+            asdict(
+                MetricsRecord(
+                    time.time(),
+                    step_key,
+                    int(step) if step is not None and math.isfinite(step) else None,
+                    scalars,
+                )
+            ),
+        )
 
     def phase(self, event: PhaseEvent) -> None:
         self._push("phases", asdict(event))
@@ -278,7 +321,13 @@ class DashboardClient:
 
 def run_args(args: Any) -> dict[str, Any]:
     """miles' curated `meta.json` args (dashboard/args.py): the GPU layout and rollout shape."""
-    return {"colocate": True, "actor_num_nodes": args.actor_num_nodes,
-            "actor_num_gpus_per_node": args.actor_num_gpus_per_node, "rollout_num_gpus": args.world_size,
-            "rollout_batch_size": args.rollout_batch_size, "n_samples_per_prompt": args.n_samples_per_prompt,
-            "rollout_max_response_len": args.max_response_len, "wandb_group": args.wandb_group}
+    return {
+        "colocate": True,
+        "actor_num_nodes": args.actor_num_nodes,
+        "actor_num_gpus_per_node": args.actor_num_gpus_per_node,
+        "rollout_num_gpus": args.world_size,
+        "rollout_batch_size": args.rollout_batch_size,
+        "n_samples_per_prompt": args.n_samples_per_prompt,
+        "rollout_max_response_len": args.max_response_len,
+        "wandb_group": args.wandb_group,
+    }

@@ -40,10 +40,15 @@ def sglang_line(message: str, tags: str = "") -> str:
 def scheduler_exception(tags: str = "TP0") -> str:
     """The scheduler's `logger.error(f"Scheduler hit an exception: {traceback}")`: one record, so the
     traceback's lines follow the stamped first line with no bracket of their own."""
-    frames = "".join(f'  File "{SGLANG_SRC}/{path}", line {line}, in {fn}\n    {code}\n'
-                     for path, line, fn, code in SCHEDULER_FRAMES)
-    return sglang_line(f"Scheduler hit an exception: Traceback (most recent call last):\n{frames}"
-                       f"RuntimeError: {NOT_ENOUGH_MEMORY}\n", tags)
+    frames = "".join(
+        f'  File "{SGLANG_SRC}/{path}", line {line}, in {fn}\n    {code}\n'
+        for path, line, fn, code in SCHEDULER_FRAMES
+    )
+    return sglang_line(
+        f"Scheduler hit an exception: Traceback (most recent call last):\n{frames}"
+        f"RuntimeError: {NOT_ENOUGH_MEMORY}\n",
+        tags,
+    )
 
 
 def sigquit_line() -> str:
@@ -61,18 +66,24 @@ def _c10_prefix(rank: int, level: str, where: str) -> str:
     unpadded; nanoseconds), local time."""
     now = time.time_ns()
     t = datetime.fromtimestamp(now / 1e9)
-    return (f"[rank{rank}]:[{level}{t.month * 100 + t.day} {t.strftime('%H:%M:%S')}.{now % 1_000_000_000:09d} "
-            f"{where}] ")
+    return (
+        f"[rank{rank}]:[{level}{t.month * 100 + t.day} {t.strftime('%H:%M:%S')}.{now % 1_000_000_000:09d} "
+        f"{where}] "
+    )
 
 
 def _work(timeout_ms: int) -> str:
-    return (f"WorkNCCL(SeqNum={SEQ_TIMED_OUT}, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
-            f"Timeout(ms)={timeout_ms})")
+    return (
+        f"WorkNCCL(SeqNum={SEQ_TIMED_OUT}, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+        f"Timeout(ms)={timeout_ms})"
+    )
 
 
 def watchdog_caught(rank: int, timeout_ms: int, ran_ms: int) -> str:
-    return (f"[Rank {rank}] Watchdog caught collective operation timeout: {_work(timeout_ms)} ran for {ran_ms} "
-            "milliseconds before timing out.")
+    return (
+        f"[Rank {rank}] Watchdog caught collective operation timeout: {_work(timeout_ms)} ran for {ran_ms} "
+        "milliseconds before timing out."
+    )
 
 
 def nccl_timeout_lines(rank: int, timeout_ms: int, ran_ms: int) -> list[str]:
@@ -80,15 +91,19 @@ def nccl_timeout_lines(rank: int, timeout_ms: int, ran_ms: int) -> list[str]:
     caught = watchdog_caught(rank, timeout_ms, ran_ms)
     return [
         _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:616") + caught,
-        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:1785") + f"[{PG} Rank {rank}] Exception (either an error or "
+        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:1785")
+        + f"[{PG} Rank {rank}] Exception (either an error or "
         f"timeout) detected by watchdog at work: {SEQ_TIMED_OUT}, last enqueued NCCL work: {SEQ_TIMED_OUT + 2}, "
         f"last completed NCCL work: {SEQ_TIMED_OUT - 1}.",
-        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:630") + f"[Rank {rank}] Some NCCL operations have failed or "
+        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:630")
+        + f"[Rank {rank}] Some NCCL operations have failed or "
         "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
         "corrupted/incomplete data.",
-        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:636") + f"[Rank {rank}] To avoid data inconsistency, we are "
+        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:636")
+        + f"[Rank {rank}] To avoid data inconsistency, we are "
         "taking the entire process down.",
-        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:1601") + f"[{PG} Rank {rank}] Process group watchdog thread "
+        _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:1601")
+        + f"[{PG} Rank {rank}] Process group watchdog thread "
         f"terminated with exception: {caught}",
     ]
 
@@ -106,7 +121,8 @@ def nccl_abort(rank: int, timeout_ms: int, ran_ms: int) -> None:
         "/usr/local/lib/python3.12/dist-packages/torch/lib/libc10.so)\n"
         "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
         "std::ratio<1l, 1000l> > >) + 0x282 (0x7f3be3a2a772 in "
-        "/usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so)\n")
+        "/usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so)\n"
+    )
     sys.stderr.flush()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.abort()
@@ -121,20 +137,22 @@ USED_GB, NODE_USED, NODE_TOTAL, FRACTION, THRESHOLD = 12.3, "1.9TB", "2.0TB", 0.
 
 def host_oom_message(ip: str, node_id: str, actor_id: str, task: str, pid: int, worker_id: str) -> str:
     """`ray.exceptions.OutOfMemoryError`'s text for a task or actor the memory monitor killed."""
-    return (f"Task was killed due to the node running low on memory. Memory on the node (IP: {ip}, ID: {node_id}) "
-            f"where the task (actor ID: {actor_id}, name={task}, pid={pid}, memory used={USED_GB}GB) was running "
-            f"was {NODE_USED} / {NODE_TOTAL} ({FRACTION}), which exceeds the memory usage threshold of {THRESHOLD}. "
-            f"Ray killed this worker (ID: {worker_id}) because it was the most recently scheduled task; to see more "
-            f"information about memory usage on this node, use `ray logs raylet.out -ip {ip}`. To see the logs of "
-            f"the worker, use `ray logs worker-{worker_id}*out -ip {ip}.\n"
-            "Top 10 memory users:\nPID\tMEM(GB)\tCOMMAND\n"
-            f"{pid}\t{USED_GB:.2f}\tray::{task}\n"
-            "Refer to the documentation on how to address the out of memory issue: "
-            "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more "
-            "memory on this node or reducing task parallelism by requesting more CPUs per task. Set max_restarts "
-            "and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, "
-            "set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable worker "
-            "killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero.")
+    return (
+        f"Task was killed due to the node running low on memory. Memory on the node (IP: {ip}, ID: {node_id}) "
+        f"where the task (actor ID: {actor_id}, name={task}, pid={pid}, memory used={USED_GB}GB) was running "
+        f"was {NODE_USED} / {NODE_TOTAL} ({FRACTION}), which exceeds the memory usage threshold of {THRESHOLD}. "
+        f"Ray killed this worker (ID: {worker_id}) because it was the most recently scheduled task; to see more "
+        f"information about memory usage on this node, use `ray logs raylet.out -ip {ip}`. To see the logs of "
+        f"the worker, use `ray logs worker-{worker_id}*out -ip {ip}.\n"
+        "Top 10 memory users:\nPID\tMEM(GB)\tCOMMAND\n"
+        f"{pid}\t{USED_GB:.2f}\tray::{task}\n"
+        "Refer to the documentation on how to address the out of memory issue: "
+        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more "
+        "memory on this node or reducing task parallelism by requesting more CPUs per task. Set max_restarts "
+        "and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, "
+        "set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable worker "
+        "killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero."
+    )
 
 
 def raylet_oom_line(node_id: str, ip: str, raylet_pid: int) -> str:
@@ -142,7 +160,9 @@ def raylet_oom_line(node_id: str, ip: str, raylet_pid: int) -> str:
     yellow `(raylet)` and keeps the raylet's glog stamp (comma before the milliseconds, level, pid, thread)."""
     now = datetime.now()
     stamp = f"{now.strftime('%Y-%m-%d %H:%M:%S')},{now.microsecond // 1000:03d}"
-    return (f"\x1b[33m(raylet)\x1b[0m [{stamp} E {raylet_pid} {raylet_pid}] (raylet) node_manager.cc:3280: 1 Workers (tasks / "
-            f"actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
-            f"(ID: {node_id}, IP: {ip}) over the last time period. To see more information about the Workers "
-            f"killed on this node, use `ray logs raylet.out -ip {ip}`")
+    return (
+        f"\x1b[33m(raylet)\x1b[0m [{stamp} E {raylet_pid} {raylet_pid}] (raylet) node_manager.cc:3280: 1 Workers (tasks / "
+        f"actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
+        f"(ID: {node_id}, IP: {ip}) over the last time period. To see more information about the Workers "
+        f"killed on this node, use `ray logs raylet.out -ip {ip}`"
+    )

@@ -66,21 +66,34 @@ def _start_dashboard(args: SimArgs, log: MilesLog) -> Any:
 
     assert args.dump_details, "--use-miles-dashboard requires --dump-details"
     here = ray.get_runtime_context().get_node_id()
-    collector = remote(num_cpus=0, max_concurrency=8)(DashboardCollector).options(
-        name=COLLECTOR_NAME, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
-        args.dump_details, args.wandb_group or "miles-run", run_args(args), args.dashboard_flush_interval)
+    collector = (
+        remote(num_cpus=0, max_concurrency=8)(DashboardCollector)
+        .options(name=COLLECTOR_NAME, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+        .remote(
+            args.dump_details, args.wandb_group or "miles-run", run_args(args), args.dashboard_flush_interval
+        )
+    )
     ray.get(collector.__ray_ready__.remote())
     sampler_cls = remote(num_cpus=0, max_concurrency=4)(GpuSampler)
     samplers = []
     for node in ray.nodes():
         if node.get("Alive") and node.get("Resources", {}).get("GPU"):
-            samplers.append(sampler_cls.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
-                node["NodeManagerAddress"], node["NodeID"], args.dashboard_gpu_sample_interval,
-                args.dashboard_flush_interval))
+            samplers.append(
+                sampler_cls.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                ).remote(
+                    node["NodeManagerAddress"],
+                    node["NodeID"],
+                    args.dashboard_gpu_sample_interval,
+                    args.dashboard_flush_interval,
+                )
+            )
     ray.get([s.__ray_ready__.remote() for s in samplers])
-    log.at("backend.py:61", f"miles dashboard: collector {COLLECTOR_NAME} and {len(samplers)} GPU sampler(s) started, "
-                            f"flush every {args.dashboard_flush_interval:g}s")
+    log.at(
+        "backend.py:61",
+        f"miles dashboard: collector {COLLECTOR_NAME} and {len(samplers)} GPU sampler(s) started, "
+        f"flush every {args.dashboard_flush_interval:g}s",
+    )
     return collector, samplers
 
 
@@ -117,8 +130,10 @@ def run(args: SimArgs, log: MilesLog) -> int:
         log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
         manager = remote(num_cpus=0)(manager_cls).remote(args)
         remote_train = remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
-        actors = [remote_train.options(scheduling_strategy="SPREAD", **_shim_off(args, i)).remote(args, i)
-                  for i in range(args.actor_num_nodes)]
+        actors = [
+            remote_train.options(scheduling_strategy="SPREAD", **_shim_off(args, i)).remote(args, i)
+            for i in range(args.actor_num_nodes)
+        ]
         _ready(args, log, [manager, *actors])
     else:
         get = _identity
@@ -127,7 +142,10 @@ def run(args: SimArgs, log: MilesLog) -> int:
             log.at("backend.py:88", "miles dashboard: no Ray in this process; dashboard streams are off")
         manager = _Local(manager_cls(args, in_ray=False))
         actors = [_Local(train_cls(args, i, in_ray=False)) for i in range(args.actor_num_nodes)]
-    log.at("placement_group.py:160", f"Placement group ready: {args.actor_num_nodes} train actors, 1 rollout manager")
+    log.at(
+        "placement_group.py:160",
+        f"Placement group ready: {args.actor_num_nodes} train actors, 1 rollout manager",
+    )
     try:
         if args.leak_gpu_process and in_ray:
             get(actors[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
@@ -192,8 +210,12 @@ def _host_oom(err: Any, log: MilesLog) -> Exception:
     pid = int(getattr(state, "pid", None) or 0)
     name = f"{getattr(state, 'class_name', None) or 'MegatronTrainRayActor'}.__init__"
     worker_id = os.urandom(28).hex()  # the state API does not keep a dead worker's id; Ray's is this shape
-    print(deaths.raylet_oom_line(node_id, ip, os.getpid()), file=sys.stderr, flush=True)  # raylet pid: invented
-    return ray.exceptions.OutOfMemoryError(deaths.host_oom_message(ip, node_id, actor_id, name, pid, worker_id))
+    print(
+        deaths.raylet_oom_line(node_id, ip, os.getpid()), file=sys.stderr, flush=True
+    )  # raylet pid: invented
+    return ray.exceptions.OutOfMemoryError(
+        deaths.host_oom_message(ip, node_id, actor_id, name, pid, worker_id)
+    )
 
 
 def _identity(value: Any) -> Any:
@@ -212,8 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
     log = MilesLog("main", args.log_format)
-    log.at("train.py:24", f"{SIM_LABEL}: no model is loaded and no GPU is used; "
-                          f"{len(argv)} miles arguments received")
+    log.at(
+        "train.py:24",
+        f"{SIM_LABEL}: no model is loaded and no GPU is used; {len(argv)} miles arguments received",
+    )
     if args.log_format != "bare" and not os.environ.get("RAY_ADDRESS"):
         log.at("train.py:26", f"{SIM_LABEL}: RAY_ADDRESS is not set; submit it as a Ray job")
         return 2

@@ -33,14 +33,23 @@ class MilesLog:
 
     def __init__(self, name: str, log_format: str = "newest", stream: TextIO | None = None) -> None:
         self.name = name
-        self._formatter = logging.Formatter(FORMATS[log_format].format(name=name), datefmt="%Y-%m-%d %H:%M:%S")
+        self._formatter = logging.Formatter(
+            FORMATS[log_format].format(name=name), datefmt="%Y-%m-%d %H:%M:%S"
+        )
         self._stream = stream
 
     def at(self, where: str, message: str) -> None:
         """Log `message` as if printed at miles' `where` ("file.py:123")."""
         filename, _, lineno = where.partition(":")
-        record = logging.LogRecord(f"miles.{self.name}", logging.INFO, f"/sim/miles/{filename}",
-                                   int(lineno or 0), message, None, None)
+        record = logging.LogRecord(
+            f"miles.{self.name}",
+            logging.INFO,
+            f"/sim/miles/{filename}",
+            int(lineno or 0),
+            message,
+            None,
+            None,
+        )
         out = self._stream or sys.stderr
         out.write(self._formatter.format(record) + "\n")
         out.flush()
@@ -51,8 +60,13 @@ class EventLog:
     call in `{dump_details}/events/<name>.jsonl` (miles-run-output.md §3.7). NaN/Inf become
     null (pydantic's default), numpy scalars plain numbers."""
 
-    def __init__(self, dump_details: str | None, name: str, source: dict[str, object],
-                 dashboard: DashboardClient | None = None) -> None:
+    def __init__(
+        self,
+        dump_details: str | None,
+        name: str,
+        source: dict[str, object],
+        dashboard: DashboardClient | None = None,
+    ) -> None:
         self.path = Path(dump_details) / EVENTS_DIR / f"{name}.jsonl" if dump_details else None
         self.source = source
         self.dashboard = dashboard
@@ -65,11 +79,24 @@ class EventLog:
             self.dashboard.metrics(metrics)
         if self.path is None:
             return
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else
-                     float(v) if isinstance(v, float) else v) for k, v in metrics.items()}
-        record = {"timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
-                  "source": self.source, "type": "metric", "rollout_id": rollout_id, "attempt": None,
-                  "metrics": clean}
+        clean = {
+            k: (
+                None
+                if isinstance(v, float) and not math.isfinite(v)
+                else float(v)
+                if isinstance(v, float)
+                else v
+            )
+            for k, v in metrics.items()
+        }
+        record = {
+            "timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+            "source": self.source,
+            "type": "metric",
+            "rollout_id": rollout_id,
+            "attempt": None,
+            "metrics": clean,
+        }
         # Opened per write, as miles does, so a restore can replace the file between two events.
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, separators=(",", ":")) + "\n")

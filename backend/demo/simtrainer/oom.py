@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from backend.demo.simtrainer.fakegpu.fakenvml import IDLE_MIB, total_mib
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 
 
 class OutOfMemoryError(RuntimeError):
@@ -47,13 +47,15 @@ def oom_message(gpu: int, pid: int, asked: int, free: int) -> str:
     in_use = total - free
     allocated = int(in_use * 0.94)
     reserved = in_use - allocated - 2 * GIB
-    return (f"CUDA out of memory. Tried to allocate {asked / GIB:.2f} GiB. GPU {gpu} has a total capacity of "
-            f"{total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free. Process {pid} has {in_use / GIB:.2f} GiB "
-            f"memory in use. Of the allocated memory {allocated / GIB:.2f} GiB is allocated by PyTorch, and "
-            f"{max(reserved, 0) / GIB:.2f} GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
-            "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
-            "See documentation for Memory Management  "
-            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    return (
+        f"CUDA out of memory. Tried to allocate {asked / GIB:.2f} GiB. GPU {gpu} has a total capacity of "
+        f"{total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free. Process {pid} has {in_use / GIB:.2f} GiB "
+        f"memory in use. Of the allocated memory {allocated / GIB:.2f} GiB is allocated by PyTorch, and "
+        f"{max(reserved, 0) / GIB:.2f} GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+        "See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
 
 
 ASKED = int(2.10 * GIB)

@@ -171,14 +171,22 @@ class LayoutContext:
         self.first, self.last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
         # validate_args runs its even-split check (C2) only without these flags
         self.uneven_args = self.first is not None or self.last is not None or t.vpp is not None
-        self.rec_gran, self.rec_method, self.rec_n = t.recompute_granularity, t.recompute_method, t.recompute_num_layers
+        self.rec_gran, self.rec_method, self.rec_n = (
+            t.recompute_granularity,
+            t.recompute_method,
+            t.recompute_num_layers,
+        )
         self.mbs, self.dyn = t.micro_batch_size, t.use_dynamic_batch_size
         self.overlap, self.dispatcher = t.moe_shared_expert_overlap, t.moe_token_dispatcher
         self.layers, self.pattern = m.num_layers, m.hybrid_pattern
         n_m, n_e, n_a, n_d = _counts(m.hybrid_pattern)
         self.has_mamba, self.has_moe, self.has_attn, self.has_mlp = n_m > 0, n_e > 0, n_a > 0, n_d > 0
         self.heads, self.groups, self.kv = m.num_attention_heads, m.num_query_groups, m.kv_channels
-        self.ffn, self.moe_ffn, self.shared = m.ffn_hidden_size, m.moe_ffn_hidden_size, m.shared_expert_intermediate_size
+        self.ffn, self.moe_ffn, self.shared = (
+            m.ffn_hidden_size,
+            m.moe_ffn_hidden_size,
+            m.shared_expert_intermediate_size,
+        )
         self.experts, self.latent = m.num_experts, m.moe_latent_size
         self.n_group, self.topk_group = m.n_group, m.topk_group
         self.m_heads, self.m_groups = m.mamba_num_heads, m.mamba_num_groups
@@ -196,7 +204,11 @@ class LayoutContext:
         self.mem_fraction, self.num_gpus, self.colocate = r.mem_fraction, r.num_gpus, r.colocate
         self.r_backend = r.sglang_attention_backend
         self.gbs, self.rbs, self.n = b.global_batch_size, b.rollout_batch_size, b.n_samples_per_prompt
-        self.steps, self.osb, self.max_tokens = b.num_steps_per_rollout, b.over_sampling_batch_size, b.max_tokens_per_gpu
+        self.steps, self.osb, self.max_tokens = (
+            b.num_steps_per_rollout,
+            b.over_sampling_batch_size,
+            b.max_tokens_per_gpu,
+        )
         # derived layout
         self.dense_grid = self.tp * self.pp * self.cp
         self.dp = self.W // self.dense_grid if self.W % self.dense_grid == 0 else None
@@ -210,23 +222,35 @@ class LayoutContext:
             self.attn_tp = self.g
         self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, derive)
 
-    def add(self, rule: str, message: str, fix: str, fields: tuple[str, ...] | None = None,
-            severity: Severity | None = None) -> None:
+    def add(
+        self,
+        rule: str,
+        message: str,
+        fix: str,
+        fields: tuple[str, ...] | None = None,
+        severity: Severity | None = None,
+    ) -> None:
         meta = RULES[rule]
         self.out.append(Finding(rule, severity or meta.severities[0], fields or meta.fields, message, fix))
 
     # legal-value sets used by fixes -------------------------------------------------------------
     def tp_ok_model(self, v: int) -> bool:
         """TP constraints that come from the model alone (B1, B2, D1, D2)."""
-        return (self.heads % v == 0 and (self.groups % v == 0 or v % self.groups == 0)
-                and (not self.has_mamba or (self.m_heads % v == 0 and self.m_groups % v == 0)))
+        return (
+            self.heads % v == 0
+            and (self.groups % v == 0 or v % self.groups == 0)
+            and (not self.has_mamba or (self.m_heads % v == 0 and self.m_groups % v == 0))
+        )
 
     def legal_tp(self) -> list[int]:
         return [v for v in divisors(self.heads) if self.tp_ok_model(v)]  # B1: heads % tp == 0
 
     def legal_pp(self) -> list[int]:
-        fits = [p for p in divisors(self.layers)
-                if self.W % (self.tp * p * self.cp) == 0 and self.W % (self.etp * self.ep * p) == 0]
+        fits = [
+            p
+            for p in divisors(self.layers)
+            if self.W % (self.tp * p * self.cp) == 0 and self.W % (self.etp * self.ep * p) == 0
+        ]
         return fits or list(divisors(self.layers))
 
     def legal_ep(self) -> list[int]:
@@ -235,7 +259,9 @@ class LayoutContext:
 
     def attn_tp_ok(self, a: int) -> bool:
         """G9 + G10 for one attention-TP degree."""
-        mamba = not self.has_mamba or (self.m_heads % a == 0 and (self.m_groups % a == 0 or self.m_groups == 1))
+        mamba = not self.has_mamba or (
+            self.m_heads % a == 0 and (self.m_groups % a == 0 or self.m_groups == 1)
+        )
         if self.groups >= a:
             kv_ok = self.groups % a == 0
         else:
@@ -259,10 +285,12 @@ class LayoutContext:
     # memory estimates (M rules and derive) --------------------------------------------------------
     def memory(self) -> TrainMemory:
         if self.train_memory is None:
-            stages = sizing.train_stage_params(self.m, self.tp, self.pp, self.ep, self.etp,
-                                               self.keep_mtp and self.mtp_layers > 0)
-            self.train_memory = TrainMemory(stages, max(1.0, self.W / self.dense_grid),
-                                            max(1.0, self.W / self.expert_grid))
+            stages = sizing.train_stage_params(
+                self.m, self.tp, self.pp, self.ep, self.etp, self.keep_mtp and self.mtp_layers > 0
+            )
+            self.train_memory = TrainMemory(
+                stages, max(1.0, self.W / self.dense_grid), max(1.0, self.W / self.expert_grid)
+            )
         return self.train_memory
 
     def hbm_need(self) -> HbmNeed:

@@ -12,10 +12,13 @@ from backend.plan.checks.values import alts, divisors, near
 
 def _e2(c: LayoutContext) -> None:
     if c.has_moe and c.tp > 1 and not c.sp:
-        c.add("E2", f"MoE training with TP = {c.tp} and sequence parallelism off: Megatron's MoE layer raises "
-              "at the first training forward ('performance may degrade if MoE and tensor parallelism are enabled "
-              "without also enabling sequence parallelism')",
-              "set train.sequence_parallel = true or unset it (on iff TP > 1), or use train.tp = 1")
+        c.add(
+            "E2",
+            f"MoE training with TP = {c.tp} and sequence parallelism off: Megatron's MoE layer raises "
+            "at the first training forward ('performance may degrade if MoE and tensor parallelism are enabled "
+            "without also enabling sequence parallelism')",
+            "set train.sequence_parallel = true or unset it (on iff TP > 1), or use train.tp = 1",
+        )
 
 
 def _e4(c: LayoutContext) -> None:
@@ -37,9 +40,13 @@ def _e4(c: LayoutContext) -> None:
         bad.append(f"MLP width {c.ffn} / TP {c.tp}")
         fields += ["train.tp", "model.ffn_hidden_size"]
     if bad:
-        c.add("E4", "tensor-parallel linear layers do not shard evenly: " + "; ".join(bad),
-              f"use train.tp {alts(near([v for v in c.legal_tp() if (c.shared % v == 0)], c.tp))}"
-              f" and train.etp {alts(near(divisors(c.moe_ffn), 1))}", tuple(dict.fromkeys(fields)))
+        c.add(
+            "E4",
+            "tensor-parallel linear layers do not shard evenly: " + "; ".join(bad),
+            f"use train.tp {alts(near([v for v in c.legal_tp() if (c.shared % v == 0)], c.tp))}"
+            f" and train.etp {alts(near(divisors(c.moe_ffn), 1))}",
+            tuple(dict.fromkeys(fields)),
+        )
 
 
 CHECKS: dict[str, Check] = {"E2": _e2, "E4": _e4}

@@ -12,28 +12,43 @@ from backend.plan.checks.values import alts, divisors, near
 
 def _g1(c: LayoutContext) -> None:
     if c.dpa and c.rdp > 1 and c.g % c.rdp:
-        c.add("G1", f"rollout dp {c.rdp} does not divide the {c.g} GPUs of an engine (DP-attention needs tp % dp "
-              "== 0)", f"use rollout.dp {alts(near(c.legal_rollout_dp() or divisors(c.g), c.rdp))}")
+        c.add(
+            "G1",
+            f"rollout dp {c.rdp} does not divide the {c.g} GPUs of an engine (DP-attention needs tp % dp "
+            "== 0)",
+            f"use rollout.dp {alts(near(c.legal_rollout_dp() or divisors(c.g), c.rdp))}",
+        )
 
 
 def _g4(c: LayoutContext) -> None:
     if c.g % c.nn:
-        c.add("G4", f"an engine of {c.g} GPUs spans {c.nn} nodes of {c.gpn}: SGLang needs tp divisible by the "
-              "node count ('tp_size must be divisible by number of nodes')",
-              f"use rollout.gpus_per_engine {alts(near([k * c.gpn for k in range(1, 9)], c.g))}")
+        c.add(
+            "G4",
+            f"an engine of {c.g} GPUs spans {c.nn} nodes of {c.gpn}: SGLang needs tp divisible by the "
+            "node count ('tp_size must be divisible by number of nodes')",
+            f"use rollout.gpus_per_engine {alts(near([k * c.gpn for k in range(1, 9)], c.g))}",
+        )
 
 
 def _g6(c: LayoutContext) -> None:
     if c.has_moe and c.rep not in (1, c.g):
-        c.add("G6", f"rollout ep {c.rep} with {c.g}-GPU engines: NemotronH in BF16 on H100/H200 runs the "
-              "flashinfer_cutlass MoE, which needs ep ∈ {1, tp} ('The expert parallel size must be 1 or the same "
-              "as the tensor parallel size')", f"use rollout.ep {c.g} (or 1)")
+        c.add(
+            "G6",
+            f"rollout ep {c.rep} with {c.g}-GPU engines: NemotronH in BF16 on H100/H200 runs the "
+            "flashinfer_cutlass MoE, which needs ep ∈ {1, tp} ('The expert parallel size must be 1 or the same "
+            "as the tensor parallel size')",
+            f"use rollout.ep {c.g} (or 1)",
+        )
 
 
 def _g7(c: LayoutContext) -> None:
     if c.r_backend == "triton":
-        c.add("G7", "rollout.sglang_attention_backend = 'triton': NemotronHForCausalLM does not support the "
-              "triton attention backend", "unset rollout.sglang_attention_backend (SGLang picks) or use fa3")
+        c.add(
+            "G7",
+            "rollout.sglang_attention_backend = 'triton': NemotronHForCausalLM does not support the "
+            "triton attention backend",
+            "unset rollout.sglang_attention_backend (SGLang picks) or use fa3",
+        )
 
 
 def _attn_fix(c: LayoutContext) -> str:
@@ -53,9 +68,12 @@ def _g9(c: LayoutContext) -> None:
     if a is None or not c.has_mamba:
         return
     if c.m_heads % a or (c.m_groups % a and c.m_groups != 1):
-        c.add("G9", f"attention TP = {c.g}/{c.rdp} = {a} in the rollout engine does not divide the Mamba heads "
-              f"({c.m_heads}) and n_groups ({c.m_groups}); SGLang fails at model load",
-              f"attn_tp must divide Mamba n_groups={c.m_groups}: {_attn_fix(c)}")
+        c.add(
+            "G9",
+            f"attention TP = {c.g}/{c.rdp} = {a} in the rollout engine does not divide the Mamba heads "
+            f"({c.m_heads}) and n_groups ({c.m_groups}); SGLang fails at model load",
+            f"attn_tp must divide Mamba n_groups={c.m_groups}: {_attn_fix(c)}",
+        )
 
 
 def _g10(c: LayoutContext) -> None:
@@ -64,32 +82,59 @@ def _g10(c: LayoutContext) -> None:
         return
     kv_bad = c.groups % a if c.groups >= a else a % c.groups
     if c.heads % a or kv_bad:
-        c.add("G10", f"attention TP = {a} in the rollout engine does not fit {c.heads} heads / {c.groups} KV heads "
-              "(SGLang's NemotronH attention asserts at model load)",
-              _attn_fix(c))
+        c.add(
+            "G10",
+            f"attention TP = {a} in the rollout engine does not fit {c.heads} heads / {c.groups} KV heads "
+            "(SGLang's NemotronH attention asserts at model load)",
+            _attn_fix(c),
+        )
 
 
 def _g11(c: LayoutContext) -> None:
     if not c.has_moe:
         return
     if c.g % c.rep:
-        c.add("G11", f"rollout ep {c.rep} does not divide the {c.g}-GPU engine (moe_tp = tp/ep must be whole)",
-              f"use rollout.ep {c.g} (or 1)")
+        c.add(
+            "G11",
+            f"rollout ep {c.rep} does not divide the {c.g}-GPU engine (moe_tp = tp/ep must be whole)",
+            f"use rollout.ep {c.g} (or 1)",
+        )
     elif c.experts % c.rep or c.moe_ffn % (c.g // c.rep):
         moe_tp = c.g // c.rep
-        c.add("G11", f"fused MoE cannot shard: {c.experts} experts over ep {c.rep} and expert width {c.moe_ffn} over "
-              f"moe_tp {moe_tp} must both divide", f"use rollout.ep {c.g} (or 1) with gpus_per_engine "
-              f"{alts(near([d for d in divisors(c.experts) if d % c.gpn == 0 or d <= c.gpn], c.g))}")
+        c.add(
+            "G11",
+            f"fused MoE cannot shard: {c.experts} experts over ep {c.rep} and expert width {c.moe_ffn} over "
+            f"moe_tp {moe_tp} must both divide",
+            f"use rollout.ep {c.g} (or 1) with gpus_per_engine "
+            f"{alts(near([d for d in divisors(c.experts) if d % c.gpn == 0 or d <= c.gpn], c.g))}",
+        )
 
 
 def _g12(c: LayoutContext) -> None:
     if c.g > c.gpn and c.g % c.gpn:
-        c.add("G12", f"an engine of {c.g} GPUs does not fill whole {c.gpn}-GPU nodes: miles starts "
-              f"{c.nn} node(s), so SGLang's world ({c.nn} × {c.g // c.nn}) cannot equal tp = {c.g} on "
-              f"{c.gpn}-GPU nodes", f"use rollout.gpus_per_engine {alts(near([k * c.gpn for k in range(1, 9)], c.g))}")
+        c.add(
+            "G12",
+            f"an engine of {c.g} GPUs does not fill whole {c.gpn}-GPU nodes: miles starts "
+            f"{c.nn} node(s), so SGLang's world ({c.nn} × {c.g // c.nn}) cannot equal tp = {c.g} on "
+            f"{c.gpn}-GPU nodes",
+            f"use rollout.gpus_per_engine {alts(near([k * c.gpn for k in range(1, 9)], c.g))}",
+        )
     elif c.g < c.gpn and c.gpn % c.g:
-        c.add("G12", f"engines of {c.g} GPUs do not tile a {c.gpn}-GPU node: some engines would straddle two nodes",
-              f"use rollout.gpus_per_engine {alts(near(divisors(c.gpn), c.g))}", severity="warning")
+        c.add(
+            "G12",
+            f"engines of {c.g} GPUs do not tile a {c.gpn}-GPU node: some engines would straddle two nodes",
+            f"use rollout.gpus_per_engine {alts(near(divisors(c.gpn), c.g))}",
+            severity="warning",
+        )
 
 
-CHECKS: dict[str, Check] = {"G1": _g1, "G4": _g4, "G6": _g6, "G7": _g7, "G9": _g9, "G10": _g10, "G11": _g11, "G12": _g12}
+CHECKS: dict[str, Check] = {
+    "G1": _g1,
+    "G4": _g4,
+    "G6": _g6,
+    "G7": _g7,
+    "G9": _g9,
+    "G10": _g10,
+    "G11": _g11,
+    "G12": _g12,
+}

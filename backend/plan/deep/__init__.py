@@ -24,9 +24,25 @@ from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
 from shim.check import quiet
 
-__all__ = ["CHECKS", "ERROR_RULES", "FIX", "SAME_AS", "CheckRun", "DeepFinding", "DeepReport", "Disagreement",
-           "compare", "decides", "effective_vpp", "hf_config", "megatron_argv", "rule_for", "run_deep_checks",
-           "run_one", "unavailable_reason"]
+__all__ = [
+    "CHECKS",
+    "ERROR_RULES",
+    "FIX",
+    "SAME_AS",
+    "CheckRun",
+    "DeepFinding",
+    "DeepReport",
+    "Disagreement",
+    "compare",
+    "decides",
+    "effective_vpp",
+    "hf_config",
+    "megatron_argv",
+    "rule_for",
+    "run_deep_checks",
+    "run_one",
+    "unavailable_reason",
+]
 
 REQUIRED_MODULES = ("megatron.core", "megatron.training", "sglang")
 
@@ -42,8 +58,10 @@ def unavailable_reason() -> str | None:
         if not found:
             missing.append(name)
     if missing:
-        return (f"real-library checks skipped: {', '.join(missing)} not importable here "
-                "(they are in miles' image; tests build them with tests/deep/build_env.sh)")
+        return (
+            f"real-library checks skipped: {', '.join(missing)} not importable here "
+            "(they are in miles' image; tests build them with tests/deep/build_env.sh)"
+        )
     return None
 
 
@@ -71,11 +89,18 @@ def run_one(name: str, fn: Callable[[RunSpec], None], spec: RunSpec) -> CheckRun
         with quiet():
             fn(spec)
     except ImportError as err:  # e.g. select_pipeline_segment is new in core 0.17; the fork has none
-        return CheckRun(name, (), True, seconds=time.perf_counter() - start,
-                        skipped=f"not in the installed version: {err}")
+        return CheckRun(
+            name,
+            (),
+            True,
+            seconds=time.perf_counter() - start,
+            skipped=f"not in the installed version: {err}",
+        )
     except Exception as err:  # the library's verdict: map it, never let it escape
         text = error_text(err)
-        return CheckRun(name, decides(name, spec), False, rule_for(name, text), text, time.perf_counter() - start)
+        return CheckRun(
+            name, decides(name, spec), False, rule_for(name, text), text, time.perf_counter() - start
+        )
     except SystemExit as err:  # argparse inside parse_args exits on an argv it cannot read
         text = f"SystemExit({err.code}) from the argument parser"
         return CheckRun(name, decides(name, spec), False, None, text, time.perf_counter() - start)
@@ -99,8 +124,11 @@ def compare(checks: list[CheckRun], ours: Sequence[Finding]) -> list[Disagreemen
                     out.append(Disagreement(rule, "error", "ok", run.name, f"{run.name} accepts this layout"))
             continue
         if run.rule is None:
-            out.append(Disagreement("?", "ok" if not errors else "error", "error", run.name,
-                                    f"unmapped failure: {run.error}"))
+            out.append(
+                Disagreement(
+                    "?", "ok" if not errors else "error", "error", run.name, f"unmapped failure: {run.error}"
+                )
+            )
             continue
         ours_id = SAME_AS.get(run.rule, run.rule)
         if ours_id not in errors:
@@ -117,10 +145,21 @@ def run_deep_checks(spec: RunSpec, *, ours: Sequence[Finding] | None = None) -> 
         ours = check(spec)
     runs = [run_one(name, fn, spec) for name, fn in CHECKS]
     findings = [
-        DeepFinding(SAME_AS.get(r.rule, r.rule) if r.rule else "?", "error",
-                    _fields_of(r.rule) if r.rule else (), f"{r.name}: {r.error}",
-                    FIX.get(SAME_AS.get(r.rule, r.rule) if r.rule else "", "see the library's message"), r.name)
-        for r in runs if not r.ok
+        DeepFinding(
+            SAME_AS.get(r.rule, r.rule) if r.rule else "?",
+            "error",
+            _fields_of(r.rule) if r.rule else (),
+            f"{r.name}: {r.error}",
+            FIX.get(SAME_AS.get(r.rule, r.rule) if r.rule else "", "see the library's message"),
+            r.name,
+        )
+        for r in runs
+        if not r.ok
     ]
-    return DeepReport(available=True, findings=findings, checks=runs, disagreements=compare(runs, ours),
-                      versions=_versions())
+    return DeepReport(
+        available=True,
+        findings=findings,
+        checks=runs,
+        disagreements=compare(runs, ours),
+        versions=_versions(),
+    )

@@ -19,8 +19,14 @@ class DeepFinding:
     check: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "fields": list(self.fields),
-                "message": self.message, "fix": self.fix, "check": self.check}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "fields": list(self.fields),
+            "message": self.message,
+            "fix": self.fix,
+            "check": self.check,
+        }
 
 
 @dataclass(frozen=True)
@@ -36,8 +42,15 @@ class CheckRun:
     skipped: str | None = None  # the installed library version lacks this entry point
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "decides": list(self.decides), "ok": self.ok, "rule": self.rule,
-                "error": self.error, "seconds": round(self.seconds, 3), "skipped": self.skipped}
+        return {
+            "name": self.name,
+            "decides": list(self.decides),
+            "ok": self.ok,
+            "rule": self.rule,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "skipped": self.skipped,
+        }
 
 
 @dataclass(frozen=True)
@@ -51,8 +64,13 @@ class Disagreement:
     detail: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "ours": self.ours, "theirs": self.theirs, "check": self.check,
-                "detail": self.detail}
+        return {
+            "rule": self.rule,
+            "ours": self.ours,
+            "theirs": self.theirs,
+            "check": self.check,
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -71,19 +89,34 @@ class DeepReport:
         return self.available and not self.findings and not self.disagreements
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": self.available, "unavailable": self.unavailable, "message": self.unavailable,
-                "ok": self.ok,
-                "versions": self.versions, "findings": [f.to_json() for f in self.findings],
-                "checks": [c.to_json() for c in self.checks],
-                "disagreements": [d.to_json() for d in self.disagreements]}
+        return {
+            "available": self.available,
+            "unavailable": self.unavailable,
+            "message": self.unavailable,
+            "ok": self.ok,
+            "versions": self.versions,
+            "findings": [f.to_json() for f in self.findings],
+            "checks": [c.to_json() for c in self.checks],
+            "disagreements": [d.to_json() for d in self.disagreements],
+        }
 
     def lines(self) -> list[str]:
         """Plain one-line-per-item text for the CLI."""
         if not self.available:
             return [f"deep: {self.unavailable}"]
-        out = [f"deep: {c.name}: " + (f"skipped ({c.skipped})" if c.skipped else "ok" if c.ok
-                                      else f"FAILED [{c.rule or '?'}] {c.error}")
-               for c in self.checks]
-        out += [f"deep: DISAGREEMENT on {d.rule}: ours {d.ours}, {d.check} {d.theirs} ({d.detail})"
-                for d in self.disagreements]
+        out = [
+            f"deep: {c.name}: "
+            + (
+                f"skipped ({c.skipped})"
+                if c.skipped
+                else "ok"
+                if c.ok
+                else f"FAILED [{c.rule or '?'}] {c.error}"
+            )
+            for c in self.checks
+        ]
+        out += [
+            f"deep: DISAGREEMENT on {d.rule}: ours {d.ours}, {d.check} {d.theirs} ({d.detail})"
+            for d in self.disagreements
+        ]
         return out

@@ -18,13 +18,20 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("initialize_model_parallel", r"greater than 1 with interleaved schedule", "A8"),
     ("initialize_model_parallel", r"data parallel size of the attention and moe layers", "A4"),
     ("initialize_model_parallel", r"Both EP and CP > 1", "A5"),
-    ("transformer_config", r"num_attention_heads \(\d+\) must be a multiple of tensor_model_parallel_size", "B1"),
+    (
+        "transformer_config",
+        r"num_attention_heads \(\d+\) must be a multiple of tensor_model_parallel_size",
+        "B1",
+    ),
     ("transformer_config", r"num_query_groups \(\d+\) must be a multiple or divisor", "B2"),
     ("transformer_config", r"sequence parallelism without tensor parallelism", "B3"),
     ("transformer_config", r"pipeline_dtype must be specified", "B5"),
     ("transformer_config", r"num_moe_experts must be non None", "B6"),
-    ("transformer_config", r"middle stage|middle pipeline rank|at first stage|at last stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch",
-     "B7"),
+    (
+        "transformer_config",
+        r"middle stage|middle pipeline rank|at first stage|at last stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch",
+        "B7",
+    ),
     ("transformer_config", r"moe_shared_expert_overlap only works", "B10"),
     ("transformer_config", r"Bias in Moe", "B12"),
     ("transformer_config", r"moe_router_num_groups|moe_router_group_topk", "B13"),
@@ -32,7 +39,11 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("transformer_config", r"virtual pipeline|pipeline model parallel size should be greater than 1", "A8"),
     ("validate_args", r"is not divisible by total_model_size", "C1"),
     ("validate_args", r"Number of layers should be divisible by the pipeline-model-parallel size", "C2"),
-    ("validate_args", r"interleaved schedule is used, pipeline-model-parallel size should be greater than 1", "A8"),
+    (
+        "validate_args",
+        r"interleaved schedule is used, pipeline-model-parallel size should be greater than 1",
+        "A8",
+    ),
     ("validate_args", r"divisible number of layers per virtual pipeline stage|greater than 2", "C3"),
     ("validate_args", r"Number of experts should be a multiple of expert", "C4"),
     ("validate_args", r"latent projection dimension", "C6"),
@@ -54,8 +65,11 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("server_args", r"moe_dense_tp_size", "G5"),
     ("server_args", r"attn-cp-size|triton attention backend", "G7"),
     ("server_args", r"ep_size \* moe_dp_size|moe_dp", "G8"),
-    ("server_args", r"@parallel_hook\.py:\d+ assert .*tp_size % .*dp_size|@server_args\.py:\d+ assert .*tp_size % .*dp_size",
-     "G1"),
+    (
+        "server_args",
+        r"@parallel_hook\.py:\d+ assert .*tp_size % .*dp_size|@server_args\.py:\d+ assert .*tp_size % .*dp_size",
+        "G1",
+    ),
 )
 
 
@@ -90,7 +104,11 @@ def decides(check: str, spec: RunSpec) -> tuple[str, ...]:
             return ("D7",)
         if not uneven:
             return ("C2",)
-        middle = t.pp - (t.decoder_first_pipeline_num_layers is not None) - (t.decoder_last_pipeline_num_layers is not None)
+        middle = (
+            t.pp
+            - (t.decoder_first_pipeline_num_layers is not None)
+            - (t.decoder_last_pipeline_num_layers is not None)
+        )
         return ("B7",) if middle > 0 else ()  # with no middle stage it only slices, checking nothing
     if check == "server_args":
         return ("G1", "G4", "G6")
@@ -98,8 +116,16 @@ def decides(check: str, spec: RunSpec) -> tuple[str, ...]:
 
 
 # A library rule -> our engine's id for the same condition (the catalog marks these "covered").
-SAME_AS: dict[str, str] = {"C1": "A1", "B3": "C5", "D6": "D5", "D8": "C2", "D9": "D7", "E1": "C4",
-                           "G3": "H2", "C7": "C8"}
+SAME_AS: dict[str, str] = {
+    "C1": "A1",
+    "B3": "C5",
+    "D6": "D5",
+    "D8": "C2",
+    "D9": "D7",
+    "E1": "C4",
+    "G3": "H2",
+    "C7": "C8",
+}
 
 
 # The fix a deep finding names, by our rule id.

@@ -7,5 +7,12 @@ from backend.signals.failures.diagnosis import Diagnosis, diagnose
 from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.scanner import FailureScanner
 
-__all__ = ["Diagnosis", "FailureCatalog", "FailureEvent", "FailureKind", "FailureScanner", "diagnose",
-           "load_catalog"]
+__all__ = [
+    "Diagnosis",
+    "FailureCatalog",
+    "FailureEvent",
+    "FailureKind",
+    "FailureScanner",
+    "diagnose",
+    "load_catalog",
+]

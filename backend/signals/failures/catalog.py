@@ -130,12 +130,21 @@ def _kind(raw: Any, where: str) -> FailureKind:
         raise FailureCatalogError(f"{where}: try must map roles to text")
     group_by = _strings(raw, where, "group_by") if "group_by" in raw else DEFAULT_GROUP_BY
     return FailureKind(
-        id=raw["id"], title=raw["title"], cascade=raw["cascade"], hints=hints, patterns=patterns,
-        message=raw["message"], tries=tuple(tries.items()), yields_to=_strings(raw, where, "yields_to"),
+        id=raw["id"],
+        title=raw["title"],
+        cascade=raw["cascade"],
+        hints=hints,
+        patterns=patterns,
+        message=raw["message"],
+        tries=tuple(tries.items()),
+        yields_to=_strings(raw, where, "yields_to"),
         yields_to_any=_strings(raw, where, "yields_to_any"),
-        group_by=group_by, collect=_strings(raw, where, "collect"),
-        needs_exception=bool(raw.get("needs_exception", False)), generic=generic,
-        examples=_strings(raw, where, "examples"), defaults=_defaults(raw, where),
+        group_by=group_by,
+        collect=_strings(raw, where, "collect"),
+        needs_exception=bool(raw.get("needs_exception", False)),
+        generic=generic,
+        examples=_strings(raw, where, "examples"),
+        defaults=_defaults(raw, where),
     )
 
 
@@ -155,7 +164,10 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
         raise FailureCatalogError(f"cannot read the failure catalog {path}: {err}") from None
     kinds, seen = [], set()
     for i, raw in enumerate(data.get("kind", [])):
-        kind = _kind(raw, f"failure kind #{i + 1} ({raw.get('id', 'no id') if isinstance(raw, dict) else '?'}) in {path}")
+        kind = _kind(
+            raw,
+            f"failure kind #{i + 1} ({raw.get('id', 'no id') if isinstance(raw, dict) else '?'}) in {path}",
+        )
         if kind.id in seen:
             raise FailureCatalogError(f"failure kind {kind.id!r} in {path} is defined twice")
         seen.add(kind.id)
@@ -163,12 +175,17 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
     for kind in kinds:
         unknown = [y for y in (*kind.yields_to, *kind.yields_to_any) if y not in seen]
         if unknown:
-            raise FailureCatalogError(f"failure kind {kind.id!r} in {path} yields to unknown kinds: {', '.join(unknown)}")
+            raise FailureCatalogError(
+                f"failure kind {kind.id!r} in {path} yields to unknown kinds: {', '.join(unknown)}"
+            )
     if sum(k.generic for k in kinds) > 1:
         raise FailureCatalogError(f"{path}: at most one generic kind")
     benign = data.get("benign", {})
-    return FailureCatalog(tuple(kinds), _strings(benign, f"[benign] in {path}", "retried"),
-                          _strings(benign, f"[benign] in {path}", "succeeded"))
+    return FailureCatalog(
+        tuple(kinds),
+        _strings(benign, f"[benign] in {path}", "retried"),
+        _strings(benign, f"[benign] in {path}", "succeeded"),
+    )
 
 
 _DEFAULT: FailureCatalog | None = None

@@ -50,9 +50,22 @@ class Finding:
         return (self.id, self.seq)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "message": self.message, "role": self.role,
-                "actor": self.actor, "pid": self.pid, "node": self.node, "rank": self.rank, "gpu": self.gpu,
-                "time": self.time, "line": self.line, "frame": self.frame, "try": self.try_, "count": self.count}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "message": self.message,
+            "role": self.role,
+            "actor": self.actor,
+            "pid": self.pid,
+            "node": self.node,
+            "rank": self.rank,
+            "gpu": self.gpu,
+            "time": self.time,
+            "line": self.line,
+            "frame": self.frame,
+            "try": self.try_,
+            "count": self.count,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +77,11 @@ class Diagnosis:
     doubt: str | None = None  # "Ray says the job succeeded, but …"
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.cause.to_json(), "consequences": [c.to_json() for c in self.consequences],
-                "doubt": self.doubt}
+        return {
+            **self.cause.to_json(),
+            "consequences": [c.to_json() for c in self.consequences],
+            "doubt": self.doubt,
+        }
 
     @property
     def headline(self) -> str:
@@ -77,8 +93,9 @@ class _Fields(dict[str, str]):
         return "" if key in _OPTIONAL else "?"
 
 
-def render(event: FailureEvent, kind: FailureKind, *, world: int | None = None,
-           ranks_seen: Sequence[int] = ()) -> Finding:
+def render(
+    event: FailureEvent, kind: FailureKind, *, world: int | None = None, ranks_seen: Sequence[int] = ()
+) -> Finding:
     """The event in words: its kind's (or its pattern's) message with the event's fields filled in."""
     fields = _Fields(event.fields)
     node = event.fields.get("ip")
@@ -95,9 +112,20 @@ def render(event: FailureEvent, kind: FailureKind, *, world: int | None = None,
     template = event.template or kind.message
     message = one_line(template.format_map(fields))
     return Finding(
-        id=kind.id, title=kind.title, message=message, role=event.role, actor=event.fields.get("actor"),
-        pid=event.fields.get("pid"), node=node, rank=event.fields.get("rank"), gpu=event.fields.get("gpu"),
-        time=event.time, line=event.line, frame=event.frame, try_=kind.what_to_try(event.role), count=event.count,
+        id=kind.id,
+        title=kind.title,
+        message=message,
+        role=event.role,
+        actor=event.fields.get("actor"),
+        pid=event.fields.get("pid"),
+        node=node,
+        rank=event.fields.get("rank"),
+        gpu=event.fields.get("gpu"),
+        time=event.time,
+        line=event.line,
+        frame=event.frame,
+        try_=kind.what_to_try(event.role),
+        count=event.count,
         seq=event.seq,
     )
 
@@ -115,10 +143,14 @@ def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int], 
     if folded > 0:
         quiet_n = world - len(timed_out) - folded if world else 0
         if quiet_n > 0:
-            return (f"; about {quiet_n} of {world} rank(s) did not time out, but Ray folded {folded} watchdog "
-                    "line(s), so the log cannot say which: dump the job's stacks")
-        return (f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the log: "
-                "dump the job's stacks")
+            return (
+                f"; about {quiet_n} of {world} rank(s) did not time out, but Ray folded {folded} watchdog "
+                "line(s), so the log cannot say which: dump the job's stacks"
+            )
+        return (
+            f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the log: "
+            "dump the job's stacks"
+        )
     known = set(ranks_seen) | (set(range(world)) if world else set())
     quiet = sorted(known - timed_out)
     if not quiet:
@@ -140,8 +172,14 @@ def _order(pool: Sequence[FailureEvent]) -> list[FailureEvent]:
     return sorted(pool, key=lambda e: e.seq)
 
 
-def diagnose(events: Sequence[FailureEvent], catalog: FailureCatalog | None = None, *, world: int | None = None,
-             ranks_seen: Sequence[int] = (), succeeded: bool = False) -> Diagnosis | None:
+def diagnose(
+    events: Sequence[FailureEvent],
+    catalog: FailureCatalog | None = None,
+    *,
+    world: int | None = None,
+    ranks_seen: Sequence[int] = (),
+    succeeded: bool = False,
+) -> Diagnosis | None:
     """The cause and its consequences, or None when the log holds no failure."""
     if not events:
         return None
@@ -150,8 +188,11 @@ def diagnose(events: Sequence[FailureEvent], catalog: FailureCatalog | None = No
 
     def yields(event: FailureEvent) -> bool:
         kind = kinds[event.kind]
-        return any(o is not event and ((o.kind in kind.yields_to and _same_process(event, o))
-                                       or o.kind in kind.yields_to_any) for o in events)
+        return any(
+            o is not event
+            and ((o.kind in kind.yields_to and _same_process(event, o)) or o.kind in kind.yields_to_any)
+            for o in events
+        )
 
     tiers = (
         [e for e in events if kinds[e.kind].cascade == "root" and not yields(e)],
@@ -168,6 +209,8 @@ def diagnose(events: Sequence[FailureEvent], catalog: FailureCatalog | None = No
 
     doubt = None
     if succeeded:
-        doubt = (f"Ray says the job succeeded, but the log says {kinds[cause.kind].title.lower()}: "
-                 "check that the run did what it should")
+        doubt = (
+            f"Ray says the job succeeded, but the log says {kinds[cause.kind].title.lower()}: "
+            "check that the run did what it should"
+        )
     return Diagnosis(word(cause), tuple(word(e) for e in rest), doubt)

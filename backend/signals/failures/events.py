@@ -28,8 +28,9 @@ class FailureEvent:
     collected: dict[str, list[str]] = field(default_factory=dict)
 
     def frozen(self) -> FailureEvent:
-        return dataclasses.replace(self, fields=dict(self.fields),
-                                   collected={k: list(v) for k, v in self.collected.items()})
+        return dataclasses.replace(
+            self, fields=dict(self.fields), collected={k: list(v) for k, v in self.collected.items()}
+        )
 
     @property
     def pid(self) -> str | None:

@@ -22,8 +22,10 @@ LOOKBACK = 200
 _TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"")
 _TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception")
 # `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
-REMOTE_TASK = re.compile(r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\w+\(\)\s*\(pid=(?P<pid>\d+)"
-                         r"(?:,\s*ip=(?P<ip>[\w.:]+))?")
+REMOTE_TASK = re.compile(
+    r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\w+\(\)\s*\(pid=(?P<pid>\d+)"
+    r"(?:,\s*ip=(?P<ip>[\w.:]+))?"
+)
 # What starts a new line in a log (anything else after a long line is that line's wrapped tail).
 _LINE_START = re.compile(
     r"\(|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File \"|`{3}|[\w.]+(?:Error|Exception|Warning)\b"
@@ -54,7 +56,11 @@ class Wraps:
 
     def continues(self, previous: str, line: str) -> bool:
         """Is `line` the hard-wrapped tail of `previous` (both as the log holds them)?"""
-        if len(previous) < WRAP_MIN or not line or (len(previous) not in self.widths and len(line) > len(previous)):
+        if (
+            len(previous) < WRAP_MIN
+            or not line
+            or (len(previous) not in self.widths and len(line) > len(previous))
+        ):
             return False
         return _LINE_START.match(unquote(line) if line.startswith(">") else line) is None
 
@@ -75,7 +81,9 @@ def traceback_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -
         remote = REMOTE_TASK.search(line)
         if remote is not None:  # the driver's traceback inlines the actor's: Ray names that actor here
             ip = f", ip={remote['ip']}" if remote["ip"] else ""
-            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
+            return parse_line(
+                f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):"
+            )
         if line.startswith("Traceback"):
             return None
         if not _TRACE_BODY.match(line) and not (j > 0 and wraps.continues(lines[j - 1], lines[j])):
@@ -96,9 +104,12 @@ def remote_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> P
         remote = REMOTE_TASK.search(message)
         if remote is not None:
             ip = f", ip={remote['ip']}" if remote["ip"] else ""
-            return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
-        if message.startswith("Traceback") or not (_TRACE_BODY.match(message)
-                                                   or (j > 0 and wraps.continues(lines[j - 1], lines[j]))):
+            return parse_line(
+                f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):"
+            )
+        if message.startswith("Traceback") or not (
+            _TRACE_BODY.match(message) or (j > 0 and wraps.continues(lines[j - 1], lines[j]))
+        ):
             return None
         j -= 1
     return None

@@ -33,7 +33,9 @@ LINE_CHARS = 400  # of the line kept as the sample
 MAX_EVENTS = 500  # distinct failures kept per run (a cascade on 128 GPUs is dozens)
 
 # `ModuleNotFoundError: No module named 'x'`, `torch.OutOfMemoryError: …`, `KeyboardInterrupt`
-EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?(?::\s.*)?$")
+EXCEPTION_LINE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?(?::\s.*)?$"
+)
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<lineno>\d+), in (?P<func>\S+)')
 _TRACE_CONTEXT = re.compile(r"\s|File \"|Traceback \(most recent call last\)")
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?")
@@ -92,8 +94,12 @@ class FailureScanner:
         if census:
             self._count_ranks(lines)
         if ended_well:
-            self.succeeded = self.succeeded or any(h in line for line in lines for h in self.catalog.succeeded
-                                                   if ("Job '" in line or "status" in line))
+            self.succeeded = self.succeeded or any(
+                h in line
+                for line in lines
+                for h in self.catalog.succeeded
+                if ("Job '" in line or "status" in line)
+            )
         by_line: dict[int, list[FailureKind | None]] = {}
         for pos, kinds in hits.items():
             by_line.setdefault(bisect.bisect_right(starts, pos) - 1, []).extend(kinds)
@@ -145,8 +151,15 @@ class FailureScanner:
 
     # ------------------------------------------------------------------ one logical line
 
-    def _scan_line(self, context: list[str], first: int, last: int, kinds: list[FailureKind | None],
-                   at_start: bool, wraps: Wraps) -> list[FailureEvent]:
+    def _scan_line(
+        self,
+        context: list[str],
+        first: int,
+        last: int,
+        kinds: list[FailureKind | None],
+        at_start: bool,
+        wraps: Wraps,
+    ) -> list[FailureEvent]:
         pieces = [unquote(context[j]) for j in range(first, last + 1)]
         if self._retried(context, last):
             return []
@@ -170,7 +183,8 @@ class FailureScanner:
             message = parsed.message.strip()
             if EXCEPTION_LINE.match(message) and _in_traceback(context, first, last, wraps):
                 owner = remote_owner(context, first, wraps) or (
-                    parsed if parsed.actor is not None else traceback_owner(context, first, wraps))
+                    parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
+                )
                 waiting = self._open.pop(_process_key(owner), None)
                 if waiting is not None:
                     waiting.error = message[:LINE_CHARS]
@@ -178,8 +192,17 @@ class FailureScanner:
                     self.version += 1
                     out.append(waiting)
                 elif not matched and self.catalog.generic is not None:
-                    event = self._record(self.catalog.generic, parsed, None, None, context, first, at_start,
-                                         wraps, error=message)
+                    event = self._record(
+                        self.catalog.generic,
+                        parsed,
+                        None,
+                        None,
+                        context,
+                        first,
+                        at_start,
+                        wraps,
+                        error=message,
+                    )
                     if event is not None:
                         out.append(event)
         return out
@@ -189,11 +212,22 @@ class FailureScanner:
         window = context[max(0, last - MAX_WRAPPED) : last + 3]
         return any(word in line for line in window for word in self.catalog.retried)
 
-    def _record(self, kind: FailureKind, parsed: ParsedLine, m: re.Match[str] | None, template: str | None,
-                context: list[str], first: int, at_start: bool, wraps: Wraps, *,
-                error: str | None = None) -> FailureEvent | None:
+    def _record(
+        self,
+        kind: FailureKind,
+        parsed: ParsedLine,
+        m: re.Match[str] | None,
+        template: str | None,
+        context: list[str],
+        first: int,
+        at_start: bool,
+        wraps: Wraps,
+        *,
+        error: str | None = None,
+    ) -> FailureEvent | None:
         owner = remote_owner(context, first, wraps) or (
-            parsed if parsed.actor is not None else traceback_owner(context, first, wraps))
+            parsed if parsed.actor is not None else traceback_owner(context, first, wraps)
+        )
         groups = {k: v.strip() for k, v in (m.groupdict() if m else {}).items() if v is not None}
         for name in [k for k in groups if k.endswith("_alt")]:  # a second spelling fills the first's field
             groups.setdefault(name[: -len("_alt")], groups.pop(name))
@@ -206,8 +240,11 @@ class FailureScanner:
         tags = parsed.tags or (owner.tags if owner else None)
         rank = groups.get("rank") or _rank_of(parsed, owner)
         who = label(actor, pid, ip) if named else line_label(owner)
-        role = role_of(actor, owner.proc if owner and not named else None) if actor else (
-            role_of(None, owner.proc) if owner else "driver")
+        role = (
+            role_of(actor, owner.proc if owner and not named else None)
+            if actor
+            else (role_of(None, owner.proc) if owner else "driver")
+        )
         if tags and (role is None or role == "driver"):
             role = ENGINE
         fields = {**dict(kind.defaults), **groups}
@@ -221,7 +258,12 @@ class FailureScanner:
             existing.count += parsed.repeat
             existing.max_repeat = max(existing.max_repeat, parsed.repeat)
             if named and not existing.named:  # this sighting names the actor that failed: it says more
-                existing.fields, existing.who, existing.role, existing.named = {**existing.fields, **fields}, who, role, True
+                existing.fields, existing.who, existing.role, existing.named = (
+                    {**existing.fields, **fields},
+                    who,
+                    role,
+                    True,
+                )
                 existing.template, existing.line = template, " ".join(parsed.message.split())[:LINE_CHARS]
             self._collect(kind, existing, fields)
             if error and not existing.error:
@@ -232,10 +274,20 @@ class FailureScanner:
             return None
         joined = " ".join("".join(unquote(context[j]) for j in range(first, first + 1)).split())
         event = FailureEvent(
-            kind=kind.id, seq=self._lines_before - len(self._tail) + first, fields=fields, role=role, who=who,
-            time=_time_of(parsed, joined), line=" ".join(parsed.message.split())[:LINE_CHARS] or joined[:LINE_CHARS],
-            frame=innermost_frame(context, first, wraps), error=error[:LINE_CHARS] if error else None,
-            at_start=at_start, count=parsed.repeat, max_repeat=parsed.repeat, named=named, template=template,
+            kind=kind.id,
+            seq=self._lines_before - len(self._tail) + first,
+            fields=fields,
+            role=role,
+            who=who,
+            time=_time_of(parsed, joined),
+            line=" ".join(parsed.message.split())[:LINE_CHARS] or joined[:LINE_CHARS],
+            frame=innermost_frame(context, first, wraps),
+            error=error[:LINE_CHARS] if error else None,
+            at_start=at_start,
+            count=parsed.repeat,
+            max_repeat=parsed.repeat,
+            named=named,
+            template=template,
         )
         self._collect(kind, event, fields)
         if kind.needs_exception:
@@ -251,7 +303,9 @@ class FailureScanner:
         if "" not in key[1:]:
             return None
         for known, event in self._by_key.items():
-            if known[0] == kind.id and all(v == "" or v == k for v, k in zip(key[1:], known[1:], strict=True)):
+            if known[0] == kind.id and all(
+                v == "" or v == k for v, k in zip(key[1:], known[1:], strict=True)
+            ):
                 return event
         return None
 
@@ -288,7 +342,9 @@ def _logical_bounds(lines: Sequence[str], index: int, wraps: Wraps) -> tuple[int
     while first > 0 and index - first < MAX_WRAPPED and wraps.continues(lines[first - 1], lines[first]):
         first -= 1
     last = index
-    while last + 1 < len(lines) and last - first < MAX_WRAPPED and wraps.continues(lines[last], lines[last + 1]):
+    while (
+        last + 1 < len(lines) and last - first < MAX_WRAPPED and wraps.continues(lines[last], lines[last + 1])
+    ):
         last += 1
     return first, last
 

@@ -66,8 +66,11 @@ def fake_gpus(node_id: str) -> list[dict[str, Any]]:
         # "host": a PID of the host's namespace, which NVML reports inside a container whatever its /proc shows
         if idx not in holders or not (data.get("host") or _alive(pid)):
             continue
-        holders[idx][pid] = {"pid": pid, "gpu_memory_usage": int(data.get("mem", 0)),
-                             "gpu_utilization": int(data.get("util", 0))}
+        holders[idx][pid] = {
+            "pid": pid,
+            "gpu_memory_usage": int(data.get("mem", 0)),
+            "gpu_utilization": int(data.get("util", 0)),
+        }
     overrides = _read_json(os.path.join(base, "override.json")) or {}
     gpus = []
     for idx in range(count):
@@ -75,10 +78,17 @@ def fake_gpus(node_id: str) -> list[dict[str, Any]]:
         mem = IDLE_MIB + sum(p["gpu_memory_usage"] for p in procs.values())  # 615 MiB: idle H200 in Ray
         util = max((p["gpu_utilization"] for p in procs.values()), default=0)
         over = overrides.get(str(idx)) or {}
-        gpus.append({
-            "index": idx, "name": "NVIDIA H200 (fake)", "uuid": f"GPU-fake-{node_id[:12]}-{idx}",
-            "utilization_gpu": int(over.get("util", util)),
-            "memory_used": int(over.get("mem_used", min(mem, total))), "memory_total": total,
-            "processes_pids": procs, "power_mw": 90000 + 6000 * util, "temperature_c": 30 + util // 3,
-        })
+        gpus.append(
+            {
+                "index": idx,
+                "name": "NVIDIA H200 (fake)",
+                "uuid": f"GPU-fake-{node_id[:12]}-{idx}",
+                "utilization_gpu": int(over.get("util", util)),
+                "memory_used": int(over.get("mem_used", min(mem, total))),
+                "memory_total": total,
+                "processes_pids": procs,
+                "power_mw": 90000 + 6000 * util,
+                "temperature_c": 30 + util // 3,
+            }
+        )
     return gpus

@@ -51,9 +51,12 @@ def _reads_nvml() -> bool:
     actors by their environment) ask NVML through Ray's same provider: all see one fake."""
     import os
 
-    return bool(sys.argv) and (sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py")
-                               or "--gpu-reaper" in sys.argv or "--gpu-probe" in sys.argv
-                               or bool(os.environ.get(PROBE_NODE_ENV)))
+    return bool(sys.argv) and (
+        sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py")
+        or "--gpu-reaper" in sys.argv
+        or "--gpu-probe" in sys.argv
+        or bool(os.environ.get(PROBE_NODE_ENV))
+    )
 
 
 if _reads_nvml():
