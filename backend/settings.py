@@ -40,8 +40,8 @@ class Settings(BaseModel):
     keys: dict[str, str] = Field(default_factory=dict)
     poll_interval_s: float = Field(default=1.0, ge=0.5, le=60.0)
     # The console's GPU probe (backend.cluster.gpu_probe): NVML once a second on every node, shared by
-    # consoles; it ends this long after the last console stopped renewing its lease (SIGKILL, lost SSH
-    # session).
+    # consoles; it ends this long after the last console
+    # stopped renewing its lease (SIGKILL, lost SSH session).
     gpu_probe: bool = True
     gpu_probe_lease_timeout_s: float = Field(default=45.0, ge=3.0, le=60.0)
 

@@ -67,8 +67,7 @@ def main(n: int = 40) -> None:
             )
         print(
             f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim "
-            f"{times[True] * 1e3:.1f} ms "
-            f"(x{times[True] / times[False]:.2f})"
+            f"{times[True] * 1e3:.1f} ms (x{times[True] / times[False]:.2f})"
         )
 
 

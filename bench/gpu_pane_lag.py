@@ -9,12 +9,12 @@ to the first pane rows that show it.
 
 * default (fake NVML): the fake GPU's utilisation is flipped between 3 % and 97 % by its override file, which
   every reader (Ray's reporter, the probe) sees at its next NVML read; the change happens when the file is
-  written. miles' streams are measured too, as miles' collector writes them (samples handed over at once, and
-  in 5 s batches).
+  written. miles' streams are measured too, as miles' collector writes
+  them (samples handed over at once, and in 5 s batches).
 * `--real-nvml` (a machine with a GPU, torch, nvidia-ml-py and Ray): a torch matmul loop is switched on and
   off on GPU 0; the change happens when this bench's own NVML sampler (10 Hz) first sees utilisation cross 50
-  %. Also checked there: no probe process shows in NVML's process list (the probe never creates a CUDA
-  context).
+  %. Also checked there: no probe process shows in NVML's
+  process list (the probe never creates a CUDA context).
 
 Both modes print the probe's CPU cost per node (its sampler actors, its driver, and Ray's JobSupervisor that
 every Ray job has), measured with psutil over the run.
@@ -149,8 +149,8 @@ class Nvml:
 
 
 def probe_processes() -> dict[str, list[Any]]:
-    """The probe's processes on this host, by part: its driver, its sampler actors, the JobSupervisor running
-    it."""
+    """The probe's processes on this host, by part: its driver,
+    its sampler actors, the JobSupervisor running it."""
     import psutil
 
     found: dict[str, list[Any]] = {"driver": [], "samplers": [], "JobSupervisor": []}
@@ -283,8 +283,7 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
     )
     print(
         f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver "
-        f"{cost['driver']:.2f} % "
-        f"+ Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
+        f"{cost['driver']:.2f} % + Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
         f"= {cost['driver'] + cost['JobSupervisor']:.2f} %"
     )
     if nvml is not None:

@@ -370,8 +370,8 @@ class UltraConsoleApp(App[int]):
             view.view_shown()
 
     def action_rollout_step(self, delta: int) -> None:
-        """`[` / `]`: move the rollout cursor; the charts mark it and the log jumps to the rollout's first
-        line."""
+        """`[` / `]`: move the rollout cursor; the charts mark
+        it and the log jumps to the rollout's first line."""
         index = self.runtime.rollouts if self.runtime is not None else None
         mark = index.step(self.rollout_cursor, delta) if index is not None else None
         if mark is None:

@@ -170,8 +170,8 @@ def probe_submission(
 
 async def _bounded_on_cancel(coro: Coroutine[Any, Any, None], grace_s: float = 2.0) -> None:
     """Await `coro` in a task of its own; once cancelled, give it `grace_s` to wind down and no more (closing
-    a log follow's websocket waits for a close frame Ray's tail may never send: quitting must not hang on
-    it)."""
+    a log follow's websocket waits for a close frame Ray's
+    tail may never send: quitting must not hang on it)."""
     task = asyncio.create_task(coro)
     try:
         await asyncio.shield(task)
@@ -200,8 +200,8 @@ def _claim(path: Path) -> bool:
 
 
 class GpuProbe:
-    """Keeps a probe running (unless read-only) and its newest reading per node; `run()` does it until
-    cancelled."""
+    """Keeps a probe running (unless read-only) and its newest
+    reading per node; `run()` does it until cancelled."""
 
     def __init__(
         self,

@@ -3,26 +3,26 @@
 Why: Ray's reporter reads NVML every 5 s and the node summary is cached 2 s more, so the GPU pane lagged NVML
 by 5-10 s (ray.md §8); miles' own streams are no fresher at miles' defaults. This job reads NVML four times a
 second and prints a compact line per node as soon as something changed (utilisation, memory, a process) and at
-least once a second; the console follows its log as it follows a run's (Ray's tail reads the file once a
-second).
+least once a second; the console follows its log as it
+follows a run's (Ray's tail reads the file once a second).
 
 Self-contained (stdlib + ray, which every Ray node has), sent as `python3 -c <source> --gpu-probe ...`. The
 driver runs on the head (pinned by the console) and samples the head itself; every other alive node gets a
 sampler actor pinned to it (`num_cpus=0, num_gpus=0`: it reserves nothing a run could need); nodes are
 re-listed every few seconds, so a node that joins later is sampled too. NVML only (through Ray's own GPU
-provider, as the reaper reads it): never a CUDA context, so the probe holds no GPU memory and never shows as a
-GPU process.
+provider, as the reaper reads it): never a CUDA context, so
+the probe holds no GPU memory and never shows as a GPU process.
 
 Lifetime: consoles keep a lease each, a file in `--lease-dir` (on the head) whose mtime they renew; the probe
 ends by itself once no lease is fresher than `--lease-timeout` (also when its last console was SIGKILLed or
 lost its SSH session), and after `--max-age` at the latest (its log grows with every line; a console starts a
-fresh one). One probe per cluster: the first takes an exclusive lock in the lease directory; a second one says
-so and ends.
+fresh one). One probe per cluster: the first takes an exclusive lock
+in the lease directory; a second one says so and ends.
 
 Lines (`ULTRA_CONSOLE_GPU {json}`): `hello`, one `s` per node and reading sent
 (`g`: [[index, util % or -1, MiB used, MiB total, W or -1, °C or -1, [[pid, MiB], ...]], ...]; `nvml`: why
-there is no reading; `c`: the sampling process's CPU seconds), `leases` (the fresh lease names, on change),
-`bye`.
+there is no reading; `c`: the sampling process's CPU
+seconds), `leases` (the fresh lease names, on change), `bye`.
 """
 
 from __future__ import annotations

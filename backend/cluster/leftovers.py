@@ -1,5 +1,5 @@
-"""Leftovers: GPU processes a run left behind, read on each node after the run ended, and killed only if the
-job's.
+"""Leftovers: GPU processes a run left behind, read on each
+node after the run ended, and killed only if the job's.
 
 Why not from the dashboard: Ray's node summary is the reporter's reading of up to 5 s ago, cached 2 s more;
 right after a stop it still lists PIDs that died with the job (ray.md §8.1: 12.5 s old, marked fresh).
@@ -158,8 +158,8 @@ class Leftover:
 
 @dataclass(frozen=True)
 class NodeCheck:
-    """One node's answer (or its silence): `unlisted` are GPUs with memory in use but no process NVML
-    names."""
+    """One node's answer (or its silence): `unlisted` are
+    GPUs with memory in use but no process NVML names."""
 
     node_id: str
     node_label: str

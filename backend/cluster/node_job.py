@@ -5,8 +5,8 @@ the one door into every node the console has. The script travels as `python3 -c 
 need no copy of the console; a line `from backend.X import ...  # inlined on the node` is replaced by that
 stdlib-only module's source, so a rule such as backend.safe_paths has one copy), pinned by Ray's
 `ray.io/node-id` label, with a hundredth of a CPU so it runs beside a busy node. Its results are lines `MARK
-{json}` in the job log, read while it runs (progress) and once it ended; the job record is deleted afterwards.
-Secrets go in `env` (the runtime env), never in argv.
+{json}` in the job log, read while it runs (progress) and once it ended; the job
+record is deleted afterwards. Secrets go in `env` (the runtime env), never in argv.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ _FUTURE = re.compile(r"^from __future__ import annotations$", re.MULTILINE)
 
 
 def script_source(script: Path) -> str:
-    """`script` as it travels to the node: each `# inlined on the node` import replaced by its module's
-    code."""
+    """`script` as it travels to the node: each `# inlined
+    on the node` import replaced by its module's code."""
 
     def module_code(match: re.Match[str]) -> str:
         path = REPO_ROOT.joinpath(*match.group(1).split(".")).with_suffix(".py")

@@ -20,8 +20,8 @@ A node's GPUs come from the freshest source it has, in this order, and the node 
 the console's own GPU probe (NVML once a second, followed through its job log; backend.cluster.gpu_probe),
 miles' own per-GPU samples where a run writes them (`--use-miles-dashboard`;
 backend.cluster.miles_gpu_streams), Ray's reporter. Each source is stale past its own normal cadence
-(`STALE_LIMITS_S`): miles' sampler hands samples over every 5 s and its store flushes every 5 s, so a 10 s old
-sample is normal there, not stale.
+(`STALE_LIMITS_S`): miles' sampler hands samples over every 5 s and its
+store flushes every 5 s, so a 10 s old sample is normal there, not stale.
 """
 
 from __future__ import annotations
@@ -443,8 +443,8 @@ class TelemetryPoller:
         self._probe = probe
 
     async def wait_next(self, timeout_s: float) -> None:
-        """Sleep until the probe has a new reading (then a few ms more, for the rest of its burst) or
-        `timeout_s`."""
+        """Sleep until the probe has a new reading (then a few
+        ms more, for the rest of its burst) or `timeout_s`."""
         probe = self._probe
         if probe is None:
             await asyncio.sleep(timeout_s)

@@ -3,8 +3,8 @@ runs: A process-group grid, B model-parallel config, C Megatron's argument valid
 stack, E MoE at run time, F MTP head, G SGLang engine, H miles) plus our own section M.
 
 Ids are stable, so an operator, a test or the deep oracle can look a finding up by id. Section M (M1–M3)
-is ours: the memory estimates of `backend.plan.sizing` turned into checks. Each entry says whether
-`backend.plan.checks` decides it from the spec:
+is ours: the memory estimates of `backend.plan.sizing` turned into checks.
+Each entry says whether `backend.plan.checks` decides it from the spec:
 
 * ``checked`` – a check runs on every spec (its findings carry this id);
 * ``covered`` – same condition as another rule that is checked (named in ``note``), so it never fires twice;
@@ -92,8 +92,8 @@ _CATALOG: tuple[Rule, ...] = (
         WARN,
         ("train.etp", "train.tp", "train.ep"),
         (
-            "mcore-0.19.2 parallel_state.py:871-872, model_parallel_config.py:506-507; MB-0.6.2 "
-            "transformer_config.py:80-88"
+            "mcore-0.19.2 parallel_state.py:871-872, "
+            "model_parallel_config.py:506-507; MB-0.6.2 transformer_config.py:80-88"
         ),
     ),
     Rule(
@@ -233,8 +233,8 @@ _CATALOG: tuple[Rule, ...] = (
         ERR_WARN,
         ("train.moe_shared_expert_overlap", "train.moe_token_dispatcher"),
         (
-            "mcore-0.19.2 transformer_config.py:1644-1650; MLM-fork :1197 (alltoall only); miles "
-            "arguments.py:2715-2726"
+            "mcore-0.19.2 transformer_config.py:1644-1650; MLM-fork "
+            ":1197 (alltoall only); miles arguments.py:2715-2726"
         ),
     ),
     Rule(
@@ -264,8 +264,8 @@ _CATALOG: tuple[Rule, ...] = (
         ERR,
         ("train.recompute_granularity", "train.recompute_method", "train.recompute_num_layers"),
         (
-            "mcore-0.19.2 transformer_config.py:1724-1761; megatron/training/arguments.py (selective ⇒ no "
-            "method)"
+            "mcore-0.19.2 transformer_config.py:1724-1761; "
+            "megatron/training/arguments.py (selective ⇒ no method)"
         ),
     ),
     Rule(
@@ -466,8 +466,8 @@ _CATALOG: tuple[Rule, ...] = (
         ERR,
         ("model.mtp_pattern", "model.mtp_num_layers"),
         (
-            "mcore-0.19.2 hybrid_layer_allocation.py:200-327 (main pattern symbols are enforced by the spec "
-            "schema)"
+            "mcore-0.19.2 hybrid_layer_allocation.py:200-327 "
+            "(main pattern symbols are enforced by the spec schema)"
         ),
     ),
     Rule(
@@ -600,8 +600,8 @@ _CATALOG: tuple[Rule, ...] = (
         ERR,
         ("rollout.ep", "rollout.gpus_per_engine"),
         (
-            "SGL-0.5.23 arg_groups/model_overrides/nemotron_h.py:99-121 + moe_hook.py:80-92; SGL-0.5.16 "
-            "server_args.py:5656-5666"
+            "SGL-0.5.23 arg_groups/model_overrides/nemotron_h.py:99-121 "
+            "+ moe_hook.py:80-92; SGL-0.5.16 server_args.py:5656-5666"
         ),
     ),
     Rule(
@@ -738,8 +738,8 @@ _CATALOG: tuple[Rule, ...] = (
         "miles utils/arguments.py:3656-3707",
         "n/a",
         (
-            "the spec is the one source of both; the shim preflight compares it with the checkpoint's "
-            "config.json"
+            "the spec is the one source of both; the shim "
+            "preflight compares it with the checkpoint's config.json"
         ),
     ),
     Rule(

@@ -213,8 +213,8 @@ class AlertEngine:
         self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
         self._ray_reason = ""
         self.failures = FailureScanner()
-        # train ranks in the run, where known (names the NCCL ranks that did not time out); the monitor's
-        # facts
+        # train ranks in the run, where known (names the NCCL
+        # ranks that did not time out); the monitor's facts
         self.world_of: Callable[[], int | None] = lambda: None
         self._failure_alerts: dict[tuple[str, int], Alert] = {}
         self._straggles: dict[tuple[LaneKey, str], int] = {}  # (lane, phase) -> late rounds in a row
@@ -424,14 +424,14 @@ class AlertEngine:
 
     @property
     def shim_reports(self) -> dict[str, dict[str, Any]]:
-        """Train actor -> the fields it logged: only reports its own process made
-        (backend.signals.shim_reports)."""
+        """Train actor -> the fields it logged: only reports
+        its own process made (backend.signals.shim_reports)."""
         return self.shim.trusted()
 
     def _shim_line(self, line: str) -> list[Alert]:
         """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them,
-        within bounded_json's limits: an oversized or deeply nested line is an unreadable one, never a
-        crash)."""
+        within bounded_json's limits: an oversized or deeply
+        nested line is an unreadable one, never a crash)."""
         repeat = REPEATED.search(line)
         if repeat is not None:
             line = line[: repeat.start()]

@@ -52,8 +52,8 @@ STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{3,6})?)[\] ]"
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """One known shape of a layer: a name (for tests and docs) and its pattern (anchored at the layer's
-    start)."""
+    """One known shape of a layer: a name (for tests and docs) and its pattern (anchored at the
+    layer's start)."""
 
     name: str
     pattern: re.Pattern[str]
@@ -100,8 +100,8 @@ METRIC_MESSAGE = re.compile(
     r"(?:: (?P<payload>\{.*\})| skipped: (?P<reason>.*))"
 )
 # What a metric line looks like, even when its dict or its prefix cannot be read: the kind at the start of
-# the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as "Finish rollout 3: {" is not
-# one.
+# the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as
+# "Finish rollout 3: {" is not one.
 METRIC_LOOKING = re.compile(
     r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
 )

@@ -391,8 +391,8 @@ class MetricsCollector:
             self.problems.append(problem)
 
     def _second_printing(self, rec: MetricRecord) -> bool:
-        """miles prints each `step N` dict twice (two modules): the same (kind, n, values) again is
-        dropped."""
+        """miles prints each `step N` dict twice (two modules):
+        the same (kind, n, values) again is dropped."""
         key = (rec.kind, rec.n)
         seen = self._recent_steps.get(key)
         if seen is not None and _same_values(seen, rec.values):

@@ -184,8 +184,8 @@ class RunMonitor:
         """Once the train actors have trained, every one whose process never logged the shim line is named
         (critical `shim-missing`). Judged at the second train step, not the first: Ray tails each worker's
         stdout (the hook's line) and stderr (miles' logging) separately, so an actor's stderr can overtake
-        its shim line by a moment, never by a whole train step; and at the end of the input
-        (`input_ended`)."""
+        its shim line by a moment, never by a whole train
+        step; and at the end of the input (`input_ended`)."""
         steps = self.collector.records.get("step", 0)
         ledger = self.alerts.shim
         state = (ledger.version, steps >= (1 if ended else 2))
@@ -276,8 +276,8 @@ class RunMonitor:
             )
 
     def _phase_view(self, miles_now: float) -> PhaseView:
-        """Per-rank phases, with the offset from the wall clock to their source's (miles' clock for the
-        log)."""
+        """Per-rank phases, with the offset from the wall
+        clock to their source's (miles' clock for the log)."""
         ranks = self.telemetry.ranks
         return ranks.view(miles_now - self._clock() if ranks.source == "log" else 0.0)
 

@@ -82,8 +82,8 @@ class Series:
         return True
 
     def _thin(self, bucket: int = 4) -> None:
-        """Halve the oldest three quarters: each bucket of `bucket` points keeps its min, max and
-        non-finites."""
+        """Halve the oldest three quarters: each bucket of
+        `bucket` points keeps its min, max and non-finites."""
         old = len(self.steps) - self.max_points // 4
         keep: list[int] = []
         values = self.values

@@ -64,8 +64,8 @@ def render_text(result: dict[str, Any]) -> str:
             "ok: the provider gets every field"
             if result["ok"]
             else (
-                f"MISMATCH in {len(result['mismatches'])} field(s): launching would run with wrong MoE "
-                "settings"
+                f"MISMATCH in {len(result['mismatches'])} field(s): "
+                "launching would run with wrong MoE settings"
             )
         )
         lines.append(f"provider built on CPU {how}: {verdict}")

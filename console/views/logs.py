@@ -13,8 +13,8 @@ copies the current line through OSC 52.
 
 Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine),
 `store.search(..., cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed
-incrementally). The filter language and the time index are backend.signals.filters' (`parse_filter`,
-`line_at_time`).
+incrementally). The filter language and the time index are
+backend.signals.filters' (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations

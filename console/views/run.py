@@ -116,8 +116,7 @@ def state_line(
         )
     return (
         f"job {state.job_id}  {state.state}  {timing.text(terminal)}  "
-        f"{progress}{f'  ETA {eta}' if eta else ''}  "
-        f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
+        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
     )
 
 

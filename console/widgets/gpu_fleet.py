@@ -71,8 +71,8 @@ class NodeRow:
 @dataclass(frozen=True)
 class FleetHeader:
     """What the header says about the readings themselves: where they come from and how old the oldest is;
-    and, where the console's probe reads a node, which processes hold its GPUs (drawn below the rows when room
-    is left)."""
+    and, where the console's probe reads a node, which processes
+    hold its GPUs (drawn below the rows when room is left)."""
 
     sources: tuple[str, ...] = ()
     oldest_age_s: int | None = None
@@ -82,8 +82,8 @@ class FleetHeader:
 def fleet_rows(
     snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
 ) -> tuple[NodeRow, ...]:
-    """Adapt a backend ClusterSnapshot to drawable rows, ages and staleness as of `now` (default: when
-    taken)."""
+    """Adapt a backend ClusterSnapshot to drawable rows,
+    ages and staleness as of `now` (default: when taken)."""
     if snapshot is None:
         return ()
     at = snapshot.taken_at if now is None else now
@@ -326,8 +326,8 @@ def _age(row: NodeRow) -> str:
 
 
 def _node_cell(row: NodeRow) -> Segment:
-    """One node as one character: × dead, ? no telemetry, ~ stale, else mean memory glyph on mean util
-    shade."""
+    """One node as one character: × dead, ? no telemetry,
+    ~ stale, else mean memory glyph on mean util shade."""
     if not row.alive:
         return Segment("×", _DEAD)
     if row.stale and row.gpus is not None:
@@ -446,8 +446,8 @@ class GpuFleet(ScrollView, can_focus=False):
         return self._rows
 
     def update_snapshot(self, snapshot: ClusterSnapshot | None, now: float | None = None) -> bool:
-        """Take a new snapshot (ages as of `now`, default when it was taken); True if anything on screen
-        changed."""
+        """Take a new snapshot (ages as of `now`, default when
+        it was taken); True if anything on screen changed."""
         rows, header = fleet_rows(snapshot, now), fleet_header(snapshot, now)
         if rows == self._rows and header == self._header and self._strips:
             return False

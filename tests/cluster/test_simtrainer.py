@@ -155,8 +155,8 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert trainer and SIM_LABEL in trainer[0]  # its first line says it is a simulation
     parsed = [m for m in map(MILES_LINE.match, clean) if m]
     kinds = Counter((m["kind"], m["actor"], m["file"]) for m in parsed)
-    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (log_utils and
-    # model.py)
+    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per
+    # rollout; each step printed twice (log_utils and model.py)
     steps = Counter(int(m["n"]) for m in parsed if m["kind"] == "step")
     assert steps == {n: 2 for n in range(6)}
     assert kinds[("step", TRAIN, "log_utils.py")] == 6

@@ -83,8 +83,8 @@ def replayed_alerts(log: Path, spool: Path) -> list[Alert]:
 def step_line(pid: int, node: int, step: int, payload: str | None = None) -> str:
     body = payload or f"{{'train/loss': 0.5, 'train/ppo_kl': 0.001, 'train/step': {step}}}"
     return (
-        f"{TRAIN.format(pid=pid, node=node)} [2026-03-02 10:00:0{step % 10}] log_utils.py:443 - step "
-        f"{step}: {body}"
+        f"{TRAIN.format(pid=pid, node=node)} [2026-03-02 "
+        f"10:00:0{step % 10}] log_utils.py:443 - step {step}: {body}"
     )
 
 
@@ -307,8 +307,8 @@ def test_a_dump_dir_holding_a_fifo_neither_hangs_metrics_nor_the_reader(tmp_path
 
 
 async def test_replay_of_a_dump_dir_with_a_fifo_finishes_and_quits(tmp_path: Path) -> None:
-    """Before: replay's loader thread blocked on the FIFO for good (the app's q left it, and the process,
-    behind)."""
+    """Before: replay's loader thread blocked on the FIFO for
+    good (the app's q left it, and the process, behind)."""
     from waiting import until
 
     from backend.settings import Settings
@@ -446,8 +446,8 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
 ) -> None:
     """A console-launched simulated run on three nodes whose train actor 1 starts without the shim's setup
     hook (`--sim-shim-off-rank 1`): the live app, `metrics --job` and a replay of its saved log each raise the
-    critical `shim-missing` naming that actor's process and no other. Before: nothing called
-    on_shim_missing."""
+    critical `shim-missing` naming that actor's process and
+    no other. Before: nothing called on_shim_missing."""
     import re
 
     from app_helpers import MODELS, RUN_ID

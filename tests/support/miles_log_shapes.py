@@ -71,8 +71,8 @@ def train_perf(r: int) -> dict[str, float]:
 
 
 def expected_series(shape: Shape) -> dict[str, list[tuple[float, float]]]:
-    """key -> [(step, value)] as the charts must show them: train keys on train/step, the rest on the
-    rollout."""
+    """key -> [(step, value)] as the charts must show them: train keys on train/step, the rest on
+    the rollout."""
     out: dict[str, list[tuple[float, float]]] = {}
     for r in range(shape.rollouts):
         for source in (rollout_perf(r), rollout_values(r), train_perf(r)):

@@ -1,5 +1,5 @@
-"""Preflight rules P1-P7 and job identity, pure: synthetic snapshots, Ray-shaped job records, fake
-filesystem."""
+"""Preflight rules P1-P7 and job identity, pure: synthetic
+snapshots, Ray-shaped job records, fake filesystem."""
 
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ def remote(*args: Any, **kwargs: Any) -> Any:
 
 
 def truncated(line: str) -> str:
-    """A metric line cut inside its dict, as a full pipe or a killed writer leaves it
-    (`--sim-unreadable-metrics`)."""
+    """A metric line cut inside its dict, as a full pipe or a
+    killed writer leaves it (`--sim-unreadable-metrics`)."""
     return line[: line.index("{") + max(8, (len(line) - line.index("{")) // 2)]
 
 

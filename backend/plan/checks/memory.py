@@ -53,8 +53,8 @@ def _m2(c: LayoutContext) -> None:
         f"{c.gpn}-GPU node (expert state sharded over EDP {mem.edp:g}, dense over DP {mem.dp:g})"
     )
     fix = (
-        "raise EDP (lower train.ep·train.etp·train.pp for the same GPUs) or DP, or use nodes with more "
-        "host RAM"
+        "raise EDP (lower train.ep·train.etp·train.pp for "
+        "the same GPUs) or DP, or use nodes with more host RAM"
     )
     if per_node > c.host_mem:
         c.add("M2", f"{what} but a node has {c.host_mem:g} GB host RAM", fix)

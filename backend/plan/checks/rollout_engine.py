@@ -57,8 +57,8 @@ def _attn_fix(c: LayoutContext) -> str:
     if dps:
         return f"use rollout.dp {alts(near(dps, c.rdp))} (attn_tp = gpus_per_engine/dp)"
     scale = c.rdp if c.dpa and c.rdp > 1 else 1
-    # attn_tp must divide the attention heads (or the Mamba heads): their divisors, not a loop to the head
-    # count
+    # attn_tp must divide the attention heads (or the Mamba
+    # heads): their divisors, not a loop to the head count
     candidates = sorted(set(divisors(c.heads)) | set(divisors(c.m_heads)))
     sizes = [a * scale for a in candidates if c.attn_tp_ok(a)]
     return f"use rollout.gpus_per_engine {alts(near(sizes, c.g))} (attn_tp = gpus_per_engine/dp)"

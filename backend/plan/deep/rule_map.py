@@ -71,8 +71,8 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     (
         "server_args",
         (
-            r"@parallel_hook\.py:\d+ assert .*tp_size % .*dp_size|@server_args\.py:\d+ assert .*tp_size % "
-            r".*dp_size"
+            r"@parallel_hook\.py:\d+ assert .*tp_size % "
+            r".*dp_size|@server_args\.py:\d+ assert .*tp_size % .*dp_size"
         ),
         "G1",
     ),

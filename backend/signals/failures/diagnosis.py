@@ -149,8 +149,7 @@ def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int], 
             )
         return (
             f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the "
-            "log: "
-            "dump the job's stacks"
+            "log: dump the job's stacks"
         )
     known = set(ranks_seen) | (set(range(world)) if world else set())
     quiet = sorted(known - timed_out)

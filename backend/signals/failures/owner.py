@@ -21,8 +21,8 @@ LOOKBACK = 200
 
 _TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"")
 _TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception")
-# `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3,
-# ...`
+# `ray.exceptions.RayTaskError(OutOfMemoryError):
+# ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
 REMOTE_TASK = re.compile(
     r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\w+\(\)\s*\(pid=(?P<pid>\d+)"
     r"(?:,\s*ip=(?P<ip>[\w.:]+))?"
