@@ -39,8 +39,9 @@ class Settings(BaseModel):
     # binding id -> key(s), e.g. {"launch": "L", "abort": "A"}: remaps the app's keys.
     keys: dict[str, str] = Field(default_factory=dict)
     poll_interval_s: float = Field(default=1.0, ge=0.5, le=60.0)
-    # The console's GPU probe (backend.cluster.gpu_probe): NVML once a second on every node, shared by consoles;
-    # it ends this long after the last console stopped renewing its lease (SIGKILL, lost SSH session).
+    # The console's GPU probe (backend.cluster.gpu_probe): NVML once a second on every node, shared by
+    # consoles; it ends this long after the last console
+    # stopped renewing its lease (SIGKILL, lost SSH session).
     gpu_probe: bool = True
     gpu_probe_lease_timeout_s: float = Field(default=45.0, ge=3.0, le=60.0)
 

@@ -62,7 +62,8 @@ def main() -> int:
     }
     worst = 0.0
     print(
-        f"{'spec':24} {'findings':>8} {'check':>9} {'derive':>9} {'both':>9} {'vs copy':>8} {'vs validate':>11}"
+        f"{'spec':24} {'findings':>8} {'check':>9} {'derive':>9} "
+        f"{'both':>9} {'vs copy':>8} {'vs validate':>11}"
     )
     for name, spec in cases.items():
         dump = spec.model_dump()
@@ -82,7 +83,8 @@ def main() -> int:
         print(f"{'':24} baselines: model_copy(deep) {t_copy:.1f}µs, model_validate {t_valid:.1f}µs")
     verdict = "OK" if worst <= TARGET_US else "OVER TARGET"
     print(
-        f"worst check+derive {worst:.1f}µs = {worst / TARGET_US:.3f} of the {TARGET_US:.0f}µs target: {verdict}"
+        f"worst check+derive {worst:.1f}µs = {worst / TARGET_US:.3f} "
+        f"of the {TARGET_US:.0f}µs target: {verdict}"
     )
     return 0 if worst <= TARGET_US else 1
 

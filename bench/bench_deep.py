@@ -66,8 +66,8 @@ def main(n: int = 40) -> None:
                 per_call(lambda _, w=with_shim: run_check(ckpt, with_shim=w), range(5)) for _ in range(3)
             )
         print(
-            f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim {times[True] * 1e3:.1f} ms "
-            f"(x{times[True] / times[False]:.2f})"
+            f"CPU provider build: without shim {times[False] * 1e3:.1f} ms, with shim "
+            f"{times[True] * 1e3:.1f} ms (x{times[True] / times[False]:.2f})"
         )
 
 

@@ -75,8 +75,8 @@ async def bench(rc: LocalRayCluster, n: int) -> None:
     print(f"baseline cat            : {cat_s:7.3f} s")
     print(f"baseline python lines   : {py_s:7.3f} s  ({py_s / cat_s:.1f}x cat)")
     print(
-        f"read_log (median of 3)  : {read_s:7.3f} s  ({read_s / cat_s:.1f}x cat, {read_s / py_s:.1f}x python lines), "
-        f"{requests} requests, runs {', '.join(f'{r:.2f}' for r in runs)}"
+        f"read_log (median of 3)  : {read_s:7.3f} s  ({read_s / cat_s:.1f}x cat, {read_s / py_s:.1f}x "
+        f"python lines), {requests} requests, runs {', '.join(f'{r:.2f}' for r in runs)}"
     )
     print(
         f"GET /api/jobs/id/logs   : {jobs_logs_s:7.3f} s  (reference, one-shot, 3.5-4x log size in head RAM)"

@@ -159,7 +159,8 @@ def memory_child(lines: int, spool: str) -> None:
     spool_mb = os.path.getsize(store.path) / 1e6
     mid = store.line(len(store) // 2)
     print(
-        f"{len(store)} {rss['VmRSS']:.1f} {rss['VmHWM']:.1f} {elapsed:.1f} {spool_mb:.0f} {bool(mid.text)} {n_sources}"
+        f"{len(store)} {rss['VmRSS']:.1f} {rss['VmHWM']:.1f} "
+        f"{elapsed:.1f} {spool_mb:.0f} {bool(mid.text)} {n_sources}"
     )
     store.close()
 
@@ -206,11 +207,12 @@ def main() -> int:
             f"ratio {base / store_t:.2f} (target >= 0.25)"
         )
         print(
-            f"  + building the per-line source index (what the first filter does): {n / idx_t / 1e6:.2f} M lines/s, "
-            f"ratio {base / idx_t:.2f}"
+            f"  + building the per-line source index (what the first filter does): {n / idx_t / 1e6:.2f} M "
+            f"lines/s, ratio {base / idx_t:.2f}"
         )
         print(
-            f"  + metrics/alerts monitor subscribed: {n / mon_t / 1e6:.2f} M lines/s, ratio {base / mon_t:.2f}"
+            "  + metrics/alerts monitor subscribed: "
+            f"{n / mon_t / 1e6:.2f} M lines/s, ratio {base / mon_t:.2f}"
         )
 
         store = ingest(log, work / "s3", False)
@@ -245,9 +247,9 @@ def main() -> int:
                 [grep, *grep_args, grep_pattern, str(store.path)], capture_output=True, text=True, check=False
             )
             print(
-                f"search {label} over {len(store)} lines: {ours * 1000:.0f} ms, {hits} hits; grep -c {theirs * 1000:.0f} ms "
-                f"({g.stdout.strip()} hits): ratio {ours / theirs:.2f}x (target <= 3x); "
-                f"one int at a time: {ours_ints / theirs:.2f}x"
+                f"search {label} over {len(store)} lines: {ours * 1000:.0f} ms, {hits} hits; grep -c "
+                f"{theirs * 1000:.0f} ms ({g.stdout.strip()} hits): ratio {ours / theirs:.2f}x (target <= "
+                f"3x); one int at a time: {ours_ints / theirs:.2f}x"
             )
         store.close()
 
@@ -267,8 +269,8 @@ def main() -> int:
             ).stdout.split()
             lines, rss, hwm, secs, spool_mb = int(out[0]), float(out[1]), float(out[2]), float(out[3]), out[4]
             print(
-                f"memory after {lines} lines (+ source index, {out[6]} sources): RSS {rss:.0f} MB, peak {hwm:.0f} MB "
-                "(target <= 300 MB); "
+                f"memory after {lines} lines (+ source index, {out[6]} sources): RSS {rss:.0f} MB, peak "
+                f"{hwm:.0f} MB (target <= 300 MB); "
                 f"ingest {secs:.0f} s ({lines / secs / 1e6:.2f} M lines/s), spool {spool_mb} MB on disk"
             )
     finally:

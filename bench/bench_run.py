@@ -136,7 +136,8 @@ def main() -> None:
     print(f"history of {h['lines']:,} lines ({h['bytes'] / 1e6:.0f} MB):")
     print(f"  baseline raw stream   {h['baseline_s']:.2f} s")
     print(
-        f"  read_log -> lines     {h['read_log_s']:.2f} s  ({h['read_log_s'] / h['baseline_s']:.2f}x baseline)"
+        f"  read_log -> lines     {h['read_log_s']:.2f} s  "
+        f"({h['read_log_s'] / h['baseline_s']:.2f}x baseline)"
     )
     print(
         f"  `ultra-console logs`  {h['cli_s']:.2f} s  ({h['cli_s'] / h['baseline_s']:.2f}x baseline; "

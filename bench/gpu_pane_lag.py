@@ -1,21 +1,23 @@
-"""How far the GPU pane lags behind the GPU: the console's own probe beside Ray's reporter (and miles' streams), in
-one run.
+"""How far the GPU pane lags behind the GPU: the console's own probe beside Ray's reporter (and miles'
+streams), in one run.
 
-The pane draws the rows `fleet_rows()` builds from what backend.cluster.telemetry.TelemetryPoller returns; here the
-same poller is driven the way the app's telemetry worker drives it (once a second, and at once when the probe has a
-new reading) on a real loopback Ray cluster started here (inside `unshare -n`). GPU 0 of the head is flipped
-between idle and busy every `--gap` seconds; the lag of one flip is the time from the change to the first pane rows
-that show it.
+The pane draws the rows `fleet_rows()` builds from what backend.cluster.telemetry.TelemetryPoller returns;
+here the same poller is driven the way the app's telemetry worker drives it (once a second, and at once when
+the probe has a new reading) on a real loopback Ray cluster started here (inside `unshare -n`). GPU 0 of the
+head is flipped between idle and busy every `--gap` seconds; the lag of one flip is the time from the change
+to the first pane rows that show it.
 
-* default (fake NVML): the fake GPU's utilisation is flipped between 3 % and 97 % by its override file, which every
-  reader (Ray's reporter, the probe) sees at its next NVML read; the change happens when the file is written. miles'
-  streams are measured too, as miles' collector writes them (samples handed over at once, and in 5 s batches).
-* `--real-nvml` (a machine with a GPU, torch, nvidia-ml-py and Ray): a torch matmul loop is switched on and off
-  on GPU 0; the change happens when this bench's own NVML sampler (10 Hz) first sees utilisation cross 50 %.
-  Also checked there: no probe process shows in NVML's process list (the probe never creates a CUDA context).
+* default (fake NVML): the fake GPU's utilisation is flipped between 3 % and 97 % by its override file, which
+  every reader (Ray's reporter, the probe) sees at its next NVML read; the change happens when the file is
+  written. miles' streams are measured too, as miles' collector writes
+  them (samples handed over at once, and in 5 s batches).
+* `--real-nvml` (a machine with a GPU, torch, nvidia-ml-py and Ray): a torch matmul loop is switched on and
+  off on GPU 0; the change happens when this bench's own NVML sampler (10 Hz) first sees utilisation cross 50
+  %. Also checked there: no probe process shows in NVML's
+  process list (the probe never creates a CUDA context).
 
-Both modes print the probe's CPU cost per node (its sampler actors, its driver, and Ray's JobSupervisor that every
-Ray job has), measured with psutil over the run.
+Both modes print the probe's CPU cost per node (its sampler actors, its driver, and Ray's JobSupervisor that
+every Ray job has), measured with psutil over the run.
 Target: the probe's median <= 2 s and <= 0.3x Ray's reporter's.
 Usage: python bench/gpu_pane_lag.py [--flips 8] [--gap 12] [--real-nvml]
 """
@@ -64,8 +66,8 @@ while True:
 
 @dataclass
 class MilesWriter:
-    """miles' sampler + collector for one node: sample every 1 s, hand samples over every `push_s`, flush every
-    `flush_s` to the hour partition, in miles' line encoding."""
+    """miles' sampler + collector for one node: sample every 1 s, hand samples over every `push_s`, flush
+    every `flush_s` to the hour partition, in miles' line encoding."""
 
     util: list[int]
     dump: Path
@@ -109,8 +111,8 @@ class MilesWriter:
 
 
 async def pane(poller: Any, node_id: str, log: list[tuple[float, float | None]], done: asyncio.Event) -> None:
-    """The app's telemetry worker and the fleet's rows: poll, note what the head's GPU 0 shows and when, wait for
-    the next second or the probe's next reading (console.workers._telemetry)."""
+    """The app's telemetry worker and the fleet's rows: poll, note what the head's GPU 0 shows and when, wait
+    for the next second or the probe's next reading (console.workers._telemetry)."""
     from console.widgets.gpu_fleet import fleet_rows
 
     while not done.is_set():
@@ -147,7 +149,8 @@ class Nvml:
 
 
 def probe_processes() -> dict[str, list[Any]]:
-    """The probe's processes on this host, by part: its driver, its sampler actors, the JobSupervisor running it."""
+    """The probe's processes on this host, by part: its driver,
+    its sampler actors, the JobSupervisor running it."""
     import psutil
 
     found: dict[str, list[Any]] = {"driver": [], "samplers": [], "JobSupervisor": []}
@@ -279,8 +282,8 @@ async def measure(rc: Any, flips: int, gap: float, real: bool) -> None:
         else "no other node"
     )
     print(
-        f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver {cost['driver']:.2f} % "
-        f"+ Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
+        f"\nprobe CPU over {wall:.0f} s (% of one core): {samplers}; on the head its driver "
+        f"{cost['driver']:.2f} % + Ray's JobSupervisor of the job {cost['JobSupervisor']:.2f} % "
         f"= {cost['driver'] + cost['JobSupervisor']:.2f} %"
     )
     if nvml is not None:

@@ -1,9 +1,10 @@
 """On a real GPU: the reaper's list and kill modes against real NVML through Ray 2.60's own GPU provider.
 
 Run on a machine with a GPU, torch, psutil and Ray: `python3 bench/h200_reaper_check.py` (writes
-`$OUT/h200_reaper.json`). The capture from an H200 (2026-12-01) is tests/data/ray_samples/h200_reaper_identity.json;
-that machine had no Ray installed, so it ran Ray 2.60's own `gpu_providers.py` and its pynvml copy alone (the
-two helpers they import from the rest of Ray, `env_bool` and `log_once`, stubbed).
+`$OUT/h200_reaper.json`). The capture from an H200 (2026-12-01) is
+tests/data/ray_samples/h200_reaper_identity.json; that machine had no Ray installed, so it ran Ray 2.60's own
+`gpu_providers.py` and its pynvml copy alone (the two helpers they
+import from the rest of Ray, `env_bool` and `log_once`, stubbed).
 
 A job-like orphan (its environment carries a Ray job id, re-parented to init, as an SGLang scheduler is
 once its engine actor dies) and a bystander (no job id) each hold GPU memory through torch. The reaper

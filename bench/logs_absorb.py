@@ -122,13 +122,13 @@ def main() -> int:
     print(f"lines in batches of {args.batch:,} (160x50, logs view following):")
     print(f"  LogStore.append alone                  {base / 1000:8.0f}k lines/s")
     print(
-        f"  absorbed by the view, back to back     {rate / 1000:8.0f}k lines/s  ({rate / base:.2f}x the store alone)"
-        f"  target >= 100k: {'OK' if rate >= 100_000 else 'UNDER'}  ({args.lines:,} lines)"
+        f"  absorbed by the view, back to back     {rate / 1000:8.0f}k lines/s  ({rate / base:.2f}x the "
+        f"store alone)  target >= 100k: {'OK' if rate >= 100_000 else 'UNDER'}  ({args.lines:,} lines)"
     )
     print(
-        f"  paced at 10 Hz (the log worker's flush) {paced_rate / 1000:7.0f}k lines/s for {args.paced_seconds:.0f} s:"
-        f" key latency median {statistics.median(lat_ms):.1f} ms, p95 {p95:.1f} ms, max {lat_ms[-1]:.1f} ms"
-        f" ({len(lat_ms)} presses)"
+        f"  paced at 10 Hz (the log worker's flush) {paced_rate / 1000:7.0f}k lines/s for "
+        f"{args.paced_seconds:.0f} s: key latency median {statistics.median(lat_ms):.1f} ms, p95 {p95:.1f} "
+        f"ms, max {lat_ms[-1]:.1f} ms ({len(lat_ms)} presses)"
     )
     return 0
 

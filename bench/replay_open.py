@@ -125,7 +125,8 @@ def main() -> None:
         print(f"{key}: replay / toolong = {med['replay'][key] / med['toolong'][key]:.2f}")
     print(
         f"charts filled at {med['replay']['charts_s'] / med['toolong']['first_content_s']:.2f}x toolong's "
-        f"first content; whole log read at {med['replay']['loaded_s'] / med['toolong']['first_content_s']:.2f}x"
+        "first content; whole log read at "
+        f"{med['replay']['loaded_s'] / med['toolong']['first_content_s']:.2f}x"
     )
     tmux("kill-server")
 

@@ -162,11 +162,11 @@ class UltraConsoleApp(App[int]):
         replay: ReplaySession | None = None,
         compare: Sequence[str] = (),
     ) -> None:
-        """preview: a backend.plan.preview_process.Preview whose settings_answer() answered; with it and no `settings`,
-        the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the plan
-        view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
-        opens on its log, read-only, and talks to no cluster (console/replay.py feeds it). compare: runs (paths
-        or job ids) the replay overlays on its charts once its own log is read (`replay A B C`)."""
+        """preview: a backend.plan.preview_process.Preview whose settings_answer() answered; with it and no
+        `settings`, the settings are loaded (with `overrides`, the CLI flags) after the first frame, and the
+        plan view starts from the preview's plan. replay: a backend.signals.replay.ReplaySession; the app then
+        opens on its log, read-only, and talks to no cluster (console/replay.py feeds it). compare: runs
+        (paths or job ids) the replay overlays on its charts once its own log is read (`replay A B C`)."""
         super().__init__()
         self.replay = replay
         self.compare_targets = tuple(compare)
@@ -370,7 +370,8 @@ class UltraConsoleApp(App[int]):
             view.view_shown()
 
     def action_rollout_step(self, delta: int) -> None:
-        """`[` / `]`: move the rollout cursor; the charts mark it and the log jumps to the rollout's first line."""
+        """`[` / `]`: move the rollout cursor; the charts mark
+        it and the log jumps to the rollout's first line."""
         index = self.runtime.rollouts if self.runtime is not None else None
         mark = index.step(self.rollout_cursor, delta) if index is not None else None
         if mark is None:

@@ -51,8 +51,8 @@ class ConsoleMessage(Message, bubble=False):
     """Base of every worker -> UI message; the app fans these out to the views."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # Textual's default for a subclass is bubble=True: a fanned-out copy would climb back to the app and be
-        # fanned out again (forever, when the sender is not the app itself).
+        # Textual's default for a subclass is bubble=True: a fanned-out copy would climb back to the app and
+        # be fanned out again (forever, when the sender is not the app itself).
         kwargs.setdefault("bubble", False)
         super().__init_subclass__(**kwargs)
 

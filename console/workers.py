@@ -17,9 +17,10 @@ LogStore, MetricsCollector) and posts a console.messages message; the app and th
              keeps that and the log feed from changing the monitor at once.
 - probe:     the console's GPU probe (backend.cluster.gpu_probe): adopted or started (never by a --readonly
              console), its lease renewed, its log followed into the newest NVML reading per node.
-- telemetry: cluster snapshots at 1 Hz, only while a view that shows them is visible, and at once when the probe
-             has a new reading (per node: the probe first, miles' GPU streams of the attached run second, Ray's
-             reporter third).
+- telemetry: cluster snapshots at 1 Hz, only while a view
+  that shows them is visible, and at once when the probe
+             has a new reading (per node: the probe first, miles' GPU streams of the attached run second,
+             Ray's reporter third).
 """
 
 from __future__ import annotations
@@ -317,8 +318,9 @@ def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
 
     if rt.monitor is None:
         return
-    # The run's shape (rollout GPUs, batch, train ranks) from its argv before the first record or failure line,
-    # whichever source comes first; also without a dump dir (NCCL's suspects are the ranks that did not time out).
+    # The run's shape (rollout GPUs, batch, train ranks) from its argv before the first record or failure
+    # line, whichever source comes first; also without a dump dir
+    # (NCCL's suspects are the ranks that did not time out).
     rt.monitor.facts.scan_text(" " + job.entrypoint)
     path = dump_dir_of(job.entrypoint)
     if path is None:

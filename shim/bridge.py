@@ -32,10 +32,18 @@ MOE_TENSOR_MAPPINGS: dict[str, str] = {
     "decoder.layers.*.mlp.router.expert_bias": "backbone.layers.*.mixer.gate.e_score_correction_bias",
     "decoder.layers.*.mlp.experts.linear_fc1.weight*": "backbone.layers.*.mixer.experts.*.up_proj.weight",
     "decoder.layers.*.mlp.experts.linear_fc2.weight*": "backbone.layers.*.mixer.experts.*.down_proj.weight",
-    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1.weight": "backbone.layers.*.mixer.experts.*.up_proj.weight",
-    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2.weight": "backbone.layers.*.mixer.experts.*.down_proj.weight",
-    "decoder.layers.*.mlp.shared_experts.linear_fc1.weight": "backbone.layers.*.mixer.shared_experts.up_proj.weight",
-    "decoder.layers.*.mlp.shared_experts.linear_fc2.weight": "backbone.layers.*.mixer.shared_experts.down_proj.weight",
+    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1.weight": (
+        "backbone.layers.*.mixer.experts.*.up_proj.weight"
+    ),
+    "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2.weight": (
+        "backbone.layers.*.mixer.experts.*.down_proj.weight"
+    ),
+    "decoder.layers.*.mlp.shared_experts.linear_fc1.weight": (
+        "backbone.layers.*.mixer.shared_experts.up_proj.weight"
+    ),
+    "decoder.layers.*.mlp.shared_experts.linear_fc2.weight": (
+        "backbone.layers.*.mixer.shared_experts.down_proj.weight"
+    ),
     "decoder.layers.*.mlp.fc1_latent_proj.weight": "backbone.layers.*.mixer.fc1_latent_proj.weight",
     "decoder.layers.*.mlp.fc2_latent_proj.weight": "backbone.layers.*.mixer.fc2_latent_proj.weight",
 }

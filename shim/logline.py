@@ -1,10 +1,11 @@
 """The one line each train actor logs about the shim, and its parser.
 
 The console's alerts match these strings, so they are constants and the only place that formats or
-parses them. Three forms, each on one line:
+parses them. Three forms, each on one line (the second wrapped here):
 
     ultra-console shim: applied NemotronH provider fields {json}
-    ultra-console shim: applied NemotronH provider fields (mapping only; megatron.bridge not importable) {json}
+    ultra-console shim: applied NemotronH provider fields (mapping only; megatron.bridge not importable)
+        {json}
     ultra-console shim: NOT applied: <reason>
 
 The JSON holds the provider fields the actor ended up with (sorted keys, no spaces). The

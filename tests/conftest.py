@@ -39,7 +39,8 @@ def _isolated_operator_dirs(
     home = tmp_path_factory.getbasetemp() / "operator"
     monkeypatch.setenv("ULTRA_CONSOLE_STATE_DIR", str(home / "state"))
     monkeypatch.setenv("ULTRA_CONSOLE_CONFIG", str(home / "config.toml"))
-    # The console's GPU probe is a Ray job of its own: only the tests about it start one (tests/cluster/test_gpu_probe)
+    # The console's GPU probe is a Ray job of its own: only the
+    # tests about it start one (tests/cluster/test_gpu_probe)
     monkeypatch.setenv("ULTRA_CONSOLE_GPU_PROBE", "0")
 
 

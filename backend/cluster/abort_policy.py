@@ -43,8 +43,8 @@ class AbortPolicy:
 
     def stop_message(self) -> str:
         return (
-            f"stop requested: Ray sends {self.signal} to the driver's process tree, waits up to {self.grace_s} s "
-            "for a clean shutdown, then SIGKILLs what is left"
+            f"stop requested: Ray sends {self.signal} to the driver's process tree, waits up to "
+            f"{self.grace_s} s for a clean shutdown, then SIGKILLs what is left"
         )
 
 
@@ -54,7 +54,8 @@ def _env_vars(runtime_env: Any) -> dict[str, Any]:
 
 
 def stop_settings(job: JobInfo) -> tuple[str, int]:
-    """(signal, grace seconds) Ray's supervisor will use for this job (its runtime env, else Ray's defaults)."""
+    """(signal, grace seconds) Ray's supervisor will use
+    for this job (its runtime env, else Ray's defaults)."""
     env = _env_vars(job.runtime_env)
     signal = str(env.get("RAY_JOB_STOP_SIGNAL") or RAY_DEFAULT_STOP_SIGNAL)
     try:

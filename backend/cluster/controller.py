@@ -420,8 +420,8 @@ class RunController:
         pid = _driver_pid(job)
         if pid is None or not job.driver_node_id:
             return (
-                "Ray reports no driver PID for this job (its entrypoint never called ray.init): force can only "
-                "repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends"
+                "Ray reports no driver PID for this job (its entrypoint never called ray.init): force can "
+                "only repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends"
             )
         try:
             answer = await run_reaper(
@@ -493,8 +493,8 @@ class RunController:
         return await read_leftovers(self.client, self.job_footprint(), nodes, timeout_s=timeout, gone=gone)
 
     async def cleanup(self, leftovers: list[Leftover] | None = None) -> list[ReapResult]:
-        """Kill exactly the job's leftover PIDs, one kill job pinned per node, each re-checking on the node that
-        the PID still holds GPU memory and is the job's; refused while a run is active."""
+        """Kill exactly the job's leftover PIDs, one kill job pinned per node, each re-checking on the node
+        that the PID still holds GPU memory and is the job's; refused while a run is active."""
         self._require_writable("cleanup")
         jobs = await self.client.list_jobs()
         busy = [j for j in jobs if not j.is_terminal and not is_console_tool(j) and j.type != "DRIVER"]

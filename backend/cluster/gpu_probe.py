@@ -1,16 +1,16 @@
-"""The console's side of its GPU probe (backend/cluster/gpu_probe_job.py): find it or start it, keep it alive with a
-lease, follow its log into the freshest GPU readings the console has.
+"""The console's side of its GPU probe (backend/cluster/gpu_probe_job.py): find it or start it, keep it alive
+with a lease, follow its log into the freshest GPU readings the console has.
 
 One probe per cluster, shared: a console adopts the probe it finds in the job list (marked `PROBE_KEY`, named
-`ultra-console-gpu-probe-*`), else starts one unless it is read-only (a `--readonly` console reads a probe that
-runs and starts none). Each console renews its own lease file in the probe's lease directory (named on the probe's
-entrypoint, on the head) every `LEASE_RENEW_S`; the probe ends once none is fresher than its lease timeout, so a
-console killed with SIGKILL or cut off with its SSH session keeps nothing running for more than a minute. When the
-probe ends (lease gap, lifetime, crash) a writable console starts the next one.
+`ultra-console-gpu-probe-*`), else starts one unless it is read-only (a `--readonly` console reads a probe
+that runs and starts none). Each console renews its own lease file in the probe's lease directory (named on
+the probe's entrypoint, on the head) every `LEASE_RENEW_S`; the probe ends once none is fresher than its lease
+timeout, so a console killed with SIGKILL or cut off with its SSH session keeps nothing running for more than
+a minute. When the probe ends (lease gap, lifetime, crash) a writable console starts the next one.
 
-The readings are NVML's of one second ago (util, memory, power, temperature, and the PIDs holding each GPU), for
-the pane and for the abort flow's first look; anything that signals a process still reads the node itself after
-the end (the reaper), never these.
+The readings are NVML's of one second ago (util, memory, power, temperature, and the PIDs holding each GPU),
+for the pane and for the abort flow's first look; anything that signals a process still reads the node itself
+after the end (the reaper), never these.
 """
 
 from __future__ import annotations
@@ -169,8 +169,9 @@ def probe_submission(
 
 
 async def _bounded_on_cancel(coro: Coroutine[Any, Any, None], grace_s: float = 2.0) -> None:
-    """Await `coro` in a task of its own; once cancelled, give it `grace_s` to wind down and no more (closing a
-    log follow's websocket waits for a close frame Ray's tail may never send: quitting must not hang on it)."""
+    """Await `coro` in a task of its own; once cancelled, give it `grace_s` to wind down and no more (closing
+    a log follow's websocket waits for a close frame Ray's
+    tail may never send: quitting must not hang on it)."""
     task = asyncio.create_task(coro)
     try:
         await asyncio.shield(task)
@@ -199,7 +200,8 @@ def _claim(path: Path) -> bool:
 
 
 class GpuProbe:
-    """Keeps a probe running (unless read-only) and its newest reading per node; `run()` does it until cancelled."""
+    """Keeps a probe running (unless read-only) and its newest
+    reading per node; `run()` does it until cancelled."""
 
     def __init__(
         self,

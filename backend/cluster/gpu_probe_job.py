@@ -1,24 +1,28 @@
 """The console's GPU probe: one Ray job that reads NVML on every alive node and prints what it reads, at once.
 
-Why: Ray's reporter reads NVML every 5 s and the node summary is cached 2 s more, so the GPU pane lagged NVML by
-5-10 s (ray.md §8); miles' own streams are no fresher at miles' defaults. This job reads NVML four times a second and prints a
-compact line per node as soon as something changed (utilisation, memory, a process) and at least once a second;
-the console follows its log as it follows a run's (Ray's tail reads the file once a second).
+Why: Ray's reporter reads NVML every 5 s and the node summary is cached 2 s more, so the GPU pane lagged NVML
+by 5-10 s (ray.md §8); miles' own streams are no fresher at miles' defaults. This job reads NVML four times a
+second and prints a compact line per node as soon as something changed (utilisation, memory, a process) and at
+least once a second; the console follows its log as it
+follows a run's (Ray's tail reads the file once a second).
 
-Self-contained (stdlib + ray, which every Ray node has), sent as `python3 -c <source> --gpu-probe ...`. The driver
-runs on the head (pinned by the console) and samples the head itself; every other alive node gets a sampler actor
-pinned to it (`num_cpus=0, num_gpus=0`: it reserves nothing a run could need); nodes are re-listed every few
-seconds, so a node that joins later is sampled too. NVML only (through Ray's own GPU provider, as the reaper
-reads it): never a CUDA context, so the probe holds no GPU memory and never shows as a GPU process.
+Self-contained (stdlib + ray, which every Ray node has), sent as `python3 -c <source> --gpu-probe ...`. The
+driver runs on the head (pinned by the console) and samples the head itself; every other alive node gets a
+sampler actor pinned to it (`num_cpus=0, num_gpus=0`: it reserves nothing a run could need); nodes are
+re-listed every few seconds, so a node that joins later is sampled too. NVML only (through Ray's own GPU
+provider, as the reaper reads it): never a CUDA context, so
+the probe holds no GPU memory and never shows as a GPU process.
 
-Lifetime: consoles keep a lease each, a file in `--lease-dir` (on the head) whose mtime they renew; the probe ends
-by itself once no lease is fresher than `--lease-timeout` (also when its last console was SIGKILLed or lost its
-SSH session), and after `--max-age` at the latest (its log grows with every line; a console starts a fresh one).
-One probe per cluster: the first takes an exclusive lock in the lease directory; a second one says so and ends.
+Lifetime: consoles keep a lease each, a file in `--lease-dir` (on the head) whose mtime they renew; the probe
+ends by itself once no lease is fresher than `--lease-timeout` (also when its last console was SIGKILLed or
+lost its SSH session), and after `--max-age` at the latest (its log grows with every line; a console starts a
+fresh one). One probe per cluster: the first takes an exclusive lock
+in the lease directory; a second one says so and ends.
 
 Lines (`ULTRA_CONSOLE_GPU {json}`): `hello`, one `s` per node and reading sent
-(`g`: [[index, util % or -1, MiB used, MiB total, W or -1, °C or -1, [[pid, MiB], ...]], ...]; `nvml`: why there
-is no reading; `c`: the sampling process's CPU seconds), `leases` (the fresh lease names, on change), `bye`.
+(`g`: [[index, util % or -1, MiB used, MiB total, W or -1, °C or -1, [[pid, MiB], ...]], ...]; `nvml`: why
+there is no reading; `c`: the sampling process's CPU
+seconds), `leases` (the fresh lease names, on change), `bye`.
 """
 
 from __future__ import annotations
@@ -52,9 +56,9 @@ def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 _PRINT = threading.Lock()
 
 
-# Ray 2.60's log tail (dashboard/modules/job/utils.py, file_tail_iterator) sends a chunk at once when it holds 10
-# lines, else only after its next 1 s sleep at the end of the file: every line padded to 10 reaches the console
-# a second sooner (measured: pane lag median 1.7 s -> see bench/gpu_pane_lag.py), for 9 bytes.
+# Ray 2.60's log tail (dashboard/modules/job/utils.py, file_tail_iterator) sends a chunk at once when it holds
+# 10 lines, else only after its next 1 s sleep at the end of the file: every line padded to 10 reaches the
+# console a second sooner (measured: pane lag median 1.7 s -> see bench/gpu_pane_lag.py), for 9 bytes.
 TAIL_CHUNK_LINES = 10
 
 
@@ -128,9 +132,9 @@ class NodeSampler:
         return False
 
     def stream(self, interval: float) -> Any:
-        """The node's readings for ever, each as soon as it shows a change (NVML read every READ_S) and at least one
-        every `interval`: one streaming call (a reading costs one report to the driver, not a task: a third of the
-        CPU of a call per second, measured)."""
+        """The node's readings for ever, each as soon as it shows a change (NVML read every READ_S) and at
+        least one every `interval`: one streaming call (a reading costs one report to the driver, not a task:
+        a third of the CPU of a call per second, measured)."""
         tick = time.monotonic()
         while True:
             reading = self.read()
@@ -282,6 +286,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     code = main(sys.argv[1:])
     sys.stdout.flush()
-    # Past this point only Ray's driver teardown runs, with sampler streams still open on other nodes; it can end
-    # the process non-zero, and the job would read FAILED although the probe ended as it should.
+    # Past this point only Ray's driver teardown runs, with sampler streams still open on other nodes; it can
+    # end the process non-zero, and the job would read FAILED although the probe ended as it should.
     os._exit(code)

@@ -1,4 +1,5 @@
-"""Leftovers: GPU processes a run left behind, read on each node after the run ended, and killed only if the job's.
+"""Leftovers: GPU processes a run left behind, read on each
+node after the run ended, and killed only if the job's.
 
 Why not from the dashboard: Ray's node summary is the reporter's reading of up to 5 s ago, cached 2 s more;
 right after a stop it still lists PIDs that died with the job (ray.md §8.1: 12.5 s old, marked fresh).
@@ -46,8 +47,8 @@ class JobFootprint:
 
     @property
     def complete(self) -> bool:
-        """Whether `node_ids` are all the nodes the job ran on: Ray listed its actors, or it had none (a driver
-        that never connected to Ray starts no actor)."""
+        """Whether `node_ids` are all the nodes the job ran on: Ray listed its actors, or it had none (a
+        driver that never connected to Ray starts no actor)."""
         return self.listed or not self.job_id
 
     @property
@@ -93,8 +94,8 @@ class JobFootprint:
 
 
 async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[str, int, str]], bool]:
-    """(node id, pid, role) of the job's driver and of every actor Ray lists for it (state API), and whether Ray
-    answered the actor list."""
+    """(node id, pid, role) of the job's driver and of every actor Ray lists for it (state API), and whether
+    Ray answered the actor list."""
     found: list[tuple[str, int, str]] = []
     driver = (job.model_extra or {}).get("driver_info")
     if job.driver_node_id and isinstance(driver, dict) and str(driver.get("pid") or "").isdigit():
@@ -131,8 +132,8 @@ async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
 
 
 async def job_roles(client: RayClient, job: JobInfo) -> dict[str, str]:
-    """ "<node id>:<pid>" -> role (the driver, or its actor's class) of the job's processes Ray lists now: how the
-    GPU pane names the PIDs holding GPUs."""
+    """ "<node id>:<pid>" -> role (the driver, or its actor's class) of the job's processes Ray lists now: how
+    the GPU pane names the PIDs holding GPUs."""
     found, _ = await _job_processes(client, job)
     return {f"{node}:{pid}": sanitize_text(role)[:40] for node, pid, role in found}
 
@@ -157,7 +158,8 @@ class Leftover:
 
 @dataclass(frozen=True)
 class NodeCheck:
-    """One node's answer (or its silence): `unlisted` are GPUs with memory in use but no process NVML names."""
+    """One node's answer (or its silence): `unlisted` are
+    GPUs with memory in use but no process NVML names."""
 
     node_id: str
     node_label: str

@@ -3,9 +3,10 @@
 Why a job: only a process on the node can look at the node's own disks and processes, and Ray's job API is
 the one door into every node the console has. The script travels as `python3 -c <source>` (worker nodes
 need no copy of the console; a line `from backend.X import ...  # inlined on the node` is replaced by that
-stdlib-only module's source, so a rule such as backend.safe_paths has one copy), pinned by Ray's `ray.io/node-id` label, with a hundredth of a CPU so it runs
-beside a busy node. Its results are lines `MARK {json}` in the job log, read while it runs (progress) and
-once it ended; the job record is deleted afterwards. Secrets go in `env` (the runtime env), never in argv.
+stdlib-only module's source, so a rule such as backend.safe_paths has one copy), pinned by Ray's
+`ray.io/node-id` label, with a hundredth of a CPU so it runs beside a busy node. Its results are lines `MARK
+{json}` in the job log, read while it runs (progress) and once it ended; the job
+record is deleted afterwards. Secrets go in `env` (the runtime env), never in argv.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ _FUTURE = re.compile(r"^from __future__ import annotations$", re.MULTILINE)
 
 
 def script_source(script: Path) -> str:
-    """`script` as it travels to the node: each `# inlined on the node` import replaced by its module's code."""
+    """`script` as it travels to the node: each `# inlined
+    on the node` import replaced by its module's code."""
 
     def module_code(match: re.Match[str]) -> str:
         path = REPO_ROOT.joinpath(*match.group(1).split(".")).with_suffix(".py")

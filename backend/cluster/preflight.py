@@ -58,8 +58,8 @@ def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
                 severity="error",
                 fields=("cluster.nodes", "cluster.gpus_per_node"),
                 message=(
-                    f"the spec needs {need} nodes with {per} free GPUs each; the cluster has {len(big)} alive "
-                    f"node(s) with {per} GPUs{detail}"
+                    f"the spec needs {need} nodes with {per} free GPUs each; the cluster has {len(big)} "
+                    f"alive node(s) with {per} GPUs{detail}"
                 ),
                 fix=(
                     f"start {need - len(free)} more node(s) with {per} GPUs, free the busy ones, "
@@ -89,7 +89,8 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         label = node.label if node else node_id[:8]
         age = snap.age_at(node, snap.taken_at) if node else None
         listed = ", ".join(f"pid {p.pid} on GPU {idx} ({p.mem_mb} MiB)" for idx, p in held)
-        # Ray's reporter is seconds old: a hint to check, never a list to kill from (cleanup reads the node now)
+        # Ray's reporter is seconds old: a hint to check, never
+        # a list to kill from (cleanup reads the node now)
         out.append(
             Finding(
                 rule="P2",
@@ -112,8 +113,9 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
                 severity="info",
                 fields=(),
                 message=(
-                    f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} show "
-                    f"memory in use but Ray lists no process for them (its process list is unavailable here)"
+                    f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} "
+                    "show memory in use but Ray lists no process "
+                    "for them (its process list is unavailable here)"
                 ),
                 fix="check those hosts with nvidia-smi before launching",
             )

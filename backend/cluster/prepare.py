@@ -122,7 +122,10 @@ class FetchEvent:
         if self.kind in ("progress", "resume"):
             pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
             verb = "resuming" if self.kind == "resume" else "fetching"
-            return f"[{self.label}] {self.what}: {verb} {self.file} {human(self.done)} of {human(self.total)}{pct}"
+            return (
+                f"[{self.label}] {self.what}: {verb} {self.file} "
+                f"{human(self.done)} of {human(self.total)}{pct}"
+            )
         if self.kind == "file_done":
             return f"[{self.label}] {self.what}: {self.file} complete ({human(self.total)})"
         return f"[{self.label}] {self.what}: {self.text}"

@@ -42,7 +42,8 @@ def emit(**event: object) -> None:
 
 
 def expand(path: str, fields: dict[str, str]) -> str:
-    """A path may name the node ({node_id}, {node_ip}, {hostname}) where nodes keep files in node-specific places."""
+    """A path may name the node ({node_id}, {node_ip},
+    {hostname}) where nodes keep files in node-specific places."""
     if "{" not in path:
         return path
     try:
@@ -286,7 +287,8 @@ def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
 def _download(
     what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int
 ) -> int:
-    """One file into `directory`, resuming `name.part` (or a short `name`, in place); returns bytes transferred."""
+    """One file into `directory`, resuming `name.part` (or
+    a short `name`, in place); returns bytes transferred."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers

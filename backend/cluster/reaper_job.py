@@ -1,4 +1,5 @@
-"""The reaper: a tiny Ray job pinned to one node that reads NVML there and then, and kills only the job's PIDs.
+"""The reaper: a tiny Ray job pinned to one node that
+reads NVML there and then, and kills only the job's PIDs.
 
 Self-contained on purpose (stdlib + psutil + ray, which every Ray node has): the console sends this
 file's source as `python3 -c <source> --gpu-reaper --node-id=ID ...`, so worker nodes need no copy of
@@ -109,7 +110,8 @@ def _signal(proc, grace_s: float) -> dict[str, object]:  # type: ignore[no-untyp
 def reap(
     pids: list[int], grace_s: float, job_id: str, submission_id: str, worker_pids: set[int]
 ) -> list[dict[str, object]]:
-    """Signal each PID that a fresh reading shows holding GPU memory and that is, checked again now, the job's."""
+    """Signal each PID that a fresh reading shows holding
+    GPU memory and that is, checked again now, the job's."""
     try:
         reading = gpu_reading()
     except Exception as err:

@@ -81,7 +81,8 @@ class ProcessStack:
 
     @property
     def actor(self) -> str:
-        """The Ray actor class from the process title (`ray::MegatronTrainRayActor.train`), else the command."""
+        """The Ray actor class from the process title
+        (`ray::MegatronTrainRayActor.train`), else the command."""
         m = _RAY_TITLE.match(self.command)
         if m:
             return m["actor"]
@@ -292,7 +293,8 @@ class StacksReport:
         return out
 
     def lines(self) -> list[str]:
-        """The report in lines: the groups, small first, then what could not be read and which nodes failed."""
+        """The report in lines: the groups, small first, then
+        what could not be read and which nodes failed."""
         out = [g.line() for g in self.groups]
         out += [f"unreadable: {u.line()}" for u in self.unreadable if u.kind != "not_python"]
         other = [u for u in self.unreadable if u.kind == "not_python"]

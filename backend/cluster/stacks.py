@@ -183,8 +183,8 @@ async def job_stacks(
         report = dataclasses.replace(
             report,
             notes=(
-                "Ray's actor list did not answer: an actor in a worker Ray started before the job (its environment "
-                "says RAY_JOB_ID=ffffffff) cannot be recognised as the job's and is missing",
+                "Ray's actor list did not answer: an actor in a worker Ray started before the job (its "
+                "environment says RAY_JOB_ID=ffffffff) cannot be recognised as the job's and is missing",
             ),
         )
     return dataclasses.replace(report, saved_to=str(save_report(report, state_dir)))

@@ -1,4 +1,5 @@
-"""The stack dumper: a tiny Ray job pinned to one node that dumps the Python stack of every process of a job there.
+"""The stack dumper: a tiny Ray job pinned to one node that
+dumps the Python stack of every process of a job there.
 
 Self-contained on purpose (stdlib + psutil, which every Ray node has, and py-spy, which `ray[default]` puts
 next to the node's python): the console sends this file's source as `python3 -c <source> --stacks ...`

@@ -18,9 +18,10 @@ age (`telemetry_age_s`, `stale`, and `age_at(now)` as time passes): on a real H2
 
 A node's GPUs come from the freshest source it has, in this order, and the node says which (`gpu_source`):
 the console's own GPU probe (NVML once a second, followed through its job log; backend.cluster.gpu_probe),
-miles' own per-GPU samples where a run writes them (`--use-miles-dashboard`; backend.cluster.miles_gpu_streams),
-Ray's reporter. Each source is stale past its own normal cadence (`STALE_LIMITS_S`): miles' sampler hands samples
-over every 5 s and its store flushes every 5 s, so a 10 s old sample is normal there, not stale.
+miles' own per-GPU samples where a run writes them (`--use-miles-dashboard`;
+backend.cluster.miles_gpu_streams), Ray's reporter. Each source is stale past its own normal cadence
+(`STALE_LIMITS_S`): miles' sampler hands samples over every 5 s and its
+store flushes every 5 s, so a 10 s old sample is normal there, not stale.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ STALE_AFTER_S = 2 * REPORTER_PERIOD_S
 GPU_SOURCE = "Ray reporter (NVML, every 5 s; memory incl. reserved, MiB)"
 GpuSource = Literal["ray", "miles", "probe"]
 SOURCE_LABELS: dict[str, str] = {"ray": "Ray reporter", "miles": "miles dashboard", "probe": "GPU probe"}
-# Past these ages a reading is stale: two periods of each source's normal cadence (the probe samples every 1 s;
-# miles' newest sample on disk is normally up to 5 s push + 5 s flush old; Ray's reporter reads every 5 s).
+# Past these ages a reading is stale: two periods of each source's normal cadence (the probe samples every 1
+# s; miles' newest sample on disk is normally up to 5 s push + 5 s flush old; Ray's reporter reads every 5 s).
 STALE_LIMITS_S: dict[str, float] = {"probe": 5.0, "miles": 20.0, "ray": STALE_AFTER_S}
 PROBE_COALESCE_S = 0.05  # one probe print carries every node within a few ms: one snapshot for the burst
 DEFAULT_INTERVAL_S = 2.5
@@ -442,7 +443,8 @@ class TelemetryPoller:
         self._probe = probe
 
     async def wait_next(self, timeout_s: float) -> None:
-        """Sleep until the probe has a new reading (then a few ms more, for the rest of its burst) or `timeout_s`."""
+        """Sleep until the probe has a new reading (then a few
+        ms more, for the rest of its burst) or `timeout_s`."""
         probe = self._probe
         if probe is None:
             await asyncio.sleep(timeout_s)

@@ -43,8 +43,8 @@ def free_port() -> int:
 
 
 def cluster_env(tmp: Path, token: str | None = None, *, fake_gpus: bool = True) -> dict[str, str]:
-    """Environment of the server and thereby of every Ray process it starts (`fake_gpus=False`: the host's real
-    NVML, for a bench on a GPU machine)."""
+    """Environment of the server and thereby of every Ray process it starts (`fake_gpus=False`: the host's
+    real NVML, for a bench on a GPU machine)."""
     env = dict(os.environ)
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)

@@ -84,7 +84,10 @@ def generate(run: SampleRun) -> Iterator[str]:
     ):
         yield f"{train[0]}  {name} {'.' * (48 - len(name))} {value}"
     if run.shim_failure:
-        yield f"{train[0]}[{_ts(1)} actor_cell0_rank0] __init__.py:41 - miles nemotron_h plugin failed to load: {run.shim_failure}"
+        yield (
+            f"{train[0]}[{_ts(1)} actor_cell0_rank0] __init__.py:41 - "
+            f"miles nemotron_h plugin failed to load: {run.shim_failure}"
+        )
     if run.shim_scaling is not None:
         for r in range(run.train_ranks):
             yield (
@@ -102,12 +105,16 @@ def generate(run: SampleRun) -> Iterator[str]:
         yield f"{rm}{bar}"
         for k in range(run.noise_per_rollout):
             yield (
-                f"{sgl}[{_ts(t0 + k * 0.2)[:19]} DP{k % 2} TP0 EP{k % 8}] Decode batch. #running-req: {64 - k % 7}, "
-                f"#token: {10240 + 17 * k}, token usage: 0.{12 + k % 50:02d}, gen throughput (token/s): {2300 + k}.55, #queue-req: 0,"
+                f"{sgl}[{_ts(t0 + k * 0.2)[:19]} DP{k % 2} TP0 EP{k % 8}] Decode batch. #running-req: "
+                f"{64 - k % 7}, #token: {10240 + 17 * k}, token usage: 0.{12 + k % 50:02d}, "
+                f"gen throughput (token/s): {2300 + k}.55, #queue-req: 0,"
             )
             if k % 10 == 0:
                 yield f"{train[0]}ft cls=MegatronTrainRayActor fn=train phase=start"
-                yield f"{train[1]}ft cls=MegatronTrainRayActor fn=train phase=start{GREEN} [repeated {run.train_ranks - 2}x across cluster]{RESET}"
+                yield (
+                    f"{train[1]}ft cls=MegatronTrainRayActor fn=train phase=start{GREEN} "
+                    f"[repeated {run.train_ranks - 2}x across cluster]{RESET}"
+                )
         tpgs = 13.5 + i
         trunc = 0.1 + 0.01 * i
         reward = 0.125 + 0.05 * i
@@ -148,7 +155,10 @@ def generate(run: SampleRun) -> Iterator[str]:
         ]
         run.record("rollout/raw_reward", i, reward)
         yield f"{train[0]}[{_ts(t0 + 41)} actor_cell0_rank0] timer.py:30 - Timer train start"
-        yield f"{train[0]}[{_ts(t0 + 42)} actor_cell0_rank0] log_utils.py:123 - rollout {i}: {_dict(rollout_items)}"
+        yield (
+            f"{train[0]}[{_ts(t0 + 42)} actor_cell0_rank0] "
+            f"log_utils.py:123 - rollout {i}: {_dict(rollout_items)}"
+        )
         for _s in range(run.steps_per_rollout):
             loss = math.nan if step == run.nan_at_step else -0.0003 * (step + 1)
             kl = 0.001 * (step % 3)
@@ -169,9 +179,13 @@ def generate(run: SampleRun) -> Iterator[str]:
             run.record("train/ppo_kl", step, kl)
             ts = _ts(t0 + 45 + 5 * _s)
             yield f"{train[0]}[{ts} actor_cell0_rank0] log_utils.py:542 - step {step}: {_dict(items)}"
-            yield f"{train[0]}[{ts[:-3]}{int(ts[-3:]) + 1:03d} actor_cell0_rank0] model.py:854 - step {step}: {_dict(items)}"
+            yield (
+                f"{train[0]}[{ts[:-3]}{int(ts[-3:]) + 1:03d} "
+                f"actor_cell0_rank0] model.py:854 - step {step}: {_dict(items)}"
+            )
             step += 1
-        # The RolloutManager's perf line reaches the driver after the trainer's lines (later arrival, earlier stamp).
+        # The RolloutManager's perf line reaches the driver after
+        # the trainer's lines (later arrival, earlier stamp).
         yield perf_line
         yield f"{train[0]}[{_ts(t0 + 55)} actor_cell0_rank0] timer.py:42 - Timer train end (elapsed: 12.7s)"
         train_items = [
@@ -185,14 +199,20 @@ def generate(run: SampleRun) -> Iterator[str]:
             ("perf/step_time", _repr(run.rollout_seconds)),
             ("perf/wait_time_ratio", "0.78"),
         ]
-        yield f"{train[0]}[{_ts(t0 + 56)} actor_cell0_rank0] train_metric_utils.py:56 - perf {i}: {_dict(train_items)}"
+        yield (
+            f"{train[0]}[{_ts(t0 + 56)} actor_cell0_rank0] "
+            f"train_metric_utils.py:56 - perf {i}: {_dict(train_items)}"
+        )
         if run.multi_turn:
             mt = [
                 ("multi_turn/multi_turn_metric/round_number_mean", "np.float64(2.0)"),
                 ("multi_turn/multi_turn_metric/round_number_max", "np.int64(3)"),
                 ("multi_turn/multi_turn_metric/round_number_min", "np.int64(1)"),
             ]
-            yield f"{train[0]}[{_ts(t0 + 42.5)} actor_cell0_rank0] log_utils.py:123 - multi_turn {i}: {_dict(mt)}"
+            yield (
+                f"{train[0]}[{_ts(t0 + 42.5)} actor_cell0_rank0] "
+                f"log_utils.py:123 - multi_turn {i}: {_dict(mt)}"
+            )
         if run.eval_every and i % run.eval_every == 0:
             ev = [
                 ("eval/aime-none_reward_ratio", "0.0"),
@@ -204,8 +224,14 @@ def generate(run: SampleRun) -> Iterator[str]:
             yield f"{rm}[{_ts(t0 + 58)} rollout_manager] metrics.py:53 - eval {i}: {_dict(ev)}"
         if run.save_every and (i + 1) % run.save_every == 0:
             yield f"{train[0]}[{_ts(t0 + 57)} actor_cell0_rank0] timer.py:30 - Timer save_model start"
-            yield f"{train[0]}  successfully saved checkpoint from iteration {step:7d} to /root/shared_data/r/checkpoints"
-            yield f"{train[0]}[{_ts(t0 + 59)} actor_cell0_rank0] timer.py:42 - Timer save_model end (elapsed: 2.0s)"
+            yield (
+                f"{train[0]}  successfully saved checkpoint from "
+                f"iteration {step:7d} to /root/shared_data/r/checkpoints"
+            )
+            yield (
+                f"{train[0]}[{_ts(t0 + 59)} actor_cell0_rank0] "
+                "timer.py:42 - Timer save_model end (elapsed: 2.0s)"
+            )
 
 
 def write(path: str | Path, run: SampleRun | None = None) -> SampleRun:

@@ -77,8 +77,9 @@ def metric_lines(rollouts: int = 12) -> str:
             f"'train/train_rollout_logprob_abs_diff': {0.010 + 0.0005 * (i % 3):.4f}, 'train/step': {i}}}"
         )
         lines.append(
-            f"(MegatronTrainRayActor pid=52001, ip=10.0.0.1) [{ts} actor_cell0_rank0] train_metric_utils.py:56 - "
-            f"perf {i}: {{'perf/train_time': {12 + i % 3}.7, 'perf/step_time': 57.6}}"
+            f"(MegatronTrainRayActor pid=52001, ip=10.0.0.1) [{ts} actor_cell0_rank0] "
+            f"train_metric_utils.py:56 - perf {i}: {{'perf/train_time': "
+            f"{12 + i % 3}.7, 'perf/step_time': 57.6}}"
         )
     return "\n".join(lines) + "\n"
 
@@ -92,7 +93,8 @@ def log_text(n: int = 300) -> str:
             out.append(f"[{ts} main] train.py:{i} - rollout {i // 50} starting")
         elif i % 3 == 0:
             out.append(
-                f"(RolloutManager pid=51234, ip=10.0.0.1) [{ts} rollout_manager] sglang.py:7 - generated batch {i}"
+                f"(RolloutManager pid=51234, ip=10.0.0.1) [{ts} "
+                f"rollout_manager] sglang.py:7 - generated batch {i}"
             )
         elif i % 3 == 1:
             out.append(

@@ -3,7 +3,8 @@ runs: A process-group grid, B model-parallel config, C Megatron's argument valid
 stack, E MoE at run time, F MTP head, G SGLang engine, H miles) plus our own section M.
 
 Ids are stable, so an operator, a test or the deep oracle can look a finding up by id. Section M (M1–M3)
-is ours: the memory estimates of `backend.plan.sizing` turned into checks. Each entry says whether `backend.plan.checks` decides it from the spec:
+is ours: the memory estimates of `backend.plan.sizing` turned into checks.
+Each entry says whether `backend.plan.checks` decides it from the spec:
 
 * ``checked`` – a check runs on every spec (its findings carry this id);
 * ``covered`` – same condition as another rule that is checked (named in ``note``), so it never fires twice;
@@ -90,7 +91,10 @@ _CATALOG: tuple[Rule, ...] = (
         "unset ETP defaults to TP in Megatron (1 in Bridge)",
         WARN,
         ("train.etp", "train.tp", "train.ep"),
-        "mcore-0.19.2 parallel_state.py:871-872, model_parallel_config.py:506-507; MB-0.6.2 transformer_config.py:80-88",
+        (
+            "mcore-0.19.2 parallel_state.py:871-872, "
+            "model_parallel_config.py:506-507; MB-0.6.2 transformer_config.py:80-88"
+        ),
     ),
     Rule(
         "A4",
@@ -144,7 +148,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "num_distributed_optimizer_instances is not settable (default 1 divides everything)",
     ),
-    # ---------------------------------------------------------------- B: ModelParallelConfig / TransformerConfig
+    # ------------------------------------------------------------- B: ModelParallelConfig / TransformerConfig
     Rule(
         "B1",
         "attention heads split by TP",
@@ -228,7 +232,10 @@ _CATALOG: tuple[Rule, ...] = (
         "shared-expert overlap needs the alltoall dispatcher (fork); allgather is switched",
         ERR_WARN,
         ("train.moe_shared_expert_overlap", "train.moe_token_dispatcher"),
-        "mcore-0.19.2 transformer_config.py:1644-1650; MLM-fork :1197 (alltoall only); miles arguments.py:2715-2726",
+        (
+            "mcore-0.19.2 transformer_config.py:1644-1650; MLM-fork "
+            ":1197 (alltoall only); miles arguments.py:2715-2726"
+        ),
     ),
     Rule(
         "B11",
@@ -256,7 +263,10 @@ _CATALOG: tuple[Rule, ...] = (
         "recompute settings",
         ERR,
         ("train.recompute_granularity", "train.recompute_method", "train.recompute_num_layers"),
-        "mcore-0.19.2 transformer_config.py:1724-1761; megatron/training/arguments.py (selective ⇒ no method)",
+        (
+            "mcore-0.19.2 transformer_config.py:1724-1761; "
+            "megatron/training/arguments.py (selective ⇒ no method)"
+        ),
     ),
     Rule(
         "B15",
@@ -298,8 +308,8 @@ _CATALOG: tuple[Rule, ...] = (
         "interleaved schedule needs PP > 1 (PP > 2 without p2p overlap)",
         ERR,
         ("train.vpp", "train.pp", "run.extra_args"),
-        "mcore-0.19.2 arguments.py:966-975 (the console passes --num-virtual-stages-per-pipeline-rank, so the "
-        "layers-per-virtual-stage check of :921-945 does not apply; a value of 1 means no interleaving)",
+        "mcore-0.19.2 arguments.py:966-975 (the console passes --num-virtual-stages-per-pipeline-rank, so "
+        "the layers-per-virtual-stage check of :921-945 does not apply; a value of 1 means no interleaving)",
     ),
     Rule(
         "C4",
@@ -455,7 +465,10 @@ _CATALOG: tuple[Rule, ...] = (
         "layer symbols valid (MTP pattern)",
         ERR,
         ("model.mtp_pattern", "model.mtp_num_layers"),
-        "mcore-0.19.2 hybrid_layer_allocation.py:200-327 (main pattern symbols are enforced by the spec schema)",
+        (
+            "mcore-0.19.2 hybrid_layer_allocation.py:200-327 "
+            "(main pattern symbols are enforced by the spec schema)"
+        ),
     ),
     Rule(
         "D11",
@@ -586,7 +599,10 @@ _CATALOG: tuple[Rule, ...] = (
         "NemotronH BF16 on Hopper: rollout EP is 1 or the engine TP",
         ERR,
         ("rollout.ep", "rollout.gpus_per_engine"),
-        "SGL-0.5.23 arg_groups/model_overrides/nemotron_h.py:99-121 + moe_hook.py:80-92; SGL-0.5.16 server_args.py:5656-5666",
+        (
+            "SGL-0.5.23 arg_groups/model_overrides/nemotron_h.py:99-121 "
+            "+ moe_hook.py:80-92; SGL-0.5.16 server_args.py:5656-5666"
+        ),
     ),
     Rule(
         "G7",
@@ -721,7 +737,10 @@ _CATALOG: tuple[Rule, ...] = (
         ("model.name",),
         "miles utils/arguments.py:3656-3707",
         "n/a",
-        "the spec is the one source of both; the shim preflight compares it with the checkpoint's config.json",
+        (
+            "the spec is the one source of both; the shim "
+            "preflight compares it with the checkpoint's config.json"
+        ),
     ),
     Rule(
         "H12",

@@ -28,11 +28,15 @@ from typing import Any
 
 WAIT_S = 5.0  # after this the console stops waiting and computes the plan itself
 ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = f"import sys; sys.path.insert(0, {ROOT!r}); from backend.plan.preview_process import main; sys.exit(main())"
+_BOOT = (
+    f"import sys; sys.path.insert(0, {ROOT!r}); from "
+    "backend.plan.preview_process import main; sys.exit(main())"
+)
 
 
 class Preview:
-    """A running helper: `settings_answer()` is its first answer, `plan()` its second (each None on failure)."""
+    """A running helper: `settings_answer()` is its first
+    answer, `plan()` its second (each None on failure)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc

@@ -15,8 +15,8 @@ TP8 PP4 EP32; 5.803 B for the 4-layer slice at TP1 PP1 EP8). Formulas, all from 
 * pipeline split: what miles' Megatron fork does (`mamba_block.py:121-131`): stage r gets
   pattern[r·⌊L/PP⌋ : (r+1)·⌊L/PP⌋] — first/last-stage sizes are ignored.
 
-Rollout (an estimate, not checked against SGLang's sharding code): routed experts over the whole engine, Mamba/attention/embeddings and the
-shared expert over attn_tp, router + latent projections replicated.
+Rollout (an estimate, not checked against SGLang's sharding code): routed experts over the whole engine,
+Mamba/attention/embeddings and the shared expert over attn_tp, router + latent projections replicated.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ becomes true, not again until it has been false (an alert that repeats every rol
 (the NemotronH shim failing to load, CUDA out of memory, an actor that died, NaN) look at sanitised log text,
 found by a literal hint first; each names the line that said it (`Alert.sample`). Failures (an OOM, an actor
 that died, an NCCL timeout, ...) are the failure catalog's (backend.signals.failures): each fires an alert,
-and the diagnosis marks which one is the cause (`Alert.cause` 1) and which its consequences (2). The shim's own
-`applied NemotronH provider fields {...}` line is checked against the expected scaling. Blind spots are
+and the diagnosis marks which one is the cause (`Alert.cause` 1) and which its consequences (2). The shim's
+own `applied NemotronH provider fields {...}` line is checked against the expected scaling. Blind spots are
 alerts too, so empty charts are never silent: metric-looking lines that do not parse, a running run with no
 metric for longer than a first rollout takes, a chart's key that never arrives, a run that only prints
 health checks (a hang). The run controller reports what only it can see: the Ray job failing
@@ -213,7 +213,8 @@ class AlertEngine:
         self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
         self._ray_reason = ""
         self.failures = FailureScanner()
-        # train ranks in the run, where known (names the NCCL ranks that did not time out); the monitor's facts
+        # train ranks in the run, where known (names the NCCL
+        # ranks that did not time out); the monitor's facts
         self.world_of: Callable[[], int | None] = lambda: None
         self._failure_alerts: dict[tuple[str, int], Alert] = {}
         self._straggles: dict[tuple[LaneKey, str], int] = {}  # (lane, phase) -> late rounds in a row
@@ -423,12 +424,14 @@ class AlertEngine:
 
     @property
     def shim_reports(self) -> dict[str, dict[str, Any]]:
-        """Train actor -> the fields it logged: only reports its own process made (backend.signals.shim_reports)."""
+        """Train actor -> the fields it logged: only reports
+        its own process made (backend.signals.shim_reports)."""
         return self.shim.trusted()
 
     def _shim_line(self, line: str) -> list[Alert]:
-        """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them, within
-        bounded_json's limits: an oversized or deeply nested line is an unreadable one, never a crash)."""
+        """One of the shim's own lines (all three forms, parsed by shim.logline, the one source of them,
+        within bounded_json's limits: an oversized or deeply
+        nested line is an unreadable one, never a crash)."""
         repeat = REPEATED.search(line)
         if repeat is not None:
             line = line[: repeat.start()]

@@ -2,12 +2,13 @@
 
 Why: a run writes these (the shim's line, `{dump_details}` JSONL, the dashboard's meta.json) and the console
 must survive whatever they hold. Python's json raises `RecursionError` on a few thousand nested brackets and
-`ValueError` on a 5000-digit integer (and a 400-digit one overflows `float()` later); a line with a million keys
-costs memory without bound. Every such value becomes one `JsonLimitError` (a `ValueError`), which a reader
-counts as an unreadable line with a sample: never a crash.
+`ValueError` on a 5000-digit integer (and a 400-digit one overflows `float()` later); a line with a million
+keys costs memory without bound. Every such value becomes one `JsonLimitError` (a `ValueError`), which a
+reader counts as an unreadable line with a sample: never a crash.
 
 The checks are C-speed (`str.count`, a regex) on the common path; only a line that trips a cheap upper bound
-is looked at closely (strings blanked, brackets peeled one level per pass), so normal lines pay almost nothing.
+is looked at closely (strings blanked, brackets peeled
+one level per pass), so normal lines pay almost nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ SHIM_LINE = JsonLimits(max_chars=8192, max_depth=4, max_items=256, max_digits=40
 
 
 class JsonLimitError(ValueError):
-    """The text is not JSON within the limits (too big, too deep, too many items, a huge number, malformed)."""
+    """The text is not JSON within the limits (too big,
+    too deep, too many items, a huge number, malformed)."""
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -43,7 +45,8 @@ _INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
 
 
 def _blank_strings(text: str) -> str:
-    """The text with every string literal emptied, so brackets, commas and digits inside strings do not count."""
+    """The text with every string literal emptied, so
+    brackets, commas and digits inside strings do not count."""
     return _STRING.sub('""', text)
 
 

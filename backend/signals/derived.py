@@ -32,12 +32,14 @@ FACT_KEYS = (
     "actor_num_nodes",
     "actor_num_gpus_per_node",
 )
-# `--num-rollout 30` (the submit line, the job's entrypoint); literal-prefixed, so the regex engine skips ahead.
+# `--num-rollout 30` (the submit line, the job's entrypoint);
+# literal-prefixed, so the regex engine skips ahead.
 _FLAG = re.compile(r"--(" + "|".join(k.replace("_", "-") for k in FACT_KEYS) + r")[ =](\d+)(?=\s|$)")
 # Megatron's argument dump: `  num_rollout ..................... 30`
 _ARG_DUMP = re.compile(r"\s(" + "|".join(FACT_KEYS) + r") \.{3,} (\d+)\s*$")
 _CHECKPOINT = re.compile(
-    r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully saved checkpoint from iteration\s+(?P<iteration>\d+)"
+    r"Timer save_model end \(elapsed: (?P<elapsed>[\d.]+)\s*s\)|successfully "
+    r"saved checkpoint from iteration\s+(?P<iteration>\d+)"
 )
 CHECKPOINT_MERGE_S = 120.0
 
@@ -188,7 +190,8 @@ AVERAGED_ENGINE_GAUGES = ("token_usage", "cache_hit_rate", "kv_transfer_latency"
 
 
 def is_averaged_gauge(metric: str) -> bool:
-    """True for an engine metric (`sglang_token_usage`, `sglang_kv_transfer_latency_ms`, ...) that is averaged."""
+    """True for an engine metric (`sglang_token_usage`,
+    `sglang_kv_transfer_latency_ms`, ...) that is averaged."""
     return metric.removeprefix("sglang_").startswith(AVERAGED_ENGINE_GAUGES)
 
 
@@ -211,8 +214,8 @@ def engine_totals(values: dict[tuple[str, str, str], float]) -> dict[str, float]
 class Telemetry:
     """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges.
 
-    A phase's close is matched to its open by `t0`: miles sends an open marker at once and closes in batches, so a
-    close can arrive after the next open of the same name on the same rank (miles-run-output.md §4.3)."""
+    A phase's close is matched to its open by `t0`: miles sends an open marker at once and closes in batches,
+    so a close can arrive after the next open of the same name on the same rank (miles-run-output.md §4.3)."""
 
     def __init__(self, history: int = 256) -> None:
         self.gpus: dict[tuple[str, int], dict[str, float]] = {}

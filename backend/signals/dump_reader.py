@@ -5,8 +5,9 @@ says (per-GPU utilisation, open phases, SGLang engine gauges). Files are read by
 complete (newline-terminated) lines are consumed, because miles appends while we read; the dashboard's
 hour-partitioned streams (`{stream}/YYYYMMDD_HH.jsonl`) and their legacy flat `{stream}.jsonl` are both read.
 A malformed line, or one past backend.signals.bounded_json's limits (size, depth, items, digits), is
-counted with a sample and skipped, never fatal; a FIFO, device or socket among the files is refused by its type
-(backend.regular_files), never opened. Python's json accepts the `NaN` token the dashboard writes. The directory may not exist yet when a live run is attached: polls find nothing until it appears.
+counted with a sample and skipped, never fatal; a FIFO, device or socket among the files is refused by its
+type (backend.regular_files), never opened. Python's json accepts the `NaN` token the dashboard writes.
+The directory may not exist yet when a live run is attached: polls find nothing until it appears.
 
 A resumed run swaps `events/` for a checkpoint's copy (miles moves the live one aside as `.trash_*` and
 copies the snapshot in): the new files begin with lines already read. Event files are therefore read with
@@ -42,7 +43,8 @@ class DumpError(ConsoleError):
 
 
 class JsonlTail:
-    """New complete lines of one growing JSONL file; with `dedup`, a line already read is never returned again."""
+    """New complete lines of one growing JSONL file; with
+    `dedup`, a line already read is never returned again."""
 
     def __init__(self, path: Path, dedup: bool = False) -> None:
         self.path = path

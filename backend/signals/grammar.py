@@ -1,9 +1,10 @@
 """The grammar of one log line, for every shape real miles, slime and Ray runs print.
 
 A line is layers, each optional, and each layer has a few known shapes (kept below as tables of patterns,
-so a new shape is a row, not a new regex somewhere else):
+so a new shape is a row, not a new regex somewhere else), on one line (wrapped here):
 
-    [colour](Actor pid=N[, ip=A])[colour] [TIMESTAMP[ PROC | RANK TAGS]] [LEVEL] [FILE:LINE - |FILE:LINE: ]MESSAGE[ [repeated Kx across cluster] …]
+    [colour](Actor pid=N[, ip=A])[colour] [TIMESTAMP[ PROC | RANK TAGS]] [LEVEL]
+        [FILE:LINE - |FILE:LINE: ]MESSAGE[ [repeated Kx across cluster] …]
 
 Colour codes come as real ESC bytes or, in pasted text, as the literal characters `^[[36m`. The bracket
 holds seconds or milliseconds, and a miles process name (newest), SGLang's rank tags (`TP4 EP4`) or nothing
@@ -51,7 +52,8 @@ STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{3,6})?)[\] ]"
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """One known shape of a layer: a name (for tests and docs) and its pattern (anchored at the layer's start)."""
+    """One known shape of a layer: a name (for tests and docs) and its pattern (anchored at the
+    layer's start)."""
 
     name: str
     pattern: re.Pattern[str]
@@ -98,7 +100,8 @@ METRIC_MESSAGE = re.compile(
     r"(?:: (?P<payload>\{.*\})| skipped: (?P<reason>.*))"
 )
 # What a metric line looks like, even when its dict or its prefix cannot be read: the kind at the start of
-# the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as "Finish rollout 3: {" is not one.
+# the line or right after a separator (` - `, `] `, `) `, `: `), so prose such as
+# "Finish rollout 3: {" is not one.
 METRIC_LOOKING = re.compile(
     r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
 )

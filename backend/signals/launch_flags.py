@@ -47,7 +47,8 @@ class FlagValue:
 
 @dataclass(frozen=True)
 class LaunchFlags:
-    """The flags of one run (`--name` -> value; `NAME` for an environment variable set on the command line)."""
+    """The flags of one run (`--name` -> value; `NAME` for
+    an environment variable set on the command line)."""
 
     source: FlagSource
     flags: Mapping[str, FlagValue]

@@ -2,14 +2,14 @@
 
 The lines come from Ray actors, not the driver, in any shape backend.signals.grammar reads (2026-04:
 `(MegatronTrainRayActor pid=52001) [2026-03-02 10:00:05] log_utils.py:443 - step 0: {...}`, newest:
-`... [2026-10-02 10:00:05.120 actor_cell0_rank0] log_utils.py:544 - step 0: {...}`, or a bare `step 0: {...}`).
-Pitfalls handled here: `step N` is printed twice (two modules), and the second copy is dropped; there are two
-`perf N` lines per rollout, told apart by their keys (throughput vs timings), never by file or actor names,
-which change between versions; payloads hold bare `nan`/`inf` and `np.float64(...)`/`np.int64(...)`, read by
-`backend.signals.pyliteral`, never `eval`; the step of `rollout`/`perf` lines is not inside the dict. A line that
-looks like a metric but cannot be read is counted with a sample, so a blind chart is said, not silent. The same
-dicts also reach `{dump_details}/events/*.jsonl`; points carry a source priority (events > dashboard > log) so
-a dict seen twice is counted once.
+`... [2026-10-02 10:00:05.120 actor_cell0_rank0] log_utils.py:544 - step 0: {...}`, or a bare `step 0:
+{...}`). Pitfalls handled here: `step N` is printed twice (two modules), and the second copy is dropped; there
+are two `perf N` lines per rollout, told apart by their keys (throughput vs timings), never by file or actor
+names, which change between versions; payloads hold bare `nan`/`inf` and `np.float64(...)`/`np.int64(...)`,
+read by `backend.signals.pyliteral`, never `eval`; the step of `rollout`/`perf` lines is not inside the dict.
+A line that looks like a metric but cannot be read is counted with a sample, so a blind chart is said, not
+silent. The same dicts also reach `{dump_details}/events/*.jsonl`; points carry a source priority (events >
+dashboard > log) so a dict seen twice is counted once.
 """
 
 from __future__ import annotations
@@ -391,7 +391,8 @@ class MetricsCollector:
             self.problems.append(problem)
 
     def _second_printing(self, rec: MetricRecord) -> bool:
-        """miles prints each `step N` dict twice (two modules): the same (kind, n, values) again is dropped."""
+        """miles prints each `step N` dict twice (two modules):
+        the same (kind, n, values) again is dropped."""
         key = (rec.kind, rec.n)
         seen = self._recent_steps.get(key)
         if seen is not None and _same_values(seen, rec.values):

@@ -44,8 +44,8 @@ class MetricsSnapshot:
 
 
 def jsonable(value: Any, nulled: list[int] | None = None) -> Any:
-    """Non-finite floats become None, recursively (JSON has no NaN), so `json.dump(..., allow_nan=False)` never
-    stops half-way; `nulled[0]` counts them."""
+    """Non-finite floats become None, recursively (JSON has no NaN), so `json.dump(..., allow_nan=False)`
+    never stops half-way; `nulled[0]` counts them."""
     if isinstance(value, float):
         if math.isfinite(value):
             return value
@@ -87,7 +87,8 @@ class RunMonitor:
         self.collector.subscribe(self._on_point)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
         self.alerts.world_of = self._train_world
-        self.process_ranks: ProcessRanks = {}  # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
+        # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
+        self.process_ranks: ProcessRanks = {}
 
     @classmethod
     def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
@@ -183,7 +184,8 @@ class RunMonitor:
         """Once the train actors have trained, every one whose process never logged the shim line is named
         (critical `shim-missing`). Judged at the second train step, not the first: Ray tails each worker's
         stdout (the hook's line) and stderr (miles' logging) separately, so an actor's stderr can overtake
-        its shim line by a moment, never by a whole train step; and at the end of the input (`input_ended`)."""
+        its shim line by a moment, never by a whole train
+        step; and at the end of the input (`input_ended`)."""
         steps = self.collector.records.get("step", 0)
         ledger = self.alerts.shim
         state = (ledger.version, steps >= (1 if ended else 2))
@@ -274,7 +276,8 @@ class RunMonitor:
             )
 
     def _phase_view(self, miles_now: float) -> PhaseView:
-        """Per-rank phases, with the offset from the wall clock to their source's (miles' clock for the log)."""
+        """Per-rank phases, with the offset from the wall
+        clock to their source's (miles' clock for the log)."""
         ranks = self.telemetry.ranks
         return ranks.view(miles_now - self._clock() if ranks.source == "log" else 0.0)
 
@@ -288,8 +291,8 @@ class RunMonitor:
             self.lock.release()
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """`{"series", "latest", "derived", "alerts", "cause", "problems"}` and, where a NaN/Infinity became null,
-        `"notes"` saying so: strict JSON, every float finite. `cause` is the diagnosis (the cause, its
+        """`{"series", "latest", "derived", "alerts", "cause", "problems"}` and, where a NaN/Infinity became
+        null, `"notes"` saying so: strict JSON, every float finite. `cause` is the diagnosis (the cause, its
         consequences) or null."""
         now = self.miles_now() if now is None else now
         frozen = self.collector.series.snapshot()

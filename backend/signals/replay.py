@@ -53,7 +53,8 @@ class ReplaySource:
 
 
 def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
-    """A file is a log, a directory a dump (its `dump_details` inside, too); anything else is one clear line."""
+    """A file is a log, a directory a dump (its `dump_details`
+    inside, too); anything else is one clear line."""
     p = Path(path).expanduser()
     if p.is_dir():
         try:
@@ -134,7 +135,8 @@ class RolloutIndex:
         return RolloutMark(n, first, step)
 
     def step(self, current: int | None, delta: int) -> RolloutMark | None:
-        """The mark `delta` rollouts from `current` (None: the first or the last), clamped; None if none known."""
+        """The mark `delta` rollouts from `current` (None: the
+        first or the last), clamped; None if none known."""
         known = self.rollouts
         if not known:
             return None

@@ -82,7 +82,8 @@ class Series:
         return True
 
     def _thin(self, bucket: int = 4) -> None:
-        """Halve the oldest three quarters: each bucket of `bucket` points keeps its min, max and non-finites."""
+        """Halve the oldest three quarters: each bucket of
+        `bucket` points keeps its min, max and non-finites."""
         old = len(self.steps) - self.max_points // 4
         keep: list[int] = []
         values = self.values
@@ -166,8 +167,8 @@ MAX_SERIES = 2000  # metric keys per run; miles logs ~150, a log inventing keys 
 
 
 class SeriesSet:
-    """All series of a run, created on first point, at most `max_series` of them: a point of a key past the cap
-    is dropped and counted (`dropped_keys`, a few named in `dropped_sample`), and says so as a blind spot.
+    """All series of a run, created on first point, at most `max_series` of them: a point of a key past the
+    cap is dropped and counted (`dropped_keys`, a few named in `dropped_sample`), and says so as a blind spot.
     One writer thread adds; any thread may snapshot."""
 
     def __init__(self, max_points: int = 4096, max_series: int = MAX_SERIES) -> None:

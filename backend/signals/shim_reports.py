@@ -34,8 +34,8 @@ MAX_PROCESSES = 4096  # train processes tracked per run (a cluster of 512 nodes 
 ProcessKey = tuple[int, str]  # (pid, ip or "")
 
 # A train actor's ordinary line: Ray's prefix at the start of a line, any message but the shim's. Searched for
-# as "\n(" (a literal the regex engine finds fast; `^` in MULTILINE mode is tried at every position, 8x slower),
-# and the chunk's first line on its own.
+# as "\n(" (a literal the regex engine finds fast; `^` in MULTILINE mode is tried at every position, 8x
+# slower), and the chunk's first line on its own.
 _TRAIN_PREFIX = (
     r"\((?P<actor>"
     + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True))

@@ -433,7 +433,8 @@ class LogStore:
             yield from batch
 
     def search_batches(self, pattern: str, **kwargs: Any) -> Iterator[array]:
-        """Matching line indices, one array per block of spool (see `backend.signals.search.search_batches`)."""
+        """Matching line indices, one array per block of spool
+        (see `backend.signals.search.search_batches`)."""
         return search_batches(self, pattern, **kwargs)
 
     def search_background(

@@ -52,7 +52,8 @@ def chart_source(sources: Mapping[str, str], keys: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class StructuredState:
-    """What the structured feed knows, for the screen: where it reads, whether that exists yet, what it read."""
+    """What the structured feed knows, for the screen: where
+    it reads, whether that exists yet, what it read."""
 
     path: str | None
     present: bool
@@ -73,7 +74,8 @@ class StructuredFeed:
             monitor.attach_dump(dump_dir, wait=True)
 
     def poll(self) -> int:
-        """Read what the files gained into the monitor; returns the metric records read (I/O: call off the UI)."""
+        """Read what the files gained into the monitor; returns
+        the metric records read (I/O: call off the UI)."""
         if self.path is None:
             return 0
         got = self.monitor.poll_dump()

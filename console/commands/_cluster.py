@@ -84,7 +84,8 @@ def confirm(question: str, yes: bool, action: str) -> bool:
 
 
 def say(text: str, *, err: bool = False) -> None:
-    """Print text that may come from Ray or the trainer: secrets redacted, escape sequences and controls removed."""
+    """Print text that may come from Ray or the trainer:
+    secrets redacted, escape sequences and controls removed."""
     stream = sys.stderr if err else sys.stdout
     stream.write(public_text(text) + "\n")
     stream.flush()

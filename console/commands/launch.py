@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"job": job.id, "status": job.status, "run_id": run_id}))
         else:
             say(
-                f"launched {job.id} ({job.status}); follow it with: ultra-console logs --job {job.id} --follow"
+                f"launched {job.id} ({job.status}); follow it "
+                f"with: ultra-console logs --job {job.id} --follow"
             )
         return 0
 

@@ -1,17 +1,18 @@
 """`ultra-console metrics`: a run's metric series, derived signals and alerts, from a live job, a saved
 Ray job log, or a miles `--dump-details` directory.
 
-Everything is computed by backend.signals.monitor (which reads through backend.signals.store, backend.signals.metrics,
-backend.signals.derived, backend.signals.alerts, backend.signals.failures); this module only picks the input and
-prints. `--json` prints one object `{"series", "latest", "derived", "alerts", "cause", "problems"}` with non-finite
-values as null; `cause` is why the run failed (the cause, its consequences) or null. `--compare B` (a saved log or
-a dump dir, repeatable) adds `"compare"`: the same comparison `replay A B` draws (backend.signals.compare), the
-run read first being the one compared with; the exit status stays the first run's.
+Everything is computed by backend.signals.monitor (which reads through backend.signals.store,
+backend.signals.metrics, backend.signals.derived, backend.signals.alerts, backend.signals.failures); this
+module only picks the input and prints. `--json` prints one object `{"series", "latest", "derived", "alerts",
+"cause", "problems"}` with non-finite values as null; `cause` is why the run failed (the cause, its
+consequences) or null. `--compare B` (a saved log or a dump dir, repeatable) adds `"compare"`: the same
+comparison `replay A B` draws (backend.signals.compare), the run read first being the
+one compared with; the exit status stays the first run's.
 
 A failure is a diagnosis, never an error: the result is always printed, also for a run that died before its
 first metric. Exit status: 0 healthy; 3 a blind spot (metric lines that cannot be read, a chart key that never
-arrives, no metric at all: stderr says which, with a sample line); 4 the run failed, and stderr says why in one
-line; 1 bad input (a file that is missing, empty or binary), one line, nothing else.
+arrives, no metric at all: stderr says which, with a sample line); 4 the run failed, and stderr says why in
+one line; 1 bad input (a file that is missing, empty or binary), one line, nothing else.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ _DUMP_FLAG = re.compile(r"--dump-details[ =](\S+)")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("metrics", help="metric series, throughput, KL, progress and alerts of a run")
     src = p.add_mutually_exclusive_group()
-    # dest differs from the global --job so the subparser default never overwrites `ultra-console --job X metrics`.
+    # dest differs from the global --job so the subparser
+    # default never overwrites `ultra-console --job X metrics`.
     src.add_argument(
         "--job",
         dest="sub_job",
@@ -281,8 +283,8 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
     tp = d.get("throughput")
     if tp:
         out.append(
-            f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x {_fmt(tp['rollout_gpus'])} GPUs"
-            f" = {_fmt(tp['cluster_tokens_per_sec'])} tok/s"
+            f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x "
+            f"{_fmt(tp['rollout_gpus'])} GPUs = {_fmt(tp['cluster_tokens_per_sec'])} tok/s"
         )
     tr = d.get("time_per_rollout")
     if tr:
@@ -302,7 +304,8 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
         if key in latest:
             series = snap["series"].get(key) or [[None]]
             out.append(
-                f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})"
+                f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'} "
+                f" (step {series[-1][0]})"
             )
     cause = snap["cause"]
     if cause is not None:

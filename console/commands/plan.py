@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def evaluate(spec: RunSpec) -> PlanEvaluation:
-    """The plan of `spec` as `plan` shows it (secrets from the environment; raises when no job can be built)."""
+    """The plan of `spec` as `plan` shows it (secrets from
+    the environment; raises when no job can be built)."""
     from backend.plan.evaluation import evaluate_spec
     from backend.plan.submission import secrets_from_env
 

@@ -1,5 +1,5 @@
-"""`ultra-console prepare`: does every alive node hold the whole checkpoint and the dataset? `--fetch` downloads
-what a node lacks from the hub, with progress per node.
+"""`ultra-console prepare`: does every alive node hold the whole checkpoint and the dataset? `--fetch`
+downloads what a node lacks from the hub, with progress per node.
 
 Exit status: 0 every alive node is ready; 3 at least one node is not (each missing or short file is named
 with its node); 1 bad input or no cluster (one line on stderr). The work is backend.cluster.prepare's; this

@@ -1,7 +1,8 @@
-"""`ultra-console replay PATH | --job ID [B C …]`: the console, read-only, over a finished run: a saved Ray job
-log, a miles `--dump-details` directory, or a job on the cluster. Run view charts, the Logs view (search, filters,
-jump to time), Events with the alerts the run would have raised; `[` / `]` step a cursor by rollout. Runs after
-the first (paths or job ids) are overlaid on its charts, step-aligned, with what changed between their launches.
+"""`ultra-console replay PATH | --job ID [B C …]`: the console, read-only, over a finished run: a saved Ray
+job log, a miles `--dump-details` directory, or a job on the cluster. Run view charts, the Logs view (search,
+filters, jump to time), Events with the alerts the run would have raised; `[` / `]` step a cursor by rollout.
+Runs after the first (paths or job ids) are overlaid on its charts,
+step-aligned, with what changed between their launches.
 
 A path needs no cluster. The log's first piece is read before the app starts, so it is on the first frame;
 the rest streams in behind it (console/replay.py). Bad input is one line on stderr, exit status 1.

@@ -63,7 +63,10 @@ def render_text(result: dict[str, Any]) -> str:
         verdict = (
             "ok: the provider gets every field"
             if result["ok"]
-            else f"MISMATCH in {len(result['mismatches'])} field(s): launching would run with wrong MoE settings"
+            else (
+                f"MISMATCH in {len(result['mismatches'])} field(s): "
+                "launching would run with wrong MoE settings"
+            )
         )
         lines.append(f"provider built on CPU {how}: {verdict}")
     return "\n".join(lines)

@@ -11,9 +11,10 @@ lines that arrived since) and End/G resumes it. `/` searches in the store's back
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52.
 
-Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine), `store.search(...,
-cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed incrementally). The filter
-language and the time index are backend.signals.filters' (`parse_filter`, `line_at_time`).
+Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine),
+`store.search(..., cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed
+incrementally). The filter language and the time index are
+backend.signals.filters' (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations

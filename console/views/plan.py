@@ -343,7 +343,8 @@ class PlanView(ConsoleView):
         self._run_preflight(self.evaluation.spec)
 
     def action_prepare(self) -> None:
-        """P: every node's checkpoint and dataset (backend.cluster.prepare); the verdict comes back as preflight."""
+        """P: every node's checkpoint and dataset
+        (backend.cluster.prepare); the verdict comes back as preflight."""
         self.flush()
         if self.evaluation.spec is None:
             self.notify("prepare needs a valid spec first", severity="warning")

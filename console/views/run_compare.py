@@ -3,7 +3,8 @@
 The numbers come from backend.signals.compare (the same `Comparison` `metrics --compare --json` prints); this
 module only picks colours and draws: each compared metric in its chart (`#chart-<chart>`, mounted when the
 single-run view has none), the other runs first and the view's own run last in its own colour, a legend with
-each run's label; the rollout cursor marks the same step on every run and the title gives each run's value there.
+each run's label; the rollout cursor marks the same step
+on every run and the title gives each run's value there.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ FIRST_COLOUR = "cyan"  # the view's own run (the live one): drawn last, over the
 OTHER_COLOURS = ("orange", "magenta", "green", "yellow", "blue", "white")
 RICH_COLOUR = {"orange": "dark_orange"}  # plotext's colour names that Rich spells differently
 MAX_CHANGES_SHOWN = 6
-LEGEND_MARGIN = 16  # a chart's columns that are not its legend's text (axis ticks, frame, the line sample)  # flag changes listed under the headers; `metrics --compare` lists them all
+# a chart's columns that are not its legend's text (axis ticks, frame, the line
+# sample)  # flag changes listed under the headers; `metrics --compare` lists them all
+LEGEND_MARGIN = 16
 
 
 def colours(count: int) -> list[str]:
@@ -137,7 +140,8 @@ class RunComparison:
         )
 
     def draw(self) -> bool:
-        """Draw the comparison into the view's charts and header; False when there is none (single-run view)."""
+        """Draw the comparison into the view's charts and
+        header; False when there is none (single-run view)."""
         if not self.baselines:
             return False
         from backend.errors import ConsoleError

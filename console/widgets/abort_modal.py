@@ -204,8 +204,8 @@ class AbortModal(ModalScreen[str]):
         self._show(
             "Stopped — GPU processes left behind",
             f"{self.job} is STOPPED, but {shown}\n\n"
-            "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks again "
-            "that each still holds GPU memory and is the job's.",
+            "Clean up kills exactly the job's PIDs above (SIGTERM, then SIGKILL), after the node checks "
+            "again that each still holds GPU memory and is the job's.",
             "Clean up",
             "Leave them",
         )

@@ -141,7 +141,8 @@ class LineChart(Widget, can_focus=False):
             self.refresh()
 
     def set_labels(self, x_label: str = "", y_label: str = "", right_label: str = "") -> None:
-        """Change the axis labels (a comparison's chart names its unit in the title); redraws if they changed."""
+        """Change the axis labels (a comparison's chart names
+        its unit in the title); redraws if they changed."""
         if (x_label, y_label, right_label) != (self.x_label, self.y_label, self.right_label):
             self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
             self._key = None

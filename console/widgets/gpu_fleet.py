@@ -70,8 +70,9 @@ class NodeRow:
 
 @dataclass(frozen=True)
 class FleetHeader:
-    """What the header says about the readings themselves: where they come from and how old the oldest is; and,
-    where the console's probe reads a node, which processes hold its GPUs (drawn below the rows when room is left)."""
+    """What the header says about the readings themselves: where they come from and how old the oldest is;
+    and, where the console's probe reads a node, which processes
+    hold its GPUs (drawn below the rows when room is left)."""
 
     sources: tuple[str, ...] = ()
     oldest_age_s: int | None = None
@@ -81,7 +82,8 @@ class FleetHeader:
 def fleet_rows(
     snapshot: ClusterSnapshot | None, now: float | None = None, gpus_per_node: int = 8
 ) -> tuple[NodeRow, ...]:
-    """Adapt a backend ClusterSnapshot to drawable rows, ages and staleness as of `now` (default: when taken)."""
+    """Adapt a backend ClusterSnapshot to drawable rows,
+    ages and staleness as of `now` (default: when taken)."""
     if snapshot is None:
         return ()
     at = snapshot.taken_at if now is None else now
@@ -118,9 +120,9 @@ def fleet_header(snapshot: ClusterSnapshot | None, now: float | None = None) -> 
 
 
 def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    """ "<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest first,
-    named by the attached job's role for it where Ray lists one (only the probe's list: Ray's reporter's is seconds
-    old and, on some drivers, empty; ray.md §8)."""
+    """ "<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest
+    first, named by the attached job's role for it where Ray lists one (only the probe's list: Ray's
+    reporter's is seconds old and, on some drivers, empty; ray.md §8)."""
     found: list[tuple[int, str]] = []
     for node in snapshot.alive_nodes:
         if node.gpu_source != "probe":
@@ -324,7 +326,8 @@ def _age(row: NodeRow) -> str:
 
 
 def _node_cell(row: NodeRow) -> Segment:
-    """One node as one character: × dead, ? no telemetry, ~ stale, else mean memory glyph on mean util shade."""
+    """One node as one character: × dead, ? no telemetry,
+    ~ stale, else mean memory glyph on mean util shade."""
     if not row.alive:
         return Segment("×", _DEAD)
     if row.stale and row.gpus is not None:
@@ -443,7 +446,8 @@ class GpuFleet(ScrollView, can_focus=False):
         return self._rows
 
     def update_snapshot(self, snapshot: ClusterSnapshot | None, now: float | None = None) -> bool:
-        """Take a new snapshot (ages as of `now`, default when it was taken); True if anything on screen changed."""
+        """Take a new snapshot (ages as of `now`, default when
+        it was taken); True if anything on screen changed."""
         rows, header = fleet_rows(snapshot, now), fleet_header(snapshot, now)
         if rows == self._rows and header == self._header and self._strips:
             return False

@@ -22,7 +22,9 @@ class KeyBar(Widget):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"key-bar--key", "key-bar--description", "key-bar--disabled"}
     DEFAULT_CSS = """
     KeyBar { dock: bottom; height: 1; background: $footer-background; color: $footer-foreground; }
-    KeyBar > .key-bar--key { color: $footer-key-foreground; background: $footer-key-background; text-style: bold; }
+    KeyBar > .key-bar--key {
+        color: $footer-key-foreground; background: $footer-key-background; text-style: bold;
+    }
     KeyBar > .key-bar--description { color: $footer-description-foreground; }
     KeyBar > .key-bar--disabled { color: $text-disabled; }
     """

@@ -127,7 +127,8 @@ def _rank_rows(
 
 
 def _node_rows(view: PhaseView, now: float, width: int, rows: int, window_s: float) -> list[Text]:
-    """One lane per node: the majority phase per slot and now; the rank longest in its phase when it differs."""
+    """One lane per node: the majority phase per slot and
+    now; the rank longest in its phase when it differs."""
     by_node: dict[str, list[LaneView]] = {}
     for lane in view.lanes:
         by_node.setdefault(lane.node, []).append(lane)

@@ -97,7 +97,8 @@ class DerivedPanel(_Panel):
     """
 
     def set_derived(self, derived: Derived | None) -> None:
-        """Every figure under its name, in `Derived.to_json`'s order; each pipeline stage on a row of its own."""
+        """Every figure under its name, in `Derived.to_json`'s
+        order; each pipeline stage on a row of its own."""
         items: list[tuple[str, str]] = []
         if derived is not None:
             for name, value in derived.to_json().items():

@@ -1,5 +1,6 @@
-"""The stacks screen (S in the run view, or the hang alert's offer): every process of the run, its Python stack,
-grouped, the smallest groups first; Enter opens a group's full stack; the path of the saved dump is shown.
+"""The stacks screen (S in the run view, or the hang alert's offer): every process of the run, its Python
+stack, grouped, the smallest groups first; Enter opens a
+group's full stack; the path of the saved dump is shown.
 
 The work is backend.cluster.stacks' (one node-pinned py-spy job per node), in a worker that posts messages;
 this screen only draws what came back, already sanitised there.

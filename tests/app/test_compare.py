@@ -200,8 +200,8 @@ def _scaled(snap: SeriesSetSnapshot, factor: float) -> SeriesSetSnapshot:
 
 
 def test_compare_run_view_snapshot(snap_compare, tmp_path):
-    """The Run view of a live run with a finished baseline overlaid: the header per run, what changed (a W&B key
-    hidden), each chart with both runs and a legend, the cursor on rollout 3."""
+    """The Run view of a live run with a finished baseline overlaid: the header per run, what changed (a W&B
+    key hidden), each chart with both runs and a legend, the cursor on rollout 3."""
     app = make_app(tmp_path)
     live = metrics_view(rollouts=10)
     base = RunSide(

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.ray
 # A driver that logs a line every 0.1 s and exits cleanly on SIGINT (what miles does on Ray's stop).
 ENTRY = (
     'python3 -u -c "import signal, sys, time\n'
-    "signal.signal(signal.SIGINT, lambda *a: (print('got SIGINT, saving nothing, bye', flush=True), sys.exit(0)))\n"
-    "i = 0\n"
+    "signal.signal(signal.SIGINT, lambda *a: (print('got SIGINT, saving nothing, bye', flush=True), "
+    "sys.exit(0)))\ni = 0\n"
     "while True:\n"
     "    print(f'tick {i} \\x1b[31mred\\x1b[0m', flush=True); i += 1; time.sleep(0.1)\n\""
 )

@@ -120,8 +120,9 @@ def test_a_stale_node_is_drawn_stale_not_as_its_last_values():
 
 
 def test_the_probe_names_the_processes_holding_gpus_and_a_node_without_nvml():
-    """Where the console's probe reads a node, the pane lists which PIDs hold its GPUs (biggest first, named by the
-    run's role for them), in the room left below the rows; a node where the probe found no NVML says so."""
+    """Where the console's probe reads a node, the pane lists which PIDs hold its GPUs (biggest first, named
+    by the run's role for them), in the room left below the
+    rows; a node where the probe found no NVML says so."""
     from backend.cluster.gpu_probe import parse_reading
     from backend.cluster.telemetry import with_probe_readings
 

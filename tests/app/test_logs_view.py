@@ -97,8 +97,8 @@ async def test_filter_by_node_and_rank_then_clear(tmp_path):
         assert kept and all(r.ip == "10.0.0.2" for r in kept)
         assert lines.count == sum(1 for i in range(300) if i % 3 == 2 and i % 50)
         st.append(
-            "(MegatronTrainRayActor pid=52002, ip=10.0.0.2) [2026-01-01 12:10:00.000 actor_cell0_rank8] x.py:1 - late\n"
-            "(RolloutManager pid=51234, ip=10.0.0.1) other node\n"
+            "(MegatronTrainRayActor pid=52002, ip=10.0.0.2) [2026-01-01 12:10:00.000 actor_cell0_rank8] "
+            "x.py:1 - late\n(RolloutManager pid=51234, ip=10.0.0.1) other node\n"
         )
         app.post_message(LogAppended(len(st)))
         await pilot.pause()

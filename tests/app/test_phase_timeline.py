@@ -17,9 +17,9 @@ RANKS, PER_NODE = 128, 8
 
 
 def phase_view() -> PhaseView:
-    """Four 60 s steps (actor_train 40 s, update_weights 10 s) on 128 ranks; every close arrives after the next
-    step's open (miles batches closes); rank 97 is 15 s late each step and is stuck in `recv`-like train_wait
-    since the last step began."""
+    """Four 60 s steps (actor_train 40 s, update_weights 10 s) on 128 ranks; every close arrives after the
+    next step's open (miles batches closes); rank 97 is 15 s late each step and is stuck in `recv`-like
+    train_wait since the last step began."""
     phases = RankPhases()
     events = []
     for step in range(5):

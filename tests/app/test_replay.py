@@ -1,7 +1,7 @@
-"""`ultra-console replay` with Pilot: the real app, read-only, over a saved miles log (the newest shape and the
-2026-04 shape) and over a `--dump-details` directory. Charts fill, search finds a step, the Events view holds
-the alerts the run would have raised, and the rollout cursor (`[` / `]`) moves the charts' mark and the log
-together. No cluster: a path needs none.
+"""`ultra-console replay` with Pilot: the real app, read-only, over a saved miles log (the newest shape and
+the 2026-04 shape) and over a `--dump-details` directory. Charts fill, search finds a step, the Events view
+holds the alerts the run would have raised, and the rollout cursor (`[` / `]`) moves the charts' mark and the
+log together. No cluster: a path needs none.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def newest_log(path: Path, **kw) -> miles_sample_log.SampleRun:
 
 
 def april_log(path: Path) -> miles_sample_log.SampleRun:
-    """The 2026-04 shape: `[2026-03-02 10:00:05] log_utils.py:443 - step 6: {...}` (no ms, no process name)."""
+    """The 2026-04 shape: `[2026-03-02 10:00:05] log_utils.py:443
+    - step 6: {...}` (no ms, no process name)."""
     run = newest_log(path)
     path.write_text(_NEW_BRACKET.sub(r"[\1]", path.read_text()))
     return run
@@ -235,7 +236,8 @@ def test_bad_input_is_one_line(tmp_path):
 
 @pytest.mark.ray
 async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
-    """`replay --job ID`: the whole log of a finished job read back from Ray, charts and cursor as for a file."""
+    """`replay --job ID`: the whole log of a finished job
+    read back from Ray, charts and cursor as for a file."""
     import time
 
     from backend.cluster.dashboard import RayClient
@@ -267,7 +269,8 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
 
 
 async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
-    """The live app's store (console.workers.ConsoleSession) carries the rollout index too: `]` moves the log there."""
+    """The live app's store (console.workers.ConsoleSession)
+    carries the rollout index too: `]` moves the log there."""
     from app_helpers import make_app
 
     from console.workers import ConsoleSession

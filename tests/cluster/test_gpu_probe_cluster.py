@@ -1,6 +1,7 @@
-"""The console's GPU probe on the real Ray test cluster (fake NVML inside each node, backend/demo/simtrainer/fakegpu):
-one probe for two consoles, its readings in the pane's snapshots first, nothing reserved, a launch still allowed,
-gone after its last console's SIGKILL, none started by a read-only console, a node that joins later sampled."""
+"""The console's GPU probe on the real Ray test cluster (fake NVML inside each node,
+backend/demo/simtrainer/fakegpu): one probe for two consoles, its readings in the pane's snapshots first,
+nothing reserved, a launch still allowed, gone after its last console's SIGKILL, none started by
+a read-only console, a node that joins later sampled."""
 
 from __future__ import annotations
 

@@ -167,7 +167,8 @@ async def test_double_forked_orphan_is_listed_and_killed(
 async def test_kill_job_refuses_a_gpu_holder_without_the_jobs_id(
     ray_client: RayClient, ray_cluster, tmp_path: Path
 ) -> None:
-    """A process of no job, holding a GPU, is offered to the kill job directly: it is checked there and spared."""
+    """A process of no job, holding a GPU, is offered to the
+    kill job directly: it is checked there and spared."""
     node_id = ray_cluster.node_ids[2]
     stray = psutil.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     hold = ray_cluster.fake_gpu_dir / node_id / f"gpu7-{stray.pid}.json"

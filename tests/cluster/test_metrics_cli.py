@@ -36,7 +36,8 @@ def test_from_log_json_contract(tmp_path, capsys) -> None:
         "problems",
         "notes",
     }  # notes: NaN as null
-    # a NaN loss is the failure catalog's divergence: the output is printed all the same, stderr says why, exit 4
+    # a NaN loss is the failure catalog's divergence: the
+    # output is printed all the same, stderr says why, exit 4
     assert (
         code == 4
         and snap["cause"]["id"] == "nan"
@@ -149,11 +150,12 @@ def test_garbage_and_partial_input(tmp_path, capsys) -> None:
     write(log, SampleRun(rollouts=2))
     with open(log, "a") as fh:  # the job was killed mid-line
         fh.write(
-            "(MegatronTrainRayActor pid=52001) [2026-08-21 10:30:00.000 actor_cell0_rank0] log_utils.py:542 - "
-            "step 4: {'train/loss': 0.1, 'train/pg_lo"
+            "(MegatronTrainRayActor pid=52001) [2026-08-21 10:30:00.000 actor_cell0_rank0] log_utils.py:542 "
+            "- step 4: {'train/loss': 0.1, 'train/pg_lo"
         )
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(log), "--json")
-    # what could be read is printed; the unreadable line is a blind spot: the alert's words, its sample, exit 3
+    # what could be read is printed; the unreadable line is
+    # a blind spot: the alert's words, its sample, exit 3
     snap = json.loads(out)
     assert code == 3 and snap["series"]["train/loss"][-1][0] == 3
     unreadable = [a for a in snap["alerts"] if a["id"] == "metrics-unreadable"]
@@ -209,7 +211,8 @@ def test_from_a_live_ray_job(ray_cluster, capsys) -> None:
     assert asyncio.run(submit_and_wait()) == "FAILED"
     code, out, err = run_cli(capsys, "--address", ray_cluster.address, "metrics", "--job", sid, "--json")
     snap = json.loads(out)
-    # the run failed and the log says why (its NaN): exit 4, the cause on stderr, the result printed all the same
+    # the run failed and the log says why (its NaN): exit 4,
+    # the cause on stderr, the result printed all the same
     assert code == 4 and snap["cause"]["id"] == "nan", err
     assert err.startswith("ultra-console: the run failed: NaN in training: train/loss is nan")
     assert len(snap["series"]["train/loss"]) == 6 and snap["series"]["train/loss"][2] == [2, None]

@@ -293,7 +293,8 @@ async def test_follow_log_survives_dropped_connections_without_loss_or_repeat(ra
     await ray_client.submit(
         {
             "entrypoint": _py(
-                f"import time\nfor i in range({n}):\n    print(f'counter {{i:05d}}', flush=True)\n    time.sleep(0.015)"
+                f"import time\nfor i in range({n}):\n    print(f'counter "
+                "{i:05d}', flush=True)\n    time.sleep(0.015)"
             ),
             "submission_id": sid,
         }

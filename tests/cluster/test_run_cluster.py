@@ -368,8 +368,9 @@ async def test_raylet_killed_node_dead_and_failure_reason(
 async def test_abort_while_pending_says_so_and_keeps_watching(
     ray_cluster, ray_client: RayClient, tmp_path: Path
 ) -> None:
-    # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does not cancel a
-    # PENDING job (one still waiting for resources): the controller must say so, stay PENDING, and see what happens next.
+    # Last in the module: it adds a 16-GPU node to unblock the job, and kills it afterwards. Ray's stop does
+    # not cancel a PENDING job (one still waiting for resources): the controller
+    # must say so, stay PENDING, and see what happens next.
     sid = await ray_client.submit(
         {
             "entrypoint": "sleep 600",

@@ -26,9 +26,9 @@ from backend.signals.metrics import record_from_event
 
 # miles' metric line, exactly as its logging prints it (optional Ray actor prefix, then its bracket).
 MILES_LINE = re.compile(
-    r"^(?:\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]+))?\) )?\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) "
-    r"(?P<proc>[^\]]+)\] (?P<file>[^:\s]+):(?P<lineno>\d+) - (?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) "
-    r"(?P<n>\d+): (?P<payload>\{.*\})$"
+    r"^(?:\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]+))?\) )?\[(?P<ts>\d{4}-\d\d-\d\d "
+    r"\d\d:\d\d:\d\d\.\d{3}) (?P<proc>[^\]]+)\] (?P<file>[^:\s]+):(?P<lineno>\d+) - "
+    r"(?P<kind>(?:critic-)?step|perf|rollout|eval|multi_turn) (?P<n>\d+): (?P<payload>\{.*\})$"
 )
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
@@ -155,7 +155,8 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert trainer and SIM_LABEL in trainer[0]  # its first line says it is a simulation
     parsed = [m for m in map(MILES_LINE.match, clean) if m]
     kinds = Counter((m["kind"], m["actor"], m["file"]) for m in parsed)
-    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per rollout; each step printed twice (log_utils and model.py)
+    # 2 nodes -> 2 train actors; 32*8/128 = 2 steps per
+    # rollout; each step printed twice (log_utils and model.py)
     steps = Counter(int(m["n"]) for m in parsed if m["kind"] == "step")
     assert steps == {n: 2 for n in range(6)}
     assert kinds[("step", TRAIN, "log_utils.py")] == 6

@@ -114,8 +114,8 @@ async def test_cuda_oom_ends_failed_with_the_traceback(ray_client, tmp_path):
     assert "ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train()" in text
     oom = [x for x in lines if x.startswith("torch.OutOfMemoryError: ")]
     assert len(oom) == 1 and oom[0].startswith(
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.10 GiB. GPU 3 has a total capacity of "
-        "139.80 GiB of which 1.02 GiB is free. Process "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.10 GiB. GPU 3 has a total capacity "
+        "of 139.80 GiB of which 1.02 GiB is free. Process "
     )
     assert text.index("Traceback (most recent call last):") < text.index("torch.OutOfMemoryError")
     assert not any(re.search(r" - step [45]: ", x) for x in lines)  # it died in rollout 1 (steps 2, 3)

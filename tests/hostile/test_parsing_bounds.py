@@ -1,5 +1,5 @@
-"""Hostile input, part B (issue 17 findings 4-6): whatever a run's log, dump or an operator's value holds, every
-entry point answers in bounded time and memory with one clear line, a documented exit status and no
+"""Hostile input, part B (issue 17 findings 4-6): whatever a run's log, dump or an operator's value holds,
+every entry point answers in bounded time and memory with one clear line, a documented exit status and no
 traceback; special files are refused by type; a shim report counts only from a train actor's own process and
 a train actor that never reported is the critical `shim-missing` alert.
 
@@ -82,7 +82,10 @@ def replayed_alerts(log: Path, spool: Path) -> list[Alert]:
 
 def step_line(pid: int, node: int, step: int, payload: str | None = None) -> str:
     body = payload or f"{{'train/loss': 0.5, 'train/ppo_kl': 0.001, 'train/step': {step}}}"
-    return f"{TRAIN.format(pid=pid, node=node)} [2026-03-02 10:00:0{step % 10}] log_utils.py:443 - step {step}: {body}"
+    return (
+        f"{TRAIN.format(pid=pid, node=node)} [2026-03-02 "
+        f"10:00:0{step % 10}] log_utils.py:443 - step {step}: {body}"
+    )
 
 
 def ordinary(pid: int, node: int) -> str:
@@ -93,7 +96,7 @@ def shim_good(prefix: str) -> str:
     return f"{prefix} {logline.applied({'moe_router_topk_scaling_factor': 5.0}, mapping_only=True)}"
 
 
-# ---------------------------------------------------------------- 4: one malformed shim line stops the monitor
+# --------------------------------------------------------------- 4: one malformed shim line stops the monitor
 
 
 @pytest.mark.parametrize(
@@ -253,8 +256,8 @@ def test_a_five_thousand_digit_value_is_one_short_line() -> None:
 
 
 def test_special_files_are_refused_by_type_by_every_reader(tmp_path: Path) -> None:
-    """One helper: a FIFO or a device is never opened for reading (before: metrics said "no such log file" of a
-    FIFO, and replay blocked on it or spun on /dev/zero)."""
+    """One helper: a FIFO or a device is never opened for reading (before: metrics said "no such log file" of
+    a FIFO, and replay blocked on it or spun on /dev/zero)."""
     from backend.regular_files import NotRegularFileError, open_regular
 
     fifo = tmp_path / "run.log"
@@ -304,7 +307,8 @@ def test_a_dump_dir_holding_a_fifo_neither_hangs_metrics_nor_the_reader(tmp_path
 
 
 async def test_replay_of_a_dump_dir_with_a_fifo_finishes_and_quits(tmp_path: Path) -> None:
-    """Before: replay's loader thread blocked on the FIFO for good (the app's q left it, and the process, behind)."""
+    """Before: replay's loader thread blocked on the FIFO for
+    good (the app's q left it, and the process, behind)."""
     from waiting import until
 
     from backend.settings import Settings
@@ -402,8 +406,8 @@ def test_nan_and_infinity_in_a_dump_give_strict_json_with_a_note(tmp_path: Path)
 
 
 def test_a_log_inventing_keys_stays_bounded_and_says_so(tmp_path: Path) -> None:
-    """500 new metric keys per line, 1000 lines: before, one series each (0.5M series, ~650 MB); now the series
-    are capped and the `series-capped` blind spot names the dropped keys."""
+    """500 new metric keys per line, 1000 lines: before, one series each (0.5M series, ~650 MB); now the
+    series are capped and the `series-capped` blind spot names the dropped keys."""
     log = tmp_path / "keys.log"
     with log.open("w") as fh:
         for n in range(1000):
@@ -440,9 +444,10 @@ def test_series_cap_in_the_monitor_counts_every_dropped_key() -> None:
 async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_replay(
     ray_cluster, tmp_path: Path
 ) -> None:
-    """A console-launched simulated run on three nodes whose train actor 1 starts without the shim's setup hook
-    (`--sim-shim-off-rank 1`): the live app, `metrics --job` and a replay of its saved log each raise the critical
-    `shim-missing` naming that actor's process and no other. Before: nothing called on_shim_missing."""
+    """A console-launched simulated run on three nodes whose train actor 1 starts without the shim's setup
+    hook (`--sim-shim-off-rank 1`): the live app, `metrics --job` and a replay of its saved log each raise the
+    critical `shim-missing` naming that actor's process and
+    no other. Before: nothing called on_shim_missing."""
     import re
 
     from app_helpers import MODELS, RUN_ID

@@ -53,5 +53,6 @@ def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -
 
 
 def edit_settled(plan: Any, path: str, text: str) -> bool:
-    """The plan view has taken `text` for the field at `path` and re-checked it (no debounced edit pending)."""
+    """The plan view has taken `text` for the field at
+    `path` and re-checked it (no debounced edit pending)."""
     return plan._pending is None and plan.edits.get(path, plan._form_values(plan.base)[path]) == text

@@ -3,8 +3,8 @@
 Why: tests/data/sim_fail/<kind>.log are outputs of the simulator, never written by hand; this is how they
 are made again after the simulator changes. Run inside a loopback-only namespace, from the repo root:
 
-    unshare -n -- bash -c 'ip link set lo up && PYTHONPATH=$PWD .venv/bin/python tests/support/capture_sim_fail.py \
-        tests/data/sim_fail [KIND ...]'
+    unshare -n -- bash -c 'ip link set lo up && PYTHONPATH=$PWD .venv/bin/python \
+        tests/support/capture_sim_fail.py tests/data/sim_fail [KIND ...]'
 """
 
 from __future__ import annotations

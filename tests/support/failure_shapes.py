@@ -3,11 +3,13 @@
 A scenario is what each process printed, in order: `(process, text)` where the process is a Ray actor
 (`Proc`), the driver (None) or the raylet. The shapes render it as an operator finds it:
 
-- "ray":       Ray's prefix on every line an actor printed, with its colour codes as ESC bytes (the live job log);
+- "ray":       Ray's prefix on every line an actor printed, with its colour codes as ESC bytes (the live
+               job log);
 - "caret":     the prefix's colour codes as the literal text `^[[36m`, hard-wrapped at 110 columns mid-token;
-- "pasted":    pasted into an issue: the prefix only on each block's first line, wrapped at 120 columns, inside a
-               markdown fence and quoted with `> `;
-- "replayed":  the "ray" shape with Ray's repeat suffix on repeated lines and the job banner's replay of the tail;
+- "pasted":    pasted into an issue: the prefix only on each block's first line, wrapped at 120 columns,
+               inside a markdown fence and quoted with `> `;
+- "replayed":  the "ray" shape with Ray's repeat suffix on repeated lines and the job banner's replay of
+               the tail;
 - "newest":    the "ray" shape, newest line first (only for scenarios whose lines carry timestamps).
 
 Each scenario says what the diagnosis must find; the values are written here, not computed by the scanner.

@@ -6,12 +6,13 @@ A run is `rollouts` rollouts of `steps_per_rollout` train steps. Per rollout: th
 and the train-side `perf` dict (timings). Shapes:
 
 - "2026-04": `(MegatronTrainRayActor pid=N) [2026-03-02 10:00:05] log_utils.py:443 - step 6: {...}`
-- "newest":  `(MegatronTrainRayActorWithConcurrencyGroups pid=N) [2026-10-02 10:00:05.120 actor_cell0_rank0] log_utils.py:544 - ...`
+- "newest":  `(MegatronTrainRayActorWithConcurrencyGroups pid=N) [2026-10-02 10:00:05.120 actor_cell0_rank0]
+  log_utils.py:544 - ...`
 - "bare":    `step 6: {...}` (train.py without Ray's prefix, or a pasted log)
 
 Options: Ray's colour codes as ESC bytes or as caret text, Ray's repeat suffix on metric lines, CRLF line
-ends, an ip on multi-node, noise lines between (SGLang rank-tag brackets, Megatron's `INFO file.py:69:` logger,
-health checks, tqdm bars, the argument dump, tracebacks without a prefix).
+ends, an ip on multi-node, noise lines between (SGLang rank-tag brackets, Megatron's `INFO file.py:69:`
+logger, health checks, tqdm bars, the argument dump, tracebacks without a prefix).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def train_perf(r: int) -> dict[str, float]:
 
 
 def expected_series(shape: Shape) -> dict[str, list[tuple[float, float]]]:
-    """key -> [(step, value)] as the charts must show them: train keys on train/step, the rest on the rollout."""
+    """key -> [(step, value)] as the charts must show them: train keys on train/step, the rest on
+    the rollout."""
     out: dict[str, list[tuple[float, float]]] = {}
     for r in range(shape.rollouts):
         for source in (rollout_perf(r), rollout_values(r), train_perf(r)):

@@ -1,4 +1,5 @@
-"""The fixed run of backend.demo.sample_run in the shapes the console's messages carry (Pilot and snapshot use)."""
+"""The fixed run of backend.demo.sample_run in the shapes
+the console's messages carry (Pilot and snapshot use)."""
 
 from __future__ import annotations
 

@@ -74,9 +74,10 @@ def test_shim_failure_lines_are_critical() -> None:
     engine = AlertEngine()
     fired = engine.on_log_text(
         sanitize_text(
-            f"\x1b[36m{TRAIN}\x1b[0mmiles nemotron_h plugin failed to load: ImportError: no module named megatron.bridge\n"
-            f"(MegatronTrainRayActor pid=52002) miles nemotron_h shim for routed_scaling_factor not applied: provider lacks field\n"
-            f"{TRAIN}miles nemotron_h plugin failed to load: ImportError: again\n"  # same actor: once
+            f"\x1b[36m{TRAIN}\x1b[0mmiles nemotron_h plugin failed to load: ImportError: no module named "
+            "megatron.bridge\n(MegatronTrainRayActor pid=52002) miles nemotron_h shim for "
+            f"routed_scaling_factor not applied: provider lacks field\n{TRAIN}miles nemotron_h "
+            "plugin failed to load: ImportError: again\n"  # same actor: once
         )
     )
     assert [(a.id, a.severity) for a in fired] == [("shim-not-loaded", "critical")] * 2
@@ -91,8 +92,10 @@ def test_shim_applied_lines_checked_and_recorded() -> None:
     fired = engine.on_log_text(
         f"{TRAIN}ultra-console shim: applied NemotronH provider fields {good}\n"
         f"(MegatronTrainRayActor pid=52002) ultra-console shim: applied NemotronH provider fields {bad}\n"
-        f'(MegatronTrainRayActor pid=52003) ultra-console shim: applied NemotronH provider fields {{"other": 1}}\n'
-        f"(MegatronTrainRayActor pid=52004) ultra-console shim: applied NemotronH provider fields {{not json}}\n"
+        "(MegatronTrainRayActor pid=52003) ultra-console "
+        'shim: applied NemotronH provider fields {"other": 1}\n'
+        "(MegatronTrainRayActor pid=52004) ultra-console "
+        "shim: applied NemotronH provider fields {not json}\n"
     )
     assert [(a.key, a.id) for a in fired] == [
         ("MegatronTrainRayActor pid=52002", "shim-wrong-scaling"),
@@ -313,7 +316,8 @@ def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
     engine.on_log_text(
         f"(MegatronTrainRayActor pid=1) ultra-console shim: applied NemotronH provider fields {fields}\n"
         f"(MegatronTrainRayActor pid=9) ultra-console shim: applied NemotronH provider fields {fields}"
-        " [repeated 127x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n"
+        " [repeated 127x across cluster] (Ray deduplicates "
+        "logs by default. Set RAY_DEDUP_LOGS=0 to disable.)\n"
     )
     assert engine.shim_lines_seen == 128 and engine.alerts == []
     engine.shim.note_lines(

@@ -46,7 +46,7 @@ def test_presets_plan_without_any_finding(preset: str) -> None:
     assert not has_errors(findings)
 
 
-# --------------------------------------------------------------------------- one breaking + one passing layout per rule
+# ----------------------------------------------------------------- one breaking + one passing layout per rule
 
 # (rule, preset, overrides, severity, fields the finding must name)
 BREAKS: list[tuple[str, str, dict[str, Any], str, set[str]]] = [
@@ -419,7 +419,7 @@ def test_every_checked_rule_has_a_breaking_and_a_passing_case() -> None:
     assert {c[0] for c in PASSES} == set(CHECKED)
 
 
-# --------------------------------------------------------------------------- messages and fixes name the numbers
+# ------------------------------------------------------------------------ messages and fixes name the numbers
 
 
 def test_fix_names_the_nearest_legal_values() -> None:
@@ -532,7 +532,7 @@ def test_every_finding_names_settable_fields() -> None:
             assert RULES[f.rule].status == "checked"
 
 
-# --------------------------------------------------------------------------- derived numbers: layout and memory
+# ------------------------------------------------------------------------- derived numbers: layout and memory
 
 
 def test_derive_full_model_reproduces_the_documented_layout() -> None:

@@ -1,6 +1,6 @@
 """Property tests: over random layouts, the engine's verdicts equal the catalog arithmetic written out here
-independently (each rule's condition, and per-layer parameter counts of Ultra's blocks), and every fix it names is
-legal for the rule it fixes."""
+independently (each rule's condition, and per-layer parameter counts of Ultra's blocks), and every fix it
+names is legal for the rule it fixes."""
 
 from __future__ import annotations
 

@@ -58,7 +58,8 @@ def test_deep_suite_in_oracle_venv(tmp_path):
 
 
 def test_plan_deep_without_the_libraries_says_so_in_one_line():
-    """The main venv has no megatron/sglang: `plan --deep` still plans, and says why the deep part is absent."""
+    """The main venv has no megatron/sglang: `plan --deep`
+    still plans, and says why the deep part is absent."""
     import json
     import sys
 

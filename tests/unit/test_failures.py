@@ -82,7 +82,8 @@ def test_newest_first_paste_is_read_by_its_timestamps() -> None:
     """Pasted newest line first: with stamps on the failures, the earliest is still the cause."""
     lines = [
         "(RolloutManager pid=5100) [2026-10-02 10:00:09.000 rollout_manager] rollout.py:1 - "
-        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. class_name: X",
+        "ray.exceptions.ActorDiedError: The actor died "
+        "unexpectedly before finishing this task. class_name: X",
         "(MegatronTrainRayActor pid=4101) [2026-10-02 10:00:03.000 actor_cell0_rank5] log_utils.py:1 - "
         "[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=a.cpp",
         "(SGLangEngine pid=5300) [2026-10-02 10:00:01.500 TP0] Capture cuda graph failed: RuntimeError: boom",

@@ -1,6 +1,6 @@
-"""The console's GPU probe, the parts that need no cluster: its lines, where its readings go (before miles' streams
-and Ray's reporter, per node), its lease, and that its job is marked as the console's (tests/cluster/test_gpu_probe
-runs it on the real Ray test cluster)."""
+"""The console's GPU probe, the parts that need no cluster: its lines, where its readings go (before miles'
+streams and Ray's reporter, per node), its lease, and that its job is marked as the console's
+(tests/cluster/test_gpu_probe runs it on the real Ray test cluster)."""
 
 from __future__ import annotations
 

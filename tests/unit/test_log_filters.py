@@ -34,8 +34,8 @@ def test_actor_filter_by_role_knows_every_version(tmp_path) -> None:
     with LogStore(tmp_path, "r") as store:
         store.append(
             "(MegatronTrainRayActor pid=1) [2026-03-02 10:00:05] log_utils.py:443 - a\n"
-            "(MegatronTrainRayActorWithConcurrencyGroups pid=2) [2026-10-02 10:00:05.120 actor_cell0_rank1] x.py:1 - b\n"
-            "(RolloutManager pid=3) [2026-03-02 10:00:06] metrics.py:89 - c\n"
+            "(MegatronTrainRayActorWithConcurrencyGroups pid=2) [2026-10-02 10:00:05.120 actor_cell0_rank1] "
+            "x.py:1 - b\n(RolloutManager pid=3) [2026-03-02 10:00:06] metrics.py:89 - c\n"
             "(RolloutExecutor pid=4) [2026-10-02 10:00:06.000 rollout_executor] metrics.py:90 - d\n"
             "(SGLangEngine pid=5) [2026-03-02 10:00:07 DP0 TP0 EP3] Decode batch\n"
             "[2026-03-02 10:00:08] train.py:9 - driver line\n"

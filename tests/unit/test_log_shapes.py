@@ -137,8 +137,8 @@ def test_2026_04_and_newest_give_identical_series_through_metrics_from_log(tmp_p
             ),
         ),
         (
-            "\x1b[36m(MegatronTrainRayActorWithConcurrencyGroups pid=4101, ip=10.0.0.3)\x1b[0m [2026-10-02 10:00:05.120 "
-            "actor_cell0_rank7] log_utils.py:544 - step 6: {}",
+            "\x1b[36m(MegatronTrainRayActorWithConcurrencyGroups pid=4101, ip=10.0.0.3)\x1b[0m [2026-10-02 "
+            "10:00:05.120 actor_cell0_rank7] log_utils.py:544 - step 6: {}",
             dict(
                 actor="MegatronTrainRayActorWithConcurrencyGroups",
                 ip="10.0.0.3",
@@ -151,7 +151,10 @@ def test_2026_04_and_newest_give_identical_series_through_metrics_from_log(tmp_p
             ),
         ),
         (
-            "^[[36m(RolloutExecutor pid=9)^[[0m [2026-10-02 10:00:05.120 rollout_executor] metrics.py:90 - perf 1: {}",
+            (
+                "^[[36m(RolloutExecutor pid=9)^[[0m [2026-10-02 "
+                "10:00:05.120 rollout_executor] metrics.py:90 - perf 1: {}"
+            ),
             dict(actor="RolloutExecutor", pid=9, proc="rollout_executor", rank=None, message="perf 1: {}"),
         ),
         (
@@ -175,7 +178,10 @@ def test_2026_04_and_newest_give_identical_series_through_metrics_from_log(tmp_p
         ),
         ("step 6: {'a': 1}\r", dict(actor=None, ts=None, message="step 6: {'a': 1}", repeat=1, shape="")),
         (
-            "(pid=7) GET /health 200 [repeated 12x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0)",
+            (
+                "(pid=7) GET /health 200 [repeated 12x across cluster] "
+                "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0)"
+            ),
             dict(pid=7, message="GET /health 200", repeat=12),
         ),
         (
@@ -343,8 +349,14 @@ def test_a_running_run_with_no_metric_for_longer_than_a_first_rollout() -> None:
 def test_unreadable_metric_lines_are_an_alert_with_a_count_and_a_sample(tmp_path, capsys) -> None:
     log = (
         text(Shape("2026-04", rollouts=1))
-        + "(MegatronTrainRayActor pid=5201) [2026-03-02 10:09:00] log_utils.py:443 - step 2: {'train/loss': 0.4, 'tr\n"
-        + "(MegatronTrainRayActor pid=5201) <<2026-03-02 10:09:01>> step 3: {'train/loss': 0.3}\x1b]52;c;AAAA\x07\n"
+        + (
+            "(MegatronTrainRayActor pid=5201) [2026-03-02 10:09:00] "
+            "log_utils.py:443 - step 2: {'train/loss': 0.4, 'tr\n"
+        )
+        + (
+            "(MegatronTrainRayActor pid=5201) <<2026-03-02 10:09:01>> "
+            "step 3: {'train/loss': 0.3}\x1b]52;c;AAAA\x07\n"
+        )
     )
     prose = "(RolloutManager pid=5100) [2026-03-02 10:09:02] rollout.py:156 - Finish rollout 0: {'n': 1}\n"
     monitor = read(log + prose)  # prose that mentions a rollout is not a metric line, read or unread

@@ -26,7 +26,8 @@ WORDS = (
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
-    """Lines with 0-4 words each (so some lines hit a needle several times), a dense stretch and a rare one."""
+    """Lines with 0-4 words each (so some lines hit a needle
+    several times), a dense stretch and a rare one."""
     rng = random.Random(7)
     lines = [
         " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 4)))

@@ -28,8 +28,8 @@ def store(tmp_path):
 def test_fields_from_ray_prefix_and_miles_bracket(store: LogStore) -> None:
     store.append(
         "[2026-08-21 10:02:11.004 main] placement_group.py:113 - Creating placement group with 8 GPUs...\n"
-        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank96] log_utils.py:542 - step 0: {{'train/loss': nan}}\n"
-        f"{RM}[2026-08-21 10:19:40.311 rollout_manager] metrics.py:89 - perf 0: {{}}\n"
+        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank96] log_utils.py:542 - step 0: {{'train/loss': "
+        f"nan}}\n{RM}[2026-08-21 10:19:40.311 rollout_manager] metrics.py:89 - perf 0: {{}}\n"
         "\x1b[33m(raylet, ip=10.0.0.3)\x1b[0m [2026-08-21 10:19:40,311 E 1 1] worker died\n"
         "\x1b[36m(autoscaler +1m2s)\x1b[0m Adding 1 node(s)\n"
     )
@@ -63,10 +63,10 @@ def test_fields_from_ray_prefix_and_miles_bracket(store: LogStore) -> None:
 
 def test_repeated_suffix_is_stripped_and_counted(store: LogStore) -> None:
     store.append(
-        f"{TRAIN}ft cls=MegatronTrainRayActor fn=train phase=start\x1b[2m [repeated 7x across cluster] (Ray deduplicates "
-        "logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/...)\x1b[0m\n"
-        f"{TRAIN}ft cls=MegatronTrainRayActor fn=train phase=end\x1b[2m [repeated 15x across cluster]\x1b[0m\n"
-        f"{TRAIN}a line that says [repeated 3x across cluster] in the middle stays\n"
+        f"{TRAIN}ft cls=MegatronTrainRayActor fn=train phase=start\x1b[2m [repeated 7x across cluster] (Ray "
+        "deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/...)\x1b[0m\n"
+        f"{TRAIN}ft cls=MegatronTrainRayActor fn=train phase=end\x1b[2m [repeated 15x across "
+        f"cluster]\x1b[0m\n{TRAIN}a line that says [repeated 3x across cluster] in the middle stays\n"
     )
     a, b, c = store.lines(0, 3)
     assert a.text.endswith("phase=start") and a.repeat == 7
@@ -118,7 +118,8 @@ def test_interleaved_actors_filter_by_actor_rank_node(store: LogStore) -> None:
     assert len(remote) + len(head) == len(store)
     before = len(rank0)
     store.append(
-        "(MegatronTrainRayActor pid=52001, ip=10.0.0.9) [2026-08-21 11:00:00.000 actor_cell0_rank0] x.py:1 - new\n"
+        "(MegatronTrainRayActor pid=52001, ip=10.0.0.9) "
+        "[2026-08-21 11:00:00.000 actor_cell0_rank0] x.py:1 - new\n"
     )
     assert rank0.refresh() == 1 and len(rank0) == before + 1  # incremental catch-up
 

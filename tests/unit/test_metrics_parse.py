@@ -22,7 +22,7 @@ def clean(lines: list[str]) -> str:
     return sanitize_text("\n".join(lines) + "\n")
 
 
-# ---------------------------------------------------------------- the repr parser (numpy scalars, nan, inf in printed dicts)
+# ------------------------------------------------- the repr parser (numpy scalars, nan, inf in printed dicts)
 
 
 def test_reprs_literal_eval_cannot_read() -> None:
@@ -111,9 +111,12 @@ def test_nan_and_inf_are_points_not_errors() -> None:
 def test_lines_with_ip_prefix_and_ansi_and_out_of_order_arrival() -> None:
     text = clean(
         [
-            "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=9, ip=10.0.0.7)\x1b[0m [2026-08-21 10:20:05.112 actor_cell0_rank96] "
-            "log_utils.py:542 - step 5: {'train/loss': 0.5, 'train/step': 5}",
-            f"{TRAIN}[2026-08-21 10:19:05.112 actor_cell0_rank96] log_utils.py:542 - step 4: {{'train/loss': 0.4, 'train/step': 4}}",
+            "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=9, ip=10.0.0.7)\x1b[0m [2026-08-21 10:20:05.112 "
+            "actor_cell0_rank96] log_utils.py:542 - step 5: {'train/loss': 0.5, 'train/step': 5}",
+            (
+                f"{TRAIN}[2026-08-21 10:19:05.112 actor_cell0_rank96] "
+                "log_utils.py:542 - step 4: {'train/loss': 0.4, 'train/step': 4}"
+            ),
         ]
     )
     collector = MetricsCollector()
@@ -127,13 +130,34 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
     records, problems = parse_metric_text(
         clean(
             [
-                f"{RM}[2026-08-21 10:19:40.311 rollout_manager] metrics.py:89 - perf 3: {{'perf/rollout_time': 31.8}}",
-                f"{TRAIN}[2026-08-21 10:20:05.402 actor_cell0_rank0] train_metric_utils.py:56 - perf 3: {{'perf/train_time': 12.7}}",
-                f"{RM}[2026-08-21 10:21:00.000 rollout_manager] metrics.py:68 - eval 20 skipped: no eval data (snapshot)",
-                f"{TRAIN}[2026-08-21 10:20:05.112 critic_cell0_rank0] log_utils.py:542 - critic-step 2: {{'train/value_loss': 0.1}}",
-                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 2: {{'train/loss': 0.1, 'tr",
-                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 3: {{'train/loss': __import__('os')}}",
-                f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:99 - stepping 2: not a metric",
+                (
+                    f"{RM}[2026-08-21 10:19:40.311 rollout_manager] "
+                    "metrics.py:89 - perf 3: {'perf/rollout_time': 31.8}"
+                ),
+                (
+                    f"{TRAIN}[2026-08-21 10:20:05.402 actor_cell0_rank0] "
+                    "train_metric_utils.py:56 - perf 3: {'perf/train_time': 12.7}"
+                ),
+                (
+                    f"{RM}[2026-08-21 10:21:00.000 rollout_manager] "
+                    "metrics.py:68 - eval 20 skipped: no eval data (snapshot)"
+                ),
+                (
+                    f"{TRAIN}[2026-08-21 10:20:05.112 critic_cell0_rank0] "
+                    "log_utils.py:542 - critic-step 2: {'train/value_loss': 0.1}"
+                ),
+                (
+                    f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] "
+                    "log_utils.py:542 - step 2: {'train/loss': 0.1, 'tr"
+                ),
+                (
+                    f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] "
+                    "log_utils.py:542 - step 3: {'train/loss': __import__('os')}"
+                ),
+                (
+                    f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] "
+                    "log_utils.py:99 - stepping 2: not a metric"
+                ),
             ]
         )
     )
@@ -143,7 +167,7 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
     assert len(problems) == 2 and "cut off" in problems[0].reason and "unknown name" in problems[1].reason
 
 
-# ---------------------------------------------------------------- structured sources (events files, dashboard records) and dedup
+# --------------------------------------------- structured sources (events files, dashboard records) and dedup
 
 
 def _event(metrics: dict, component: str = "actor", ts: str = "2026-08-21T10:20:05.112000Z") -> str:
@@ -174,7 +198,10 @@ def test_event_records_and_null_nan() -> None:
 
 def test_log_and_events_never_count_twice_and_events_win() -> None:
     collector = MetricsCollector()
-    line = f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] log_utils.py:542 - step 0: {{'train/loss': 0.25, 'train/step': 0}}"
+    line = (
+        f"{TRAIN}[2026-08-21 10:20:05.112 actor_cell0_rank0] "
+        "log_utils.py:542 - step 0: {'train/loss': 0.25, 'train/step': 0}"
+    )
     collector.feed_text(clean([line, line.replace("log_utils.py:542", "model.py:854")]))
     rec = record_from_event(json.loads(_event({"train/loss": 0.2500001, "train/step": 0})))
     collector.add_record(rec)

@@ -1,4 +1,5 @@
-"""Preflight rules P1-P7 and job identity, pure: synthetic snapshots, Ray-shaped job records, fake filesystem."""
+"""Preflight rules P1-P7 and job identity, pure: synthetic
+snapshots, Ray-shaped job records, fake filesystem."""
 
 from __future__ import annotations
 
@@ -176,8 +177,8 @@ def test_job_identity() -> None:
 
 
 def test_the_console_gpu_probe_is_no_run_and_no_reason_to_wait() -> None:
-    """The console's GPU probe runs for as long as consoles are attached: preflight must still allow a launch (no
-    P3), and still say what holds GPU memory (old code: any active non-cleanup job silenced P2)."""
+    """The console's GPU probe runs for as long as consoles are attached: preflight must still allow a launch
+    (no P3), and still say what holds GPU memory (old code: any active non-cleanup job silenced P2)."""
     from backend.cluster.gpu_probe import probe_submission
 
     payload = probe_submission(

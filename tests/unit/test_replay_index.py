@@ -1,5 +1,5 @@
-"""The replay's rollout index (pure): where each rollout starts in a log of any miles shape, arriving in chunks
-cut anywhere; and the dump-as-log lines it also reads."""
+"""The replay's rollout index (pure): where each rollout starts in a log of any miles shape, arriving in
+chunks cut anywhere; and the dump-as-log lines it also reads."""
 
 from __future__ import annotations
 

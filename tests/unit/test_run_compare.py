@@ -1,6 +1,6 @@
-"""backend.signals.compare and backend.signals.launch_flags, pure: step alignment, the differences at the latest
-common step, the divergence step (threshold and `sustain` from configs/compare.toml), unique labels, and the
-flag diff that names exactly the flags that differ and never a secret."""
+"""backend.signals.compare and backend.signals.launch_flags, pure: step alignment, the differences at the
+latest common step, the divergence step (threshold and `sustain` from configs/compare.toml), unique labels,
+and the flag diff that names exactly the flags that differ and never a secret."""
 
 from __future__ import annotations
 
@@ -112,8 +112,8 @@ def test_argv_flags_and_their_diff_name_exactly_what_differs_and_no_secret():
     )
     after = flags_from_command(
         f"WANDB_API_KEY={WANDB} python3 /root/miles/train.py --rollout-batch-size 64 --lr 1e-06 "
-        f"--eval-prompt-data aime /d/aime2.jsonl --wandb-key {WANDB} --hf-token=other-{SECRET} --num-rollout 100 "
-        "--colocate"
+        f"--eval-prompt-data aime /d/aime2.jsonl --wandb-key {WANDB} --hf-token=other-{SECRET} "
+        "--num-rollout 100 --colocate"
     )
     assert before is not None and after is not None
     assert before.flags["--use-kl-loss"].shown == "True" and before.flags["--wandb-key"].shown == "***"

@@ -145,9 +145,9 @@ def test_mismatches_catch_a_one_point_zero_scaling_factor():
 def test_log_line_forms_round_trip():
     fields = {"moe_router_topk_scaling_factor": 5.0, "num_moe_experts": 512}
     line = logline.applied(fields)
-    assert (
-        line
-        == 'ultra-console shim: applied NemotronH provider fields {"moe_router_topk_scaling_factor":5.0,"num_moe_experts":512}'
+    assert line == (
+        "ultra-console shim: applied NemotronH provider fields "
+        '{"moe_router_topk_scaling_factor":5.0,"num_moe_experts":512}'
     )
     assert logline.parse(f"(MegatronTrainRayActor pid=12, ip=127.0.0.1) {line}") == logline.ShimLine(
         "applied", fields
@@ -241,7 +241,7 @@ def test_setup_hook_in_a_worker_without_megatron(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith(shim.NOT_APPLIED_PREFIX)
 
 
-# --------------------------------------------------------------------------- shim-check without megatron-bridge
+# ------------------------------------------------------------------------- shim-check without megatron-bridge
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

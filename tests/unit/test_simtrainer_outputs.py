@@ -76,7 +76,10 @@ def test_oom_error_pickles_and_reads_like_torchs():
 
 
 def test_truncated_metric_lines_are_cut_inside_the_dict_and_unreadable():
-    line = "[2026-03-02 10:00:05.000 actor_cell0_rank0] log_utils.py:542 - step 6: {'train/loss': 0.012, 'train/ppo_kl': -3.1e-05}"
+    line = (
+        "[2026-03-02 10:00:05.000 actor_cell0_rank0] log_utils.py:542 "
+        "- step 6: {'train/loss': 0.012, 'train/ppo_kl': -3.1e-05}"
+    )
     cut = truncated(line)
     assert line.startswith(cut) and "{" in cut and not cut.endswith("}")
     records, problems = parse_metric_text(cut + "\n")
@@ -224,9 +227,10 @@ def test_bare_nccl_timeout_every_rank_but_the_culprit_times_out_then_aborts(tmp_
         m
         for m in map(
             re.compile(
-                r"^\[rank(\d+)\]:\[E\d{3,4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:616\] \[Rank (\d+)\] Watchdog caught "
-                r"collective operation timeout: WorkNCCL\(SeqNum=1580, OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, "
-                r"Timeout\(ms\)=200\) ran for (\d+) milliseconds before timing out\.$"
+                r"^\[rank(\d+)\]:\[E\d{3,4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:616\] \[Rank "
+                r"(\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=1580, "
+                r"OpType=ALLREDUCE, NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=200\) "
+                r"ran for (\d+) milliseconds before timing out\.$"
             ).match,
             out.stderr.splitlines(),
         )

@@ -129,8 +129,8 @@ def _telemetry_of(dump, writes):
 
 
 def test_a_late_close_never_closes_the_next_open_of_the_same_phase(tmp_path):
-    """miles sends an open marker at once and closes in batches: the close of rollout 1 can land after the open of
-    rollout 2 (old code: popped the phase on any close, so rollout 2 read as closed while it ran)."""
+    """miles sends an open marker at once and closes in batches: the close of rollout 1 can land after the
+    open of rollout 2 (old code: popped the phase on any close, so rollout 2 read as closed while it ran)."""
     lane = {"node": "10.0.0.1", "gpus": [], "rank": -1, "role": "rollout_manager"}
     tel = _telemetry_of(
         tmp_path,
@@ -157,9 +157,9 @@ def test_a_late_close_never_closes_the_next_open_of_the_same_phase(tmp_path):
 
 
 def test_fraction_gauges_are_averaged_over_engines_and_dp_ranks_never_summed(tmp_path):
-    """token_usage, cache_hit_rate and kv_transfer_latency are per-engine fractions/latencies: two engines (one with
-    two dp ranks) at 0.4/0.6 and 0.5 read 0.5 (mean of the engine means), not 1.5 (old code summed everything);
-    counters and request gauges are still summed."""
+    """token_usage, cache_hit_rate and kv_transfer_latency are per-engine fractions/latencies: two engines
+    (one with two dp ranks) at 0.4/0.6 and 0.5 read 0.5 (mean of the engine means), not 1.5 (old code summed
+    everything); counters and request gauges are still summed."""
     ts = 1755771600.0
 
     def row(addr: str, metric: str, value: float, dp: str) -> tuple[str, dict[str, object]]:

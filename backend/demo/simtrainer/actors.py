@@ -42,7 +42,8 @@ def remote(*args: Any, **kwargs: Any) -> Any:
 
 
 def truncated(line: str) -> str:
-    """A metric line cut inside its dict, as a full pipe or a killed writer leaves it (`--sim-unreadable-metrics`)."""
+    """A metric line cut inside its dict, as a full pipe or a
+    killed writer leaves it (`--sim-unreadable-metrics`)."""
     return line[: line.index("{") + max(8, (len(line) - line.index("{")) // 2)]
 
 
@@ -100,7 +101,10 @@ class RolloutManager:
         self.dashboard.phase(PhaseEvent("rollout", wall0, time.time(), node, [], -1, "rollout_manager"))
         self.log.at(
             "inference_rollout_train.py:156",
-            f"Finish rollout: rollout_id={rollout_id} samples={a.rollout_batch_size * a.n_samples_per_prompt}",
+            (
+                f"Finish rollout: rollout_id={rollout_id} "
+                f"samples={a.rollout_batch_size * a.n_samples_per_prompt}"
+            ),
         )
         perf = metrics.rollout_perf(
             rollout_id,

@@ -71,7 +71,8 @@ class SimArgs:
 
     @property
     def culprit_rank(self) -> int:
-        """The rank that hangs outside the collective in `nccl-timeout` (the others time out waiting on it)."""
+        """The rank that hangs outside the collective in
+        `nccl-timeout` (the others time out waiting on it)."""
         return self.world_size - 1 if self.fail_rank is None else self.fail_rank
 
     @property
@@ -136,7 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-straggler-rank", dest="straggler_rank", type=int, default=None)
     p.add_argument("--sim-straggler-seconds", dest="straggler_seconds", type=float, default=3.0)
     # from the second rollout on, the actor of rank N blocks in simulated_stuck_recv, every other train actor
-    # in simulated_allreduce_wait (what a real hang looks like: one rank elsewhere, the rest in the collective)
+    # in simulated_allreduce_wait (what a real hang looks
+    # like: one rank elsewhere, the rest in the collective)
     p.add_argument("--sim-hang-rank", dest="hang_rank", type=int, default=None)
     return p
 

@@ -121,7 +121,8 @@ class DashboardStore:
         return written
 
     def _merge_catalog(self, phases: list[dict[str, Any]]) -> None:
-        """`lane_catalog.json`: train ranks and roles per `<node>:<gpu>` lane, rewritten atomically on change."""
+        """`lane_catalog.json`: train ranks and roles per
+        `<node>:<gpu>` lane, rewritten atomically on change."""
         dirty = False
         for ev in phases:
             if ev["role"] != "train":

@@ -93,8 +93,8 @@ def nccl_timeout_lines(rank: int, timeout_ms: int, ran_ms: int) -> list[str]:
         _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:616") + caught,
         _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:1785")
         + f"[{PG} Rank {rank}] Exception (either an error or "
-        f"timeout) detected by watchdog at work: {SEQ_TIMED_OUT}, last enqueued NCCL work: {SEQ_TIMED_OUT + 2}, "
-        f"last completed NCCL work: {SEQ_TIMED_OUT - 1}.",
+        f"timeout) detected by watchdog at work: {SEQ_TIMED_OUT}, last enqueued NCCL work: "
+        f"{SEQ_TIMED_OUT + 2}, last completed NCCL work: {SEQ_TIMED_OUT - 1}.",
         _c10_prefix(rank, "E", "ProcessGroupNCCL.cpp:630")
         + f"[Rank {rank}] Some NCCL operations have failed or "
         "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
@@ -138,31 +138,32 @@ USED_GB, NODE_USED, NODE_TOTAL, FRACTION, THRESHOLD = 12.3, "1.9TB", "2.0TB", 0.
 def host_oom_message(ip: str, node_id: str, actor_id: str, task: str, pid: int, worker_id: str) -> str:
     """`ray.exceptions.OutOfMemoryError`'s text for a task or actor the memory monitor killed."""
     return (
-        f"Task was killed due to the node running low on memory. Memory on the node (IP: {ip}, ID: {node_id}) "
-        f"where the task (actor ID: {actor_id}, name={task}, pid={pid}, memory used={USED_GB}GB) was running "
-        f"was {NODE_USED} / {NODE_TOTAL} ({FRACTION}), which exceeds the memory usage threshold of {THRESHOLD}. "
-        f"Ray killed this worker (ID: {worker_id}) because it was the most recently scheduled task; to see more "
-        f"information about memory usage on this node, use `ray logs raylet.out -ip {ip}`. To see the logs of "
-        f"the worker, use `ray logs worker-{worker_id}*out -ip {ip}.\n"
+        f"Task was killed due to the node running low on memory. Memory on the node (IP: {ip}, ID: "
+        f"{node_id}) where the task (actor ID: {actor_id}, name={task}, pid={pid}, memory used={USED_GB}GB) "
+        f"was running was {NODE_USED} / {NODE_TOTAL} ({FRACTION}), which exceeds the memory usage threshold "
+        f"of {THRESHOLD}. Ray killed this worker (ID: {worker_id}) because it was the most recently "
+        "scheduled task; to see more information about memory usage on this node, use `ray logs raylet.out "
+        f"-ip {ip}`. To see the logs of the worker, use `ray logs worker-{worker_id}*out -ip {ip}.\n"
         "Top 10 memory users:\nPID\tMEM(GB)\tCOMMAND\n"
         f"{pid}\t{USED_GB:.2f}\tray::{task}\n"
         "Refer to the documentation on how to address the out of memory issue: "
-        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more "
-        "memory on this node or reducing task parallelism by requesting more CPUs per task. Set max_restarts "
-        "and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, "
-        "set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable worker "
-        "killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero."
+        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning "
+        "more memory on this node or reducing task parallelism by requesting more CPUs per task. Set "
+        "max_restarts and max_task_retries to enable retry when the task crashes due to OOM. To adjust the "
+        "kill threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray. To "
+        "disable worker killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero."
     )
 
 
 def raylet_oom_line(node_id: str, ip: str, raylet_pid: int) -> str:
     """The raylet's periodic report as a driver receives it: Ray prefixes the raylet's error lines with a
-    yellow `(raylet)` and keeps the raylet's glog stamp (comma before the milliseconds, level, pid, thread)."""
+    yellow `(raylet)` and keeps the raylet's glog stamp
+    (comma before the milliseconds, level, pid, thread)."""
     now = datetime.now()
     stamp = f"{now.strftime('%Y-%m-%d %H:%M:%S')},{now.microsecond // 1000:03d}"
     return (
-        f"\x1b[33m(raylet)\x1b[0m [{stamp} E {raylet_pid} {raylet_pid}] (raylet) node_manager.cc:3280: 1 Workers (tasks / "
-        f"actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
-        f"(ID: {node_id}, IP: {ip}) over the last time period. To see more information about the Workers "
-        f"killed on this node, use `ray logs raylet.out -ip {ip}`"
+        f"\x1b[33m(raylet)\x1b[0m [{stamp} E {raylet_pid} {raylet_pid}] (raylet) node_manager.cc:3280: 1 "
+        "Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other "
+        f"reasons at node (ID: {node_id}, IP: {ip}) over the last time period. To see more information "
+        f"about the Workers killed on this node, use `ray logs raylet.out -ip {ip}`"
     )

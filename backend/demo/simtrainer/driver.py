@@ -174,8 +174,9 @@ _SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 
 
 def _shim_off(args: SimArgs, index: int) -> dict[str, Any]:
-    """`--sim-shim-off-rank N`: train actor N's worker starts without the job's setup hook, so it never logs the
-    shim line (its own runtime env, merged over the job's, empties the hook; everything else is inherited)."""
+    """`--sim-shim-off-rank N`: train actor N's worker starts without the job's setup hook, so it never logs
+    the shim line (its own runtime env, merged over the
+    job's, empties the hook; everything else is inherited)."""
     if args.shim_off_rank != index:
         return {}
     return {"runtime_env": {"env_vars": {_SETUP_HOOK_VAR: ""}}}

@@ -49,11 +49,11 @@ def oom_message(gpu: int, pid: int, asked: int, free: int) -> str:
     reserved = in_use - allocated - 2 * GIB
     return (
         f"CUDA out of memory. Tried to allocate {asked / GIB:.2f} GiB. GPU {gpu} has a total capacity of "
-        f"{total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free. Process {pid} has {in_use / GIB:.2f} GiB "
-        f"memory in use. Of the allocated memory {allocated / GIB:.2f} GiB is allocated by PyTorch, and "
-        f"{max(reserved, 0) / GIB:.2f} GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
-        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
-        "See documentation for Memory Management  "
+        f"{total / GIB:.2f} GiB of which {free / GIB:.2f} GiB is free. Process {pid} has {in_use / GIB:.2f} "
+        f"GiB memory in use. Of the allocated memory {allocated / GIB:.2f} GiB is allocated by PyTorch, and "
+        f"{max(reserved, 0) / GIB:.2f} GiB is reserved by PyTorch but unallocated. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
         "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     )
 

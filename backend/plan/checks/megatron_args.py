@@ -60,8 +60,8 @@ def _c8(c: LayoutContext) -> None:
         c.add(
             "C8",
             f"global batch {c.gbs} is not divisible by micro batch {c.mbs} × DP {c.dp} = {step} "
-            f"('global batch size ({c.gbs}) is not divisible by micro batch size ({c.mbs}) times data parallel "
-            f"size ({c.dp})')",
+            f"('global batch size ({c.gbs}) is not divisible by micro batch size ({c.mbs}) times data "
+            f"parallel size ({c.dp})')",
             f"use batch.global_batch_size {alts(sorted({lo, lo + step}))}",
         )
 

@@ -52,7 +52,10 @@ def _m2(c: LayoutContext) -> None:
         f"offloaded Adam state + host grad copies need {gb(per_gpu)} per GPU = {gb(per_node)} per "
         f"{c.gpn}-GPU node (expert state sharded over EDP {mem.edp:g}, dense over DP {mem.dp:g})"
     )
-    fix = "raise EDP (lower train.ep·train.etp·train.pp for the same GPUs) or DP, or use nodes with more host RAM"
+    fix = (
+        "raise EDP (lower train.ep·train.etp·train.pp for "
+        "the same GPUs) or DP, or use nodes with more host RAM"
+    )
     if per_node > c.host_mem:
         c.add("M2", f"{what} but a node has {c.host_mem:g} GB host RAM", fix)
     else:

@@ -15,8 +15,8 @@ def _e2(c: LayoutContext) -> None:
         c.add(
             "E2",
             f"MoE training with TP = {c.tp} and sequence parallelism off: Megatron's MoE layer raises "
-            "at the first training forward ('performance may degrade if MoE and tensor parallelism are enabled "
-            "without also enabling sequence parallelism')",
+            "at the first training forward ('performance may degrade if MoE and tensor parallelism are "
+            "enabled without also enabling sequence parallelism')",
             "set train.sequence_parallel = true or unset it (on iff TP > 1), or use train.tp = 1",
         )
 

@@ -35,8 +35,8 @@ def _g6(c: LayoutContext) -> None:
         c.add(
             "G6",
             f"rollout ep {c.rep} with {c.g}-GPU engines: NemotronH in BF16 on H100/H200 runs the "
-            "flashinfer_cutlass MoE, which needs ep ∈ {1, tp} ('The expert parallel size must be 1 or the same "
-            "as the tensor parallel size')",
+            "flashinfer_cutlass MoE, which needs ep ∈ {1, tp} ('The expert parallel size must be 1 or the "
+            "same as the tensor parallel size')",
             f"use rollout.ep {c.g} (or 1)",
         )
 
@@ -57,7 +57,8 @@ def _attn_fix(c: LayoutContext) -> str:
     if dps:
         return f"use rollout.dp {alts(near(dps, c.rdp))} (attn_tp = gpus_per_engine/dp)"
     scale = c.rdp if c.dpa and c.rdp > 1 else 1
-    # attn_tp must divide the attention heads (or the Mamba heads): their divisors, not a loop to the head count
+    # attn_tp must divide the attention heads (or the Mamba
+    # heads): their divisors, not a loop to the head count
     candidates = sorted(set(divisors(c.heads)) | set(divisors(c.m_heads)))
     sizes = [a * scale for a in candidates if c.attn_tp_ok(a)]
     return f"use rollout.gpus_per_engine {alts(near(sizes, c.g))} (attn_tp = gpus_per_engine/dp)"

@@ -29,7 +29,10 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("transformer_config", r"num_moe_experts must be non None", "B6"),
     (
         "transformer_config",
-        r"middle stage|middle pipeline rank|at first stage|at last stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch",
+        (
+            r"middle stage|middle pipeline rank|at first stage|at last "
+            r"stage|first_pipeline_stage|last_pipeline_stage|middle layers|Mismatch"
+        ),
         "B7",
     ),
     ("transformer_config", r"moe_shared_expert_overlap only works", "B10"),
@@ -67,7 +70,10 @@ ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("server_args", r"ep_size \* moe_dp_size|moe_dp", "G8"),
     (
         "server_args",
-        r"@parallel_hook\.py:\d+ assert .*tp_size % .*dp_size|@server_args\.py:\d+ assert .*tp_size % .*dp_size",
+        (
+            r"@parallel_hook\.py:\d+ assert .*tp_size % "
+            r".*dp_size|@server_args\.py:\d+ assert .*tp_size % .*dp_size"
+        ),
         "G1",
     ),
 )
@@ -164,5 +170,8 @@ def error_text(err: BaseException) -> str:
     frames = traceback.extract_tb(err.__traceback__)
     if frames:
         last = frames[-1]
-        return f"{type(err).__name__} @{os.path.basename(last.filename)}:{last.lineno} {(last.line or '').strip()}"
+        return (
+            f"{type(err).__name__} @{os.path.basename(last.filename)}:{last.lineno} "
+            f"{(last.line or '').strip()}"
+        )
     return type(err).__name__

@@ -148,8 +148,8 @@ def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int], 
                 "line(s), so the log cannot say which: dump the job's stacks"
             )
         return (
-            f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the log: "
-            "dump the job's stacks"
+            f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the "
+            "log: dump the job's stacks"
         )
     known = set(ranks_seen) | (set(range(world)) if world else set())
     quiet = sorted(known - timed_out)

@@ -21,17 +21,18 @@ LOOKBACK = 200
 
 _TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"")
 _TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception")
-# `ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
+# `ray.exceptions.RayTaskError(OutOfMemoryError):
+# ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
 REMOTE_TASK = re.compile(
     r"RayTaskError(?:\([\w.]*\))?:\s*ray::(?P<actor>\w+)\.\w+\(\)\s*\(pid=(?P<pid>\d+)"
     r"(?:,\s*ip=(?P<ip>[\w.:]+))?"
 )
 # What starts a new line in a log (anything else after a long line is that line's wrapped tail).
 _LINE_START = re.compile(
-    r"\(|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File \"|`{3}|[\w.]+(?:Error|Exception|Warning)\b"
-    r"|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|Job '|Status message|-{3}|\*"
-    r"|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
-    r"|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
+    r"\(|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File "
+    r"\"|`{3}|[\w.]+(?:Error|Exception|Warning)\b|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|"
+    r"Job '|Status message|-{3}|\*|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| "
+    r"skipped:)|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
 )
 _QUOTE = re.compile(r"(?:> ?)+")
 

@@ -350,7 +350,8 @@ def _logical_bounds(lines: Sequence[str], index: int, wraps: Wraps) -> tuple[int
 
 
 def _match(kind: FailureKind, pieces: list[str]) -> tuple[ParsedLine, re.Match[str], str | None] | None:
-    """The kind's first pattern that matches the logical line: wraps undone mid-token first, then at a space."""
+    """The kind's first pattern that matches the logical
+    line: wraps undone mid-token first, then at a space."""
     for joiner in ("", " "):
         parsed = parse_line(joiner.join(pieces))
         for pattern in kind.patterns:
@@ -363,7 +364,8 @@ def _match(kind: FailureKind, pieces: list[str]) -> tuple[ParsedLine, re.Match[s
 
 
 def _in_traceback(lines: Sequence[str], first: int, last: int, wraps: Wraps) -> bool:
-    """An exception line ends a traceback (a frame or code line before it), or starts one pasted newest-first."""
+    """An exception line ends a traceback (a frame or code
+    line before it), or starts one pasted newest-first."""
     before = first - 1
     while before > 0 and first - before < MAX_WRAPPED and wraps.continues(lines[before - 1], lines[before]):
         before -= 1  # the start of the (wrapped) line before

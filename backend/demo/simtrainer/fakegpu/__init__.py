@@ -1,1 +1,2 @@
-"""Fake NVIDIA GPUs for the loopback cluster: `fakenvml` (the hardware) and `sitecustomize` (its install in Ray)."""
+"""Fake NVIDIA GPUs for the loopback cluster: `fakenvml`
+(the hardware) and `sitecustomize` (its install in Ray)."""

@@ -63,7 +63,8 @@ def fake_gpus(node_id: str) -> list[dict[str, Any]]:
             continue
         idx, pid = int(idx_text), int(pid_text)
         data = _read_json(os.path.join(base, name)) or {}
-        # "host": a PID of the host's namespace, which NVML reports inside a container whatever its /proc shows
+        # "host": a PID of the host's namespace, which NVML
+        # reports inside a container whatever its /proc shows
         if idx not in holders or not (data.get("host") or _alive(pid)):
             continue
         holders[idx][pid] = {

@@ -47,8 +47,8 @@ def _install() -> None:
 
 def _reads_nvml() -> bool:
     """The dashboard agent (telemetry), the console's GPU kill job (backend/cluster/reaper_job.py, marked
-    `--gpu-reaper`) and its GPU probe (backend/cluster/gpu_probe_job.py: the driver marked `--gpu-probe`, its sampler
-    actors by their environment) ask NVML through Ray's same provider: all see one fake."""
+    `--gpu-reaper`) and its GPU probe (backend/cluster/gpu_probe_job.py: the driver marked `--gpu-probe`, its
+    sampler actors by their environment) ask NVML through Ray's same provider: all see one fake."""
     import os
 
     return bool(sys.argv) and (
