@@ -25,7 +25,7 @@ _.wait_time_ratio, _.rollout_over_train, _.fraction, _.train_steps_done, _.media
 
 # Counters and read-only views of state that tests and benches observe (how many requests, lines, builds).
 _.requests_made, _.malformed, _.bytes_read, _.duplicates, _.shim_lines_seen, _.builds, _.pending_text
-_.shim_reports, _.current_path, _.severity_of, _.line_text, _.installed
+_.shim_reports, _.current_path, _.severity_of, _.installed
 _.load_preset  # the spec loader tests and the demo use (the console loads presets as dicts)
 _.kill_node, _.fake_gpu_dir, _.session_dir  # the loopback cluster's handles for tests and benches
 
