@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 from typing import BinaryIO
 
 from backend.errors import ConsoleError
@@ -46,14 +45,6 @@ def refuse_special(path: str | os.PathLike[str], what: str = "file") -> None:
         )
 
 
-def is_regular(path: str | os.PathLike[str]) -> bool:
-    """True for a regular file (symlinks followed); False for anything else, or a path that cannot be read."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
 def open_regular(path: str | os.PathLike[str], what: str = "file") -> BinaryIO:
     """The file opened for binary reading, only if it is a regular file; never blocks on a special file.
 
@@ -81,8 +72,3 @@ def read_regular_bytes(path: str | os.PathLike[str], what: str = "file", limit: 
 def read_regular_text(path: str | os.PathLike[str], what: str = "file", limit: int | None = None) -> str:
     """A regular file's text (UTF-8), refused by type first; raises UnicodeDecodeError for bad bytes."""
     return read_regular_bytes(path, what, limit).decode("utf-8")
-
-
-def regular_paths(paths: list[Path]) -> list[Path]:
-    """The regular files among `paths` (a glob's answer may hold FIFOs or sockets a run left)."""
-    return [p for p in paths if is_regular(p)]

@@ -67,11 +67,6 @@ def sanitize_line(line: str, cap: int = DEFAULT_LINE_CAP) -> str:
     return cap_line(sanitize_text(line).replace("\n", " "), cap)
 
 
-def decode_bytes(data: bytes) -> str:
-    """Bytes from a log as text; invalid UTF-8 becomes U+FFFD instead of failing."""
-    return data.decode("utf-8", errors="replace")
-
-
 # ---------------------------------------------------------------- the bytes fast path for whole chunks
 #
 # Python's regex engine scans ~10 ns per character, too slow to run over every byte of a busy log. So a

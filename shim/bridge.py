@@ -14,14 +14,11 @@ Idempotent: a second `install()` finds its own class registered and does nothing
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 from shim import logline
 from shim.mapping import ARCHITECTURE, expected_provider_fields, mismatches
-
-logger = logging.getLogger("ultra_console.shim")
 
 MARK = "_ultra_console_shim"
 EXPECTED_ATTR = "_ultra_console_shim_expected"

@@ -22,7 +22,6 @@ from backend.plan.submission import REDACTED, SECRET_ENV, redact
 from backend.redaction import public_text
 
 AUDIT_FILE = "audit.jsonl"
-ACTIONS = ("launch", "abort", "force-stop", "cleanup")
 # `--token X`, `Authorization: Bearer X`, `KEY=value` pairs whose name looks secret.
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
 _TOKEN_FLAG = re.compile(r"(--(?:token|wandb-key)[ =])\S+")

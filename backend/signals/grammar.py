@@ -94,7 +94,6 @@ REPEATED = re.compile(
 
 # ---------------------------------------------------------------- the metric message
 
-METRIC_KINDS = ("step", "critic-step", "rollout", "perf", "eval", "multi_turn", "passrate")
 METRIC_MESSAGE = re.compile(
     r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+)"
     r"(?:: (?P<payload>\{.*\})| skipped: (?P<reason>.*))"

@@ -305,7 +305,7 @@ def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRe
     )
     n = values[step_key]
     return MetricRecord(
-        _event_kind(step_key, values, comp),
+        _event_kind(step_key, values),
         int(n) if math.isfinite(n) else -1,
         parse_iso(event.get("timestamp")),
         proc,
@@ -326,7 +326,7 @@ def record_from_dashboard(rec: dict[str, Any]) -> MetricRecord | None:
     values.setdefault(step_key, step)
     ts = scalar(rec.get("ts"))
     return MetricRecord(
-        _event_kind(step_key, values, "dashboard"),
+        _event_kind(step_key, values),
         int(step),
         ts if ts is not None else math.nan,
         "dashboard",
@@ -335,7 +335,7 @@ def record_from_dashboard(rec: dict[str, Any]) -> MetricRecord | None:
     )
 
 
-def _event_kind(step_key: str, values: dict[str, float], component: str) -> str:
+def _event_kind(step_key: str, values: dict[str, float]) -> str:
     if step_key == "train/step":
         return "step"
     if step_key == "eval/step":

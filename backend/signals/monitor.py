@@ -90,14 +90,6 @@ class RunMonitor:
         # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
         self.process_ranks: ProcessRanks = {}
 
-    @classmethod
-    def for_spec(cls, spec: Any, **kwargs: Any) -> RunMonitor:
-        """A monitor that knows the run's shape and the shim's expected scaling from the launched spec."""
-        scaling = getattr(getattr(spec, "model", None), "routed_scaling_factor", None)
-        if isinstance(scaling, int | float):
-            kwargs.setdefault("expected_scaling", float(scaling))
-        return cls(facts=RunFacts.from_spec(spec), **kwargs)
-
     def _on_point(self, point: Point) -> None:
         if self.alerts.watches(point.key):  # most keys have no rule: skip the call
             self.alerts.on_point(point, self.collector.series.get(point.key))

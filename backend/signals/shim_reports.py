@@ -64,7 +64,6 @@ class ShimLedger:
         ] = {}  # process -> its prefix text, e.g. "MegatronTrainRayActor pid=1"
         self.reports: dict[ProcessKey, ShimReport] = {}
         self.folded = 0  # reports Ray folded into a "[repeated Nx]" line: processes it does not name
-        self.untracked = 0  # processes past MAX_PROCESSES, neither tracked nor judged
         self.alerted: set[ProcessKey] = set()
         self.expected = False  # the job's runtime env runs the shim's setup hook (the run carries the shim)
         self.version = 0  # bumped when a train actor or a report arrives
@@ -81,8 +80,7 @@ class ShimLedger:
             key = (int(pid), ip)
             if key in self.train:
                 continue
-            if len(self.train) >= MAX_PROCESSES:
-                self.untracked += 1
+            if len(self.train) >= MAX_PROCESSES:  # past the cap: neither tracked nor judged
                 continue
             self.train[key] = f"{actor} pid={pid}" + (f", ip={ip}" if ip else "")
             self.version += 1
@@ -90,7 +88,6 @@ class ShimLedger:
     def report(self, key: ProcessKey, line: ShimLine, repeats: int = 1) -> None:
         """A shim line from process `key` (already known to be no other role's); `repeats` from Ray's fold."""
         if key not in self.reports and len(self.reports) >= MAX_PROCESSES:
-            self.untracked += 1
             return
         self.reports.setdefault(key, ShimReport(line.status, dict(line.fields)))
         self.folded += max(0, repeats - 1)

@@ -20,7 +20,7 @@ The layout picks the richest of three cell modes that fits the widget's height:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -407,10 +407,6 @@ def build_lines(
             segs.append(Segment(" "))
         lines.append(segs)
     return mode, lines
-
-
-def line_text(segments: Iterable[Segment]) -> str:
-    return "".join(s.text for s in segments)
 
 
 # ---------------------------------------------------------------- the widget

@@ -123,16 +123,10 @@ class LayoutForm(Widget, can_focus=True):
     def current_path(self) -> str:
         return VARIANT if self.cursor == 0 else FIELDS[self.cursor - 1].path
 
-    def text_of(self, path: str) -> str:
-        return (self._variant or "") if path == VARIANT else self._texts.get(path, "")
-
     def severity_of(self, path: str) -> str:
         """The highlight a row shows now ("error", "warning" or "")."""
         severity = self._notes.get(path, ("", ""))[0]
         return severity if severity in ("error", "warning") else ""
-
-    def note_of(self, path: str) -> str:
-        return self._notes.get(path, ("", ""))[1]
 
     def set_variants(self, variants: Sequence[tuple[str, str]], current: str | None) -> None:
         shown = [(one_line(label), key) for label, key in variants]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import socket
 
 from app_helpers import edit_settled, make_app
+from form_rows import form_row
 from textual.widgets import Button, Static
 from waiting import until
 
 from console.views.plan import PlanView
 from console.widgets.confirm import ConfirmModal
-from console.widgets.layout_form import LayoutForm
+from console.widgets.layout_form import VARIANT, LayoutForm
 from console.widgets.plan_panels import FindingsPanel, LaunchStatus, PreflightPanel
 
 
@@ -23,7 +24,7 @@ async def _set_field(pilot, app, path: str, text: str) -> None:
     form.focus()
     form.move_to(path)
     await pilot.pause()
-    await pilot.press("end", *["backspace"] * len(form.text_of(path)), *list(text))
+    await pilot.press("end", *["backspace"] * len(form_row(form, path).value), *list(text))
     plan = app.query_one(PlanView)
     await until(pilot, lambda: edit_settled(plan, path, text), f"the plan to re-check {path}={text}")
 
@@ -37,9 +38,9 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         form = app.query_one(LayoutForm)
         assert form.severity_of("cluster.nodes") == "error"
         assert "A1" in _text(app.query_one(FindingsPanel))
-        assert "does not divide" in form.note_of("cluster.nodes")
-        row = form.render_line(1).text  # drawn beside the field: label, value, note
-        assert row.startswith("Nodes") and " 13 " in row and form.note_of("cluster.nodes")[:20] in row
+        row = form_row(form, "cluster.nodes")  # drawn beside the field: label, value, note (cut to fit)
+        assert row.label == "Nodes" and row.value == "13" and row.note.startswith("training grid TP·PP·CP")
+        assert "does not divide" in _text(app.query_one(FindingsPanel))  # the whole finding
         assert plan.check_action("launch", ()) is None  # dimmed in the footer
         assert "Launch blocked" in _text(app.query_one(LaunchStatus))
         await pilot.press("escape", "L")
@@ -58,7 +59,7 @@ async def test_bad_value_is_inline_and_kept(tmp_path):
         await _set_field(pilot, app, "rollout.mem_fraction", "1.5")
         form = app.query_one(LayoutForm)
         assert form.severity_of("rollout.mem_fraction") == "error"
-        assert form.text_of("rollout.mem_fraction") == "1.5"
+        assert form_row(form, "rollout.mem_fraction").value == "1.5"
         assert "rollout.mem_fraction" in plan.launch_blockers()[0]
         # the rest of the spec is still checked: the other fields keep their values and no rule fires
         assert plan.evaluation.spec is not None and plan.evaluation.spec.rollout.mem_fraction == 0.7
@@ -138,7 +139,7 @@ async def test_variant_picker_lists_presets_and_checkpoints(tmp_path):
         await pilot.pause()
         assert plan.evaluation.spec is not None
         assert plan.evaluation.spec.model.name == "Nemotron-Ultra-2layer-test"
-        assert app.query_one(LayoutForm).text_of("variant") == "checkpoint:Nemotron-Ultra-2layer-test"
+        assert "Nemotron-Ultra-2layer-test" in form_row(app.query_one(LayoutForm), VARIANT).value
         assert "Nemotron-Ultra-2layer-test" in plan.command_text
 
 

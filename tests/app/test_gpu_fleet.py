@@ -3,6 +3,9 @@ and an unchanged snapshot repaints nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from rich.segment import Segment
 from run_fixtures import snapshot
 from textual.app import App, ComposeResult
 
@@ -15,8 +18,11 @@ from console.widgets.gpu_fleet import (
     build_lines,
     fleet_header,
     fleet_rows,
-    line_text,
 )
+
+
+def line_text(segments: Iterable[Segment]) -> str:
+    return "".join(s.text for s in segments)
 
 
 def _lines(snap, width: int, height: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from form_rows import form_row
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 
@@ -42,17 +43,17 @@ async def test_typing_edits_the_cursor_row_in_place():
         form = app.query_one(LayoutForm)
         form.move_to("train.tp")
         await pilot.press("backspace", "4", "2")
-        assert form.text_of("train.tp") == "42"
+        assert form_row(form, "train.tp").value == "42"
         assert app.edits[-1] == ("train.tp", "42")
         await pilot.press("home", "9", "end", "left", "delete")
-        assert form.text_of("train.tp") == "94"
+        assert form_row(form, "train.tp").value == "94"
         await pilot.press("left", "ctrl+k")
-        assert form.text_of("train.tp") == "9"
+        assert form_row(form, "train.tp").value == "9"
         await pilot.press("ctrl+u")
-        assert form.text_of("train.tp") == ""
+        assert form_row(form, "train.tp").value == ""
         await pilot.press("L", "x")  # every printable key is the operator's text, not a binding
-        assert form.text_of("train.tp") == "Lx"
-        assert form.text_of("train.pp") == VALUES["train.pp"]  # other rows untouched
+        assert form_row(form, "train.tp").value == "Lx"
+        assert form_row(form, "train.pp").value == VALUES["train.pp"]  # other rows untouched
 
 
 async def test_enter_moves_down_and_choice_rows_cycle():
@@ -63,13 +64,14 @@ async def test_enter_moves_down_and_choice_rows_cycle():
         await pilot.press("enter")
         assert form.current_path == "run.mode"
         await pilot.press("right")
-        assert form.text_of("run.mode") == "debug_minimal" and app.edits[-1] == ("run.mode", "debug_minimal")
+        assert form_row(form, "run.mode").value == "debug_minimal"
+        assert app.edits[-1] == ("run.mode", "debug_minimal")
         await pilot.press("space")
-        assert form.text_of("run.mode") == "normal"
+        assert form_row(form, "run.mode").value == "normal"
         await pilot.press("d")  # type-ahead: the first choice starting with d
-        assert form.text_of("run.mode") == "debug_minimal"
+        assert form_row(form, "run.mode").value == "debug_minimal"
         await pilot.press("9")  # no choice starts with 9: nothing changes, and no binding fires either
-        assert form.text_of("run.mode") == "debug_minimal"
+        assert form_row(form, "run.mode").value == "debug_minimal"
 
 
 async def test_variant_row_cycles_and_shows_no_escape():
@@ -78,7 +80,7 @@ async def test_variant_row_cycles_and_shows_no_escape():
         form = app.query_one(LayoutForm)
         assert form.current_path == VARIANT
         await pilot.press("right")
-        assert app.picked == ["checkpoint:beta"] and form.text_of(VARIANT) == "checkpoint:beta"
+        assert app.picked == ["checkpoint:beta"] and form_row(form, VARIANT).value == "beta (checkpoint)"
         line = form.render_line(0)
         assert "beta" in line.text and all("\x1b" not in seg.text for seg in line)
         await pilot.press("left")
@@ -86,7 +88,7 @@ async def test_variant_row_cycles_and_shows_no_escape():
         await pilot.press("B")  # type-ahead on the labels
         assert app.picked[-1] == "checkpoint:beta"
         await pilot.press("b")  # the only one starting with b: it stays
-        assert form.text_of(VARIANT) == "checkpoint:beta"
+        assert form_row(form, VARIANT).value == "beta (checkpoint)"
 
 
 async def test_marks_highlight_rows_and_clicks_move_the_cursor():
@@ -102,7 +104,7 @@ async def test_marks_highlight_rows_and_clicks_move_the_cursor():
         )
         assert (
             form.severity_of("cluster.nodes") == "error"
-            and form.note_of("cluster.nodes") == "does not divide"
+            and form_row(form, "cluster.nodes").note == "does not divide"
         )
         assert form.severity_of("train.ep") == "warning" and form.severity_of("train.cp") == ""
         assert "does not divide" in form.render_line(1).text

@@ -287,23 +287,11 @@ def test_monitor_end_to_end_on_the_sample_log() -> None:
     assert snap["series"]["train/loss"][9] == [9, None]
 
 
-def test_monitor_for_spec_and_clock() -> None:
-    class Spec:
-        class model:
-            routed_scaling_factor = 2.5
-
-        class rollout:
-            num_rollout = 7
-
-        class cluster:
-            total_gpus = 128
-
+def test_monitor_clock() -> None:
     clock = [5000.0]
-    monitor = RunMonitor.for_spec(Spec, clock=lambda: clock[0])
-    assert monitor.alerts.expected_scaling == 2.5 and monitor.facts.num_rollout == 7
-    assert monitor.facts.rollout_num_gpus == 128
-    monitor.feed_text(f"{TRAIN}  num_rollout ......... 30\n")  # the spec wins over the log
-    assert monitor.facts.num_rollout == 7
+    monitor = RunMonitor(clock=lambda: clock[0])  # as the console and replay build it, plus a test clock
+    monitor.feed_text(f"{TRAIN}  num_rollout ......... 30\n")  # the run's shape comes from its argument dump
+    assert monitor.facts.num_rollout == 30
     assert math.isnan(monitor.miles_now())
     monitor.feed_text(f"{TRAIN}[2026-08-21 10:00:00.000 actor_cell0_rank0] x.py:1 - hello\n")
     clock[0] += 90

@@ -149,7 +149,6 @@ class LayoutContext:
         "train_memory",
         "uneven_args",
         "vpp",
-        "vpp_raw",
     )
 
     def __init__(self, spec: RunSpec) -> None:
@@ -163,7 +162,6 @@ class LayoutContext:
         self.tp, self.pp, self.cp, self.ep = t.tp, t.pp, t.cp, t.ep
         self.etp_raw = t.etp
         self.etp = t.etp if t.etp is not None else t.tp  # Megatron's validate_args default
-        self.vpp_raw = t.vpp
         self.vpp = t.vpp if t.vpp is not None and t.vpp > 1 else None  # validate_args: 1 ⇒ no interleaving
         self.sp_raw = t.sequence_parallel
         self.sp_req = t.tp > 1 if t.sequence_parallel is None else t.sequence_parallel
