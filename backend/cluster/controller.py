@@ -68,7 +68,7 @@ PENDING_STOP_NOTE = (
 )
 
 
-class RunState(str, Enum):
+class RunPhase(str, Enum):
     SUBMITTING = "SUBMITTING"
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -79,7 +79,7 @@ class RunState(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED)
+        return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.STOPPED)
 
 
 EventKind = Literal["state", "notice", "error", "recovered"]
@@ -90,7 +90,7 @@ class RunEvent:
     """What the controller tells its consumers. `state` events carry the job as Ray reported it."""
 
     kind: EventKind
-    state: RunState | None = None
+    state: RunPhase | None = None
     job: JobInfo | None = None
     text: str = ""
     time: float = field(default_factory=time.time)
@@ -133,7 +133,7 @@ class RunController:
         self.readonly = readonly
         self.poll_s = poll_s
         self.job: JobInfo | None = None
-        self.state: RunState | None = None
+        self.state: RunPhase | None = None
         self._stop_requested = False
         self._callbacks: list[Callable[[RunEvent], Awaitable[None] | None]] = []
         self._queues: list[asyncio.Queue[RunEvent]] = []
@@ -167,17 +167,17 @@ class RunController:
     async def _notice(self, text: str) -> None:
         await self._emit(RunEvent("notice", self.state, self.job, text))
 
-    async def _set(self, job: JobInfo, state: RunState | None = None) -> None:
+    async def _set(self, job: JobInfo, state: RunPhase | None = None) -> None:
         new = state or self._derive(job)
         changed = new != self.state or self.job is None or job.status != self.job.status
         self.job, self.state = job, new
         if changed:
             await self._emit(RunEvent("state", new, job, job.message or ""))
 
-    def _derive(self, job: JobInfo) -> RunState:
-        status = RunState(job.status) if job.status in RunState.__members__ else RunState.PENDING
-        if status is RunState.RUNNING and self._stop_requested:
-            return RunState.STOPPING
+    def _derive(self, job: JobInfo) -> RunPhase:
+        status = RunPhase(job.status) if job.status in RunPhase.__members__ else RunPhase.PENDING
+        if status is RunPhase.RUNNING and self._stop_requested:
+            return RunPhase.STOPPING
         return status
 
     def _require_writable(self, action: str) -> None:
@@ -213,7 +213,7 @@ class RunController:
         await self._set(job)
         return job
 
-    async def watch(self, *, until_terminal: bool = True) -> RunState | None:
+    async def watch(self, *, until_terminal: bool = True) -> RunPhase | None:
         """Poll the job every `poll_s` and emit state changes; a lost dashboard is reported once per
         distinct fault and retried until it answers again (then `recovered`). Returns the final state."""
         while True:
@@ -326,8 +326,8 @@ class RunController:
                 raise
             findings = rules + [f for f in findings if f.rule.startswith("P")]
         sub = build_submission(spec, run_id=run_id, secrets=secrets)
-        self.job, self.state, self._stop_requested = None, RunState.SUBMITTING, False
-        await self._emit(RunEvent("state", RunState.SUBMITTING, None, f"submitting {sub.submission_id}"))
+        self.job, self.state, self._stop_requested = None, RunPhase.SUBMITTING, False
+        await self._emit(RunEvent("state", RunPhase.SUBMITTING, None, f"submitting {sub.submission_id}"))
         try:
             await self._upload_packages(sub.runtime_env)
             sid = await self.client.submit(sub.to_ray_payload())

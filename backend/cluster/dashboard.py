@@ -494,10 +494,6 @@ class RayClient:
             await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus"
         )
 
-    async def cluster_metadata(self) -> dict[str, Any]:
-        """`{"rayVersion": ..., "pythonVersion": ..., ...}` from the state API."""
-        return self._data(await self.get_json("/api/v0/cluster_metadata", what="the cluster metadata"))
-
     def _data(self, payload: Any, key: str | None = None) -> dict[str, Any]:
         """`payload["data"]` (or `payload["data"][key]`, {} while Ray has none yet), checked."""
         data = payload.get("data") if isinstance(payload, dict) else None

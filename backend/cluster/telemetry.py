@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo
     from backend.cluster.gpu_probe import GpuProbe, ProbeReading
-    from backend.cluster.miles_gpu_streams import GpuSample, MilesGpuStreams
+    from backend.cluster.miles_gpu_streams import MilesGpuSample, MilesGpuStreams
 
 REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
 STALE_AFTER_S = 2 * REPORTER_PERIOD_S
@@ -357,7 +357,7 @@ def _gpu(node: NodeSnapshot, index: int) -> GpuSnapshot | None:
 
 
 def with_miles_samples(
-    snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
+    snap: ClusterSnapshot, samples: dict[str, dict[int, MilesGpuSample]], now: float
 ) -> ClusterSnapshot:
     """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh and no
     fresher source (the probe) has the node (one source per node, so the pane never flips between them); Ray's
@@ -403,9 +403,8 @@ async def snapshot(
 class TelemetryPoller:
     """Polls snapshots at `interval_s`; re-reads the state node list only when needed.
 
-    Use `async for snap in poller.run():` (from a Textual worker or a CLI loop), or give
-    `on_snapshot` / `on_error` callbacks to `run_forever()`. Errors (dashboard unreachable) are
-    reported and polling continues, so the view recovers by itself when the dashboard returns.
+    Use `async for snap in poller.run():` (from a Textual worker or a CLI loop). Errors (dashboard
+    unreachable) are yielded and polling continues, so the view recovers by itself when the dashboard returns.
     """
 
     def __init__(
@@ -522,16 +521,3 @@ class TelemetryPoller:
                 yield err
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), self.interval_s)
-
-    async def run_forever(
-        self,
-        on_snapshot: Callable[[ClusterSnapshot], Awaitable[None] | None],
-        on_error: Callable[[Exception], Awaitable[None] | None] | None = None,
-    ) -> None:
-        async for item in self.run():
-            handler = on_error if isinstance(item, Exception) else on_snapshot
-            if handler is None:
-                continue
-            result = handler(item)  # type: ignore[arg-type]
-            if asyncio.iscoroutine(result):
-                await result

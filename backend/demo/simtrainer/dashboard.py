@@ -36,7 +36,7 @@ SAMPLER_PUSH_S = 5.0
 
 
 @dataclass
-class GpuSample:
+class GpuUtilRecord:
     ts: float
     node: str
     gpu: int
@@ -176,7 +176,7 @@ def _process_name(pid: int) -> str:
 
 
 class GpuSampler:
-    """miles' per-node sampler: every `interval` s one GpuSample per GPU of this node's (fake) NVML, every
+    """miles' per-node sampler: every `interval` s one `gpu_util` record per GPU of this node's (fake) NVML, every
     5 s the per-process memory; buffered and handed to the collector in batches."""
 
     def __init__(self, node: str, node_id: str, interval: float, push_s: float) -> None:
@@ -193,7 +193,7 @@ class GpuSampler:
         rows = fake_gpus(self.node_id)
         util = [
             asdict(
-                GpuSample(
+                GpuUtilRecord(
                     ts,
                     self.node,
                     int(g["index"]),
