@@ -30,11 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from backend.cluster.abort_policy import (
     LEFTOVER_CHECK_S,
@@ -45,6 +45,7 @@ from backend.cluster.abort_policy import (
 from backend.cluster.audit import AuditLog
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, latest_run
+from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.leftovers import (
     JobFootprint,
     Leftover,
@@ -357,13 +358,13 @@ class RunController:
         await self._set(job)
         return job
 
-    async def _upload_packages(self, runtime_env: dict[str, Any]) -> None:
+    async def _upload_packages(self, runtime_env: Mapping[str, object]) -> None:
         """Upload the shim's `gcs://` py_modules package unless the cluster has it already (Ray's own
         client does this before a submit; over plain HTTP it is ours to do)."""
         import shim
 
         uri, data = shim.package()
-        if uri not in (runtime_env.get("py_modules") or []):
+        if uri not in Fields(runtime_env).items("py_modules"):
             return
         path = shim.upload_path(uri)
         # RayClient has no package route (yet): its generic request keeps auth, retries and typed errors.
@@ -432,16 +433,16 @@ class RunController:
                 purpose="force",
             )
         except ConsoleError as err:
-            results: list[dict[str, Any]] = [{"pid": pid, "action": "failed", "reason": str(err)}]
+            results = [ReapResult(job.driver_node_id, pid, "failed", reason=str(err))]
         else:
-            results = list(answer.items)
-        killed = [r["pid"] for r in results if r.get("action") == "killed"]
+            results = answer.results(job.driver_node_id)
+        killed = [r.pid for r in results if r.action == "killed"]
         summary = (
             f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
             f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
             "kills its actors"
             if killed
-            else f"killed nothing: {'; '.join(str(r.get('reason')) for r in results) or 'no result'}"
+            else f"killed nothing: {'; '.join(r.reason for r in results) or 'no result'}"
         )
         self.audit.record(
             "force-stop",
@@ -527,11 +528,9 @@ class RunController:
 
 def _driver_pid(job: JobInfo) -> int | None:
     info = getattr(job, "driver_info", None) or (job.model_extra or {}).get("driver_info")
-    pid = (info or {}).get("pid") if isinstance(info, dict) else getattr(info, "pid", None)
-    try:
-        return int(pid) if pid is not None else None
-    except (TypeError, ValueError):
-        return None
+    pid = Fields(info).value("pid") if isinstance(info, dict) else getattr(info, "pid", None)
+    number = as_int(pid, -1) if pid is not None else -1
+    return number if number != -1 else None
 
 
 def _first_error(findings: list[Finding]) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import PROBE_KEY, job_kind
+from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
 
@@ -278,13 +279,13 @@ class GpuProbe:
 
     async def _start(self) -> JobInfo | None:
         """Submit a probe, unless another console on this host is submitting one right now (then None)."""
-        nodes = await self.client.nodes()
+        nodes = map(Fields.of, await self.client.nodes())
         head = next(
-            (str(n["node_id"]) for n in nodes if n.get("is_head_node") and n.get("state") == "ALIVE"), None
+            (n.text("node_id") for n in nodes if n.has("is_head_node") and n.value("state") == "ALIVE"), None
         )
         if head is None:
             raise ConsoleError("no alive head node to run the GPU probe on")
-        session = str((await self.client.version()).get("session_name") or "ray")
+        session = Fields(await self.client.version()).text("session_name", "ray")
         lease_dir = default_lease_dir(session)
         self._take_lease(lease_dir)  # before it starts: it never sees a moment without a lease
         if not _claim(lease_dir / START_CLAIM) or await self._find() is not None:
