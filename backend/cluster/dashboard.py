@@ -489,10 +489,10 @@ class RayClient:
         """Every node Ray knows, alive or DEAD with Ray's reason (state API, keeps dead nodes):
         `node_id, node_name, state, state_message, is_head_node, resources_total, labels, ...`."""
         data = await self.get_json("/api/v0/nodes", {"detail": 1, "limit": 10000}, what="the node list")
-        try:
-            return list(data["data"]["result"]["result"])  # type: ignore[index]  # checked by the except
-        except (KeyError, TypeError):
-            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected node list") from None
+        nodes = Fields.of(data).obj("data").obj("result").value("result")
+        if not isinstance(nodes, list):
+            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected node list")
+        return nodes
 
     async def nodes_summary(self) -> Mapping[str, object]:
         """Raw `data` of `/nodes?view=summary`: `{"summary": [...alive nodes with gpus...],
