@@ -26,6 +26,11 @@ def as_int(value: object, default: int = 0) -> int:
         return default
 
 
+def objects(value: object) -> list[Fields]:
+    """`value`'s objects when it is a list (its other items skipped), else []."""
+    return [Fields(item) for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
 @dataclass(frozen=True)
 class Fields:
     """One decoded JSON object, read by typed accessors; a missing, null or odd field reads as the default."""
@@ -80,10 +85,7 @@ class Fields:
 
     def objs(self, key: str) -> list[Fields]:
         """The field's objects when it is a list (its other items skipped), else []."""
-        value = self.value(key)
-        return (
-            [Fields(item) for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
-        )
+        return objects(self.value(key))
 
     def items(self, key: str) -> list[object]:
         """The field's items when it is a list, else []."""

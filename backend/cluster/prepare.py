@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from backend.cluster.json_fields import Fields
 from backend.cluster.node_job import NodeJobResult, run_node_job
+from backend.cluster.prepare_job import PrepareRequest
 from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 from backend.errors import ConsoleError
 from backend.plan.finding import Finding
@@ -317,18 +318,20 @@ async def prepare(
     fetched: dict[str, list[str]] = {n.node_id: [] for n in nodes}
 
     async def one(node: NodeSnapshot) -> NodeJobResult:
-        request = {
-            "node_id": node.node_id,
-            "node_ip": node.ip,
-            "checkpoint": checkpoint,
-            "dataset": dataset,
-            "input_key": spec.data.input_key,
-            "label_key": spec.data.label_key,
-            "fetch": fetch,
-            "token": token,
-        }
-        if fetch:
-            request.update(model_repo=model_repo, dataset_repo=dataset_repo, wait_s=FETCH_TIMEOUT_S)
+        request = PrepareRequest(
+            node_id=node.node_id,
+            node_ip=node.ip,
+            checkpoint=checkpoint,
+            dataset=dataset,
+            input_key=spec.data.input_key,
+            label_key=spec.data.label_key,
+            fetch=fetch,
+            token=token,
+            model_repo=(model_repo or "") if fetch else "",
+            dataset_repo=(dataset_repo or "") if fetch else "",
+            revision="main",
+            wait_s=FETCH_TIMEOUT_S,
+        )
 
         def seen(raw: Fields) -> None:
             event = _fetch_event(node, raw)
@@ -345,7 +348,7 @@ async def prepare(
             client,
             node.node_id,
             JOB_SCRIPT,
-            ["--prepare-job", json.dumps(request)],
+            ["--prepare-job", json.dumps(asdict(request))],
             mark=MARK,
             purpose="prepare",
             env=hub_env() if env is None else env,
