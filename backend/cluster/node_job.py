@@ -19,14 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from backend.cluster.dashboard import RayClient
 from backend.cluster.job_identity import CLEANUP_KEY
 from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
-
-if TYPE_CHECKING:
-    from backend.cluster.dashboard import RayClient
 
 POLL_S = 0.5
 REPO_ROOT = Path(__file__).resolve().parents[2]

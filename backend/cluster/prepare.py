@@ -17,8 +17,9 @@ import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
+from backend.cluster.dashboard import RayClient
 from backend.cluster.json_fields import Fields
 from backend.cluster.node_job import NodeJobResult, run_node_job
 from backend.cluster.prepare_job import PrepareRequest
@@ -26,9 +27,6 @@ from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 from backend.errors import ConsoleError
 from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
-
-if TYPE_CHECKING:
-    from backend.cluster.dashboard import RayClient
 
 JOB_SCRIPT = Path(__file__).with_name("prepare_job.py")
 MARK = "ULTRA_CONSOLE_PREPARE "

@@ -26,12 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.demo.simtrainer.args import SimArgs
 from backend.demo.simtrainer.fakegpu.fakenvml import fake_gpus
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
-
-    from backend.demo.simtrainer.args import SimArgs
 
 COLLECTOR_NAME = "miles_dashboard_collector"
 PARTITIONED = ("gpu_util", "gpu_processes", "phases", "engine_series")  # miles store.py: hour partitions
