@@ -23,7 +23,7 @@ import shlex
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,12 +83,12 @@ class ProbeReading:
     cpu_s: float | None = None  # the sampling process's CPU seconds so far
 
 
-def _opt(value: Any) -> int | None:
+def _opt(value: object) -> int | None:
     return None if not isinstance(value, int) or value < 0 else value
 
 
-def parse_reading(obj: dict[str, Any]) -> ProbeReading | None:
-    """A sample line's object as a reading, or None when it is not one."""
+def parse_reading(obj: Mapping[str, Any]) -> ProbeReading | None:
+    """A sample line's object as a reading, or None when it is not one (any field of the wrong shape)."""
     try:
         node, ts = str(obj["n"]), float(obj["t"])
         cpu = float(obj["c"]) if isinstance(obj.get("c"), (int, float)) else None
@@ -113,7 +113,7 @@ def parse_reading(obj: dict[str, Any]) -> ProbeReading | None:
         return None
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
+def parse_line(line: str) -> dict[str, object] | None:
     """The JSON object of a probe line (anywhere in the line: Ray may prefix it), or None."""
     pos = line.find(MARK)
     if pos < 0:
@@ -150,7 +150,7 @@ def default_lease_dir(session_name: str) -> Path:
 
 def probe_submission(
     head_node_id: str, lease_dir: Path, *, lease_timeout_s: float, interval_s: float, max_age_s: float
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The Ray job of a probe: pinned to the head (where the leases are), no entrypoint resources."""
     source = SCRIPT.read_text(encoding="utf-8")
     args = [
@@ -319,17 +319,17 @@ class GpuProbe:
         return await self._start()
 
     # ------------------------------------------------------------------ follow
-    def _take(self, obj: dict[str, Any], job_id: str) -> str | None:
+    def _take(self, obj: dict[str, object], job_id: str) -> str | None:
         """Use one line of the probe; returns why it ended, when it says so."""
-        kind = obj.get("k")
+        line = Fields(obj)
+        kind = line.value("k")
         if kind == "s":
             reading = parse_reading(obj)
             if reading is not None:
                 self.readings[reading.node_id] = reading
                 self.updated.set()
         elif kind == "leases":
-            ids = obj.get("ids") or []
-            self.lease_seen = self.lease_id in ids
+            self.lease_seen = self.lease_id in line.items("ids")
             if (
                 not self.lease_seen
                 and self._lease_path is not None
@@ -343,7 +343,7 @@ class GpuProbe:
         elif kind == "hello":
             self._say(f"GPU probe {job_id}: NVML every {self.interval_s:g} s on every node")
         elif kind in ("bye", "duplicate"):
-            return sanitize_text(str(obj.get("why") or kind))[:200]
+            return sanitize_text(line.text("why", str(kind)))[:200]
         return None
 
     async def _follow(self, job: JobInfo) -> None:
@@ -352,7 +352,7 @@ class GpuProbe:
             obj = parse_line(line)
             if obj is not None:
                 why = self._take(obj, job.id)
-                if why is not None and obj.get("k") == "duplicate":
+                if why is not None and obj["k"] == "duplicate":
                     return  # another console's probe won the lock: follow that one
                 if why is not None:
                     self._say(f"GPU probe {job.id} ended: {why}")
