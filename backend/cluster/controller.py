@@ -449,7 +449,7 @@ class RunController:
             job=job.id,
             command=f"kill job: SIGKILL process tree of pid {pid}",
             result=summary,
-            details={"results": results},
+            details={"results": [r.__dict__ for r in results]},
         )
         await self._notice(summary)
         return summary
