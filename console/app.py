@@ -470,7 +470,7 @@ class UltraConsoleApp(App[int]):
         first, self._run_seen = not self._run_seen, True
         if (
             first
-            and message.state.state in ACTIVE_RUN_STATES
+            and message.state.phase in ACTIVE_RUN_STATES
             and self.current_view == "plan"
             and self.previous_view is None
         ):

@@ -36,7 +36,7 @@ class RunStatus:
     """What the views show about the run: the controller's state event, times in epoch seconds."""
 
     job_id: str
-    state: str
+    phase: str  # the controller's RunPhase value, or "REPLAY ..." for a replayed run
     started_at: float | None = None
     ended_at: float | None = None
     message: str = ""
@@ -44,7 +44,7 @@ class RunStatus:
 
     @property
     def label(self) -> str:
-        return f"{self.job_id} {self.state}"
+        return f"{self.job_id} {self.phase}"
 
 
 class ConsoleMessage(Message, bubble=False):

@@ -15,10 +15,11 @@ Idempotent: a second `install()` finds its own class registered and does nothing
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable, Iterable
+from types import ModuleType
 
 from shim import logline
-from shim.mapping import ARCHITECTURE, expected_provider_fields, mismatches
+from shim.mapping import ARCHITECTURE, ProviderFields, expected_provider_fields, mismatches
 
 MARK = "_ultra_console_shim"
 EXPECTED_ATTR = "_ultra_console_shim_expected"
@@ -56,10 +57,11 @@ def emit(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
 
-def hf_config_dict(hf_config: Any) -> dict[str, Any]:
+def hf_config_dict(hf_config: object) -> dict[str, object]:
     """An HF config object (or the wrapper holding one) as the dict the pure mapping reads."""
     config = getattr(hf_config, "config", hf_config)
-    data = dict(config.to_dict()) if hasattr(config, "to_dict") else dict(vars(config))
+    to_dict: Callable[[], dict[str, object]] | None = getattr(config, "to_dict", None)
+    data = dict(to_dict()) if to_dict is not None else dict(vars(config))
     for key in ("hybrid_override_pattern", "mtp_hybrid_override_pattern"):
         value = getattr(config, key, None)
         if isinstance(value, str):
@@ -67,9 +69,9 @@ def hf_config_dict(hf_config: Any) -> dict[str, Any]:
     return data
 
 
-def provider_fields(provider: Any, names: Any) -> dict[str, Any]:
+def provider_fields(provider: object, names: Iterable[str]) -> dict[str, object]:
     """The named provider fields as JSON-able values (absent -> None)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name in names:
         value = getattr(provider, name, None)
         if isinstance(value, tuple):
@@ -78,12 +80,12 @@ def provider_fields(provider: Any, names: Any) -> dict[str, Any]:
     return out
 
 
-def apply_fields(provider: Any, fields: dict[str, Any]) -> None:
+def apply_fields(provider: object, fields: ProviderFields) -> None:
     for name, value in fields.items():
         setattr(provider, name, list(value) if isinstance(value, list) else value)
 
 
-def report(provider: Any) -> None:
+def report(provider: object) -> None:
     """Log what this provider ended up with, or why it is wrong."""
     expected = getattr(provider, EXPECTED_ATTR, None)
     if expected is None:
@@ -103,7 +105,7 @@ def _wrap_finalize(provider_cls: type) -> None:
     if original is None or getattr(original, MARK, False):
         return
 
-    def finalize(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def finalize(self: object, *args: object, **kwargs: object) -> object:
         result = original(self, *args, **kwargs)
         report(self)
         return result
@@ -137,7 +139,7 @@ def _build_subclass(base: type) -> type:
     class UltraConsoleNemotronHBridge(base):
         """`base` plus the NemotronH MoE provider fields and tensor mappings."""
 
-        def provider_bridge(self, hf_pretrained: Any) -> Any:
+        def provider_bridge(self, hf_pretrained: object) -> object:
             provider = super().provider_bridge(hf_pretrained)
             try:
                 expected = expected_provider_fields(hf_config_dict(hf_pretrained))
@@ -152,7 +154,7 @@ def _build_subclass(base: type) -> type:
                 report(provider)
             return provider
 
-        def mapping_registry(self) -> Any:
+        def mapping_registry(self) -> object:
             registry = super().mapping_registry()
             existing = list(getattr(registry, "mappings", None) or getattr(registry, "_mappings", []))
             have = {getattr(m, "megatron_param", None) for m in existing}
@@ -205,7 +207,7 @@ def uninstall() -> None:
     _clear_caches(model_bridge)
 
 
-def _clear_caches(model_bridge: Any) -> None:
+def _clear_caches(model_bridge: ModuleType) -> None:
     for dispatcher in (
         model_bridge.get_model_bridge,
         getattr(model_bridge, "stream_weights_megatron_to_hf", None),

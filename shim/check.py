@@ -13,11 +13,10 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from shim.mapping import ShimConfigError, expected_provider_fields, mismatches, read_config
+from shim.mapping import Mismatch, ShimConfigError, expected_provider_fields, mismatches, read_config
 
 
 @dataclass
@@ -25,14 +24,14 @@ class CheckResult:
     """The JSON contract: {"ok", "expected", "actual" | null, "mismatches", ...}."""
 
     ok: bool
-    expected: dict[str, Any]
-    actual: dict[str, Any] | None
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    expected: Mapping[str, object]
+    actual: Mapping[str, object] | None
+    mismatches: list[Mismatch] = field(default_factory=list)
     checkpoint: str = ""
     shim_installed: bool = False
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "expected": self.expected,
@@ -51,7 +50,7 @@ def bridge_importable() -> bool:
         return False
 
 
-def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> Any:
+def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> object:
     """The provider megatron-bridge builds from DIR/config.json on CPU (no weights, not finalized).
 
     Uses transformers' built-in NemotronH config class; the checkpoint's own config code only where

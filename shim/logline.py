@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 LINE_PREFIX = "ultra-console shim: "
 APPLIED_PREFIX = "ultra-console shim: applied NemotronH provider fields "
@@ -34,7 +34,7 @@ Status = Literal["applied", "mapping_only", "not_applied"]
 @dataclass(frozen=True)
 class ShimLine:
     status: Status
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, object] = field(default_factory=dict)
     reason: str = ""
 
 
@@ -42,7 +42,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def applied(fields: dict[str, Any], *, mapping_only: bool = False) -> str:
+def applied(fields: Mapping[str, object], *, mapping_only: bool = False) -> str:
     body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return APPLIED_PREFIX + (MAPPING_ONLY_MARK if mapping_only else "") + body
 
@@ -51,7 +51,7 @@ def not_applied(reason: str) -> str:
     return NOT_APPLIED_PREFIX + (_one_line(reason) or "unknown reason")
 
 
-def parse(line: str, loads: Callable[[str], Any] = json.loads) -> ShimLine | None:
+def parse(line: str, loads: Callable[[str], object] = json.loads) -> ShimLine | None:
     """The shim line inside one log line (Ray prefixes like '(pid=1, ip=x)' are allowed), else None.
 
     A line that starts like a shim line but carries unreadable JSON parses as not_applied, so a

@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 KEEP_MTP_ENV = "MILES_NEMOTRONH_KEEP_MTP"
 ARCHITECTURE = "NemotronHForCausalLM"
@@ -28,14 +28,22 @@ LAYER_SYMBOLS: dict[str, str] = {"mamba": "M", "moe": "E", "attention": "*", "ml
 FLOAT_FIELDS = frozenset({"moe_router_topk_scaling_factor"})
 
 # HF defaults (transformers NemotronHConfig) for the routing keys a config.json may omit.
-HF_DEFAULTS: dict[str, Any] = {"routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1}
+HF_SCALING_FACTOR = 1.0
+HF_DEFAULTS: dict[str, int] = {"n_group": 1, "topk_group": 1}
+
+# A checkpoint's config.json as decoded, and the provider fields the shim sets (JSON-able values).
+HfConfig: TypeAlias = Mapping[str, object]
+ProviderValue: TypeAlias = int | float | str | list[int] | None
+ProviderFields: TypeAlias = dict[str, ProviderValue]
+# One provider field that differs: {"field": name, "expected": value, "actual": value}.
+Mismatch: TypeAlias = dict[str, object]
 
 
 class ShimConfigError(ValueError):
     """The checkpoint config cannot be mapped (not NemotronH, or a key has the wrong type)."""
 
 
-def _pattern(config: Mapping[str, Any], pattern_key: str, list_keys: tuple[str, ...]) -> str | None:
+def _pattern(config: HfConfig, pattern_key: str, list_keys: tuple[str, ...]) -> str | None:
     value = config.get(pattern_key)
     if isinstance(value, str):
         return value
@@ -51,16 +59,16 @@ def _pattern(config: Mapping[str, Any], pattern_key: str, list_keys: tuple[str, 
     return None
 
 
-def hybrid_pattern(config: Mapping[str, Any]) -> str | None:
+def hybrid_pattern(config: HfConfig) -> str | None:
     """The decoder's layer pattern ('MEME*E...'), from either spelling a config.json may use."""
     return _pattern(config, "hybrid_override_pattern", ("layers_block_type", "layer_types"))
 
 
-def mtp_pattern(config: Mapping[str, Any]) -> str | None:
+def mtp_pattern(config: HfConfig) -> str | None:
     return _pattern(config, "mtp_hybrid_override_pattern", ("mtp_layers_block_type",))
 
 
-def _int(config: Mapping[str, Any], key: str, default: Any = None) -> int | None:
+def _int(config: HfConfig, key: str, default: int | None = None) -> int | None:
     value = config.get(key, default)
     if value is None:
         return None
@@ -69,7 +77,7 @@ def _int(config: Mapping[str, Any], key: str, default: Any = None) -> int | None
     return int(value)
 
 
-def _float(config: Mapping[str, Any], key: str, default: Any = None) -> float | None:
+def _float(config: HfConfig, key: str, default: float | None = None) -> float | None:
     value = config.get(key, default)
     if value is None:
         return None
@@ -83,12 +91,14 @@ def keep_mtp_from_env(environ: Mapping[str, str] | None = None) -> bool:
     return bool((os.environ if environ is None else environ).get(KEEP_MTP_ENV))
 
 
-def is_nemotron_h(config: Mapping[str, Any]) -> bool:
-    archs = config.get("architectures") or []
-    return config.get("model_type") == MODEL_TYPE or ARCHITECTURE in archs
+def is_nemotron_h(config: HfConfig) -> bool:
+    archs = config.get("architectures")
+    return config.get("model_type") == MODEL_TYPE or (
+        isinstance(archs, (list, tuple, str)) and ARCHITECTURE in archs
+    )
 
 
-def expected_provider_fields(config: Mapping[str, Any], *, keep_mtp: bool | None = None) -> dict[str, Any]:
+def expected_provider_fields(config: HfConfig, *, keep_mtp: bool | None = None) -> ProviderFields:
     """The provider fields a NemotronH MoE checkpoint needs, as JSON-able values.
 
     A dense NemotronH (no routed experts) needs nothing from the shim: returns {}.
@@ -108,14 +118,12 @@ def expected_provider_fields(config: Mapping[str, Any], *, keep_mtp: bool | None
         raise ShimConfigError(
             "config.json num_experts_per_tok must be a positive integer for a MoE checkpoint"
         )
-    fields: dict[str, Any] = {
+    fields: ProviderFields = {
         "num_moe_experts": experts,
         "moe_router_topk": topk,
         "moe_router_score_function": "sigmoid",
         "moe_router_enable_expert_bias": True,
-        "moe_router_topk_scaling_factor": _float(
-            config, "routed_scaling_factor", HF_DEFAULTS["routed_scaling_factor"]
-        ),
+        "moe_router_topk_scaling_factor": _float(config, "routed_scaling_factor", HF_SCALING_FACTOR),
         "moe_router_num_groups": _int(config, "n_group", HF_DEFAULTS["n_group"]),
         "moe_router_group_topk": _int(config, "topk_group", HF_DEFAULTS["topk_group"]),
     }
@@ -148,7 +156,7 @@ def expected_provider_fields(config: Mapping[str, Any], *, keep_mtp: bool | None
     return fields
 
 
-def read_config(checkpoint_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def read_config(checkpoint_dir: str | os.PathLike[str]) -> dict[str, object]:
     """DIR/config.json as a dict; every failure is one ShimConfigError sentence."""
     path = Path(checkpoint_dir) / "config.json"
     try:
@@ -166,7 +174,7 @@ def read_config(checkpoint_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def _same(name: str, want: Any, got: Any) -> bool:
+def _same(name: str, want: object, got: object) -> bool:
     if name in FLOAT_FIELDS and isinstance(want, (int, float)) and isinstance(got, (int, float)):
         return abs(float(want) - float(got)) <= 1e-9 * max(1.0, abs(float(want)))
     if isinstance(want, list) and isinstance(got, (list, tuple)):
@@ -174,9 +182,9 @@ def _same(name: str, want: Any, got: Any) -> bool:
     return want == got
 
 
-def mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[dict[str, Any]]:
+def mismatches(expected: Mapping[str, object], actual: Mapping[str, object]) -> list[Mismatch]:
     """Fields whose actual value differs from the expected one (a missing field counts as None)."""
-    out: list[dict[str, Any]] = []
+    out: list[Mismatch] = []
     for name, want in expected.items():
         got = actual.get(name)
         if not _same(name, want, got):

@@ -13,7 +13,6 @@ import io
 import zipfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 SETUP_HOOK = "shim.ray_hook.setup"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -45,17 +44,15 @@ def upload_path(uri: str) -> str:
     return f"/api/packages/{protocol}/{name}"
 
 
-def runtime_env_additions(hf_checkpoint: str | None = None) -> dict[str, Any]:
+def runtime_env_additions(hf_checkpoint: str | None = None) -> dict[str, object]:
     """Keys to merge into a job's runtime_env (env_vars merged key by key, the rest set as is)."""
     from shim.ray_hook import CHECKPOINT_ENV
 
     uri, _ = package()
-    out: dict[str, Any] = {"py_modules": [uri], "worker_process_setup_hook": SETUP_HOOK, "env_vars": {}}
-    if hf_checkpoint:
-        out["env_vars"][CHECKPOINT_ENV] = hf_checkpoint
-    return out
+    env_vars = {CHECKPOINT_ENV: hf_checkpoint} if hf_checkpoint else {}
+    return {"py_modules": [uri], "worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars}
 
 
-def carries_shim(runtime_env: Any) -> bool:
+def carries_shim(runtime_env: object) -> bool:
     """Whether a job's runtime env (as Ray reports it) runs the shim's setup hook in its workers."""
     return isinstance(runtime_env, dict) and runtime_env.get("worker_process_setup_hook") == SETUP_HOOK

@@ -12,9 +12,9 @@ answer bounded, and a leftover is signalled SIGTERM, then SIGKILL after a short 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from backend.cluster.dashboard import JobInfo
+from backend.cluster.json_fields import Fields
 
 RAY_DEFAULT_STOP_SIGNAL = "SIGTERM"
 RAY_DEFAULT_STOP_WAIT_S = 3
@@ -48,19 +48,14 @@ class AbortPolicy:
         )
 
 
-def _env_vars(runtime_env: Any) -> dict[str, Any]:
-    env = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
-    return env if isinstance(env, dict) else {}
-
-
 def stop_settings(job: JobInfo) -> tuple[str, int]:
     """(signal, grace seconds) Ray's supervisor will use
     for this job (its runtime env, else Ray's defaults)."""
-    env = _env_vars(job.runtime_env)
-    signal = str(env.get("RAY_JOB_STOP_SIGNAL") or RAY_DEFAULT_STOP_SIGNAL)
+    env = Fields.of(job.runtime_env).obj("env_vars")  # Ray holds env var values as text
+    signal = env.text("RAY_JOB_STOP_SIGNAL", RAY_DEFAULT_STOP_SIGNAL)
     try:
-        wait = int(env.get("RAY_JOB_STOP_WAIT_TIME_S") or RAY_DEFAULT_STOP_WAIT_S)
-    except (TypeError, ValueError):
+        wait = int(env.text("RAY_JOB_STOP_WAIT_TIME_S") or RAY_DEFAULT_STOP_WAIT_S)
+    except ValueError:
         wait = RAY_DEFAULT_STOP_WAIT_S
     return signal, wait
 

@@ -30,11 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from backend.cluster.abort_policy import (
     LEFTOVER_CHECK_S,
@@ -45,6 +45,7 @@ from backend.cluster.abort_policy import (
 from backend.cluster.audit import AuditLog
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, latest_run
+from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.leftovers import (
     JobFootprint,
     Leftover,
@@ -68,7 +69,7 @@ PENDING_STOP_NOTE = (
 )
 
 
-class RunState(str, Enum):
+class RunPhase(str, Enum):
     SUBMITTING = "SUBMITTING"
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -79,7 +80,7 @@ class RunState(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED)
+        return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.STOPPED)
 
 
 EventKind = Literal["state", "notice", "error", "recovered"]
@@ -90,7 +91,7 @@ class RunEvent:
     """What the controller tells its consumers. `state` events carry the job as Ray reported it."""
 
     kind: EventKind
-    state: RunState | None = None
+    state: RunPhase | None = None
     job: JobInfo | None = None
     text: str = ""
     time: float = field(default_factory=time.time)
@@ -133,7 +134,7 @@ class RunController:
         self.readonly = readonly
         self.poll_s = poll_s
         self.job: JobInfo | None = None
-        self.state: RunState | None = None
+        self.state: RunPhase | None = None
         self._stop_requested = False
         self._callbacks: list[Callable[[RunEvent], Awaitable[None] | None]] = []
         self._queues: list[asyncio.Queue[RunEvent]] = []
@@ -167,17 +168,17 @@ class RunController:
     async def _notice(self, text: str) -> None:
         await self._emit(RunEvent("notice", self.state, self.job, text))
 
-    async def _set(self, job: JobInfo, state: RunState | None = None) -> None:
+    async def _set(self, job: JobInfo, state: RunPhase | None = None) -> None:
         new = state or self._derive(job)
         changed = new != self.state or self.job is None or job.status != self.job.status
         self.job, self.state = job, new
         if changed:
             await self._emit(RunEvent("state", new, job, job.message or ""))
 
-    def _derive(self, job: JobInfo) -> RunState:
-        status = RunState(job.status) if job.status in RunState.__members__ else RunState.PENDING
-        if status is RunState.RUNNING and self._stop_requested:
-            return RunState.STOPPING
+    def _derive(self, job: JobInfo) -> RunPhase:
+        status = RunPhase(job.status) if job.status in RunPhase.__members__ else RunPhase.PENDING
+        if status is RunPhase.RUNNING and self._stop_requested:
+            return RunPhase.STOPPING
         return status
 
     def _require_writable(self, action: str) -> None:
@@ -213,7 +214,7 @@ class RunController:
         await self._set(job)
         return job
 
-    async def watch(self, *, until_terminal: bool = True) -> RunState | None:
+    async def watch(self, *, until_terminal: bool = True) -> RunPhase | None:
         """Poll the job every `poll_s` and emit state changes; a lost dashboard is reported once per
         distinct fault and retried until it answers again (then `recovered`). Returns the final state."""
         while True:
@@ -326,8 +327,8 @@ class RunController:
                 raise
             findings = rules + [f for f in findings if f.rule.startswith("P")]
         sub = build_submission(spec, run_id=run_id, secrets=secrets)
-        self.job, self.state, self._stop_requested = None, RunState.SUBMITTING, False
-        await self._emit(RunEvent("state", RunState.SUBMITTING, None, f"submitting {sub.submission_id}"))
+        self.job, self.state, self._stop_requested = None, RunPhase.SUBMITTING, False
+        await self._emit(RunEvent("state", RunPhase.SUBMITTING, None, f"submitting {sub.submission_id}"))
         try:
             await self._upload_packages(sub.runtime_env)
             sid = await self.client.submit(sub.to_ray_payload())
@@ -357,13 +358,13 @@ class RunController:
         await self._set(job)
         return job
 
-    async def _upload_packages(self, runtime_env: dict[str, Any]) -> None:
+    async def _upload_packages(self, runtime_env: Mapping[str, object]) -> None:
         """Upload the shim's `gcs://` py_modules package unless the cluster has it already (Ray's own
         client does this before a submit; over plain HTTP it is ours to do)."""
         import shim
 
         uri, data = shim.package()
-        if uri not in (runtime_env.get("py_modules") or []):
+        if uri not in Fields(runtime_env).items("py_modules"):
             return
         path = shim.upload_path(uri)
         # RayClient has no package route (yet): its generic request keeps auth, retries and typed errors.
@@ -432,23 +433,23 @@ class RunController:
                 purpose="force",
             )
         except ConsoleError as err:
-            results: list[dict[str, Any]] = [{"pid": pid, "action": "failed", "reason": str(err)}]
+            results = [ReapResult(job.driver_node_id, pid, "failed", reason=str(err))]
         else:
-            results = list(answer.items)
-        killed = [r["pid"] for r in results if r.get("action") == "killed"]
+            results = answer.results(job.driver_node_id)
+        killed = [r.pid for r in results if r.action == "killed"]
         summary = (
             f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
             f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
             "kills its actors"
             if killed
-            else f"killed nothing: {'; '.join(str(r.get('reason')) for r in results) or 'no result'}"
+            else f"killed nothing: {'; '.join(r.reason for r in results) or 'no result'}"
         )
         self.audit.record(
             "force-stop",
             job=job.id,
             command=f"kill job: SIGKILL process tree of pid {pid}",
             result=summary,
-            details={"results": results},
+            details={"results": [r.__dict__ for r in results]},
         )
         await self._notice(summary)
         return summary
@@ -527,11 +528,9 @@ class RunController:
 
 def _driver_pid(job: JobInfo) -> int | None:
     info = getattr(job, "driver_info", None) or (job.model_extra or {}).get("driver_info")
-    pid = (info or {}).get("pid") if isinstance(info, dict) else getattr(info, "pid", None)
-    try:
-        return int(pid) if pid is not None else None
-    except (TypeError, ValueError):
-        return None
+    pid = Fields(info).value("pid") if isinstance(info, dict) else getattr(info, "pid", None)
+    number = as_int(pid, -1) if pid is not None else -1
+    return number if number != -1 else None
 
 
 def _first_error(findings: list[Finding]) -> str:

@@ -18,8 +18,8 @@ import asyncio
 import builtins
 import contextlib
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Literal
 
 import httpx
 from httpx_ws import (
@@ -31,6 +31,7 @@ from httpx_ws import (
 )
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
 from backend.redaction import check_token, public_line, remember, shown_url, url_password
 
@@ -40,7 +41,11 @@ _WS_MAX_MESSAGE = 1 << 20  # a tail frame is <= ~20,000 chars; leave room for mu
 
 
 # anyio wraps errors escaping a websocket session in a (Base)ExceptionGroup (builtin from 3.11).
-_EXC_GROUP: Any = getattr(builtins, "BaseExceptionGroup", ())
+_EXC_GROUP: type[builtins.BaseExceptionGroup[BaseException]] | tuple[()] = getattr(
+    builtins, "BaseExceptionGroup", ()
+)
+# How one websocket tail ended, or a frame of it: ("text", frame), ("closed", code), ("error", why or None).
+TailItem = tuple[Literal["text", "closed", "error", "stale"], "str | int | RayApiError | None"]
 
 
 class RayApiError(ConsoleError):
@@ -82,13 +87,13 @@ class JobInfo(BaseModel):
     status: str = "PENDING"
     message: str | None = None
     entrypoint: str = ""
-    metadata: dict[str, Any] | None = None  # Ray enforces str values on submit; DRIVER jobs vary
+    metadata: dict[str, object] | None = None  # Ray enforces str values on submit; DRIVER jobs vary
     start_time: int | None = None  # ms since epoch
     end_time: int | None = None  # ms since epoch, None until terminal
     driver_node_id: str | None = None
     driver_exit_code: int | None = None
     error_type: str | None = None
-    runtime_env: Any = None
+    runtime_env: object = None
 
     @property
     def id(self) -> str:
@@ -222,14 +227,23 @@ class RayClient:
             )
         raise RayApiError(f"Ray dashboard refused {what} (HTTP {status}): {reason}", status)
 
-    async def _send(self, method: str, path: str, *, what: str, **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str | int] | None = None,
+        json: object = None,
+        content: bytes | None = None,
+    ) -> httpx.Response:
         """One request with bounded exponential backoff on connection failures only; a request
         that reached the server is never repeated (a repeated submit could start a 2nd run)."""
         delay = self.backoff_s
         for attempt in range(self.retries):
             self.requests_made += 1
             try:
-                resp = await self._http.request(method, path, **kwargs)
+                resp = await self._http.request(method, path, params=params, json=json, content=content)
             except (httpx.ConnectError, httpx.ConnectTimeout) as err:
                 if attempt + 1 >= self.retries:
                     raise self._unreachable(err) from None
@@ -244,8 +258,8 @@ class RayClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def get_json(
-        self, path: str, params: dict[str, Any] | None = None, *, what: str | None = None
-    ) -> Any:
+        self, path: str, params: Mapping[str, str | int] | None = None, *, what: str | None = None
+    ) -> object:
         """GET any dashboard JSON route (telemetry callers use this for raw payloads)."""
         resp = await self._send("GET", path, params=params, what=what or f"GET {path}")
         try:
@@ -254,17 +268,17 @@ class RayClient:
             raise RayApiError(f"Ray dashboard at {self.address} sent non-JSON for {path}") from None
 
     # ---------------------------------------------------------------- jobs
-    async def version(self) -> dict[str, Any]:
+    async def version(self) -> Mapping[str, object]:
         """`{"version": "4", "ray_version": "2.60.0", "ray_commit": ..., "session_name": ...}`."""
-        return await self.get_json("/api/version", what="the version request")
+        return Fields.of(await self.get_json("/api/version", what="the version request")).raw
 
-    async def submit(self, payload: dict[str, Any]) -> str:
+    async def submit(self, payload: Mapping[str, object]) -> str:
         """POST /api/jobs/ (the trailing slash matters); returns the submission id."""
         sid = payload.get("submission_id")
         what = f"job submission {sid!r}" if sid else "the job submission"
         resp = await self._send("POST", "/api/jobs/", json=payload, what=what)
-        data = resp.json()
-        return str(data.get("submission_id") or data.get("job_id"))
+        data = Fields.of(resp.json())
+        return data.text("submission_id") or str(data.value("job_id"))
 
     async def get_job(self, job_id: str) -> JobInfo:
         data = await self.get_json(f"/api/jobs/{job_id}", what=f"job {job_id!r}")
@@ -276,7 +290,7 @@ class RayClient:
             raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected job list")
         return [self._job(item) for item in data]
 
-    def _job(self, data: Any) -> JobInfo:
+    def _job(self, data: object) -> JobInfo:
         try:
             return JobInfo.model_validate(data)
         except ValidationError as err:
@@ -289,12 +303,12 @@ class RayClient:
         """Ask Ray to stop the job; True if it was alive. Fire-and-forget on Ray's side: the
         caller must watch the status (a PENDING job is not cancelled by this)."""
         resp = await self._send("POST", f"/api/jobs/{job_id}/stop", what=f"job {job_id!r}")
-        return bool(resp.json().get("stopped"))
+        return Fields.of(resp.json()).has("stopped")
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a terminal job's record (Ray refuses running ones; the log file stays)."""
         resp = await self._send("DELETE", f"/api/jobs/{job_id}", what=f"job {job_id!r}")
-        return bool(resp.json().get("deleted"))
+        return Fields.of(resp.json()).has("deleted")
 
     # ---------------------------------------------------------------- logs
     async def read_log(self, job_id: str, *, tail: int | None = None) -> AsyncIterator[str]:
@@ -369,11 +383,11 @@ class RayClient:
         failures = 0
         last: str | None = None
         while True:
-            queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=64)
+            queue: asyncio.Queue[TailItem] = asyncio.Queue(maxsize=64)
             reader = asyncio.create_task(self._tail_into(job_id, queue))
             seen = 0
             splitter = _LineSplitter()
-            outcome: tuple[str, Any] = ("error", None)
+            outcome: TailItem = ("error", None)
             try:
                 while True:
                     try:
@@ -390,7 +404,7 @@ class RayClient:
                             outcome = ("stale", None)
                             break
                         continue
-                    if kind != "text":
+                    if kind != "text" or not isinstance(value, str):
                         outcome = (kind, value)
                         break
                     for line in splitter.feed(value):
@@ -436,7 +450,7 @@ class RayClient:
         except DashboardUnreachable:
             return False
 
-    async def _tail_into(self, job_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    async def _tail_into(self, job_id: str, queue: asyncio.Queue[TailItem]) -> None:
         """Run one websocket tail in its own task (httpx-ws uses anyio task groups, which must
         not be suspended across a generator's `yield`) and report how it ended."""
         url = f"{self.url}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
@@ -464,49 +478,43 @@ class RayClient:
             await queue.put(("error", self._unreachable(err)))
         except _EXC_GROUP as group:
             ws_close = group.subgroup(WebSocketDisconnect)
-            if ws_close is not None:
-                await queue.put(("closed", _first_leaf(ws_close).code))
+            leaf = _first_leaf(ws_close) if ws_close is not None else None
+            if isinstance(leaf, WebSocketDisconnect):
+                await queue.put(("closed", leaf.code))
             else:
                 await queue.put(("error", self._unreachable(_first_leaf(group))))
 
     # ---------------------------------------------------------------- nodes / telemetry
-    async def nodes(self) -> list[dict[str, Any]]:
+    async def nodes(self) -> list[object]:
         """Every node Ray knows, alive or DEAD with Ray's reason (state API, keeps dead nodes):
         `node_id, node_name, state, state_message, is_head_node, resources_total, labels, ...`."""
         data = await self.get_json("/api/v0/nodes", {"detail": 1, "limit": 10000}, what="the node list")
-        try:
-            return list(data["data"]["result"]["result"])
-        except (KeyError, TypeError):
-            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected node list") from None
+        nodes = Fields.of(data).obj("data").obj("result").value("result")
+        if not isinstance(nodes, list):
+            raise RayApiError(f"Ray dashboard at {self.address} sent an unexpected node list")
+        return nodes
 
-    async def nodes_summary(self) -> dict[str, Any]:
+    async def nodes_summary(self) -> Mapping[str, object]:
         """Raw `data` of `/nodes?view=summary`: `{"summary": [...alive nodes with gpus...],
         "nodeLogicalResources": {...}}` (cached 2 s by Ray)."""
         return self._data(await self.get_json("/nodes", {"view": "summary"}, what="the node summary"))
 
-    async def node_detail(self, node_id: str) -> dict[str, Any]:
+    async def node_detail(self, node_id: str) -> Mapping[str, object]:
         """Raw `data.detail` of `/nodes/{id}`: the summary keys plus `workers` and `actors`."""
         return self._data(await self.get_json(f"/nodes/{node_id}", what=f"node {node_id!r}"), "detail")
 
-    async def cluster_status(self) -> dict[str, Any]:
+    async def cluster_status(self) -> Mapping[str, object]:
         """Raw `data.clusterStatus` of `/api/cluster_status` (logical GPU use per node)."""
         return self._data(
             await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus"
         )
 
-    async def cluster_metadata(self) -> dict[str, Any]:
-        """`{"rayVersion": ..., "pythonVersion": ..., ...}` from the state API."""
-        return self._data(await self.get_json("/api/v0/cluster_metadata", what="the cluster metadata"))
-
-    def _data(self, payload: Any, key: str | None = None) -> dict[str, Any]:
+    def _data(self, payload: object, key: str | None = None) -> Mapping[str, object]:
         """`payload["data"]` (or `payload["data"][key]`, {} while Ray has none yet), checked."""
-        data = payload.get("data") if isinstance(payload, dict) else None
+        data = Fields.of(payload).value("data")
         if not isinstance(data, dict):
             raise RayApiError(f"Ray dashboard at {self.address} sent an answer without its data")
-        if key is None:
-            return data
-        inner = data.get(key)
-        return inner if isinstance(inner, dict) else {}
+        return data if key is None else Fields.of(data).obj(key).raw
 
 
 class _Utf8Decoder:
@@ -521,8 +529,8 @@ class _Utf8Decoder:
         return self._dec.decode(data, final)
 
 
-def _first_leaf(group: BaseException) -> Any:
-    exc: Any = group
-    while getattr(exc, "exceptions", None):
-        exc = exc.exceptions[0]
+def _first_leaf(group: BaseException) -> BaseException:
+    exc = group
+    while inner := getattr(exc, "exceptions", None):  # an exception group (a builtin from 3.11 only)
+        exc = inner[0]
     return exc

@@ -23,13 +23,14 @@ import shlex
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import PROBE_KEY, job_kind
+from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
 
@@ -82,12 +83,12 @@ class ProbeReading:
     cpu_s: float | None = None  # the sampling process's CPU seconds so far
 
 
-def _opt(value: Any) -> int | None:
+def _opt(value: object) -> int | None:
     return None if not isinstance(value, int) or value < 0 else value
 
 
-def parse_reading(obj: dict[str, Any]) -> ProbeReading | None:
-    """A sample line's object as a reading, or None when it is not one."""
+def parse_reading(obj: Mapping[str, Any]) -> ProbeReading | None:
+    """A sample line's object as a reading, or None when it is not one (any field of the wrong shape)."""
     try:
         node, ts = str(obj["n"]), float(obj["t"])
         cpu = float(obj["c"]) if isinstance(obj.get("c"), (int, float)) else None
@@ -112,7 +113,7 @@ def parse_reading(obj: dict[str, Any]) -> ProbeReading | None:
         return None
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
+def parse_line(line: str) -> dict[str, object] | None:
     """The JSON object of a probe line (anywhere in the line: Ray may prefix it), or None."""
     pos = line.find(MARK)
     if pos < 0:
@@ -149,7 +150,7 @@ def default_lease_dir(session_name: str) -> Path:
 
 def probe_submission(
     head_node_id: str, lease_dir: Path, *, lease_timeout_s: float, interval_s: float, max_age_s: float
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The Ray job of a probe: pinned to the head (where the leases are), no entrypoint resources."""
     source = SCRIPT.read_text(encoding="utf-8")
     args = [
@@ -280,13 +281,13 @@ class GpuProbe:
 
     async def _start(self) -> JobInfo | None:
         """Submit a probe, unless another console on this host is submitting one right now (then None)."""
-        nodes = await self.client.nodes()
+        nodes = map(Fields.of, await self.client.nodes())
         head = next(
-            (str(n["node_id"]) for n in nodes if n.get("is_head_node") and n.get("state") == "ALIVE"), None
+            (n.text("node_id") for n in nodes if n.has("is_head_node") and n.value("state") == "ALIVE"), None
         )
         if head is None:
             raise ConsoleError("no alive head node to run the GPU probe on")
-        session = str((await self.client.version()).get("session_name") or "ray")
+        session = Fields(await self.client.version()).text("session_name", "ray")
         lease_dir = default_lease_dir(session)
         self._take_lease(lease_dir)  # before it starts: it never sees a moment without a lease
         if not _claim(lease_dir / START_CLAIM) or await self._find() is not None:
@@ -320,17 +321,17 @@ class GpuProbe:
         return await self._start()
 
     # ------------------------------------------------------------------ follow
-    def _take(self, obj: dict[str, Any], job_id: str) -> str | None:
+    def _take(self, obj: dict[str, object], job_id: str) -> str | None:
         """Use one line of the probe; returns why it ended, when it says so."""
-        kind = obj.get("k")
+        line = Fields(obj)
+        kind = line.value("k")
         if kind == "s":
             reading = parse_reading(obj)
             if reading is not None:
                 self.readings[reading.node_id] = reading
                 self.updated.set()
         elif kind == "leases":
-            ids = obj.get("ids") or []
-            self.lease_seen = self.lease_id in ids
+            self.lease_seen = self.lease_id in line.items("ids")
             if (
                 not self.lease_seen
                 and self._lease_path is not None
@@ -344,7 +345,7 @@ class GpuProbe:
         elif kind == "hello":
             self._say(f"GPU probe {job_id}: NVML every {self.interval_s:g} s on every node")
         elif kind in ("bye", "duplicate"):
-            return sanitize_text(str(obj.get("why") or kind))[:200]
+            return sanitize_text(line.text("why", str(kind)))[:200]
         return None
 
     async def _follow(self, job: JobInfo) -> None:
@@ -353,7 +354,7 @@ class GpuProbe:
             obj = parse_line(line)
             if obj is not None:
                 why = self._take(obj, job.id)
-                if why is not None and obj.get("k") == "duplicate":
+                if why is not None and obj["k"] == "duplicate":
                     return  # another console's probe won the lock: follow that one
                 if why is not None:
                     self._say(f"GPU probe {job.id} ended: {why}")

@@ -32,7 +32,11 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # Ray's own types; the script needs nothing from them at run time
+    from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
 MARK = "ULTRA_CONSOLE_GPU "
 NODE_ENV = "ULTRA_CONSOLE_GPU_PROBE_NODE"  # marks a sampler actor's process (and names its node)
@@ -43,11 +47,27 @@ READ_S = 0.25  # NVML is read this often; a line goes out at once on a change, e
 UTIL_STEP, MEM_STEP_MIB = 5, 256  # what counts as a change worth a line of its own
 
 
-def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+# One GPU as a line carries it: index, util % or -1, MiB
+# used, MiB total, W or -1, °C or -1, [[pid, MiB], ...].
+GpuRow = tuple[int, int, int, int, int, int, list[list[int]]]
+
+
+class Reading(TypedDict, total=False):
+    """One node's reading as its line carries it (`t` and
+    `c` always; `g`, or `nvml` saying why there is none)."""
+
+    t: float
+    g: list[GpuRow]
+    nvml: str
+    c: float
+
+
+def changed(old: Reading | None, new: Reading) -> bool:
     """Whether `new` says something `old` did not: utilisation or memory moved, a process came or went."""
-    if old is None or ("g" in old) != ("g" in new) or len(old.get("g", ())) != len(new.get("g", ())):
+    old_g, new_g = (old or {}).get("g"), new.get("g")
+    if old is None or (old_g is None) != (new_g is None) or len(old_g or ()) != len(new_g or ()):
         return True
-    for a, b in zip(old.get("g", ()), new.get("g", ()), strict=True):
+    for a, b in zip(old_g or (), new_g or (), strict=True):
         if abs(a[1] - b[1]) >= UTIL_STEP or abs(a[2] - b[2]) >= MEM_STEP_MIB or a[6] != b[6]:
             return True
     return False
@@ -62,17 +82,17 @@ _PRINT = threading.Lock()
 TAIL_CHUNK_LINES = 10
 
 
-def emit(obj: dict[str, Any]) -> None:
+def emit(obj: dict[str, object]) -> None:
     line = MARK + json.dumps(obj, separators=(",", ":")) + "\n" * TAIL_CHUNK_LINES
     with _PRINT:  # one whole line at a time: the relay threads print too
         sys.stdout.write(line)
         sys.stdout.flush()
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     try:
-        return int(value) if value is not None else -1
-    except (TypeError, ValueError):
+        return int(value) if isinstance(value, (int, float, str)) else -1
+    except ValueError:
         return -1
 
 
@@ -81,8 +101,8 @@ class NodeSampler:
 
     def __init__(self) -> None:
         self.why = ""
-        self.provider: Any = None
-        self._sent: dict[str, Any] | None = None
+        self.provider: GpuMetricProvider | None = None
+        self._sent: Reading | None = None
         self._sent_at = -float("inf")
         try:
             from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
@@ -95,12 +115,12 @@ class NodeSampler:
         except Exception as err:  # a broken driver must not end the probe: say so per sample
             self.why = f"GPU provider failed: {type(err).__name__}: {err}"[:200]
 
-    def read(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"t": round(time.time(), 3)}
+    def read(self) -> Reading:
+        out: Reading = {"t": round(time.time(), 3)}
         if self.provider is None:
             out["nvml"] = self.why
         else:
-            gpus = []
+            gpus: list[GpuRow] = []
             for gpu in self.provider.get_gpu_usage():
                 procs = [
                     [int(pid), _int((info or {}).get("gpu_memory_usage"))]
@@ -108,7 +128,7 @@ class NodeSampler:
                 ]
                 power = gpu.get("power_mw")
                 gpus.append(
-                    [
+                    (
                         _int(gpu.get("index")),
                         _int(gpu.get("utilization_gpu")),
                         _int(gpu.get("memory_used")),
@@ -116,14 +136,14 @@ class NodeSampler:
                         -1 if power is None else round(int(power) / 1000),
                         _int(gpu.get("temperature_c")),
                         procs,
-                    ]
+                    )
                 )
             out["g"] = gpus
         times = os.times()
         out["c"] = round(times.user + times.system, 2)
         return out
 
-    def due(self, reading: dict[str, Any], interval: float) -> bool:
+    def due(self, reading: Reading, interval: float) -> bool:
         """Whether `reading` goes out: a change since the last one sent, or `interval` without a line."""
         now = time.monotonic()
         if now - self._sent_at >= interval or changed(self._sent, reading):
@@ -131,7 +151,7 @@ class NodeSampler:
             return True
         return False
 
-    def stream(self, interval: float) -> Any:
+    def stream(self, interval: float) -> Iterator[Reading]:
         """The node's readings for ever, each as soon as it shows a change (NVML read every READ_S) and at
         least one every `interval`: one streaming call (a reading costs one report to the driver, not a task:
         a third of the CPU of a call per second, measured)."""
@@ -163,7 +183,7 @@ def fresh_leases(lease_dir: str, timeout_s: float) -> list[str]:
     return sorted(found)
 
 
-def take_lock(lease_dir: str) -> Any:
+def take_lock(lease_dir: str) -> IO[str] | None:
     """The probe's exclusive lock (kept open while it runs), or None when another probe holds it."""
     import fcntl
 
@@ -181,11 +201,14 @@ def take_lock(lease_dir: str) -> Any:
     return handle
 
 
+Actors = dict[str, Any]  # node id -> its sampler actor (a Ray handle: its methods are only known at run time)
+
+
 def _alive_nodes(ray: Any) -> set[str]:
     return {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
 
 
-def _relay(ray: Any, node: str, actor: Any, interval: float, actors: dict[str, Any]) -> None:
+def _relay(ray: Any, node: str, actor: Any, interval: float, actors: Actors) -> None:
     """Print every reading of one node's sampler until it ends (its node died); then forget it (re-made at the
     next listing if the node is alive)."""
     try:
@@ -205,7 +228,7 @@ def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max
     ray.init(address="auto", log_to_driver=False, logging_level=40)  # logging.ERROR
     sampler_cls = ray.remote(num_cpus=0, num_gpus=0, max_restarts=0)(NodeSampler)
     head = NodeSampler()
-    actors: dict[str, Any] = {}
+    actors: Actors = {}
     started = time.monotonic()
     listed_at = -RELIST_S
     said_leases: list[str] | None = None

@@ -98,4 +98,5 @@ def active_runs(jobs: Iterable[JobInfo]) -> list[JobInfo]:
 
 
 def run_id_of(job: JobInfo) -> str | None:
-    return (job.metadata or {}).get("run_id")
+    run_id = (job.metadata or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None

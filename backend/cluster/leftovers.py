@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, cast
 
 from backend.cluster.dashboard import JobInfo, RayClient
+from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
@@ -67,7 +68,7 @@ class JobFootprint:
             args += ["--worker-pid", str(pid)]
         return args
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "submission_id": self.submission_id,
             "job_id": self.job_id,
@@ -77,13 +78,17 @@ class JobFootprint:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobFootprint:
+    def from_json(cls, data: Fields) -> JobFootprint:
+        """The footprint `to_json` wrote (raises TypeError or ValueError on a worker that is not a pair)."""
+        workers = [w for w in data.items("workers") if isinstance(w, (list, tuple))]
+        if len(workers) != len(data.items("workers")):
+            raise TypeError("a worker is not a (node, pid) pair")
         return cls(
-            str(data.get("submission_id") or ""),
-            str(data.get("job_id") or ""),
-            data.get("driver_node_id") or None,
-            tuple((str(n), int(p)) for n, p in data.get("workers") or ()),
-            bool(data.get("listed")),
+            data.text("submission_id"),
+            data.text("job_id"),
+            data.optional_text("driver_node_id"),
+            tuple((str(n), int(p)) for n, p in workers),
+            data.has("listed"),
         )
 
     @classmethod
@@ -97,9 +102,9 @@ async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[st
     """(node id, pid, role) of the job's driver and of every actor Ray lists for it (state API), and whether
     Ray answered the actor list."""
     found: list[tuple[str, int, str]] = []
-    driver = (job.model_extra or {}).get("driver_info")
-    if job.driver_node_id and isinstance(driver, dict) and str(driver.get("pid") or "").isdigit():
-        found.append((job.driver_node_id, int(driver["pid"]), "driver"))
+    driver = Fields.of((job.model_extra or {}).get("driver_info")).text("pid")
+    if job.driver_node_id and driver.isdigit():
+        found.append((job.driver_node_id, int(driver), "driver"))
     listed = False
     if job.job_id:
         with contextlib.suppress(ConsoleError):
@@ -114,11 +119,11 @@ async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[st
                 },
                 what=f"the actors of job {job.id}",
             )
-            rows = ((data or {}).get("data") or {}).get("result", {}).get("result") or []
+            rows = Fields.of(data).obj("data").obj("result").objs("result")
             found += [
-                (str(a["node_id"]), int(a["pid"]), str(a.get("class_name") or "actor"))
+                (a.text("node_id"), a.integer("pid"), a.text("class_name", "actor"))
                 for a in rows
-                if isinstance(a, dict) and a.get("node_id") and a.get("pid")
+                if a.has("node_id") and a.has("pid")
             ]
             listed = True
     return found, listed
@@ -252,8 +257,21 @@ class ReapResult:
 class ReaperAnswer:
     """A reaper job's result lines (`items`) and its closing summary line."""
 
-    items: tuple[dict[str, Any], ...]
-    summary: dict[str, Any]
+    items: tuple[Fields, ...]
+    summary: Fields
+
+    def results(self, node_id: str) -> list[ReapResult]:
+        """A kill job's result lines, one per PID it was asked about."""
+        return [
+            ReapResult(
+                node_id,
+                r.integer("pid"),
+                _action(r.text("action", "failed")),
+                r.text("signal"),
+                r.text("reason"),
+            )
+            for r in self.items
+        ]
 
 
 async def run_reaper(
@@ -270,12 +288,12 @@ async def run_reaper(
         purpose=purpose,
         timeout_s=timeout_s,
     )
-    summary = next((r for r in result.events if r.get("pid") == -1), None)
+    summary = next((r for r in result.events if r.value("pid") == -1), None)
     if summary is None:
         raise ConsoleError(
             f"its reaper job ended {result.status} without an answer: {result.message or 'no message'}"
         )
-    return ReaperAnswer(tuple(r for r in result.events if r.get("pid") != -1), summary)
+    return ReaperAnswer(tuple(r for r in result.events if r.value("pid") != -1), summary)
 
 
 async def read_leftovers(
@@ -311,21 +329,21 @@ async def read_leftovers(
                 node_id,
                 label,
                 True,
-                nvml=bool(s.get("nvml")),
-                unlisted=tuple((int(g), int(m)) for g, m in s.get("unlisted") or ()),
-                read_at=float(s.get("read_at") or 0.0) or None,
+                nvml=s.has("nvml"),
+                unlisted=tuple(_int_pair(u) for u in s.items("unlisted")),
+                read_at=s.real("read_at") or None,
             )
         )
         items += [
             Leftover(
                 node_id,
                 label,
-                int(r["gpu"]),
-                int(r["pid"]),
-                int(r["mem_mb"]),
-                r["identity"],
-                str(r.get("reason") or ""),
-                str(r.get("name") or ""),
+                r.integer("gpu"),
+                r.integer("pid"),
+                r.integer("mem_mb"),
+                _identity(r.text("identity")),
+                r.text("reason"),
+                r.text("name"),
             )
             for r in answer.items
         ]
@@ -367,24 +385,31 @@ async def kill_leftovers(
                 raise outcome
             results += [ReapResult(node, it.pid, "failed", reason=str(outcome)) for it in by_node[node]]
             continue
-        results += [
-            ReapResult(
-                node,
-                int(r.get("pid", 0)),
-                r.get("action", "failed"),
-                str(r.get("signal") or ""),
-                str(r.get("reason") or ""),
-            )
-            for r in outcome.items
-        ]
+        results += outcome.results(node)
     return results
 
 
-def footprint_from_audit(entries: Iterable[dict[str, Any]], job_id: str) -> JobFootprint | None:
+def footprint_from_audit(entries: Iterable[Mapping[str, object]], job_id: str) -> JobFootprint | None:
     """The footprint the last abort of `job_id` recorded, if any."""
-    for entry in reversed(list(entries)):
-        fp = (entry.get("details") or {}).get("footprint")
-        if entry.get("job") == job_id and isinstance(fp, dict):
+    for entry in map(Fields, reversed(list(entries))):
+        fp = entry.obj("details").value("footprint")
+        if entry.value("job") == job_id and isinstance(fp, dict):
             with contextlib.suppress(TypeError, ValueError):
-                return JobFootprint.from_json(fp)
+                return JobFootprint.from_json(Fields(fp))
     return None
+
+
+def _int_pair(value: object) -> tuple[int, int]:
+    """A reaper's `[gpu, MiB]` pair (raises ValueError on anything else, as unpacking it did)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"not a pair: {value!r}")
+    return as_int(value[0]), as_int(value[1])
+
+
+def _identity(text: str) -> Identity:
+    """A reaper's identity word; one this console does not know is neither signalled nor reported, as before."""
+    return cast(Identity, text) if text in ("job", "unidentified", "exempt") else "exempt"
+
+
+def _action(text: str) -> ReapAction:
+    return cast(ReapAction, text) if text in ("killed", "skipped", "failed", "error") else "failed"

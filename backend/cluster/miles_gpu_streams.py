@@ -26,7 +26,7 @@ PARTITIONS_READ = 2  # the current hour and the one before: a sample near the ho
 
 
 @dataclass(frozen=True)
-class GpuSample:
+class MilesGpuSample:
     """One NVML sample of one GPU, taken by miles' sampler at `ts` (epoch seconds, the node's clock)."""
 
     ts: float
@@ -55,7 +55,7 @@ def dump_details_dir(job: JobInfo | None) -> Path | None:
     return None
 
 
-def parse_sample(line: str) -> GpuSample | None:
+def parse_sample(line: str) -> MilesGpuSample | None:
     """One stream line as a sample, or None when it is not one (malformed, or fields missing)."""
     try:
         raw = json.loads(line)
@@ -63,7 +63,7 @@ def parse_sample(line: str) -> GpuSample | None:
         util_pct = (
             float(util) if isinstance(util, (int, float)) and math.isfinite(util) and util >= 0 else None
         )
-        return GpuSample(
+        return MilesGpuSample(
             float(raw["ts"]), str(raw["node"]), int(raw["gpu"]), util_pct, int(raw.get("mem_mb") or 0)
         )
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -77,7 +77,7 @@ class MilesGpuStreams:
         self.root = dump_dir / "dashboard"
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, str] = {}
-        self.latest: dict[tuple[str, int], GpuSample] = {}
+        self.latest: dict[tuple[str, int], MilesGpuSample] = {}
         self.malformed = 0
         self.bytes_read = 0
 
@@ -90,7 +90,7 @@ class MilesGpuStreams:
         hours = sorted((self.root / STREAM).glob("*.jsonl")) if (self.root / STREAM).is_dir() else []
         return ([flat] if flat.is_file() else []) + hours[-PARTITIONS_READ:]
 
-    def poll(self) -> dict[str, dict[int, GpuSample]]:
+    def poll(self) -> dict[str, dict[int, MilesGpuSample]]:
         """Read what was appended since the last poll; the newest sample per GPU, by node IP."""
         for path in self._files():
             offset = self._offsets.get(path, 0)
@@ -117,7 +117,7 @@ class MilesGpuStreams:
                 known = self.latest.get(key)
                 if known is None or sample.ts >= known.ts:
                     self.latest[key] = sample
-        by_node: dict[str, dict[int, GpuSample]] = {}
+        by_node: dict[str, dict[int, MilesGpuSample]] = {}
         for (node, gpu), sample in self.latest.items():
             by_node.setdefault(node, {})[gpu] = sample
         return by_node

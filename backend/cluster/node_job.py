@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from backend.cluster.dashboard import RayClient
 from backend.cluster.job_identity import CLEANUP_KEY
+from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
 
 POLL_S = 0.5
@@ -49,11 +50,11 @@ class NodeJobResult:
     node_id: str
     submission_id: str
     status: str
-    events: tuple[dict[str, Any], ...]
+    events: tuple[Fields, ...]
     message: str = ""
 
 
-def _marked(lines: list[str], mark: str) -> list[dict[str, Any]]:
+def _marked(lines: list[str], mark: str) -> list[Fields]:
     out = []
     for line in lines:
         pos = line.find(mark)
@@ -64,12 +65,12 @@ def _marked(lines: list[str], mark: str) -> list[dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(item, dict):
-            out.append(item)
+            out.append(Fields(item))
     return out
 
 
 async def run_node_job(
-    client: Any,
+    client: RayClient,
     node_id: str,
     script: Path,
     args: list[str],
@@ -78,7 +79,7 @@ async def run_node_job(
     purpose: str,
     timeout_s: float,
     env: dict[str, str] | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[Fields], None] | None = None,
 ) -> NodeJobResult:
     """Submit `script` with `args` pinned to `node_id`, wait for it, return its `mark`ed events.
 
@@ -87,7 +88,7 @@ async def run_node_job(
     `timeout_s` (it is stopped then)."""
     source = script_source(script)
     sid = f"ultra-console-{purpose}-{node_id[:8]}-{int(time.time() * 1000)}"
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "entrypoint": shlex.join(["python3", "-c", source, *args]),
         "submission_id": sid,
         "metadata": {CLEANUP_KEY: purpose, "node_id": node_id},
@@ -100,7 +101,7 @@ async def run_node_job(
     seen = 0
     deadline = time.monotonic() + timeout_s
 
-    async def read_new() -> list[dict[str, Any]]:
+    async def read_new() -> list[Fields]:
         nonlocal seen
         lines = [line async for line in client.read_log(sid)]
         events = _marked(lines, mark)
@@ -110,7 +111,7 @@ async def run_node_job(
                 on_event(item)
         return events
 
-    events: list[dict[str, Any]] = []
+    events: list[Fields] = []
     while True:
         job = await client.get_job(sid)
         if job.is_terminal:

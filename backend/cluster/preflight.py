@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from backend.cluster.dashboard import JobInfo
+from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
+from backend.cluster.json_fields import Fields
 from backend.cluster.telemetry import ClusterSnapshot, snapshot
 from backend.plan.checks import Finding
 from backend.plan.spec import RunSpec
@@ -224,14 +225,14 @@ def check_cluster(
     ]
 
 
-async def gather(client: object) -> ClusterFacts:
+async def gather(client: RayClient) -> ClusterFacts:
     """Read the cluster once: version, node snapshot, job list (4 requests)."""
-    version = (await client.version()).get("ray_version")  # type: ignore[attr-defined]
+    version = Fields(await client.version()).optional_text("ray_version")
     snap = await snapshot(client, ray_version=version)
-    jobs = await client.list_jobs()  # type: ignore[attr-defined]
+    jobs = await client.list_jobs()
     return ClusterFacts(snapshot=snap, jobs=jobs, ray_version=version)
 
 
-async def preflight(spec: RunSpec, client: object, *, facts: ClusterFacts | None = None) -> list[Finding]:
+async def preflight(spec: RunSpec, client: RayClient, *, facts: ClusterFacts | None = None) -> list[Finding]:
     """Findings for `spec` against the cluster `client` talks to (raises DashboardUnreachable etc.)."""
     return check_cluster(spec, facts or await gather(client))

@@ -17,9 +17,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, cast
 
+from backend.cluster.dashboard import RayClient
+from backend.cluster.json_fields import Fields
 from backend.cluster.node_job import NodeJobResult, run_node_job
+from backend.cluster.prepare_job import PrepareRequest
 from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 from backend.errors import ConsoleError
 from backend.plan.finding import Finding
@@ -144,7 +147,7 @@ class PrepareReport:
     def ready(self) -> bool:
         return bool(self.nodes) and all(n.ready for n in self.nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["ready"] = self.ready
         for node, raw in zip(self.nodes, out["nodes"], strict=True):
@@ -207,23 +210,17 @@ def repos(spec: RunSpec) -> tuple[str | None, str | None]:
     return model, spec.data.repo or None
 
 
-def _path_verdict(raw: dict[str, Any] | None) -> PathVerdict | None:
-    if raw is None:
-        return None
-    problems = []
-    for p in raw.get("problems") or []:
-        if isinstance(p, dict):
-            kind = str(p.get("kind") or "error")
-            problems.append(
-                FileProblem(
-                    kind if kind in PROBLEM_WORDS else "error",  # type: ignore[arg-type]
-                    str(p.get("path") or ""),
-                    str(p.get("detail") or ""),
-                )
-            )
-    return PathVerdict(
-        str(raw.get("path") or ""), tuple(problems), int(raw.get("shards") or 0), int(raw.get("bytes") or 0)
-    )
+def _path_verdict(raw: Fields) -> PathVerdict:
+    problems = [
+        FileProblem(_problem_kind(p.text("kind", "error")), p.text("path"), p.text("detail"))
+        for p in raw.objs("problems")
+    ]
+    return PathVerdict(raw.text("path"), tuple(problems), raw.integer("shards"), raw.integer("bytes"))
+
+
+def _problem_kind(text: str) -> ProblemKind:
+    """The prepare job's problem word; one this console does not know is an error."""
+    return cast(ProblemKind, text) if text in PROBLEM_WORDS else "error"
 
 
 def verdict_of(
@@ -234,7 +231,7 @@ def verdict_of(
         return NodeVerdict(
             node.node_id, node.label, error=" ".join(str(result).split())[:300] or type(result).__name__
         )
-    events = {e.get("event"): e for e in result.events}
+    events = {e.value("event"): e for e in result.events}
     if "checkpoint" not in events or "dataset" not in events:
         why = result.message or f"the prepare job ended {result.status} without a verdict"
         return NodeVerdict(node.node_id, node.label, error=" ".join(why.split())[:300], fetched=fetched)
@@ -251,7 +248,9 @@ def verdict_of(
 def _with_errors(verdict: PathVerdict | None, result: NodeJobResult, what: str) -> PathVerdict | None:
     """A failed fetch is a problem of what it fetched, even where the files it left pass the check."""
     errors = [
-        str(e.get("message")) for e in result.events if e.get("event") == "error" and e.get("what") == what
+        str(e.value("message"))
+        for e in result.events
+        if e.value("event") == "error" and e.value("what") == what
     ]
     if not errors or verdict is None:
         return verdict
@@ -259,10 +258,10 @@ def _with_errors(verdict: PathVerdict | None, result: NodeJobResult, what: str) 
     return PathVerdict(verdict.path, verdict.problems + extra, verdict.files, verdict.bytes)
 
 
-def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
-    kind = str(raw.get("event") or "")
-    what = str(raw.get("what") or "")
-    total = raw.get("total")
+def _fetch_event(node: NodeSnapshot, raw: Fields) -> FetchEvent | None:
+    kind = raw.text("event")
+    what = raw.text("what")
+    total = raw.value("total")
     total_i = int(total) if isinstance(total, int) else None
     if kind in ("progress", "resume", "file_done"):
         return FetchEvent(
@@ -270,8 +269,8 @@ def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
             node.label,
             what,
             kind,
-            str(raw.get("file") or ""),
-            int(raw.get("done") or 0),
+            raw.text("file"),
+            raw.integer("done"),
             total_i,
         )
     if kind == "shared":
@@ -280,7 +279,7 @@ def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
             node.label,
             what,
             kind,
-            text=f"shares {raw.get('path')} with node {str(raw.get('node'))[:8]}: fetched once, there",
+            text=f"shares {raw.value('path')} with node {str(raw.value('node'))[:8]}: fetched once, there",
         )
     if kind == "fetched":
         return FetchEvent(
@@ -288,10 +287,10 @@ def _fetch_event(node: NodeSnapshot, raw: dict[str, Any]) -> FetchEvent | None:
             node.label,
             what,
             kind,
-            text=f"fetched {raw.get('files')} file(s), {human(int(raw.get('bytes') or 0))}",
+            text=f"fetched {raw.value('files')} file(s), {human(raw.integer('bytes'))}",
         )
     if kind == "error":
-        return FetchEvent(node.node_id, node.label, what, kind, text=f"fetch failed: {raw.get('message')}")
+        return FetchEvent(node.node_id, node.label, what, kind, text=f"fetch failed: {raw.value('message')}")
     return None
 
 
@@ -302,7 +301,7 @@ def hub_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[st
 
 async def prepare(
     spec: RunSpec,
-    client: Any,
+    client: RayClient,
     snap: ClusterSnapshot,
     *,
     fetch: bool = False,
@@ -320,20 +319,22 @@ async def prepare(
     fetched: dict[str, list[str]] = {n.node_id: [] for n in nodes}
 
     async def one(node: NodeSnapshot) -> NodeJobResult:
-        request = {
-            "node_id": node.node_id,
-            "node_ip": node.ip,
-            "checkpoint": checkpoint,
-            "dataset": dataset,
-            "input_key": spec.data.input_key,
-            "label_key": spec.data.label_key,
-            "fetch": fetch,
-            "token": token,
-        }
-        if fetch:
-            request.update(model_repo=model_repo, dataset_repo=dataset_repo, wait_s=FETCH_TIMEOUT_S)
+        request = PrepareRequest(
+            node_id=node.node_id,
+            node_ip=node.ip,
+            checkpoint=checkpoint,
+            dataset=dataset,
+            input_key=spec.data.input_key,
+            label_key=spec.data.label_key,
+            fetch=fetch,
+            token=token,
+            model_repo=(model_repo or "") if fetch else "",
+            dataset_repo=(dataset_repo or "") if fetch else "",
+            revision="main",
+            wait_s=FETCH_TIMEOUT_S,
+        )
 
-        def seen(raw: dict[str, Any]) -> None:
+        def seen(raw: Fields) -> None:
             event = _fetch_event(node, raw)
             if event is None:
                 return
@@ -348,7 +349,7 @@ async def prepare(
             client,
             node.node_id,
             JOB_SCRIPT,
-            ["--prepare-job", json.dumps(request)],
+            ["--prepare-job", json.dumps(asdict(request))],
             mark=MARK,
             purpose="prepare",
             env=hub_env() if env is None else env,

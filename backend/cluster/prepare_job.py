@@ -24,7 +24,9 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 
+from backend.cluster.json_fields import Fields  # inlined on the node
 from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_PREPARE "
@@ -35,6 +37,56 @@ LOCK = ".ultra-console-fetch.lock"
 PART = ".part"
 STALE_LOCK_S = 900.0
 PROGRESS_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class PrepareRequest:
+    """The `--prepare-job` argument, as backend.cluster.prepare writes it (repos are fetched only with `fetch`)."""
+
+    node_id: str
+    node_ip: str
+    checkpoint: str
+    dataset: str
+    input_key: str
+    label_key: str
+    fetch: bool
+    token: str
+    model_repo: str
+    dataset_repo: str
+    revision: str
+    wait_s: float
+
+    @classmethod
+    def parse(cls, text: str) -> PrepareRequest:
+        """Raises KeyError for a missing path or key, ValueError for text that is not JSON."""
+        raw = Fields.of(json.loads(text))
+        needed = ("node_id", "checkpoint", "dataset", "input_key", "label_key")
+        missing = [key for key in needed if key not in raw.raw]
+        if missing:
+            raise KeyError(missing[0])
+        return cls(
+            node_id=str(raw.value("node_id")),
+            node_ip=raw.text("node_ip"),
+            checkpoint=str(raw.value("checkpoint")),
+            dataset=str(raw.value("dataset")),
+            input_key=str(raw.value("input_key")),
+            label_key=str(raw.value("label_key")),
+            fetch=raw.has("fetch"),
+            token=raw.text("token"),
+            model_repo=raw.text("model_repo"),
+            dataset_repo=raw.text("dataset_repo"),
+            revision=raw.text("revision", "main"),
+            wait_s=raw.real("wait_s", 3600.0),
+        )
+
+
+def read_json_object(path: str) -> Fields:
+    """The JSON object in `path`; an empty one when the file is missing, unreadable or holds something else."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return Fields.of(json.load(fh))
+    except (OSError, ValueError):
+        return Fields()
 
 
 def emit(**event: object) -> None:
@@ -82,13 +134,8 @@ def safetensors_size(path: str) -> int | None:
 
 
 def read_manifest(directory: str) -> dict[str, int]:
-    try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as fh:
-            data = json.load(fh)
-        files = data.get("files") if isinstance(data, dict) else None
-        return {str(k): int(v) for k, v in (files or {}).items() if isinstance(v, int)}
-    except (OSError, ValueError, TypeError):
-        return {}
+    files = read_json_object(os.path.join(directory, MANIFEST)).obj("files").raw
+    return {str(k): int(v) for k, v in files.items() if isinstance(v, int)}
 
 
 def check_checkpoint(directory: str) -> dict[str, object]:
@@ -204,7 +251,7 @@ class _Lock:
         self.token, self.node = token, node
         self.held = False
 
-    def take(self) -> dict[str, object] | None:
+    def take(self) -> Fields | None:
         """None when taken; else the holder's record."""
         body = json.dumps({"token": self.token, "node": self.node, "time": time.time()}).encode()
         for _ in range(2):
@@ -212,10 +259,7 @@ class _Lock:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 holder = self.holder()
-                if (
-                    holder.get("token") != self.token
-                    and time.time() - float(str(holder.get("time") or 0)) > STALE_LOCK_S
-                ):
+                if holder.value("token") != self.token and time.time() - holder.real("time") > STALE_LOCK_S:
                     os.unlink(self.path)  # a lock of ours left by a fetch that died long ago
                     continue
                 return holder
@@ -225,13 +269,8 @@ class _Lock:
             return None
         return self.holder()
 
-    def holder(self) -> dict[str, object]:
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
+    def holder(self) -> Fields:
+        return read_json_object(self.path)
 
     def release(self) -> None:
         if self.held:
@@ -361,22 +400,22 @@ def fetch(
     lock = _Lock(directory, token, node)
     holder = lock.take()
     if holder is not None:
-        if holder.get("token") != token:
+        if holder.value("token") != token:
             emit(
                 event="error",
                 what=what,
-                message=f"another fetch (node {holder.get('node')}) holds {lock.path}",
+                message=f"another fetch (node {holder.value('node')}) holds {lock.path}",
             )
             return
         deadline = time.monotonic() + wait_s  # a node of this same prepare fetches the shared directory
         while os.path.exists(lock.path) and time.monotonic() < deadline:
             time.sleep(0.2)
-        emit(event="shared", what=what, node=str(holder.get("node") or ""), path=directory)
+        emit(event="shared", what=what, node=holder.text("node"), path=directory)
         return
     try:
-        before = _manifest_owner(directory)
-        if before.get("token") == token and before.get("node") != node:
-            emit(event="shared", what=what, node=str(before.get("node") or ""), path=directory)
+        before = read_json_object(os.path.join(directory, MANIFEST))
+        if before.value("token") == token and before.value("node") != node:
+            emit(event="shared", what=what, node=before.text("node"), path=directory)
             return  # another node of this prepare fetched this very directory already
         try:
             files = _listing(repo, repo_type, revision)
@@ -419,15 +458,6 @@ def fetch(
         lock.release()
 
 
-def _manifest_owner(directory: str) -> dict[str, object]:
-    try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def hub_unreachable() -> str | None:
     """Why the hub cannot be reached from this node (one TCP connect, 5 s), else None: huggingface_hub
     itself retries a refused connection for half a minute before it says so."""
@@ -450,52 +480,45 @@ def _one_line(err: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(argv[argv.index("--prepare-job") + 1])
-    fields = {
-        "node_id": request["node_id"],
-        "node_ip": request.get("node_ip", ""),
-        "hostname": socket.gethostname(),
-    }
-    ckpt = expand(request["checkpoint"], fields)
-    data = expand(request["dataset"], fields)
+    request = PrepareRequest.parse(argv[argv.index("--prepare-job") + 1])
+    fields = {"node_id": request.node_id, "node_ip": request.node_ip, "hostname": socket.gethostname()}
+    ckpt = expand(request.checkpoint, fields)
+    data = expand(request.dataset, fields)
     offline = None
-    if request.get("fetch"):
+    if request.fetch:
         try:
             offline = hub_unreachable()
         except ImportError:
             offline = "huggingface_hub is not installed on this node (pip install huggingface_hub)"
         for what in ("checkpoint", "dataset") if offline else ():
             emit(event="error", what=what, message=offline)
-    if request.get("fetch") and not offline:
-        wait = float(request.get("wait_s", 3600))
-        model = request.get("model_repo")
-        if model:
+    if request.fetch and not offline:
+        if request.model_repo:
             fetch(
                 "checkpoint",
-                model,
+                request.model_repo,
                 "model",
-                request.get("revision", "main"),
+                request.revision,
                 ckpt,
                 None,
-                request["token"],
-                request["node_id"],
-                wait,
+                request.token,
+                request.node_id,
+                request.wait_s,
             )
-        dataset = request.get("dataset_repo")
-        if dataset:
+        if request.dataset_repo:
             fetch(
                 "dataset",
-                dataset,
+                request.dataset_repo,
                 "dataset",
                 "main",
                 os.path.dirname(data),
                 [os.path.basename(data)],
-                request["token"],
-                request["node_id"],
-                wait,
+                request.token,
+                request.node_id,
+                request.wait_s,
             )
     emit(event="checkpoint", **check_checkpoint(ckpt))
-    emit(event="dataset", **check_dataset(data, request["input_key"], request["label_key"]))
+    emit(event="dataset", **check_dataset(data, request.input_key, request.label_key))
     emit(event="done", host=socket.gethostname())
     return 0
 

@@ -28,6 +28,7 @@ import os
 import sys
 import time
 
+from backend.cluster.json_fields import Fields  # inlined on the node
 from backend.cluster.process_identity import carries_job, identify  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_REAP "
@@ -44,11 +45,12 @@ def gpu_reading() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]
         return None
     holders: list[tuple[int, int, int]] = []
     gpus: list[tuple[int, int, int]] = []
-    for gpu in provider.get_gpu_usage():
-        index = int(gpu.get("index") or 0)
-        gpus.append((index, int(gpu.get("memory_used") or 0), int(gpu.get("memory_total") or 0)))
-        for pid, info in (gpu.get("processes_pids") or {}).items():
-            mem = int((info or {}).get("gpu_memory_usage") or 0)
+    for gpu in map(Fields.of, provider.get_gpu_usage()):
+        index = gpu.integer("index")
+        gpus.append((index, gpu.integer("memory_used"), gpu.integer("memory_total")))
+        procs = gpu.value("processes_pids")  # pid (an int) -> {"gpu_memory_usage": MiB, ...}
+        for pid, info in procs.items() if isinstance(procs, dict) else ():
+            mem = Fields.of(info).integer("gpu_memory_usage")
             if mem > 0:
                 holders.append((index, int(pid), mem))
     return holders, gpus

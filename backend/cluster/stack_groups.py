@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.cluster.json_fields import Fields
 from backend.sanitize import one_line
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -89,7 +90,7 @@ class ProcessStack:
         return self.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "process"
 
     @property
-    def key(self) -> tuple[Any, ...]:
+    def key(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
         return tuple(sorted(t.key for t in self.threads if t.frames))
 
     @property
@@ -116,7 +117,7 @@ class ProcessStack:
                 lines.append(f"    … {t.cut} outer frame(s) not kept")
         return "\n".join(lines)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "node_id": self.node_id,
             "node": self.node_label,
@@ -210,7 +211,7 @@ class NodeFailure:
 def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
     """Identical stacks together; the smallest groups first (the odd one out is usually the culprit), then by
     node and pid."""
-    by_key: dict[tuple[Any, ...], list[ProcessStack]] = {}
+    by_key: dict[tuple[tuple[str, tuple[tuple[str, str], ...]], ...], list[ProcessStack]] = {}
     for proc in processes:
         by_key.setdefault(proc.key, []).append(proc)
     groups = [StackGroup(tuple(sorted(ps, key=lambda p: (p.node_label, p.pid)))) for ps in by_key.values()]
@@ -218,46 +219,35 @@ def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
 
 
 def parse_process(
-    node_id: str, node_label: str, item: Mapping[str, Any], ranks: Mapping[int, int]
+    node_id: str, node_label: str, raw: Mapping[str, object], ranks: Mapping[int, int]
 ) -> ProcessStack | Unreadable:
     """One result line of the node's dumper, sanitised."""
-    pid, node_label = _int(item.get("pid")), clean(node_label, 80)
-    command = clean(item.get("cmd") or "", 400)
-    if "threads" not in item:
+    item = Fields(raw)
+    pid, node_label = item.integer("pid"), clean(node_label, 80)
+    command = clean(item.text("cmd"), 400)
+    if "threads" not in raw:
         return Unreadable(
             node_id,
             node_label,
             pid,
             command,
-            clean(item.get("kind") or "error", 20),
-            clean(item.get("error") or "py-spy gave no reason"),
+            clean(item.text("kind", "error"), 20),
+            clean(item.text("error", "py-spy gave no reason")),
         )
-    threads = []
-    for raw in item.get("threads") or ():
-        if not isinstance(raw, Mapping):
-            continue
-        frames = tuple(
-            Frame(clean(f.get("name") or "?", 200), clean(f.get("file") or "", 200), _int(f.get("line")))
-            for f in raw.get("frames") or ()
-            if isinstance(f, Mapping)
+    threads = [
+        ThreadStack(
+            clean(thread.text("name"), 80),
+            thread.integer("tid"),
+            thread.has("active"),
+            tuple(
+                Frame(clean(f.text("name", "?"), 200), clean(f.text("file"), 200), f.integer("line"))
+                for f in thread.objs("frames")
+            ),
+            thread.integer("cut"),
         )
-        threads.append(
-            ThreadStack(
-                clean(raw.get("name") or "", 80),
-                _int(raw.get("tid")),
-                bool(raw.get("active")),
-                frames,
-                _int(raw.get("cut")),
-            )
-        )
+        for thread in item.objs("threads")
+    ]
     return ProcessStack(node_id, node_label, pid, command, tuple(threads), ranks.get(pid))
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 @dataclass(frozen=True)
@@ -320,7 +310,7 @@ class StacksReport:
             parts.append("")
         return "\n".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "job": self.job,
             "taken_at": self.taken_at,

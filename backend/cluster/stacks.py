@@ -68,7 +68,7 @@ async def _node_stacks(
         )
     except ConsoleError as err:
         return [], NodeFailure(node_id, label, clean(str(err)))
-    summary = next((e for e in result.events if e.get("pid") == -1), None)
+    summary = next((e for e in result.events if e.value("pid") == -1), None)
     if summary is None:
         return [], NodeFailure(
             node_id,
@@ -78,8 +78,8 @@ async def _node_stacks(
             ),
         )
     by_pid = {pid: rank for (ip, pid), rank in ranks.items() if ip == node_ip}  # "" is the driver's node
-    found = [parse_process(node_id, label, e, by_pid) for e in result.events if e.get("pid") != -1]
-    problem = summary.get("problem")
+    found = [parse_process(node_id, label, e.raw, by_pid) for e in result.events if e.value("pid") != -1]
+    problem = summary.value("problem")
     return found, NodeFailure(node_id, label, clean(problem)) if problem else None
 
 

@@ -22,6 +22,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from backend.cluster.json_fields import objects  # inlined on the node
 from backend.cluster.process_identity import identify  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_STACKS "
@@ -103,24 +104,21 @@ def classify(stderr: str) -> str:
 
 def _threads(raw: object) -> list[dict[str, object]]:
     threads = []
-    for th in raw if isinstance(raw, list) else []:
-        if not isinstance(th, dict):
-            continue
+    for th in objects(raw):
         frames = [
             {
-                "name": str(f.get("name") or "?"),
-                "file": str(f.get("short_filename") or f.get("filename") or ""),
-                "line": int(f.get("line") or 0),
+                "name": f.text("name", "?"),
+                "file": f.text("short_filename") or f.text("filename"),
+                "line": f.integer("line"),
             }
-            for f in th.get("frames") or []
-            if isinstance(f, dict)
+            for f in th.objs("frames")
         ]
         threads.append(
             {
-                "name": str(th.get("thread_name") or ""),
-                "tid": int(th.get("os_thread_id") or 0),
-                "active": bool(th.get("active")),
-                "gil": bool(th.get("owns_gil")),
+                "name": th.text("thread_name"),
+                "tid": th.integer("os_thread_id"),
+                "active": th.has("active"),
+                "gil": th.has("owns_gil"),
                 "frames": frames[:MAX_FRAMES],
                 "cut": max(0, len(frames) - MAX_FRAMES),
             }

@@ -30,16 +30,18 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.cluster.json_fields import Fields
+
 if TYPE_CHECKING:
-    from backend.cluster.dashboard import JobInfo
+    from backend.cluster.dashboard import JobInfo, RayClient
     from backend.cluster.gpu_probe import GpuProbe, ProbeReading
-    from backend.cluster.miles_gpu_streams import GpuSample, MilesGpuStreams
+    from backend.cluster.miles_gpu_streams import MilesGpuSample, MilesGpuStreams
 
 REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
 STALE_AFTER_S = 2 * REPORTER_PERIOD_S
@@ -193,102 +195,102 @@ class ClusterSnapshot(BaseModel):
 # --------------------------------------------------------------------------- pure parsing
 
 
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(float(value))
-    except (TypeError, ValueError):
-        return default
-
-
-def _parse_gpu(raw: dict[str, Any]) -> GpuSnapshot:
-    util = raw.get("utilizationGpu")
+def _parse_gpu(raw: Fields) -> GpuSnapshot:
+    util = raw.number("utilizationGpu")
     # Ray sends -1 when NVML failed and null when the device does not report utilisation.
-    util_pct = (
-        float(util) if isinstance(util, (int, float)) and not isinstance(util, bool) and util >= 0 else None
-    )
-    procs: list[GpuProcess] = []
-    for item in raw.get("processesPids") or []:
-        if isinstance(item, dict) and item.get("pid") is not None:
-            procs.append(GpuProcess(_int(item["pid"]), _int(item.get("gpuMemoryUsage"))))
+    procs = [
+        GpuProcess(item.integer("pid"), item.integer("gpuMemoryUsage"))
+        for item in raw.objs("processesPids")
+        if item.value("pid") is not None
+    ]
     return GpuSnapshot(
-        index=_int(raw.get("index")),
-        name=str(raw.get("name") or ""),
-        uuid=str(raw.get("uuid") or ""),
-        utilization_pct=util_pct,
-        mem_used_mb=_int(raw.get("memoryUsed")),
-        mem_total_mb=_int(raw.get("memoryTotal")),
+        index=raw.integer("index"),
+        name=raw.text("name"),
+        uuid=raw.text("uuid"),
+        utilization_pct=util if util is not None and util >= 0 else None,
+        mem_used_mb=raw.integer("memoryUsed"),
+        mem_total_mb=raw.integer("memoryTotal"),
         processes=procs,
     )
 
 
-def _logical_used(text: Any) -> float | None:
+def _logical_used(text: object) -> float | None:
     if not isinstance(text, str):
         return None
     match = _LOGICAL_GPU.search(text)
     return float(match.group(1)) if match else None
 
 
-def _summary_node(raw: dict[str, Any], logical: dict[str, Any], taken_at: float) -> NodeSnapshot | None:
-    raylet = raw.get("raylet") or {}
-    node_id = raylet.get("nodeId")
+def _summary_node(raw: Fields, logical: Fields, taken_at: float) -> NodeSnapshot | None:
+    raylet = raw.obj("raylet")
+    node_id = raylet.text("nodeId")
     if not node_id:
         return None
-    gpus_raw = raw.get("gpus")
-    gpus = [_parse_gpu(g) for g in gpus_raw if isinstance(g, dict)] if gpus_raw else None
-    now = raw.get("now")
-    age = max(0.0, taken_at - float(now)) if isinstance(now, (int, float)) and taken_at else None
-    state = str(raylet.get("state") or "ALIVE")
+    gpus = [_parse_gpu(g) for g in raw.objs("gpus")]
+    now = raw.number("now")
+    age = max(0.0, taken_at - now) if now is not None and taken_at else None
+    state = raylet.text("state", "ALIVE")
     return NodeSnapshot(
         node_id=node_id,
-        name=str(raylet.get("nodeName") or ""),
-        ip=str(raw.get("ip") or ""),
-        hostname=str(raw.get("hostname") or ""),
+        name=raylet.text("nodeName"),
+        ip=raw.text("ip"),
+        hostname=raw.text("hostname"),
         alive=state == "ALIVE",
         state=state,
-        death_reason=raylet.get("stateMessage") if state != "ALIVE" else None,
-        is_head=bool(raylet.get("isHeadNode")),
+        death_reason=raylet.optional_text("stateMessage") if state != "ALIVE" else None,
+        is_head=raylet.has("isHeadNode"),
         gpus=gpus or None,
-        logical_gpus_total=float((raylet.get("resourcesTotal") or {}).get("GPU") or 0.0),
-        logical_gpus_used=_logical_used(logical.get(node_id)),
+        logical_gpus_total=raylet.obj("resourcesTotal").real("GPU"),
+        logical_gpus_used=_logical_used(logical.value(node_id)),
         telemetry_age_s=age,
         stale=age is not None and age > STALE_AFTER_S,
     )
 
 
-def _state_node(raw: dict[str, Any]) -> NodeSnapshot:
-    state = str(raw.get("state") or "DEAD")
+def _state_node(raw: Fields) -> NodeSnapshot:
+    state = raw.text("state", "DEAD")
     return NodeSnapshot(
-        node_id=str(raw["node_id"]),
-        name=str(raw.get("node_name") or ""),
-        ip=str(raw.get("node_ip") or ""),
+        node_id=raw.text("node_id"),
+        name=raw.text("node_name"),
+        ip=raw.text("node_ip"),
         alive=state == "ALIVE",
         state=state,
-        death_reason=(raw.get("state_message") or "no reason given") if state != "ALIVE" else None,
-        is_head=bool(raw.get("is_head_node")),
-        logical_gpus_total=float((raw.get("resources_total") or {}).get("GPU") or 0.0),
+        death_reason=raw.text("state_message", "no reason given") if state != "ALIVE" else None,
+        is_head=raw.has("is_head_node"),
+        logical_gpus_total=raw.obj("resources_total").real("GPU"),
         logical_gpus_used=None if state == "ALIVE" else 0.0,
     )
 
 
+def summary_node_ids(raw: object) -> frozenset[str]:
+    """The node ids a summary payload (the full response or its `data`) lists: the alive nodes."""
+    return frozenset(item.obj("raylet").text("nodeId", "None") for item in _summary_data(raw).objs("summary"))
+
+
+def _summary_data(raw: object) -> Fields:
+    payload = Fields.of(raw)
+    return Fields.of(payload.raw["data"]) if "data" in payload.raw else payload
+
+
 def parse_nodes_summary(
-    raw: dict[str, Any],
-    state_nodes: list[dict[str, Any]] | None = None,
+    raw: object,
+    state_nodes: Sequence[object] | None = None,
     *,
     taken_at: float | None = None,
     ray_version: str | None = None,
 ) -> ClusterSnapshot:
     """Build a snapshot from the summary payload (the full response or its `data`) and, when given,
     the state API's node list (which adds dead nodes and corrects liveness). Pure."""
-    data = raw.get("data", raw) if isinstance(raw, dict) else {}
+    data = _summary_data(raw)
     taken = time.time() if taken_at is None else taken_at
-    logical = data.get("nodeLogicalResources") or {}
+    logical = data.obj("nodeLogicalResources")
     by_id: dict[str, NodeSnapshot] = {}
-    for item in data.get("summary") or []:
-        node = _summary_node(item, logical, taken) if isinstance(item, dict) else None
+    for item in data.objs("summary"):
+        node = _summary_node(item, logical, taken)
         if node is not None:
             by_id[node.node_id] = node
-    for item in state_nodes or []:
-        if not isinstance(item, dict) or not item.get("node_id"):
+    for item in map(Fields.of, state_nodes or []):
+        if not item.has("node_id"):
             continue
         listed = _state_node(item)
         known = by_id.get(listed.node_id)
@@ -358,7 +360,7 @@ def _gpu(node: NodeSnapshot, index: int) -> GpuSnapshot | None:
 
 
 def with_miles_samples(
-    snap: ClusterSnapshot, samples: dict[str, dict[int, GpuSample]], now: float
+    snap: ClusterSnapshot, samples: dict[str, dict[int, MilesGpuSample]], now: float
 ) -> ClusterSnapshot:
     """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh and no
     fresher source (the probe) has the node (one source per node, so the pane never flips between them); Ray's
@@ -393,7 +395,7 @@ def with_miles_samples(
 
 
 async def snapshot(
-    client: Any, *, include_dead: bool = True, ray_version: str | None = None
+    client: RayClient, *, include_dead: bool = True, ray_version: str | None = None
 ) -> ClusterSnapshot:
     """One snapshot now: the summary, plus the state node list when `include_dead` (2 requests)."""
     summary = await client.nodes_summary()
@@ -404,14 +406,13 @@ async def snapshot(
 class TelemetryPoller:
     """Polls snapshots at `interval_s`; re-reads the state node list only when needed.
 
-    Use `async for snap in poller.run():` (from a Textual worker or a CLI loop), or give
-    `on_snapshot` / `on_error` callbacks to `run_forever()`. Errors (dashboard unreachable) are
-    reported and polling continues, so the view recovers by itself when the dashboard returns.
+    Use `async for snap in poller.run():` (from a Textual worker or a CLI loop). Errors (dashboard
+    unreachable) are yielded and polling continues, so the view recovers by itself when the dashboard returns.
     """
 
     def __init__(
         self,
-        client: Any,
+        client: RayClient,
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         dead_refresh_s: float = DEAD_REFRESH_S,
@@ -423,7 +424,7 @@ class TelemetryPoller:
         self.min_request_interval_s = min_request_interval_s
         self._polled_at = -float("inf")
         self.last: ClusterSnapshot | None = None
-        self._state_nodes: list[dict[str, Any]] | None = None
+        self._state_nodes: list[object] | None = None
         self._state_at = 0.0
         self._alive_ids: frozenset[str] = frozenset()
         self._ray_version: str | None = None
@@ -487,13 +488,9 @@ class TelemetryPoller:
             return self.last or merged
         if self._ray_version is None:
             with contextlib.suppress(Exception):
-                self._ray_version = str((await self.client.version()).get("ray_version") or "") or None
+                self._ray_version = Fields(await self.client.version()).optional_text("ray_version")
         summary = await self.client.nodes_summary()
-        alive_ids = frozenset(
-            str((item.get("raylet") or {}).get("nodeId"))
-            for item in summary.get("summary") or []
-            if isinstance(item, dict)
-        )
+        alive_ids = summary_node_ids(summary)
         now = time.monotonic()
         if (
             self._state_nodes is None
@@ -524,16 +521,3 @@ class TelemetryPoller:
                 yield err
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), self.interval_s)
-
-    async def run_forever(
-        self,
-        on_snapshot: Callable[[ClusterSnapshot], Awaitable[None] | None],
-        on_error: Callable[[Exception], Awaitable[None] | None] | None = None,
-    ) -> None:
-        async for item in self.run():
-            handler = on_error if isinstance(item, Exception) else on_snapshot
-            if handler is None:
-                continue
-            result = handler(item)  # type: ignore[arg-type]
-            if asyncio.iscoroutine(result):
-                await result

@@ -25,11 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from backend.cluster.json_fields import Fields
 
 REPO = Path(__file__).resolve().parents[2]  # the directory holding the `backend` package
 FAKEGPU_DIR = REPO / "backend" / "demo" / "simtrainer" / "fakegpu"
@@ -131,15 +134,15 @@ class LocalRayCluster:
         return cls(
             proc=proc,
             tmp=tmp,
-            address=info["address"],
-            gcs_address=info["gcs_address"],
-            node_ids=list(info["node_ids"]),
+            address=info.text("address"),
+            gcs_address=info.text("gcs_address"),
+            node_ids=[str(n) for n in info.items("node_ids")],
             start_seconds=time.monotonic() - t0,
             token=token,
         )
 
     # --------------------------------------------------------------- control
-    def _ask(self, request: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    def _ask(self, request: dict[str, object], timeout: float = 120.0) -> Fields:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
@@ -155,7 +158,7 @@ class LocalRayCluster:
     def add_node(self, gpus: int = 8) -> int:
         """Add one more worker node (e.g. a throwaway node to kill); returns its index."""
         reply = self._ask({"cmd": "add", "gpus": gpus})
-        self.node_ids.append(reply["node_id"])
+        self.node_ids.append(reply.text("node_id"))
         return len(self.node_ids) - 1
 
     @property
@@ -216,7 +219,7 @@ class LocalRayCluster:
         self.shutdown()
 
 
-def _read_reply(proc: subprocess.Popen[str], timeout: float, tmp: Path) -> dict[str, Any]:
+def _read_reply(proc: subprocess.Popen[str], timeout: float, tmp: Path) -> Fields:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     import selectors
@@ -233,10 +236,10 @@ def _read_reply(proc: subprocess.Popen[str], timeout: float, tmp: Path) -> dict[
             if not line:
                 break
             if line.startswith("{"):
-                reply = json.loads(line)
-                if "error" in reply:
-                    raise RuntimeError(f"ray test cluster: {reply['error']}")
-                return dict(reply)
+                reply = Fields.of(json.loads(line))
+                if "error" in reply.raw:
+                    raise RuntimeError(f"ray test cluster: {reply.value('error')}")
+                return reply
     finally:
         sel.close()
     tail = ""
@@ -289,7 +292,7 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
     cluster.wait_for_nodes()
     _wait_dashboard(dash_port, len(nodes))
 
-    def reply(obj: dict[str, Any]) -> None:
+    def reply(obj: dict[str, object]) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
@@ -302,19 +305,20 @@ def _serve(workers: int, gpus: int, tmp: Path) -> None:
     )
     try:
         for line in sys.stdin:
-            req = json.loads(line)
+            req = Fields.of(json.loads(line))
             try:
-                if req["cmd"] == "kill":
-                    nodes[req["i"]].kill_raylet()
-                    if req["i"] > 0:  # (the head takes the dashboard with it)
-                        _wait_node_dead(dash_port, nodes[req["i"]].node_id)
+                cmd, i = req.value("cmd"), req.integer("i")
+                if cmd == "kill":
+                    nodes[i].kill_raylet()
+                    if i > 0:  # (the head takes the dashboard with it)
+                        _wait_node_dead(dash_port, nodes[i].node_id)
                     reply({"ok": True})
-                elif req["cmd"] == "add":
-                    node = cluster.add_node(**dict(node_args(len(nodes)), num_gpus=req.get("gpus", gpus)))
+                elif cmd == "add":
+                    node = cluster.add_node(**dict(node_args(len(nodes)), num_gpus=req.integer("gpus", gpus)))
                     nodes.append(node)
                     reply({"node_id": node.node_id})
                 else:
-                    reply({"error": f"unknown command {req['cmd']!r}"})
+                    reply({"error": f"unknown command {cmd!r}"})
             except Exception as err:
                 reply({"error": repr(err)})
     finally:
@@ -325,7 +329,7 @@ def _wait_dashboard(port: int, n_nodes: int, timeout: float = 60.0) -> None:
     """Return once the Jobs API answers and the node summary lists every node."""
     _wait_until(
         port,
-        lambda d: len(d["data"]["summary"]) >= n_nodes,
+        lambda d: len(d.obj("data").items("summary")) >= n_nodes,
         "/nodes?view=summary",
         f"dashboard listing {n_nodes} nodes",
         timeout,
@@ -335,14 +339,16 @@ def _wait_dashboard(port: int, n_nodes: int, timeout: float = 60.0) -> None:
 def _wait_node_dead(port: int, node_id: str) -> None:
     """Return once GCS reports the node DEAD, so nothing scheduled afterwards lands on it."""
 
-    def dead(payload: Any) -> bool:
-        rows = payload["data"]["result"]["result"]
-        return any(n["node_id"] == node_id and n["state"] == "DEAD" for n in rows)
+    def dead(payload: Fields) -> bool:
+        rows = payload.obj("data").obj("result").objs("result")
+        return any(n.value("node_id") == node_id and n.value("state") == "DEAD" for n in rows)
 
     _wait_until(port, dead, "/api/v0/nodes?detail=1&limit=10000", f"DEAD report of node {node_id}")
 
 
-def _wait_until(port: int, done: Any, path: str, what: str, timeout: float = 60.0) -> None:
+def _wait_until(
+    port: int, done: Callable[[Fields], bool], path: str, what: str, timeout: float = 60.0
+) -> None:
     """Poll a dashboard JSON route (with the cluster's token, if any) until `done(json)`."""
     import urllib.request
 
@@ -354,7 +360,7 @@ def _wait_until(port: int, done: Any, path: str, what: str, timeout: float = 60.
         try:
             req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
             with urllib.request.urlopen(req, timeout=5) as resp:
-                if done(json.load(resp)):
+                if done(Fields.of(json.load(resp))):
                     return
         except (OSError, ValueError, KeyError, TypeError):
             pass

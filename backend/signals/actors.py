@@ -71,7 +71,3 @@ def role_of(actor: str | None, proc: str | None = None) -> str | None:
 def names_for(role: str) -> tuple[str, ...]:
     """Every actor class name of one role, all versions."""
     return tuple(a.name for a in ACTOR_NAMES if a.role == role)
-
-
-def is_train_actor(actor: str | None) -> bool:
-    return role_of(actor) == TRAIN

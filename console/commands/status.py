@@ -30,7 +30,7 @@ CAUSE_TAIL_LINES = 5000  # of a failed run's log, read for what said why it fail
 
 def run(args: argparse.Namespace) -> int:
     from backend.cluster.durations import fmt_duration
-    from backend.cluster.run_status import describe
+    from backend.cluster.status_report import describe
     from backend.cluster.telemetry import snapshot
 
     async def body(ctl: RunController, settings: Settings) -> int:

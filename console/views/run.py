@@ -88,7 +88,7 @@ def state_line(
     runs, since checkpoint, alerts."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
-    terminal = state.state in TERMINAL_STATES
+    terminal = state.phase in TERMINAL_STATES
     timing = RunTiming(state.started_at, state.ended_at, now)
     d = _derived(metrics)
     prog = d.progress
@@ -106,16 +106,16 @@ def state_line(
         worst = "!" if sev & {"critical", "error"} else ""
     from backend.signals.alerts import headline
 
-    said = headline(alerts, state.state)  # a failed run's cause, or a blind chart: never silent
+    said = headline(alerts, state.phase)  # a failed run's cause, or a blind chart: never silent
     said = f"  · {said}" if said else ""
     if compact:
         clock = fmt_duration(timing.elapsed_s)
         return (
-            f"{state.job_id} {state.state} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
+            f"{state.job_id} {state.phase} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
             f"alerts {n_alerts}{worst}{said}"
         )
     return (
-        f"job {state.job_id}  {state.state}  {timing.text(terminal)}  "
+        f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  "
         f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
     )
 

@@ -134,7 +134,7 @@ class RunComparison:
         status = view.run_state
         series = view.metrics.series if view.metrics is not None else SeriesSetSnapshot(MappingProxyType({}))
         replay = view.console.replay is not None
-        state = self.state if replay and self.state else (status.state if status is not None else "—")
+        state = self.state if replay and self.state else (status.phase if status is not None else "—")
         return RunSide(
             status.job_id if status is not None else "this run", state, series, self.flags, live=not replay
         )

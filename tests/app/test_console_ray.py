@@ -9,7 +9,7 @@ import pytest
 from app_helpers import MODELS, RUN_ID
 from waiting import until
 
-from backend.cluster.controller import RunState
+from backend.cluster.controller import RunPhase
 from backend.cluster.dashboard import RayClient
 from backend.settings import Settings
 from console.app import UltraConsoleApp
@@ -54,7 +54,7 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         run = app.query_one(RunView)
         await until(
             pilot,
-            lambda: app.controller is not None and app.controller.state is RunState.RUNNING,
+            lambda: app.controller is not None and app.controller.state is RunPhase.RUNNING,
             "the job RUNNING",
         )
         fleet = app.query_one(GpuFleet)
@@ -76,7 +76,7 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         assert app.focused is modal.query_one("#abort-cancel")
         await pilot.press("right", "enter")  # graceful stop
         await until(pilot, lambda: modal.stage == "done", "graceful stop to finish", timeout=90)
-        assert app.controller.state is RunState.STOPPED
+        assert app.controller.state is RunPhase.STOPPED
         assert modal.result == "stopped"
         body = str(modal.query_one("#abort-body").content)
         assert "STOPPED" in body and "No leftover GPU processes" in body, (

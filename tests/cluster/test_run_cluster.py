@@ -31,7 +31,7 @@ from runhelp import (
 from waiting import until
 
 from backend.cluster.audit import AuditLog
-from backend.cluster.controller import LaunchRefused, RunController, RunEvent, RunState
+from backend.cluster.controller import LaunchRefused, RunController, RunEvent, RunPhase
 from backend.cluster.dashboard import DuplicateSubmission, JobInfo, RayClient
 from backend.cluster.telemetry import TelemetryPoller
 from backend.plan.submission import build_submission
@@ -43,7 +43,7 @@ async def running(ctl: RunController, timeout: float = 90) -> None:
     async def is_running() -> bool:
         await ctl.refresh()
         assert ctl.state is not None and not ctl.state.terminal, ctl.job.message if ctl.job else None
-        return ctl.state is RunState.RUNNING
+        return ctl.state is RunPhase.RUNNING
 
     await until(None, is_running, "RUNNING", timeout, interval=0.5)
 
@@ -111,9 +111,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
 
         outcome = await ctl.abort()
         assert outcome.stop_sent and "SIGINT" in outcome.message and "15 s" in outcome.message
-        assert ctl.state is RunState.STOPPING
+        assert ctl.state is RunPhase.STOPPING
         final = await ctl.wait_terminal(60)
-        assert final.status == "STOPPED" and ctl.state is RunState.STOPPED
+        assert final.status == "STOPPED" and ctl.state is RunPhase.STOPPED
         # where it ran was recorded while its actors were alive, and the nodes read after the end say clean
         assert ctl.footprint is not None and ctl.footprint.job_id and ctl.footprint.complete
         assert len(ctl.footprint.workers) >= 3  # the driver, RolloutManager and a MegatronTrainRayActor
@@ -126,9 +126,9 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
     await asyncio.gather(consumer, return_exceptions=True)
     assert [(e.kind, e.state) for e in streamed] == [(e.kind, e.state) for e in events]
     states = [e.state for e in events if e.kind == "state"]
-    assert states[0] is RunState.SUBMITTING
-    order = [s for s in states if s in (RunState.RUNNING, RunState.STOPPING, RunState.STOPPED)]
-    assert order == [RunState.RUNNING, RunState.STOPPING, RunState.STOPPED]
+    assert states[0] is RunPhase.SUBMITTING
+    order = [s for s in states if s in (RunPhase.RUNNING, RunPhase.STOPPING, RunPhase.STOPPED)]
+    assert order == [RunPhase.RUNNING, RunPhase.STOPPING, RunPhase.STOPPED]
     log = [ln async for ln in ray_client.read_log(job.id)]
     assert any("KeyboardInterrupt (SIGINT), shutting down cleanly" in ln for ln in log)  # graceful path ran
     audit = [(e["action"], e["job"], e["result"]) for e in AuditLog(tmp_path / "state").entries()]
@@ -162,7 +162,7 @@ async def test_force_stop_kills_driver_tree_before_grace_ends(ray_client: RayCli
         await metric_lines(ray_client, job.id, want=1)  # the trainer has installed its signal handlers
         await ctl.abort()
         await asyncio.sleep(3)
-        assert (await ctl.refresh()).status == "RUNNING" and ctl.state is RunState.STOPPING
+        assert (await ctl.refresh()).status == "RUNNING" and ctl.state is RunPhase.STOPPING
         t0 = time.monotonic()
         summary = await ctl.force_stop()
         assert summary.startswith("SIGKILLed the driver (pid"), summary
@@ -383,7 +383,7 @@ async def test_abort_while_pending_says_so_and_keeps_watching(
     ctl.subscribe(events.append)
     try:
         await ctl.attach(sid)
-        assert ctl.state is RunState.PENDING
+        assert ctl.state is RunPhase.PENDING
         outcome = await ctl.abort()
         assert outcome.message.startswith(
             "the job is still PENDING: Ray's stop does not cancel a pending job"
@@ -392,7 +392,7 @@ async def test_abort_while_pending_says_so_and_keeps_watching(
         forced = await ctl.force_stop()
         assert "no way to remove a PENDING job" in forced
         await asyncio.sleep(3)
-        assert (await ctl.refresh()).status == "PENDING" and ctl.state is RunState.PENDING
+        assert (await ctl.refresh()).status == "PENDING" and ctl.state is RunPhase.PENDING
         big = ray_cluster.add_node(gpus=16)
         try:
             final = await ctl.wait_terminal(90)

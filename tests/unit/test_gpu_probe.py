@@ -22,7 +22,7 @@ from backend.cluster.gpu_probe import (
     parse_reading,
     probe_submission,
 )
-from backend.cluster.miles_gpu_streams import GpuSample
+from backend.cluster.miles_gpu_streams import MilesGpuSample
 from backend.cluster.telemetry import (
     ClusterSnapshot,
     GpuSnapshot,
@@ -91,8 +91,8 @@ def test_probe_first_then_miles_then_ray_per_node_each_with_its_own_staleness() 
     )
     assert probe is not None
     miles = {
-        "10.0.0.1": {0: GpuSample(T - 8, "10.0.0.1", 0, 50.0, 1)},
-        "10.0.0.2": {0: GpuSample(T - 8, "10.0.0.2", 0, 60.0, 2)},
+        "10.0.0.1": {0: MilesGpuSample(T - 8, "10.0.0.1", 0, 50.0, 1)},
+        "10.0.0.2": {0: MilesGpuSample(T - 8, "10.0.0.2", 0, 60.0, 2)},
     }
     snap = with_miles_samples(with_probe_readings(_snap(), {HEAD: probe}, T), miles, T)
     head, worker = snap.nodes

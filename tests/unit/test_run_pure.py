@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from backend.cluster.abort_policy import stop_settings
 from backend.cluster.dashboard import JobInfo
-from backend.cluster.run_status import describe, failure_reason
+from backend.cluster.status_report import describe, failure_reason
 from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 
 DEAD = "2e3455" + "0" * 50

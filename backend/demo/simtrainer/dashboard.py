@@ -24,19 +24,24 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from backend.demo.simtrainer.args import SimArgs
 from backend.demo.simtrainer.fakegpu.fakenvml import fake_gpus
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 COLLECTOR_NAME = "miles_dashboard_collector"
 PARTITIONED = ("gpu_util", "gpu_processes", "phases", "engine_series")  # miles store.py: hour partitions
 FLAT = ("metrics",)
+Record = dict[str, object]  # one JSON line of a stream, as miles' store writes it
 PROCESS_SAMPLE_S = 5.0
 SAMPLER_PUSH_S = 5.0
 
 
 @dataclass
-class GpuSample:
+class GpuUtilRecord:
     ts: float
     node: str
     gpu: int
@@ -60,7 +65,7 @@ class MetricsRecord:
     ts: float
     step_key: str | None
     step: int | None
-    metrics: dict[str, Any]
+    metrics: dict[str, float | int]
 
 
 @dataclass
@@ -74,6 +79,12 @@ class PhaseEvent:
     role: str
 
 
+def _record_time(stream: str, rec: Record) -> float:
+    """Which hour a record is filed under: a phase's end (its start while open), any other record's `ts`."""
+    ts = (rec["t0"] if rec["t1"] == -1.0 else rec["t1"]) if stream == "phases" else rec["ts"]
+    return float(ts) if isinstance(ts, int | float) else 0.0
+
+
 def hour_key(ts: float) -> str:
     return time.strftime("%Y%m%d_%H", time.gmtime(ts))
 
@@ -83,16 +94,16 @@ class DashboardStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._buffers: dict[str, list[dict[str, Any]]] = {s: [] for s in (*FLAT, *PARTITIONED)}
-        self._lanes: dict[str, dict[str, list[Any]]] = {}
+        self._buffers: dict[str, list[Record]] = {s: [] for s in (*FLAT, *PARTITIONED)}
+        self._lanes: dict[str, dict[str, list[object]]] = {}
         self._lock = threading.Lock()
 
-    def write_meta(self, run_name: str, start_ts: float, args: dict[str, Any]) -> None:
+    def write_meta(self, run_name: str, start_ts: float, args: Record) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         meta = {"run_name": run_name, "start_ts": start_ts, "args": args, "schema_version": 1}
         (self.root / "meta.json").write_text(json.dumps(meta, indent=1))
 
-    def append(self, stream: str, record: dict[str, Any]) -> None:
+    def append(self, stream: str, record: Record) -> None:
         with self._lock:
             self._buffers[stream].append(record)
 
@@ -105,13 +116,12 @@ class DashboardStore:
         self._merge_catalog(buffers.get("phases", []))
         written = 0
         for stream, records in buffers.items():
-            groups: dict[Path, list[dict[str, Any]]] = {}
+            groups: dict[Path, list[Record]] = {}
             for rec in records:
                 if stream in FLAT:
                     path = self.root / f"{stream}.jsonl"
                 else:
-                    ts = (rec["t0"] if rec["t1"] == -1.0 else rec["t1"]) if stream == "phases" else rec["ts"]
-                    path = self.root / stream / f"{hour_key(float(ts))}.jsonl"
+                    path = self.root / stream / f"{hour_key(_record_time(stream, rec))}.jsonl"
                 groups.setdefault(path, []).append(rec)
             for path, group in sorted(groups.items()):
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,14 +130,15 @@ class DashboardStore:
                 written += len(group)
         return written
 
-    def _merge_catalog(self, phases: list[dict[str, Any]]) -> None:
+    def _merge_catalog(self, phases: list[Record]) -> None:
         """`lane_catalog.json`: train ranks and roles per
         `<node>:<gpu>` lane, rewritten atomically on change."""
         dirty = False
         for ev in phases:
             if ev["role"] != "train":
                 continue
-            for gpu in ev["gpus"]:
+            gpus = ev["gpus"]
+            for gpu in gpus if isinstance(gpus, list) else ():
                 lane = self._lanes.setdefault(
                     f"{ev['node']}:{gpu}", {"ranks": [], "engine_addrs": [], "roles": []}
                 )
@@ -144,7 +155,7 @@ class DashboardStore:
 class DashboardCollector:
     """miles' collector actor: receives pushes from every process and flushes the store periodically."""
 
-    def __init__(self, dump_details: str, run_name: str, args: dict[str, Any], flush_s: float) -> None:
+    def __init__(self, dump_details: str, run_name: str, args: Record, flush_s: float) -> None:
         self.store = DashboardStore(Path(dump_details) / "dashboard")
         self.store.write_meta(run_name, time.time(), args)
         self.flush_s = flush_s
@@ -156,7 +167,7 @@ class DashboardCollector:
         while not self._stop.wait(self.flush_s):
             self.store.flush()
 
-    def push(self, stream: str, records: list[dict[str, Any]]) -> None:
+    def push(self, stream: str, records: list[Record]) -> None:
         for rec in records:
             self.store.append(stream, rec)
 
@@ -177,16 +188,16 @@ def _process_name(pid: int) -> str:
 
 
 class GpuSampler:
-    """miles' per-node sampler: every `interval` s one GpuSample per GPU of this node's (fake) NVML, every
-    5 s the per-process memory; buffered and handed to the collector in batches."""
+    """miles' per-node sampler: every `interval` s one `gpu_util` record per GPU of this node's (fake) NVML,
+    every 5 s the per-process memory; buffered and handed to the collector in batches."""
 
     def __init__(self, node: str, node_id: str, interval: float, push_s: float) -> None:
         self.node, self.node_id, self.interval = node, node_id, interval
         self.push_s = min(SAMPLER_PUSH_S, push_s)
-        self._buf: dict[str, list[dict[str, Any]]] = {"gpu_util": [], "gpu_processes": []}
+        self._buf: dict[str, list[Record]] = {"gpu_util": [], "gpu_processes": []}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._collector: Any = None
+        self._collector: ActorHandle[DashboardCollector] | None = None
         self._thread = threading.Thread(target=self._run, name="dashboard-gpu-sampler", daemon=True)
         self._thread.start()
 
@@ -194,7 +205,7 @@ class GpuSampler:
         rows = fake_gpus(self.node_id)
         util = [
             asdict(
-                GpuSample(
+                GpuUtilRecord(
                     ts,
                     self.node,
                     int(g["index"]),
@@ -257,7 +268,7 @@ class GpuSampler:
         self.push()
 
 
-def find_collector(timeout_s: float = 60.0) -> Any:
+def find_collector(timeout_s: float = 60.0) -> ActorHandle[DashboardCollector] | None:
     """The named collector actor, waited for up to `timeout_s` like miles' backend; None (said once on
     stderr) if it never appears."""
     import ray
@@ -284,9 +295,9 @@ class DashboardClient:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._collector: Any = None
+        self._collector: ActorHandle[DashboardCollector] | None = None
 
-    def _push(self, stream: str, record: dict[str, Any]) -> None:
+    def _push(self, stream: str, record: Record) -> None:
         if not self.enabled:
             return
         if self._collector is None:
@@ -296,7 +307,7 @@ class DashboardClient:
                 return
         self._collector.push.remote(stream, [record])
 
-    def metrics(self, metrics: dict[str, Any]) -> None:
+    def metrics(self, metrics: Record) -> None:
         step_key = next((k for k in ("train/step", "eval/step", "rollout/step") if k in metrics), None)
         scalars = {
             k: float(v) if isinstance(v, float) else v
@@ -320,7 +331,7 @@ class DashboardClient:
         self._push("phases", asdict(event))
 
 
-def run_args(args: Any) -> dict[str, Any]:
+def run_args(args: SimArgs) -> Record:
     """miles' curated `meta.json` args (dashboard/args.py): the GPU layout and rollout shape."""
     return {
         "colocate": True,

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from backend.demo.simtrainer import SIM_LABEL
 from backend.demo.simtrainer.args import SimArgs, parse
@@ -173,7 +173,7 @@ def run(args: SimArgs, log: MilesLog) -> int:
 _SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 
 
-def _shim_off(args: SimArgs, index: int) -> dict[str, Any]:
+def _shim_off(args: SimArgs, index: int) -> dict[str, object]:
     """`--sim-shim-off-rank N`: train actor N's worker starts without the job's setup hook, so it never logs
     the shim line (its own runtime env, merged over the
     job's, empties the hook; everything else is inherited)."""
@@ -195,7 +195,7 @@ def _ready(args: SimArgs, log: MilesLog, handles: list[Any]) -> None:
         raise _host_oom(err, log) from err
 
 
-def _host_oom(err: Any, log: MilesLog) -> Exception:
+def _host_oom(err: BaseException, log: MilesLog) -> Exception:
     """What Ray says of a worker its memory monitor killed: the raylet's report (`(raylet) …`, which the
     real raylet sends to every driver; the simulator prints its shape from the driver, as it cannot make
     the raylet exhaust a test machine's memory) and the `ray.exceptions.OutOfMemoryError` the caller gets."""
@@ -204,7 +204,7 @@ def _host_oom(err: Any, log: MilesLog) -> Exception:
 
     from backend.demo.simtrainer import deaths
 
-    actor_id = str(err.actor_id or "")
+    actor_id = str(getattr(err, "actor_id", None) or "")
     state = get_actor(actor_id) if actor_id else None
     node_id = str(getattr(state, "node_id", None) or ray.get_runtime_context().get_node_id())
     ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "127.0.0.1")
@@ -219,7 +219,10 @@ def _host_oom(err: Any, log: MilesLog) -> Exception:
     )
 
 
-def _identity(value: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _identity(value: _T) -> _T:
     """`ray.get` of a local call: its result is already there (a list of results stays a list)."""
     return value
 

@@ -11,7 +11,7 @@ from backend.cluster.job_identity import is_run, job_kind, run_id_of
 from backend.cluster.telemetry import ClusterSnapshot
 
 if TYPE_CHECKING:
-    from backend.cluster.controller import RunState
+    from backend.cluster.controller import RunPhase
 
 
 def failure_reason(job: JobInfo, snap: ClusterSnapshot | None = None) -> str | None:
@@ -34,14 +34,14 @@ def failure_reason(job: JobInfo, snap: ClusterSnapshot | None = None) -> str | N
 
 
 def describe(
-    job: JobInfo, snap: ClusterSnapshot | None = None, state: RunState | None = None
+    job: JobInfo, snap: ClusterSnapshot | None = None, phase: RunPhase | None = None
 ) -> dict[str, Any]:
     """The JSON the `status` command prints (and the app's run header reads)."""
     return {
         "job": job.id,
         "kind": job_kind(job),
         "run_id": run_id_of(job),
-        "status": (state.value if state else job.status),
+        "status": (phase.value if phase else job.status),
         "ray_status": job.status,
         "message": (job.message or "").splitlines()[0] if job.message else None,
         "error_type": job.error_type,
