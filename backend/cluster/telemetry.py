@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.natural_order import natural_key
+
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo
     from backend.cluster.gpu_probe import GpuProbe, ProbeReading
@@ -303,7 +305,10 @@ def parse_nodes_summary(
                     "logical_gpus_used": 0.0,
                 }
             )
-    nodes = sorted(by_id.values(), key=lambda n: (not n.alive, not n.is_head, n.name, n.node_id))
+    nodes = sorted(
+        by_id.values(),
+        key=lambda n: (not n.alive, not n.is_head, natural_key(n.name or n.hostname or n.ip), n.node_id),
+    )
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
 
