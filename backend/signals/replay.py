@@ -278,6 +278,16 @@ class ReplaySession:
         flags = flags_from_command(self.entrypoint) if self.entrypoint else None
         return flags or self.arguments.flags()
 
+    def log_span(self) -> tuple[float, float] | None:
+        """The first and the newest timestamp of the log read so far (miles' clock): when the replayed run
+        started and how far it got, which the wall clock during a replay says nothing about. None before the
+        first stamped line (a dump directory's metric events are not log lines: None there)."""
+        monitor = self.monitor
+        if monitor is None:
+            return None
+        first, last = monitor.activity.first_ts, monitor.end_of_log()
+        return (first, last) if math.isfinite(first) and math.isfinite(last) and last >= first else None
+
     def state(self) -> str:
         """FAILED when the log names a cause, else the job's final status, else SAVED (a log or dump)."""
         if self.monitor is not None and self.monitor.diagnosis() is not None:
