@@ -4,6 +4,7 @@ elapsed time by its log's clock (first to newest timestamp), never the wall cloc
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +58,33 @@ async def test_replay_has_no_gpu_pane_and_its_clock_is_the_logs(tmp_path):
         await until(pilot, lambda: expected in str(state.render()), f"the state line saying {expected!r}")
         assert not run.query_one(GpuFleet).display
         assert run.query_one("#run-charts").region.y <= 2  # the charts took the pane's room
+
+
+async def test_a_dump_replays_clock_is_its_events(tmp_path):
+    """A `--dump-details` directory has no log lines of its own: its events' timestamps are its clock."""
+    events = tmp_path / "run" / "dump_details" / "events"
+    events.mkdir(parents=True)
+    rows = [
+        {
+            "timestamp": f"2026-08-21T10:{minute:02d}:00+00:00",
+            "source": {"component": "rollout_manager"},
+            "type": "metric",
+            "rollout_id": i,
+            "attempt": 0,
+            "metrics": {"perf/rollout_time": 30.0, "rollout/step": i},
+        }
+        for i, minute in enumerate((0, 7, 19))
+    ]
+    (events / "rollout_manager.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    session = ReplaySession(detect_source(tmp_path / "run"), tmp_path / "spool")
+    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        run = await shown(app, pilot, "2", "run")
+        run.clock = lambda: A_YEAR_LATER + 1.8e9
+        state = run.query_one("#run-state")
+        await until(
+            pilot, lambda: "elapsed 19m00s" in str(state.render()), "the state line saying 19 minutes"
+        )
 
 
 async def test_replay_shows_no_audit_log_of_this_machine(tmp_path):
