@@ -23,7 +23,7 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -55,7 +55,7 @@ from console.messages import HistoryProgress, LogAppended, RolloutCursor
 from console.views.base import ConsoleView
 
 if TYPE_CHECKING:
-    from console.workers import ConsoleSession
+    from console.app import UltraConsoleApp
 
 CACHE_LINES = 2000
 COMPACT_BELOW_COLUMNS = 160  # narrower terminals show Ray's prefix as role and rank unless the operator says
@@ -172,7 +172,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
 
     def _process_ranks(self) -> Mapping[tuple[str, int], int]:
         """Which process is which rank, as the session's monitor learned it from the whole log (only read here)."""
-        session: ConsoleSession | None = getattr(self.app, "runtime", None)
+        session = cast("UltraConsoleApp", self.app).runtime
         monitor = session.monitor if session is not None else None
         return monitor.process_ranks if monitor is not None else {}
 

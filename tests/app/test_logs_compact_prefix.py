@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 from app_helpers import make_app
 from run_fixtures import store
+from waiting import until
 
+from backend.settings import Settings
+from backend.signals.replay import ReplaySession, detect_source
 from console import keymap
 from console.app import UltraConsoleApp
 from console.views.logs import LogsView
@@ -91,3 +94,25 @@ async def test_a_remapped_key_toggles_it(tmp_path):
         assert view.lines.compact_now
         await pilot.press("ctrl+k")
         assert not view.lines.compact_now
+
+
+async def test_a_line_without_a_rank_takes_its_process_rank_from_the_rest_of_the_log(tmp_path):
+    """A print of rank 3's process (no miles bracket) is drawn `train r3`: the session's monitor learned which
+    process is rank 3 from its bracketed lines (a replay: the same monitor a live run has)."""
+    path = tmp_path / "job-driver.log"
+    prefix = "(MegatronTrainRayActorWithConcurrencyGroups pid=4101, ip=10.0.0.3)"
+    path.write_text(
+        f"{prefix} [2026-10-02 10:00:05.120 actor_cell0_rank3] log_utils.py:544 - step 1: {{'train/loss': 0.5}}\n"
+        f"{prefix} a plain print, no bracket\n"
+        "(RolloutManager pid=51234, ip=10.0.0.1) [2026-10-02 10:00:06.000 rollout_manager] rollout.py:1 - hi\n"
+    )
+    session = ReplaySession(detect_source(path), tmp_path / "spool")
+    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(LogsView)
+        await until(pilot, lambda: view.lines.count == 3 and not view.history, "the log read")
+        await until(
+            pilot, lambda: _rows(view)[1].startswith("train r3   a plain print"), "the print drawn as rank 3"
+        )
+        assert _rows(view)[2].startswith("rollout p51234 [2026-10-02")
+        assert view.lines.record(1).text.startswith(prefix)  # the line itself is untouched
