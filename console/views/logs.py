@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from console.app import UltraConsoleApp
 
 CACHE_LINES = 2000
+PREFIX_MAX = 160  # Ray's prefix is ~90 characters with a long class name and an IPv6 address; never more
 COMPACT_BELOW_COLUMNS = 160  # narrower terminals show Ray's prefix as role and rank unless the operator says
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
@@ -180,7 +181,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         rec = self.record(pos)
         text = rec.text
         segs: list[Segment] = []
-        if (rec.actor or rec.pid is not None) and text.startswith("(") and ")" in text[:80]:
+        if (rec.actor or rec.pid is not None) and text.startswith("(") and ")" in text[:PREFIX_MAX]:
             end = text.index(")") + 1
             shown = text[:end]
             if self.compact_now:  # display only: search, filters and copy read the record's own text

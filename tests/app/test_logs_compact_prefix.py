@@ -105,14 +105,16 @@ async def test_a_line_without_a_rank_takes_its_process_rank_from_the_rest_of_the
         f"{prefix} [2026-10-02 10:00:05.120 actor_cell0_rank3] log_utils.py:544 - step 1: {{'train/loss': 0.5}}\n"
         f"{prefix} a plain print, no bracket\n"
         "(RolloutManager pid=51234, ip=10.0.0.1) [2026-10-02 10:00:06.000 rollout_manager] rollout.py:1 - hi\n"
+        "(MegatronTrainRayActorWithConcurrencyGroups pid=4102, ip=fd00:1234:5678:9abc:def0:1234:5678:9abc) up\n"
     )
     session = ReplaySession(detect_source(path), tmp_path / "spool")
     app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
     async with app.run_test(size=(120, 40)) as pilot:
         view = app.query_one(LogsView)
-        await until(pilot, lambda: view.lines.count == 3 and not view.history, "the log read")
+        await until(pilot, lambda: view.lines.count == 4 and not view.history, "the log read")
         await until(
             pilot, lambda: _rows(view)[1].startswith("train r3   a plain print"), "the print drawn as rank 3"
         )
         assert _rows(view)[2].startswith("rollout p51234 [2026-10-02")
+        assert _rows(view)[3].startswith("train p4102 up")  # a 97-character prefix (IPv6) too
         assert view.lines.record(1).text.startswith(prefix)  # the line itself is untouched
