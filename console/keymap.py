@@ -108,6 +108,7 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
         BindingSpec("logs.up", "k,up", "cursor(-1)", "Up", show=False),
         BindingSpec("logs.page_down", "pagedown,space", "page(1)", "Page down", show=False),
         BindingSpec("logs.page_up", "pageup,b", "page(-1)", "Page up", show=False),
+        BindingSpec("logs.compact", "p", "toggle_compact", "Compact prefix", show=False),
     ),
     "events": (
         BindingSpec("events.refresh", "r", "refresh", "Refresh"),

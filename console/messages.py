@@ -131,13 +131,17 @@ class AuditChanged(ConsoleMessage):
 
 
 class HistoryProgress(ConsoleMessage):
-    """Rebuilding a job's log history from Ray: `lines` read so far; `done` once it is complete."""
+    """Rebuilding a job's log history from Ray: `lines` read so far; `done` once it is complete; `log_span`
+    the first and newest timestamps read (miles' clock), where a replay knows them."""
 
-    def __init__(self, job_id: str, lines: int, *, done: bool) -> None:
+    def __init__(
+        self, job_id: str, lines: int, *, done: bool, log_span: tuple[float, float] | None = None
+    ) -> None:
         super().__init__()
         self.job_id = job_id
         self.lines = lines
         self.done = done
+        self.log_span = log_span
 
 
 class RolloutCursor(ConsoleMessage):

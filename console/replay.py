@@ -49,7 +49,14 @@ class OfflineSession(ConsoleSession):
             return
         self._posted_at = now
         self.post(LogAppended(len(self.session.store)))
-        self.post(HistoryProgress(self.session.source.name, len(self.session.store), done=False))
+        self.post(
+            HistoryProgress(
+                self.session.source.name,
+                len(self.session.store),
+                done=False,
+                log_span=self.session.log_span(),
+            )
+        )
         self.maybe_post_metrics(force=force)
 
 
@@ -81,7 +88,11 @@ def start(app: UltraConsoleApp, session: ReplaySession) -> OfflineSession:
 
 def _done(rt: OfflineSession) -> None:
     rt.post(LogAppended(len(rt.session.store)))
-    rt.post(HistoryProgress(rt.session.source.name, len(rt.session.store), done=True))
+    rt.post(
+        HistoryProgress(
+            rt.session.source.name, len(rt.session.store), done=True, log_span=rt.session.log_span()
+        )
+    )
     records = sum(rt.monitor.collector.records.values()) if rt.monitor is not None else 0
     if rt.monitor is not None:  # read to its end: a log with no metric is a blind spot, said like any other
         with rt.monitor.lock:

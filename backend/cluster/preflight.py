@@ -17,6 +17,7 @@ from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
 from backend.cluster.json_fields import Fields
 from backend.cluster.telemetry import ClusterSnapshot, snapshot
+from backend.natural_order import natural_key
 from backend.plan.checks import Finding
 from backend.plan.spec import RunSpec
 
@@ -107,7 +108,7 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         )
     unlisted = snap.unlisted_memory()
     if unlisted:
-        nodes = sorted({n.label for n, _ in unlisted})
+        nodes = sorted({n.label for n, _ in unlisted}, key=natural_key)
         out.append(
             Finding(
                 rule="P2",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.cluster.json_fields import Fields
+from backend.natural_order import natural_key
 from backend.sanitize import one_line
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -214,8 +215,11 @@ def group(processes: Iterable[ProcessStack]) -> list[StackGroup]:
     by_key: dict[tuple[tuple[str, tuple[tuple[str, str], ...]], ...], list[ProcessStack]] = {}
     for proc in processes:
         by_key.setdefault(proc.key, []).append(proc)
-    groups = [StackGroup(tuple(sorted(ps, key=lambda p: (p.node_label, p.pid)))) for ps in by_key.values()]
-    return sorted(groups, key=lambda g: (g.size, g.processes[0].node_label, g.processes[0].pid))
+    groups = [
+        StackGroup(tuple(sorted(ps, key=lambda p: (natural_key(p.node_label), p.pid))))
+        for ps in by_key.values()
+    ]
+    return sorted(groups, key=lambda g: (g.size, natural_key(g.processes[0].node_label), g.processes[0].pid))
 
 
 def parse_process(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from backend.cluster.json_fields import Fields
+from backend.natural_order import natural_key
 
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo, RayClient
@@ -306,7 +307,10 @@ def parse_nodes_summary(
                     "logical_gpus_used": 0.0,
                 }
             )
-    nodes = sorted(by_id.values(), key=lambda n: (not n.alive, not n.is_head, n.name, n.node_id))
+    nodes = sorted(
+        by_id.values(),
+        key=lambda n: (not n.alive, not n.is_head, natural_key(n.name or n.hostname or n.ip), n.node_id),
+    )
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
 

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.natural_order import natural_key
 from backend.signals.dump_reader import DumpBatch, num
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
@@ -287,7 +288,7 @@ class Telemetry:
                 "count": len(self.gpus),
                 "util_mean": statistics.fmean(utils) if utils else None,
                 "util_min": min(utils) if utils else None,
-                "nodes": {n: statistics.fmean(v) for n, v in sorted(per_node.items())},
+                "nodes": {n: statistics.fmean(per_node[n]) for n in sorted(per_node, key=natural_key)},
             }
         if self.phase_durations or self.open_phases:
             out["phases"] = {

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.natural_order import natural_key
 from backend.signals.dump_reader import num as _num
 from backend.signals.grammar import parse_line
 from backend.signals.metrics import lines_containing, parse_ts
@@ -187,7 +188,7 @@ class RankPhases:
 
     def view(self, offset: float = 0.0) -> PhaseView:
         lanes = []
-        for key in sorted(self.lanes, key=lambda k: (_natural(k[0]), k[1] < 0, k[1], k[2])):
+        for key in sorted(self.lanes, key=lambda k: (natural_key(k[0]), k[1] < 0, k[1], k[2])):
             lane = self.lanes[key]
             opened = [Span(name, t0, math.nan) for name, t0 in lane.open]
             now = self.current(key)
@@ -209,13 +210,6 @@ class RankPhases:
         """The lanes that have been in their current phase longest: (lane, phase, seconds)."""
         found = [(key, cur[0], now - cur[1]) for key in self.lanes if (cur := self.current(key)) is not None]
         return sorted(found, key=lambda f: -f[2])[:count]
-
-
-def _natural(text: str) -> tuple[tuple[int, str], ...]:
-    """`10.0.0.9` before `10.0.0.12`: numbers compared as numbers."""
-    return tuple(
-        (int(part), "") if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text) if part
-    )
 
 
 def lane_name(key: LaneKey) -> str:

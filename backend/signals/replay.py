@@ -22,7 +22,7 @@ from backend.errors import ConsoleError
 from backend.regular_files import NotRegularFileError, open_regular
 from backend.signals.dump_reader import DumpError, DumpReader
 from backend.signals.launch_flags import ArgumentDump, LaunchFlags, flags_from_command
-from backend.signals.metrics import MetricRecord
+from backend.signals.metrics import MetricRecord, parse_ts
 
 if TYPE_CHECKING:
     from backend.signals.compare import RunSide
@@ -275,6 +275,30 @@ class ReplaySession:
         """The flags it was launched with: the job's entrypoint where known, else the log's argument dump."""
         flags = flags_from_command(self.entrypoint) if self.entrypoint else None
         return flags or self.arguments.flags()
+
+    def log_span(self) -> tuple[float, float] | None:
+        """The first and the newest timestamp read so far (miles' clock): when the replayed run started and
+        how far it got, which the wall clock during a replay
+        says nothing about. None before a stamped line."""
+        if self.source.kind == "dump":  # its events, as lines in time order (the monitor reads the files)
+            first, last = (
+                self._stamp_at(range(len(self.store))),
+                self._stamp_at(range(len(self.store) - 1, -1, -1)),
+            )
+        elif self.monitor is not None:
+            first, last = self.monitor.activity.first_ts, self.monitor.end_of_log()
+        else:
+            return None
+        return (first, last) if math.isfinite(first) and math.isfinite(last) and last >= first else None
+
+    def _stamp_at(self, order: range, most: int = 1000) -> float:
+        """The first valid timestamp of the store's lines in `order` (at most `most` looked at)."""
+        for i in order[:most]:
+            ts = self.store.line(i).ts
+            stamp = parse_ts(ts) if ts else math.nan
+            if math.isfinite(stamp):
+                return stamp
+        return math.nan
 
     def state(self) -> str:
         """FAILED when the log names a cause, else the job's final status, else SAVED (a log or dump)."""

@@ -2,7 +2,8 @@
 
 The audit log is read with backend.cluster.audit.AuditLog (JSON lines under settings.state_dir), in a thread
 worker, when the view is shown, on `r`, and after an action records to it (AuditChanged). Only the
-last AUDIT_LIMIT entries are shown; the file keeps everything.
+last AUDIT_LIMIT entries are shown; the file keeps everything. A replay shows no audit log: what this
+machine's consoles did is no part of the replayed run.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class EventsView(ConsoleView):
             yield Static("no alerts", id="no-alerts")
             yield DataTable(id="alerts", cursor_type="row", zebra_stripes=False)
             yield Static(
-                "Audit log (launch / abort / cleanup by any console) · r refresh · c copy", classes="section"
+                "Audit log (launch / abort / cleanup by any console) · r refresh · c copy",
+                classes="section",
+                id="audit-title",
             )
             yield DataTable(id="audit", cursor_type="row")
 
@@ -61,6 +64,8 @@ class EventsView(ConsoleView):
         alerts.add_columns("severity", "step", "alert", "id")
         audit = self.query_one("#audit", DataTable)
         audit.add_columns("time (UTC)", "user", "action", "job", "result", "command")
+        # A replay's run is not this machine's: what this machine's consoles did is no part of it.
+        self.query_one("#audit-title").display = audit.display = self.console.replay is None
         self._draw_alerts()
         self.load_audit()
 
@@ -106,6 +111,8 @@ class EventsView(ConsoleView):
 
     @work(thread=True, exclusive=True, group="audit-read", exit_on_error=False)
     def load_audit(self) -> None:
+        if self.console.replay is not None:
+            return
         try:
             entries = AuditLog(self.app.settings.state_dir).entries(limit=AUDIT_LIMIT)  # type: ignore[attr-defined]
         except ConsoleError as err:

@@ -9,7 +9,8 @@ Follow mode sticks to the end while lines arrive; moving up pauses it (the statu
 lines that arrived since) and End/G resumes it. `/` searches in the store's background search
 (a thread worker, cancelled by a new search or Esc), n/N step through the hits. `f` filters by
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
-copies the current line through OSC 52.
+copies the current line through OSC 52. `p` draws Ray's actor prefix as role and rank (`train r3`), the
+default under 160 columns; only the drawing changes, never the line searched, filtered or copied.
 
 Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine),
 `store.search(..., cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed
@@ -22,8 +23,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -46,13 +47,20 @@ from backend.signals.filters import (
     line_at_time,
     parse_filter,
 )
+from backend.signals.log_prefix import WIDTH as PREFIX_WIDTH
+from backend.signals.log_prefix import compact_prefix
 from backend.signals.search import CancelToken
 from backend.signals.store import LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended, RolloutCursor
 from console.views.base import ConsoleView
 
+if TYPE_CHECKING:
+    from console.app import UltraConsoleApp
+
 CACHE_LINES = 2000
+PREFIX_MAX = 160  # Ray's prefix is ~90 characters with a long class name and an IPv6 address; never more
+COMPACT_BELOW_COLUMNS = 160  # narrower terminals show Ray's prefix as role and rank unless the operator says
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
@@ -85,7 +93,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self.cursor = 0  # position in the (filtered) view
         self.pending = 0  # lines that arrived while follow was paused
         self.pattern: re.Pattern[str] | None = None
-        self._cache: OrderedDict[tuple[int, int, bool], Strip] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int, bool, int], Strip] = OrderedDict()
+        self.compact: bool | None = None  # Ray's prefix as role and rank; None: by the terminal's width
         self._wrap_rows: list[tuple[int, Strip]] = []
         self._max_width = 0
 
@@ -158,13 +167,29 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self.post_message(self.CursorMoved())
 
     # ------------------------------------------------------------ drawing
+    @property
+    def compact_now(self) -> bool:
+        """Ray's prefix drawn as role and rank: as the operator
+        chose, else on a terminal under 160 columns."""
+        return self.compact if self.compact is not None else self.app.size.width < COMPACT_BELOW_COLUMNS
+
+    def _process_ranks(self) -> Mapping[tuple[str, int], int]:
+        """Which process is which rank, as the session's monitor
+        learned it from the whole log (only read here)."""
+        session = cast("UltraConsoleApp", self.app).runtime
+        monitor = session.monitor if session is not None else None
+        return monitor.process_ranks if monitor is not None else {}
+
     def _render_record(self, pos: int, width: int) -> list[Segment]:
         rec = self.record(pos)
         text = rec.text
         segs: list[Segment] = []
-        if rec.actor and text.startswith("(") and ")" in text[:80]:
+        if (rec.actor or rec.pid is not None) and text.startswith("(") and ")" in text[:PREFIX_MAX]:
             end = text.index(")") + 1
-            segs.append(Segment(text[:end], _ACTOR))
+            shown = text[:end]
+            if self.compact_now:  # display only: search, filters and copy read the record's own text
+                shown = compact_prefix(rec, self._process_ranks()).ljust(PREFIX_WIDTH)
+            segs.append(Segment(shown, _ACTOR))
             text = text[end:]
         if self.pattern is not None:
             last = 0
@@ -180,7 +205,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         return segs
 
     def _strip(self, pos: int, width: int) -> Strip:
-        key = (pos if self.index is None else -1 - self.store_index(pos), width, pos == self.cursor)
+        compact = len(self._process_ranks()) if self.compact_now else -1  # a rank learned redraws the line
+        key = (pos if self.index is None else -1 - self.store_index(pos), width, pos == self.cursor, compact)
         strip = self._cache.get(key)
         if strip is None:
             segs = self._render_record(pos, width)
@@ -379,6 +405,13 @@ class LogsView(ConsoleView, can_focus=False):
 
     def action_goto_time(self) -> None:
         self._open_prompt("time", "jump to time: HH:MM[:SS] or YYYY-MM-DD HH:MM")
+
+    def action_toggle_compact(self) -> None:
+        """Ray's prefix as role and rank, or as Ray wrote it (the line itself never changes)."""
+        ll = self.lines
+        ll.compact = not ll.compact_now
+        ll.invalidate()
+        self.notify(f"log prefix: {'role and rank' if ll.compact else 'as Ray wrote it'}", timeout=2)
 
     def action_toggle_wrap(self) -> None:
         self.lines.wrap = not self.lines.wrap

@@ -3,13 +3,15 @@
 It draws what backend computed: the run controller's state, telemetry snapshots, metric series
 and derived signals, alerts. Nothing is recomputed here. Off screen it does nothing: messages only
 store the latest payload and mark the view dirty; the redraw happens when the view is shown.
-The telemetry worker polls only while `wants_telemetry()` is true (the view is visible).
+The telemetry worker polls only while `wants_telemetry()` is true (the view is visible). A replay has no
+fleet pane (this cluster's GPUs are not the replayed run's) and its clock is its log's timestamps.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
@@ -141,6 +143,7 @@ class RunView(ConsoleView):
         self.alerts: tuple[Alert, ...] = ()
         self.snapshot: ClusterSnapshot | None = None
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
+        self.log_span: tuple[float, float] | None = None  # a replay's first and newest log timestamps
         self._offered: set[str] = set()  # alerts whose `stacks` offer was made
         self._dirty = {"state", "fleet", "charts"}
         self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
@@ -156,8 +159,14 @@ class RunView(ConsoleView):
             yield LineChart("KL / reward", x_label="step", right_label="reward", id="chart-kl")
 
     def on_mount(self) -> None:
+        # A replay's GPUs are not this cluster's: no pane for readings that would belong to another run.
+        self.query_one(GpuFleet).display = not self.replaying
         self._redraw()
         self.set_interval(1.0, self._tick)
+
+    @property
+    def replaying(self) -> bool:
+        return self.console.replay is not None
 
     @property
     def shown(self) -> bool:
@@ -196,7 +205,17 @@ class RunView(ConsoleView):
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history = "" if message.done else f"  · loading history {message.lines:,} lines…"
+        self.log_span = message.log_span or self.log_span
         self._mark("state")
+
+    def _shown_state(self) -> RunStatus | None:
+        """The run's state as the state line tells it; a replay's clock is its log's (first to newest
+        timestamp), never the wall clock of the replay."""
+        state = self.run_state
+        if state is None or not self.replaying:
+            return state
+        started, ended = self.log_span or (None, None)
+        return replace(state, started_at=started, ended_at=ended)
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = message.alerts
@@ -255,7 +274,11 @@ class RunView(ConsoleView):
         if "state" in self._dirty:
             text = (
                 state_line(
-                    self.run_state, self.metrics, self.alerts, self.clock(), compact=self.size.width < 100
+                    self._shown_state(),
+                    self.metrics,
+                    self.alerts,
+                    self.clock(),
+                    compact=self.size.width < 100,
                 )
                 + self.history
             )

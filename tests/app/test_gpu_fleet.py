@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from counted_nodes import COUNTED, counted_nodes_summary
 from rich.segment import Segment
 from run_fixtures import snapshot
 from textual.app import App, ComposeResult
 
+from backend.cluster.telemetry import parse_nodes_summary
 from console.widgets.gpu_fleet import (
     FULL,
     GLYPH,
@@ -91,6 +93,17 @@ async def test_widget_repaints_only_on_change():
         await pilot.pause()
         assert [fleet.render_line(y) for y in range(17)] != first
         assert "node-00" in fleet.render_line(1).text
+
+
+async def test_the_pane_lists_nodes_in_counting_order():
+    """node-2 before node-10, as the dashboard's summary comes (Ray lists them in its own order)."""
+    app = _FleetApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        fleet = app.query_one(GpuFleet)
+        fleet.update_snapshot(parse_nodes_summary(counted_nodes_summary(), taken_at=1796013861.0))
+        await pilot.pause()
+        drawn = [fleet.render_line(y).text.split()[0] for y in range(1, len(COUNTED) + 1)]
+        assert drawn == COUNTED
 
 
 def test_1024_gpus_in_a_short_pane_aggregate_to_a_char_per_node():

@@ -123,6 +123,7 @@ async def test_wrap_jump_to_time_and_copy(tmp_path):
         assert lines.record(lines.cursor).ts == "2026-01-01 12:02:05.000"
         await pilot.press("y")
         assert app.clipboard == lines.record(lines.cursor).text
+        lines.compact = False  # Ray's prefix as written (80 columns would draw it as role and rank)
         await pilot.press("w")
         await pilot.pause()
         assert lines.wrap
