@@ -90,7 +90,7 @@ class LayerParams:
 
 
 def layer_params(model: Any) -> LayerParams:
-    """The model's per-block counts; cached on its dimensions, since every check and derive asks for them."""
+    """The model's per-block counts; cached on its dimensions, since every check and layout_figures asks for them."""
     return _layer_params(
         model.hidden_size,
         model.num_attention_heads,

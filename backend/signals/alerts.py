@@ -81,7 +81,7 @@ class AlertRuleError(ConsoleError):
 
 
 @dataclass(frozen=True)
-class Rule:
+class AlertRule:
     id: str
     severity: str
     when: str
@@ -134,7 +134,7 @@ def default_rules_path() -> Path:
     return Path(str(resources.files("configs").joinpath("alerts.toml")))
 
 
-def load_rules(path: str | Path | None = None) -> list[Rule]:
+def load_rules(path: str | Path | None = None) -> list[AlertRule]:
     """Parse and validate rule definitions; a bad file is one clear error."""
     path = Path(path) if path is not None else default_rules_path()
     try:
@@ -173,7 +173,7 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
             if not hints or not all(isinstance(h, str) and h for h in hints):
                 raise AlertRuleError(f"{where}: a log rule needs hints (literal text its lines hold)")
         params = {k: v for k, v in raw.items() if k not in _RESERVED}
-        rules.append(Rule(rid, raw["severity"], when, raw["message"], metrics, params, pattern, hints))
+        rules.append(AlertRule(rid, raw["severity"], when, raw["message"], metrics, params, pattern, hints))
     return rules
 
 
@@ -195,13 +195,13 @@ class _Fields(dict):
 class AlertEngine:
     """Evaluates rules; keeps what fired, in order; tells subscribers."""
 
-    def __init__(self, rules: list[Rule] | None = None, *, expected_scaling: float = 5.0) -> None:
+    def __init__(self, rules: list[AlertRule] | None = None, *, expected_scaling: float = 5.0) -> None:
         self.rules = rules if rules is not None else load_rules()
         self.expected_scaling = expected_scaling
         self.alerts: list[Alert] = []
         self.shim = ShimLedger()  # train actors and the shim reports their processes made
         self.shim_lines_seen = 0  # how many actors logged the line, counting Ray's dedup
-        self._by_metric: dict[str, list[Rule]] = {}
+        self._by_metric: dict[str, list[AlertRule]] = {}
         for rule in self.rules:
             for key in rule.metrics:
                 self._by_metric.setdefault(key, []).append(rule)
@@ -226,12 +226,12 @@ class AlertEngine:
         """Copies of the alerts so far, for another thread (an episode's count keeps growing here)."""
         return [dataclasses.replace(a) for a in self.alerts]
 
-    def _rule(self, when: str) -> Rule | None:
+    def _rule(self, when: str) -> AlertRule | None:
         return next((r for r in self.rules if r.when == when), None)
 
     def _fire(
         self,
-        rule: Rule,
+        rule: AlertRule,
         fields: dict[str, Any],
         *,
         step: float | None = None,
@@ -296,7 +296,7 @@ class AlertEngine:
                 fired.append(alert)
         return fired
 
-    def _check(self, rule: Rule, point: Point, series: Series | None) -> tuple[bool, dict[str, Any]]:
+    def _check(self, rule: AlertRule, point: Point, series: Series | None) -> tuple[bool, dict[str, Any]]:
         v = point.value
         fields: dict[str, Any] = {k: v for k, v in rule.params.items() if isinstance(v, int | float)}
         if rule.when == "nonfinite":
@@ -400,7 +400,7 @@ class AlertEngine:
             succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED",
         )
 
-    def _log_line(self, rule: Rule, line: str, text: str, start: int) -> Alert | None:
+    def _log_line(self, rule: AlertRule, line: str, text: str, start: int) -> Alert | None:
         assert rule.pattern is not None
         m = rule.pattern.search(line)
         if m is None:
@@ -539,7 +539,7 @@ class AlertEngine:
     # ------------------------------------------------------------------ blind spots
 
     def _update(
-        self, rule: Rule, episode: str, fields: dict[str, Any], count: int, sample: str
+        self, rule: AlertRule, episode: str, fields: dict[str, Any], count: int, sample: str
     ) -> Alert | None:
         """Fire a blind-spot alert once per episode; while it lasts, keep its count and message current."""
         current = self._episodes.get((rule.id, episode))

@@ -208,7 +208,7 @@ def engine_totals(values: dict[tuple[str, str, str], float]) -> dict[str, float]
     return dict(sorted(out.items()))
 
 
-class Telemetry:
+class DashboardStreams:
     """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges.
 
     A phase's close is matched to its open by `t0`: miles sends an open marker at once and closes in batches, so a
@@ -355,8 +355,8 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
     return None
 
 
-def derive(
-    collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float
+def derive_run_signals(
+    collector: MetricsCollector, facts: RunFacts, telemetry: DashboardStreams | None, now: float
 ) -> RunSignals:
     """The derived signals of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
     series = collector.series

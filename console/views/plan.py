@@ -21,7 +21,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
-from backend.plan.derived import Derived
+from backend.plan.derived import LayoutFigures
 from backend.plan.evaluation import PlanEvaluation
 from backend.plan.finding import SEVERITY_RANK, Finding
 from backend.plan.view_start import PlanStart, field_text
@@ -177,7 +177,7 @@ class PlanView(ConsoleView):
         return self.evaluation.findings
 
     @property
-    def derived(self) -> Derived | None:
+    def derived(self) -> LayoutFigures | None:
         return self.evaluation.derived
 
     @property
@@ -398,7 +398,7 @@ class PlanView(ConsoleView):
         body = Text()
         body.append(self.evaluation.summary).append("\n\n")
         figures = list(self.derived.to_json().items())[:8] if self.derived is not None else []
-        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
+        body.append("LayoutFigures: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
         body.append("\nWarnings: ", "bold").append(
             str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings)
         )

@@ -34,7 +34,7 @@ from console.messages import (
 from console.views.base import ConsoleView
 from console.views.run_compare import RunComparison
 from console.widgets.abort_modal import AbortActions, AbortModal
-from console.widgets.charts import LineChart, Series
+from console.widgets.charts import ChartSeries, LineChart
 from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ class RunView(ConsoleView):
                 chart = self.query_one(chart_id, LineChart)
                 chart.set_series(
                     [
-                        Series(label, series_points(self.metrics, key), color, right)
+                        ChartSeries(label, series_points(self.metrics, key), color, right)
                         for key, label, color, right in spec
                     ]
                 )

@@ -1,6 +1,6 @@
 """Read-only panels of the plan view: launch status, findings, derived numbers, preflight, command.
 
-Each renders what backend returned (Finding objects, the `Derived` figures, the Submission's shell
+Each renders what backend returned (Finding objects, the `LayoutFigures` figures, the Submission's shell
 text) and computes nothing. Updates replace one renderable, with `layout=False` where the panel's
 size is fixed, and only when the content changed.
 """
@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 if TYPE_CHECKING:
-    from backend.plan.derived import Derived
+    from backend.plan.derived import LayoutFigures
     from backend.plan.finding import Finding
 
 SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
@@ -81,7 +81,7 @@ class FindingsPanel(_Panel):
 
 
 def _fmt(value: object) -> str:
-    """One figure of `Derived.to_json` (a number, a flag, a word, or a list of numbers) for a panel row."""
+    """One figure of `LayoutFigures.to_json` (a number, a flag, a word, or a list of numbers) for a panel row."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -96,8 +96,8 @@ class DerivedPanel(_Panel):
     DerivedPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def set_derived(self, derived: Derived | None) -> None:
-        """Every figure under its name, in `Derived.to_json`'s order; each pipeline stage on a row of its own."""
+    def set_derived(self, derived: LayoutFigures | None) -> None:
+        """Every figure under its name, in `LayoutFigures.to_json`'s order; each pipeline stage on a row of its own."""
         items: list[tuple[str, str]] = []
         if derived is not None:
             for name, value in derived.to_json().items():

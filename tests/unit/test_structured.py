@@ -116,10 +116,10 @@ def _telemetry_of(dump, writes):
     """The run's dashboard streams written through the simulated trainer's copy of miles' store (one flush per
     group of `writes`, as miles' collector flushes), read back as the console reads them."""
     from backend.demo.simtrainer.dashboard import DashboardStore
-    from backend.signals.derived import Telemetry
+    from backend.signals.derived import DashboardStreams
     from backend.signals.dump_reader import DumpReader
 
-    store, reader, tel = DashboardStore(dump / "dashboard"), DumpReader(dump, wait=True), Telemetry()
+    store, reader, tel = DashboardStore(dump / "dashboard"), DumpReader(dump, wait=True), DashboardStreams()
     for group in writes:
         for stream, record in group:
             store.append(stream, record)

@@ -1,4 +1,4 @@
-"""The spec read once into a slotted context: the numbers every layout rule and `derive` share.
+"""The spec read once into a slotted context: the numbers every layout rule and `layout_figures` share.
 
 Besides the spec's own values it holds the layout they imply (data-parallel sizes, the rollout pool,
 nodes per engine, attention TP), the legal-value sets the fixes name, and the memory estimates the M
@@ -220,7 +220,7 @@ class LayoutContext:
             self.attn_tp = self.g // self.rdp if self.g % self.rdp == 0 else None
         else:
             self.attn_tp = self.g
-        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, derive)
+        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, layout_figures)
 
     def add(
         self,
@@ -282,7 +282,7 @@ class LayoutContext:
         base = max(step, (self.nodes // step) * step)
         return sorted({base, base + step} - {0})
 
-    # memory estimates (M rules and derive) --------------------------------------------------------
+    # memory estimates (M rules and layout_figures) --------------------------------------------------------
     def memory(self) -> TrainMemory:
         if self.train_memory is None:
             stages = sizing.train_stage_params(
