@@ -484,7 +484,7 @@ class UltraConsoleApp(App[int]):
         self._draw_state_line()
 
     def on_notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)
+        self.notify(message.text, severity=message.severity.notice_level)
 
     # ------------------------------------------------------------------ terminal watchdog
 

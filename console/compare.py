@@ -14,6 +14,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
+from backend.severity import Severity
 from console.messages import BaselineAdded, Notice
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ async def add_run(app: UltraConsoleApp, target: str) -> None:
     try:
         side = await read_run(app, target)
     except ConsoleError as err:
-        app.post_message(Notice(f"compare with {target}: {err}", "error"))
+        app.post_message(Notice(f"compare with {target}: {err}", Severity.ERROR))
         return
     flags, state = first_run_facts(app)
     app.post_message(BaselineAdded(side, flags, state))

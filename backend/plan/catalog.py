@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from backend.plan.finding import SEVERITY_RANK
+from backend.severity import Severity
 
-Severity = Literal["error", "warning", "info"]
 Status = Literal["checked", "covered", "n/a"]
 
 
@@ -48,7 +47,7 @@ class LayoutRule:
 
     @property
     def severity(self) -> Severity:
-        return min(self.severities, key=SEVERITY_RANK.__getitem__)
+        return min(self.severities, key=lambda s: s.rank)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,10 +63,10 @@ class LayoutRule:
         }
 
 
-ERR: tuple[Severity, ...] = ("error",)
-WARN: tuple[Severity, ...] = ("warning",)
-INFO: tuple[Severity, ...] = ("info",)
-ERR_WARN: tuple[Severity, ...] = ("error", "warning")
+ERR = (Severity.ERROR,)
+WARN = (Severity.WARNING,)
+INFO = (Severity.INFO,)
+ERR_WARN = (Severity.ERROR, Severity.WARNING)
 
 _CATALOG: tuple[LayoutRule, ...] = (
     # ---------------------------------------------------------------- A: Megatron process-group grid
@@ -535,7 +534,7 @@ _CATALOG: tuple[LayoutRule, ...] = (
     LayoutRule(
         "F3",
         "MTP head only built with MILES_NEMOTRONH_KEEP_MTP",
-        ("error", "info"),
+        (Severity.ERROR, Severity.INFO),
         ("run.extra_env", "run.extra_args", "model.mtp_num_layers"),
         "miles miles_plugins/megatron_bridge/nemotron_h.py:133-137; miles arguments.py:3470",
     ),

@@ -31,6 +31,7 @@ from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import one_line
+from backend.severity import Severity
 from backend.signals.actors import TRAIN, role_of
 from backend.signals.bounded_json import SHIM_LINE
 from backend.signals.bounded_json import loads as bounded_loads
@@ -48,7 +49,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SEVERITIES = ("critical", "warning", "info")
+SEVERITIES = (Severity.CRITICAL, Severity.WARNING, Severity.INFO)  # the scale alerts use
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
 RANK_CHECKS = ("straggler", "no_progress")  # per-rank phases (backend.signals.rank_phases)
 BLIND_CHECKS = (
@@ -83,7 +84,7 @@ class AlertRuleError(ConsoleError):
 @dataclass(frozen=True)
 class AlertRule:
     id: str
-    severity: str
+    severity: Severity
     when: str
     message: str
     metrics: tuple[str, ...] = ()
@@ -101,7 +102,7 @@ class Alert:
     """A fired rule. `step` is where the episode began; `last_step`/`count` follow it while it lasts."""
 
     id: str
-    severity: str
+    severity: Severity
     message: str
     step: float | None = None
     key: str | None = None
@@ -120,7 +121,7 @@ class Alert:
             step = int(step)
         return {
             "id": self.id,
-            "severity": self.severity,
+            "severity": self.severity.value,
             "message": self.message,
             "step": step,
             "key": self.key,
@@ -148,7 +149,8 @@ def load_rules(path: str | Path | None = None) -> list[AlertRule]:
         if not isinstance(rid, str) or not rid or rid in seen:
             raise AlertRuleError(f"{where}: needs a unique string id")
         seen.add(rid)
-        if raw.get("severity") not in SEVERITIES:
+        severity = Severity.parse(raw.get("severity"))
+        if severity not in SEVERITIES:
             raise AlertRuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
         when = raw.get("when")
         if when not in METRIC_CHECKS + OTHER_CHECKS:
@@ -173,7 +175,7 @@ def load_rules(path: str | Path | None = None) -> list[AlertRule]:
             if not hints or not all(isinstance(h, str) and h for h in hints):
                 raise AlertRuleError(f"{where}: a log rule needs hints (literal text its lines hold)")
         params = {k: v for k, v in raw.items() if k not in _RESERVED}
-        rules.append(AlertRule(rid, raw["severity"], when, raw["message"], metrics, params, pattern, hints))
+        rules.append(AlertRule(rid, severity, when, raw["message"], metrics, params, pattern, hints))
     return rules
 
 
@@ -363,7 +365,7 @@ class AlertEngine:
                 kind = self.failures.catalog.kind(event.kind)
                 alert = Alert(
                     event.kind,
-                    "warning" if kind.cascade == "report" else "critical",
+                    Severity.WARNING if kind.cascade == "report" else Severity.CRITICAL,
                     "",
                     key=event.who,
                     sample=_sample(event.line),

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Static
 from backend.cluster.audit import AuditLog
 from backend.errors import ConsoleError
 from backend.redaction import public_line
+from backend.severity import Severity
 from console import keymap
 from console.messages import AlertsChanged, AuditChanged
 from console.views.base import ConsoleView
@@ -27,7 +28,12 @@ if TYPE_CHECKING:
     from backend.signals.alerts import Alert
 
 AUDIT_LIMIT = 500
-SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.ERROR: "bold red",
+    Severity.WARNING: "yellow",
+    Severity.INFO: "cyan",
+}
 
 
 class EventsView(ConsoleView):
@@ -87,7 +93,7 @@ class EventsView(ConsoleView):
             if alert.sample:  # the log line that said it (sanitised, cut)
                 message += f"  ⟨{alert.sample}⟩"
             table.add_row(
-                Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")),
+                Text(alert.severity.value, SEVERITY_STYLE[alert.severity]),
                 shown_step,
                 Text(message),
                 alert.id,

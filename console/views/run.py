@@ -102,8 +102,7 @@ def state_line(
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {a.severity for a in alerts}
-        worst = "!" if sev & {"critical", "error"} else ""
+        worst = "!" if any(a.severity.urgent for a in alerts) else ""
     from backend.signals.alerts import headline
 
     said = headline(alerts, state.state)  # a failed run's cause, or a blind chart: never silent

@@ -14,15 +14,22 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from backend.severity import Severity
+
 if TYPE_CHECKING:
     from backend.plan.derived import LayoutFigures
     from backend.plan.finding import Finding
 
-SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
+SEVERITY_MARK = {
+    Severity.CRITICAL: ("✗", "bold red"),
+    Severity.ERROR: ("✗", "bold red"),
+    Severity.WARNING: ("!", "bold yellow"),
+    Severity.INFO: ("i", "cyan"),
+}
 
 
-def _mark(severity: str) -> tuple[str, str]:
-    return SEVERITY_MARK.get(severity, ("·", ""))
+def _mark(severity: Severity) -> tuple[str, str]:
+    return SEVERITY_MARK[severity]
 
 
 class _Panel(Static):

@@ -16,6 +16,7 @@ from backend.plan.catalog import CHECKED, RULES
 from backend.plan.checks import Finding, check, has_errors
 from backend.plan.derived import LayoutFigures, layout_figures
 from backend.plan.spec import SETTABLE_KEYS, RunSpec, apply_overrides, load_preset_dict, spec_from_dict
+from backend.severity import Severity
 
 FULL = "nemotron-3-ultra-550b-a55b"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
@@ -472,7 +473,7 @@ def test_colocate_override_is_a_warning_not_hidden() -> None:
 
 
 def test_finding_shape() -> None:
-    f = Finding("D2", "error", ("train.tp",), "msg", "fix")
+    f = Finding("D2", Severity.ERROR, ("train.tp",), "msg", "fix")
     assert dataclasses.is_dataclass(f) and not hasattr(f, "__dict__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.rule = "X"  # type: ignore[misc]

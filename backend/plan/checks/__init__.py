@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from backend.plan.catalog import CHECKED, ORDER, RULES, SEVERITY_RANK, LayoutRule
+from backend.plan.catalog import CHECKED, ORDER, RULES, LayoutRule
 from backend.plan.checks import (
     grid,
     hybrid,
@@ -52,7 +52,7 @@ _PIPELINE: tuple[Check, ...] = tuple(CHECKS.values())
 
 
 def _sort_key(f: Finding) -> tuple[int, int]:
-    return SEVERITY_RANK[f.severity], ORDER[f.rule]
+    return f.severity.rank, ORDER[f.rule]
 
 
 def check(spec: RunSpec) -> list[Finding]:

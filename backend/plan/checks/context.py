@@ -19,8 +19,8 @@ from backend.plan.checks.values import divisors
 from backend.plan.finding import Finding
 
 if TYPE_CHECKING:
-    from backend.plan.catalog import Severity
     from backend.plan.spec import RunSpec
+    from backend.severity import Severity
 
 KEEP_MTP_ENV = "MILES_NEMOTRONH_KEEP_MTP"  # set in run.extra_env: the checkpoint's MTP head is built
 
