@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | None]:
     """The flags the view's own run was launched with, and its final state where a replay knows it."""
-    from backend.signals.launch_flags import flags_from_audit, flags_from_command
+    from backend.signals.launch_flags import flags_from_command
 
     if app.replay is not None:
         return app.replay.launch_flags(), app.replay.state()
@@ -34,12 +34,13 @@ def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | Non
         return None, None
     flags = flags_from_command(job.entrypoint) if job.entrypoint else None
     if flags is None:
-        from backend.cluster.audit import AuditLog
+        from backend.cluster.audit import AuditLog, last_launch_command
 
-        try:
-            flags = flags_from_audit(AuditLog(app.settings.state_dir).entries(), job.id)
+        try:  # the launch's command as our audit log kept it (already scrubbed)
+            command = last_launch_command(AuditLog(app.settings.state_dir).entries(), job.id)
         except ConsoleError:
-            flags = None
+            command = ""
+        flags = flags_from_command(command, "audit") if command else None
     return flags, None
 
 

@@ -20,12 +20,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
+
+if TYPE_CHECKING:
+    from backend.cluster.audit import AuditEntry
 
 REAP_MARK = "ULTRA_CONSOLE_REAP "
 Identity = Literal["job", "unidentified", "exempt"]
@@ -378,11 +381,11 @@ async def kill_leftovers(
     return results
 
 
-def footprint_from_audit(entries: Iterable[dict[str, Any]], job_id: str) -> JobFootprint | None:
+def footprint_from_audit(entries: Iterable[AuditEntry], job_id: str) -> JobFootprint | None:
     """The footprint the last abort of `job_id` recorded, if any."""
     for entry in reversed(list(entries)):
-        fp = (entry.get("details") or {}).get("footprint")
-        if entry.get("job") == job_id and isinstance(fp, dict):
+        fp = entry.details.get("footprint")
+        if entry.job == job_id and isinstance(fp, dict):
             with contextlib.suppress(TypeError, ValueError):
                 return JobFootprint.from_json(fp)
     return None

@@ -299,7 +299,7 @@ class RunView(ConsoleView):
         runtime = getattr(self.app, "runtime", None)
         monitor = getattr(runtime, "monitor", None)
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
-        state_dir = self.app.settings.state_dir  # type: ignore[attr-defined]
+        state_dir = self.console.settings.state_dir
 
         async def collect() -> Any:
             from backend.cluster.stacks import job_stacks
