@@ -9,6 +9,7 @@ from waiting import until
 
 from backend.cluster.stack_groups import StacksReport, Unreadable, parse_process
 from backend.severity import Severity
+from backend.signals.dump_reader import PhaseEvent
 from backend.signals.rank_phases import PhaseView, RankPhases
 from console.widgets.phase_timeline import PhaseTimeline, render_timeline
 from console.widgets.stacks_screen import StacksScreen
@@ -72,7 +73,7 @@ def phase_view() -> PhaseView:
         )
     )
     for event, _arrives in sorted(events, key=lambda e: e[1]):
-        phases.add_event(event)
+        phases.add_event(PhaseEvent.from_json(event))
     return phases.view()
 
 

@@ -186,7 +186,9 @@ def test_fraction_gauges_are_averaged_over_engines_and_dp_ranks_never_summed(tmp
             ]
         ],
     )
-    totals = tel.summary(ts)["engines"]["totals"]
+    engines = tel.summary(ts).engines
+    assert engines is not None
+    totals = engines.totals
     assert math.isclose(totals["sglang_token_usage"], 0.5)
     assert math.isclose(totals["sglang_cache_hit_rate"], 0.5)
     assert math.isclose(totals["sglang_kv_transfer_latency_ms"], 20.0)
