@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from backend.signals.compare import Comparison, RunSide, compare, load_config
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.launch_flags import ArgumentDump, flags_from_command
 from backend.signals.monitor import RunMonitor
+from backend.signals.run_signals import RunSignals
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
 from shim.package import carries_shim
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
-        _print_summary(what, snap)
+        _print_summary(what, snap, monitor.metrics_snapshot(now).derived)
         if comparison is not None:
             _print_comparison(comparison)
     cause = snap["cause"]
@@ -259,42 +261,46 @@ def _print_comparison(comparison: Comparison) -> None:
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
 
 
-def _fmt(value: Any, unit: str = "") -> str:
-    if value is None:
+def _fmt(value: object, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # as JSON's null says it
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}{unit}"
     return f"{value}{unit}"
 
 
-def _print_summary(what: str, snap: dict[str, Any]) -> None:
-    d = snap["derived"]
+def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals) -> None:
+    """`snap` is `RunMonitor.snapshot`'s JSON (series, latest, alerts, cause); `signals` the same moment's
+    derived signals, read by attribute."""
     out = [f"metrics of {what}"]
-    prog = d.get("progress")
-    if prog:
-        eta = prog.get("eta_s")
+    prog = signals.progress
+    if prog is not None:
+        eta = prog.eta_s
         out.append(
-            f"  progress: rollout {prog['rollouts_done']} of {_fmt(prog.get('num_rollout'))}, "
-            f"{prog['train_steps_done']} train steps"
-            + (f", ETA {eta / 60:.1f} min" if eta is not None else "")
+            f"  progress: rollout {prog.rollouts_done} of {_fmt(prog.num_rollout)}, "
+            f"{prog.train_steps_done} train steps"
+            + (f", ETA {eta / 60:.1f} min" if eta is not None and math.isfinite(eta) else "")
         )
-    tp = d.get("throughput")
-    if tp:
+    tp = signals.throughput
+    if tp is not None:
         out.append(
-            f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x {_fmt(tp['rollout_gpus'])} GPUs"
-            f" = {_fmt(tp['cluster_tokens_per_sec'])} tok/s"
+            f"  rollout throughput: {_fmt(tp.tokens_per_gpu_per_sec)} tok/s/GPU x {_fmt(tp.rollout_gpus)} GPUs"
+            f" = {_fmt(tp.cluster_tokens_per_sec)} tok/s"
         )
-    tr = d.get("time_per_rollout")
-    if tr:
+    tr = signals.time_per_rollout
+    if tr is not None:
         out.append(
-            f"  time per rollout: rollout {_fmt(tr['rollout_s'], ' s')}, train {_fmt(tr['train_s'], ' s')}, "
-            f"step {_fmt(tr['step_s'], ' s')}"
+            f"  time per rollout: rollout {_fmt(tr.rollout_s, ' s')}, train {_fmt(tr.train_s, ' s')}, "
+            f"step {_fmt(tr.step_s, ' s')}"
         )
-    ck = d.get("checkpoint") or {}
-    since = ck.get("since_s")
+    since = signals.checkpoint.since_s
     out.append(
-        f"  checkpoints: {ck.get('count', 0)}"
-        + (f", last {since / 60:.1f} min before the end" if since is not None else "")
+        f"  checkpoints: {signals.checkpoint.count}"
+        + (
+            f", last {since / 60:.1f} min before the end"
+            if since is not None and math.isfinite(since)
+            else ""
+        )
     )
     out.append("  latest:")
     latest = snap["latest"]
@@ -310,6 +316,6 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
     alerts = snap["alerts"]
     out.append(f"  alerts: {len(alerts) or 'none'}")
     for a in alerts:
-        step = f" step {a['step']}" if a.get("step") is not None else ""
+        step = f" step {a['step']}" if a["step"] is not None else ""
         out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
