@@ -58,7 +58,7 @@ async def read_run(app: UltraConsoleApp, target: str) -> RunSide:
                 from console.replay import read_job_log
 
                 settings = app.settings
-                token = settings.token.get_secret_value() if settings.token else None
+                token = settings.token_text()
                 async with RayClient(settings.address, token) as client:
                     await read_job_log(session, client, await client.get_job(source.job_id or ""))
                 await asyncio.to_thread(session.finish)

@@ -156,7 +156,7 @@ async def _job(rt: OfflineSession) -> None:
 
     settings = rt.app.settings
     job_id = rt.session.source.job_id or ""
-    token = settings.token.get_secret_value() if settings.token else None
+    token = settings.token_text()
     try:
         async with RayClient(settings.address, token) as client:
             job = await client.get_job(job_id)

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.sanitize import one_line, sanitize_text
 from backend.signals.compare import Comparison, RunSide, compare, load_config
@@ -33,6 +33,10 @@ from backend.signals.run_signals import RunSignals
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
 from shim.package import carries_shim
+
+if TYPE_CHECKING:
+    from backend.cluster.controller import RunController
+    from backend.settings import Settings
 
 SUMMARY_KEYS = (
     "train/loss",
@@ -121,7 +125,7 @@ def read_log_file(monitor: RunMonitor, path: Path, arguments: ArgumentDump | Non
 def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
     from console.commands._cluster import job_of, run_with
 
-    async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
+    async def body(ctl: RunController, settings: Settings) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
         args.primary_side = (job.id, job.status, job.entrypoint)
         monitor.facts.scan_text(" " + job.entrypoint)

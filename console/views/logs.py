@@ -22,11 +22,10 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.geometry import Size
 from textual.message import Message
@@ -348,7 +347,7 @@ class LogsView(ConsoleView, can_focus=False):
         self._prompt_mode = ""
         self.lines.focus()
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: events.Key) -> None:
         if event.key == "escape" and self._prompt_mode:
             event.stop()
             event.prevent_default()

@@ -359,7 +359,7 @@ class PlanView(ConsoleView):
         from backend.cluster.dashboard import RayClient
 
         settings = self.console.settings
-        token = settings.token.get_secret_value() if settings.token else None
+        token = settings.token_text()
         try:
             async with RayClient(settings.address, token) as client:
                 findings = await pre.preflight(spec, client)

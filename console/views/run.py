@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -40,6 +40,7 @@ from console.widgets.gpu_fleet import GpuFleet
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.cluster.leftovers import Leftover
+    from backend.cluster.stack_groups import StacksReport
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
@@ -301,7 +302,7 @@ class RunView(ConsoleView):
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
         state_dir = self.console.settings.state_dir
 
-        async def collect() -> Any:
+        async def collect() -> StacksReport:
             from backend.cluster.stacks import job_stacks
 
             job = await controller.refresh()

@@ -8,7 +8,7 @@ size is fixed, and only when the content changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -17,6 +17,8 @@ from textual.widgets import Static
 from backend.severity import Severity
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from backend.plan.derived import LayoutFigures
     from backend.plan.finding import Finding
 
@@ -37,7 +39,7 @@ class _Panel(Static):
 
     _last: object = None
 
-    def show(self, key: object, renderable: Any) -> None:
+    def show(self, key: object, renderable: RenderableType) -> None:
         if key == self._last:
             return
         self._last = key
