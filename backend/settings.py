@@ -29,7 +29,7 @@ def _xdg(var: str, fallback: str) -> Path:
 class Settings(BaseModel):
     """Everything the console reads from the operator's environment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)  # read by every room, changed by none
 
     address: str = DEFAULT_ADDRESS
     token: SecretStr | None = None
