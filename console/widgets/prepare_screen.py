@@ -23,10 +23,9 @@ from console import keymap
 from console.messages import PreflightDone
 
 if TYPE_CHECKING:
-    from textual.widget import Widget
-
     from backend.plan.finding import Finding
     from backend.plan.spec import RunSpec
+    from console.views.base import ConsoleView
 
 
 class PrepareLine(Message):
@@ -53,7 +52,7 @@ class PrepareScreen(ModalScreen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for("prepare")
 
-    def __init__(self, spec: RunSpec, target: Widget) -> None:
+    def __init__(self, spec: RunSpec, target: ConsoleView) -> None:
         """spec: the plan's RunSpec; target: the widget that receives PreflightDone (the plan view)."""
         super().__init__()
         self.spec, self.target = spec, target
@@ -91,7 +90,7 @@ class PrepareScreen(ModalScreen[None]):
         from backend.cluster.prepare import FetchEvent, prepare, table
         from backend.cluster.telemetry import snapshot
 
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = self.target.console.settings
         token = settings.token_text()
 
         def progress(event: FetchEvent) -> None:
