@@ -37,6 +37,7 @@ from shim.package import carries_shim
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.settings import Settings
+    from backend.signals.failures import Diagnosis
 
 SUMMARY_KEYS = (
     "train/loss",
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
-        _print_summary(what, snap, monitor.metrics_snapshot(now).derived)
+        _print_summary(what, snap, monitor.metrics_snapshot(now).derived, monitor.diagnosis())
         if comparison is not None:
             _print_comparison(comparison)
     cause = snap["cause"]
@@ -273,9 +274,9 @@ def _fmt(value: object, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals) -> None:
-    """`snap` is `RunMonitor.snapshot`'s JSON (series, latest, alerts, cause); `signals` the same moment's
-    derived signals, read by attribute."""
+def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: Diagnosis | None) -> None:
+    """`snap` is `RunMonitor.snapshot`'s JSON (series, latest, alerts); `signals` and `found` (why it failed)
+    the same moment's derived signals and diagnosis, read by attribute."""
     out = [f"metrics of {what}"]
     prog = signals.progress
     if prog is not None:
@@ -314,9 +315,8 @@ def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals) -> None
             out.append(
                 f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'}  (step {series[-1][0]})"
             )
-    cause = snap["cause"]
-    if cause is not None:
-        out += cause_lines(cause, "  ")
+    if found is not None:
+        out += cause_lines(found, "  ")
     alerts = snap["alerts"]
     out.append(f"  alerts: {len(alerts) or 'none'}")
     for a in alerts:
