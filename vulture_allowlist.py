@@ -22,6 +22,7 @@ _.stop_sent, _.driver_exit_code, _.cpu_s, _.read_at, _.seen_in, _.gpu_processes,
 _.family, _.total_params_b
 _.tokens_per_gpu_per_sec, _.cluster_tokens_per_sec, _.effective_tokens_per_gpu_per_sec
 _.wait_time_ratio, _.rollout_over_train, _.fraction, _.train_steps_done, _.median_rollout_s
+_.util_mean, _.util_min, _.median_s, _.open_s
 
 # Counters and read-only views of state that tests and benches observe (how many requests, lines, builds).
 _.requests_made, _.malformed, _.bytes_read, _.duplicates, _.shim_lines_seen, _.builds, _.pending_text

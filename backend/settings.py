@@ -29,7 +29,7 @@ def _xdg(var: str, fallback: str) -> Path:
 class Settings(BaseModel):
     """Everything the console reads from the operator's environment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)  # read by every room, changed by none
 
     address: str = DEFAULT_ADDRESS
     token: SecretStr | None = None
@@ -44,6 +44,10 @@ class Settings(BaseModel):
     # stopped renewing its lease (SIGKILL, lost SSH session).
     gpu_probe: bool = True
     gpu_probe_lease_timeout_s: float = Field(default=45.0, ge=3.0, le=60.0)
+
+    def token_text(self) -> str | None:
+        """The dashboard token as the client sends it (None: no token configured)."""
+        return self.token.get_secret_value() if self.token is not None else None
 
     def redacted(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"token"}) | {"token": "***" if self.token else None}

@@ -1,6 +1,6 @@
-"""Rule-engine benchmark: one full `check(spec)` + `derive(spec)` per preset, and the same for a layout that
-breaks many rules (fixes are built only when rules fire). Figures are medians over many runs, printed in µs
-and as ratios against baselines measured in the same run:
+"""Rule-engine benchmark: one full `check(spec)` + `layout_figures(spec)` per preset, and the same for a
+layout that breaks many rules (fixes are built only when rules fire). Figures are medians over many runs,
+printed in µs and as ratios against baselines measured in the same run:
 
 * `spec.model_copy(deep=True)` — what copying the spec the plan form edits costs;
 * `RunSpec.model_validate(dump)` — one pydantic validation of the same spec (what a keystroke already pays).
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.plan.checks import check  # noqa: E402
-from backend.plan.derived import derive  # noqa: E402
+from backend.plan.derived import layout_figures  # noqa: E402
 from backend.plan.spec import RunSpec, build_spec  # noqa: E402
 
 TARGET_US = 1000.0
@@ -69,10 +69,10 @@ def main() -> int:
         dump = spec.model_dump()
         for _ in range(200):  # warm caches (pattern counts, divisors)
             check(spec)
-            derive(spec)
+            layout_figures(spec)
         t_check = median_us(lambda s=spec: check(s), args.runs)
-        t_derive = median_us(lambda s=spec: derive(s), args.runs)
-        t_both = median_us(lambda s=spec: (check(s), derive(s)), args.runs)
+        t_derive = median_us(lambda s=spec: layout_figures(s), args.runs)
+        t_both = median_us(lambda s=spec: (check(s), layout_figures(s)), args.runs)
         t_copy = median_us(lambda s=spec: s.model_copy(deep=True), args.runs)
         t_valid = median_us(lambda d=dump: RunSpec.model_validate(d), args.runs)
         worst = max(worst, t_both)

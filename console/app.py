@@ -26,6 +26,7 @@ from textual.message import Message
 from textual.widget import AwaitMount, Widget
 from textual.widgets import ContentSwitcher, Static
 
+from backend.plan.preview_process import PreviewBasics, PreviewRefused
 from backend.redaction import public_line
 from console import keymap
 from console.messages import (
@@ -174,15 +175,15 @@ class UltraConsoleApp(App[int]):
         self._settings = settings
         self._overrides = overrides or {}
         self._preview = None
-        settings_basis: Any = settings
         answer = preview.settings_answer() if settings is None and preview is not None else None
-        if answer is not None and "settings" in answer:
+        basis: Settings | PreviewBasics
+        if isinstance(answer, PreviewBasics):
             self._preview = preview
-            settings_basis = argparse.Namespace(**answer["settings"])
-            preview_run_id = str(answer["run_id"])  # the one its command preview holds
-        if settings_basis is None:
-            settings_basis = self.settings
-        self.readonly = bool(settings_basis.readonly) or replay is not None
+            basis = answer
+            preview_run_id = answer.run_id  # the one its command preview holds
+        else:
+            basis = self.settings
+        self.readonly = basis.readonly or replay is not None
         self.job = job
         self.demo = demo
         self.controller = controller
@@ -204,7 +205,7 @@ class UltraConsoleApp(App[int]):
         self.history_text = ""  # "reading history: N lines" while a job's log is rebuilt
         self.alert_count = 0
         self.dashboard_error: str | None = None
-        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(settings_basis.keys)
+        self.keymap_overrides, self._keymap_problems = keymap.validate_keymap(basis.keys)
         self._parent_pid = os.getppid()
         self._views: dict[str, Widget] = {}  # every view, created on first use; mounted or about to be
         self._later_mounted = False
@@ -215,15 +216,7 @@ class UltraConsoleApp(App[int]):
         """The preview helper's PlanStart (waited for here, when the plan view is composed), or None:
         the plan view then computes it."""
         preview, self._preview = self._preview, None
-        data = preview.plan() if preview is not None else None
-        if data is None:
-            return None
-        from backend.plan.view_start import PlanStart
-
-        try:
-            return PlanStart.from_json(data)
-        except (KeyError, TypeError, ValueError):
-            return None
+        return preview.plan() if preview is not None else None
 
     @property
     def settings(self) -> Settings:
@@ -485,7 +478,7 @@ class UltraConsoleApp(App[int]):
         self._draw_state_line()
 
     def on_notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)
+        self.notify(message.text, severity=message.severity.notice_level)
 
     # ------------------------------------------------------------------ terminal watchdog
 
@@ -530,8 +523,8 @@ def run_app(args: argparse.Namespace, preview: Preview | None = None) -> int:
         "readonly": getattr(args, "readonly", None),
     }
     answer = preview.settings_answer() if preview is not None else None
-    if answer is not None and "error" in answer:
-        raise SpecError(str(answer["error"]))  # the settings are bad: one line, as load_settings says it
+    if isinstance(answer, PreviewRefused):
+        raise SpecError(answer.error)  # the settings are bad: one line, as load_settings says it
     # Without a usable answer the app loads the settings itself (a bad config raises here, before Textual).
     app = UltraConsoleApp(
         None,

@@ -15,6 +15,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
+from backend.severity import Severity
 from console.messages import BaselineAdded, Notice
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | None]:
     """The flags the view's own run was launched with, and its final state where a replay knows it."""
-    from backend.signals.launch_flags import flags_from_audit, flags_from_command
+    from backend.signals.launch_flags import flags_from_command
 
     if app.replay is not None:
         return app.replay.launch_flags(), app.replay.state()
@@ -34,12 +35,13 @@ def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | Non
         return None, None
     flags = flags_from_command(job.entrypoint) if job.entrypoint else None
     if flags is None:
-        from backend.cluster.audit import AuditLog
+        from backend.cluster.audit import AuditLog, last_launch_command
 
-        try:
-            flags = flags_from_audit(AuditLog(app.settings.state_dir).entries(), job.id)
+        try:  # the launch's command as our audit log kept it (already scrubbed)
+            command = last_launch_command(AuditLog(app.settings.state_dir).entries(), job.id)
         except ConsoleError:
-            flags = None
+            command = ""
+        flags = flags_from_command(command, "audit") if command else None
     return flags, None
 
 
@@ -57,7 +59,7 @@ async def read_run(app: UltraConsoleApp, target: str) -> RunSide:
                 from console.replay import read_job_log
 
                 settings = app.settings
-                token = settings.token.get_secret_value() if settings.token else None
+                token = settings.token_text()
                 async with RayClient(settings.address, token) as client:
                     await read_job_log(session, client, await client.get_job(source.job_id or ""))
                 await asyncio.to_thread(session.finish)
@@ -75,7 +77,7 @@ async def add_run(app: UltraConsoleApp, target: str) -> None:
     try:
         side = await read_run(app, target)
     except ConsoleError as err:
-        app.post_message(Notice(f"compare with {target}: {err}", "error"))
+        app.post_message(Notice(f"compare with {target}: {err}", Severity.ERROR))
         return
     flags, state = first_run_facts(app)
     app.post_message(BaselineAdded(side, flags, state))

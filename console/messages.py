@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+
+from backend.severity import Severity
 
 if TYPE_CHECKING:
     from backend.cluster.telemetry import ClusterSnapshot
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from backend.signals.launch_flags import LaunchFlags
     from backend.signals.monitor import MetricsSnapshot
     from backend.signals.replay import RolloutMark
-
-Severity = Literal["information", "warning", "error"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class PreflightDone(ConsoleMessage):
 class Notice(ConsoleMessage):
     """A one-line notice for the operator (shown as a toast)."""
 
-    def __init__(self, text: str, severity: Severity = "information") -> None:
+    def __init__(self, text: str, severity: Severity = Severity.INFO) -> None:
         super().__init__()
         self.text = text
         self.severity: Severity = severity

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
+from backend.severity import Severity
 from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged, RunStatus
 from console.workers import ConsoleSession
 
@@ -64,7 +65,7 @@ def start(app: UltraConsoleApp, session: ReplaySession) -> OfflineSession:
     runtime = OfflineSession(app, session)
     app.runtime = runtime
     if session.problem:
-        runtime.post(Notice(session.problem, "warning"))
+        runtime.post(Notice(session.problem, Severity.WARNING))
     runtime.post(RunStateChanged(RunStatus(session.source.name, "REPLAY")))
     runtime.post(LogAppended(len(session.store)))
     if session.source.kind == "job":
@@ -107,10 +108,12 @@ def _done(rt: OfflineSession) -> None:
         return
     found = rt.monitor.diagnosis()
     if found is not None:  # why it died: the one answer a replay of a failed run is opened for
-        rt.post(Notice(f"{found.headline}", "error"))
+        rt.post(Notice(f"{found.headline}", Severity.ERROR))
     if records == 0:
         rt.post(
-            Notice(f"no miles metric found in {rt.session.source.name}: the charts stay empty", "warning")
+            Notice(
+                f"no miles metric found in {rt.session.source.name}: the charts stay empty", Severity.WARNING
+            )
         )
 
 
@@ -123,7 +126,7 @@ async def _load(rt: OfflineSession) -> None:
         while await asyncio.to_thread(rt.session.load_step):
             rt.progress()
     except ConsoleError as err:
-        rt.post(Notice(f"replay stopped: {err}", "error"))
+        rt.post(Notice(f"replay stopped: {err}", Severity.ERROR))
     await asyncio.to_thread(rt.session.finish)
     _done(rt)
     await _compare_with(rt)
@@ -164,7 +167,7 @@ async def _job(rt: OfflineSession) -> None:
 
     settings = rt.app.settings
     job_id = rt.session.source.job_id or ""
-    token = settings.token.get_secret_value() if settings.token else None
+    token = settings.token_text()
     try:
         async with RayClient(settings.address, token) as client:
             job = await client.get_job(job_id)
@@ -178,12 +181,12 @@ async def _job(rt: OfflineSession) -> None:
                     Notice(
                         f"job {job.id} is still {job.status}: replaying its log so far (attach with "
                         f"`ultra-console --job {job.id}` to follow it)",
-                        "warning",
+                        Severity.WARNING,
                     )
                 )
             await read_job_log(rt.session, client, job, rt.progress)
     except ConsoleError as err:
-        rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))
+        rt.post(Notice(f"replay of job {job_id} incomplete: {err}", Severity.ERROR))
     await asyncio.to_thread(rt.session.finish)
     _done(rt)
     await _compare_with(rt)

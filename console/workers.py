@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.errors import ConsoleError
+from backend.severity import Severity
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
@@ -125,7 +126,7 @@ class ConsoleSession:
         try:
             self.monitor = RunMonitor()
         except ConsoleError as err:  # e.g. a broken alert rules file: say so, keep the console working
-            self.post(Notice(f"metrics and alerts are off: {err}", "warning"))
+            self.post(Notice(f"metrics and alerts are off: {err}", Severity.WARNING))
             self.monitor = None
         run_log = RunLog.open(self.spool_dir, job_id, self.monitor)
         self.store = run_log.store
@@ -294,7 +295,7 @@ async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
             await _append(rt, run_log, chunk)
             rt.post(HistoryProgress(job.id, run_log.lines_in, done=False))
     except ConsoleError as err:
-        rt.post(Notice(f"log history of {job.id} incomplete: {err}", "warning"))
+        rt.post(Notice(f"log history of {job.id} incomplete: {err}", Severity.WARNING))
     rt.post(HistoryProgress(job.id, run_log.lines_in, done=True))
     if job.is_terminal and rt.monitor is not None:
         # attached after the end: the state event came before this run's monitor existed
@@ -308,7 +309,7 @@ async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
         ):
             await _append(rt, run_log, chunk)
     except ConsoleError as err:
-        rt.post(Notice(f"log follow of {job.id} stopped: {err}", "warning"))
+        rt.post(Notice(f"log follow of {job.id} stopped: {err}", Severity.WARNING))
     rt.maybe_post_metrics(force=True)
 
 
@@ -343,7 +344,7 @@ async def _structured(rt: ConsoleSession, feed: StructuredFeed, job_id: str) -> 
         try:
             got = await asyncio.to_thread(feed.poll)
         except ConsoleError as err:
-            rt.post(Notice(f"structured outputs of {job_id} unreadable: {err}", "warning"))
+            rt.post(Notice(f"structured outputs of {job_id} unreadable: {err}", Severity.WARNING))
             return
         if got:
             if not announced:
@@ -353,7 +354,7 @@ async def _structured(rt: ConsoleSession, feed: StructuredFeed, job_id: str) -> 
         bad = feed.state().bad_lines
         if bad > bad_said:  # never blind in silence: say what could not be read, with the count
             bad_said = bad
-            rt.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", "warning"))
+            rt.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", Severity.WARNING))
         if ended:
             rt.maybe_post_metrics(force=True)
             return

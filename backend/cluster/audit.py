@@ -13,6 +13,8 @@ import getpass
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,71 @@ def _scrub_obj(value: Any, secrets: dict[str, str] | None) -> Any:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One line of the audit log, as `record` wrote it (command and result already scrubbed)."""
+
+    time: str  # UTC ISO-8601
+    user: str
+    action: str
+    job: str | None
+    command: str
+    result: str
+    details: Mapping[str, Any] = field(default_factory=dict)  # the action's JSON object (e.g. a footprint)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "user": self.user,
+            "action": self.action,
+            "job": self.job,
+            "command": self.command,
+            "result": self.result,
+            "details": dict(self.details),
+        }
+
+
+class BadAuditLine(ValueError):
+    """A line of the audit file that is no entry; its message is the one-line reason."""
+
+
+_TEXT_FIELDS = ("time", "user", "action", "command", "result")
+
+
+def parse_entry(line: str) -> AuditEntry:
+    """The entry one line holds; BadAuditLine (one line, why) for a torn, foreign or hand-edited line."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise BadAuditLine("not JSON (a write cut short?)") from None
+    if not isinstance(data, dict):
+        raise BadAuditLine("not a JSON object")
+    wrong = [k for k in _TEXT_FIELDS if not isinstance(data.get(k), str)]
+    job, details = data.get("job"), data.get("details", {})
+    if job is not None and not isinstance(job, str):
+        wrong.append("job")
+    if not isinstance(details, dict):
+        wrong.append("details")
+    if wrong:
+        raise BadAuditLine(f"no text in {', '.join(wrong)}")
+    return AuditEntry(
+        data["time"], data["user"], data["action"], job, data["command"], data["result"], details
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRead:
+    """The entries read back, oldest first, and a one-line note on the lines skipped ("" when none)."""
+
+    entries: tuple[AuditEntry, ...]
+    note: str = ""
+
+
+def last_launch_command(entries: Iterable[AuditEntry], job_id: str) -> str:
+    """The (scrubbed) command of `job_id`'s last launch, or "" when this log never launched it."""
+    return next((e.command for e in reversed(list(entries)) if e.action == "launch" and e.job == job_id), "")
+
+
 def current_user() -> str:
     try:
         return getpass.getuser()
@@ -78,17 +145,17 @@ class AuditLog:
         details: dict[str, Any] | None = None,
         secrets: dict[str, str] | None = None,
         user: str | None = None,
-    ) -> dict[str, Any]:
-        entry = {
-            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "user": user or current_user(),
-            "action": action,
-            "job": job,
-            "command": scrub(command, secrets),
-            "result": scrub(result, secrets),
-            "details": _scrub_obj(details or {}, secrets),
-        }
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+    ) -> AuditEntry:
+        entry = AuditEntry(
+            datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            user or current_user(),
+            action,
+            job,
+            scrub(command, secrets),
+            scrub(result, secrets),
+            _scrub_obj(details or {}, secrets),
+        )
+        line = json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
@@ -103,20 +170,30 @@ class AuditLog:
             raise AuditError(f"cannot write the audit log {self.path}: {err.strerror or err}") from None
         return entry
 
-    def entries(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Entries oldest first (the last `limit` if given); a torn last line is skipped."""
+    def entries(self, limit: int | None = None) -> tuple[AuditEntry, ...]:
+        """Entries oldest first (the last `limit` lines' if given); lines that are no entry are skipped."""
+        return self.read(limit).entries
+
+    def read(self, limit: int | None = None) -> AuditRead:
+        """`entries` and a one-line note naming the lines skipped (a torn write, a hand edit)."""
         try:
             lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
         except FileNotFoundError:
-            return []
+            return AuditRead(())
         except OSError as err:
             raise AuditError(f"cannot read the audit log {self.path}: {err.strerror or err}") from None
-        out = []
-        for line in lines[-limit:] if limit else lines:
-            try:
-                item = json.loads(line)
-            except ValueError:
+        first = max(0, len(lines) - limit) if limit else 0
+        out: list[AuditEntry] = []
+        bad: list[str] = []
+        for number, line in enumerate(lines[first:], start=first + 1):
+            if not line.strip():
                 continue
-            if isinstance(item, dict):
-                out.append(item)
-        return out
+            try:
+                out.append(parse_entry(line))
+            except BadAuditLine as err:
+                bad.append(f"line {number}: {err}")
+        note = ""
+        if bad:
+            more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+            note = f"{len(bad)} unreadable line(s) of {self.path.name} skipped: {bad[0]}{more}"
+        return AuditRead(tuple(out), note)

@@ -202,8 +202,7 @@ class RunController:
             return False
         with contextlib.suppress(ConsoleError):
             return any(
-                e.get("action") in ("abort", "force-stop") and e.get("job") == job.id
-                for e in self.audit.entries(limit=200)
+                e.action in ("abort", "force-stop") and e.job == job.id for e in self.audit.entries(limit=200)
             )
         return False
 

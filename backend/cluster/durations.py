@@ -1,7 +1,7 @@
 """How long a run has been going (or went), as the state line, the status command and the abort modal say it.
 
-Ray reports job times in milliseconds since the epoch; everything here is in seconds. A terminal run's
-duration is fixed at its end time; a live one's grows with the clock.
+Ray reports job times in milliseconds since the epoch (backend.signals.clock converts them); everything here
+is in seconds. A terminal run's duration is fixed at its end time; a live one's grows with the clock.
 """
 
 from __future__ import annotations
@@ -22,11 +22,6 @@ def fmt_duration(seconds: float | None) -> str:
     if s >= 60:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s}s"
-
-
-def ms_to_s(ms: int | float | None) -> float | None:
-    """Ray's millisecond timestamps in seconds (None or 0: not set yet)."""
-    return ms / 1000.0 if ms else None
 
 
 @dataclass(frozen=True)

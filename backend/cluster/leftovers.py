@@ -18,16 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
+
+if TYPE_CHECKING:
+    from backend.cluster.audit import AuditEntry
 
 REAP_MARK = "ULTRA_CONSOLE_REAP "
 Identity = Literal["job", "unidentified", "exempt"]
@@ -389,11 +392,11 @@ async def kill_leftovers(
     return results
 
 
-def footprint_from_audit(entries: Iterable[Mapping[str, object]], job_id: str) -> JobFootprint | None:
+def footprint_from_audit(entries: Iterable[AuditEntry], job_id: str) -> JobFootprint | None:
     """The footprint the last abort of `job_id` recorded, if any."""
-    for entry in map(Fields, reversed(list(entries))):
-        fp = entry.obj("details").value("footprint")
-        if entry.value("job") == job_id and isinstance(fp, dict):
+    for entry in reversed(list(entries)):
+        fp = entry.details.get("footprint")
+        if entry.job == job_id and isinstance(fp, dict):
             with contextlib.suppress(TypeError, ValueError):
                 return JobFootprint.from_json(Fields(fp))
     return None

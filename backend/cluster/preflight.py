@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
@@ -20,6 +19,7 @@ from backend.cluster.telemetry import ClusterSnapshot, snapshot
 from backend.natural_order import natural_key
 from backend.plan.checks import Finding
 from backend.plan.spec import RunSpec
+from backend.severity import Severity
 
 EXPECTED_RAY = (2, 60)
 
@@ -57,7 +57,7 @@ def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
         out.append(
             Finding(
                 rule="P1",
-                severity="error",
+                severity=Severity.ERROR,
                 fields=("cluster.nodes", "cluster.gpus_per_node"),
                 message=(
                     f"the spec needs {need} nodes with {per} free GPUs each; the cluster has {len(big)} "
@@ -73,7 +73,7 @@ def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
         out.append(
             Finding(
                 rule="P1",
-                severity="info",
+                severity=Severity.INFO,
                 fields=("cluster.nodes",),
                 message=f"node {node.label} is {node.state}: {node.death_reason}",
                 fix="restart Ray on that host if it should be part of the run",
@@ -96,7 +96,7 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         out.append(
             Finding(
                 rule="P2",
-                severity="warning",
+                severity=Severity.WARNING,
                 fields=(),
                 message=(
                     f"Ray's reporter lists GPU memory in use on {label} with no run active"
@@ -112,7 +112,7 @@ def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
         out.append(
             Finding(
                 rule="P2",
-                severity="info",
+                severity=Severity.INFO,
                 fields=(),
                 message=(
                     f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} "
@@ -132,7 +132,7 @@ def _active(jobs: list[JobInfo]) -> list[Finding]:
         out.append(
             Finding(
                 rule="P3",
-                severity="error",
+                severity=Severity.ERROR,
                 fields=(),
                 message=(
                     f"{job_kind(job)} run {job.id}{f' (run {run})' if run else ''} is still {job.status}"
@@ -150,7 +150,7 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
         out.append(
             Finding(
                 rule="P4",
-                severity="error",
+                severity=Severity.ERROR,
                 fields=("paths.model_dir", "model.name"),
                 message=f"checkpoint directory {ckpt} does not exist on the head",
                 fix="download the checkpoint there or set paths.model_dir",
@@ -164,7 +164,7 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
             out.append(
                 Finding(
                     rule="P5",
-                    severity="error",
+                    severity=Severity.ERROR,
                     fields=("paths.data_dir", field),
                     message=f"dataset {path} does not exist on the head",
                     fix=f"download it there or set paths.data_dir / {field}",
@@ -175,7 +175,7 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
         out.append(
             Finding(
                 rule="P7",
-                severity="error",
+                severity=Severity.ERROR,
                 fields=("paths.miles_root", "paths.train_script"),
                 message=f"train script {script} does not exist on the head",
                 fix="set paths.miles_root to the miles checkout (or paths.train_script)",
@@ -189,7 +189,7 @@ def _version(version: str | None) -> list[Finding]:
         return [
             Finding(
                 rule="P6",
-                severity="warning",
+                severity=Severity.WARNING,
                 fields=(),
                 message="the dashboard did not report its Ray version",
                 fix="check `ray --version` on the head (the console is tested against Ray 2.60)",
@@ -201,7 +201,7 @@ def _version(version: str | None) -> list[Finding]:
         major, minor = -1, -1
     if (major, minor) == EXPECTED_RAY:
         return []
-    severity: Literal["warning", "error"] = "warning" if major == EXPECTED_RAY[0] else "error"
+    severity = Severity.WARNING if major == EXPECTED_RAY[0] else Severity.ERROR
     return [
         Finding(
             rule="P6",

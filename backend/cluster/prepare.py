@@ -27,6 +27,7 @@ from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 from backend.errors import ConsoleError
 from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
+from backend.severity import Severity
 
 JOB_SCRIPT = Path(__file__).with_name("prepare_job.py")
 MARK = "ULTRA_CONSOLE_PREPARE "
@@ -165,7 +166,7 @@ class PrepareReport:
             out.append(
                 Finding(
                     rule="P8",
-                    severity="error",
+                    severity=Severity.ERROR,
                     fields=("paths.model_dir", "paths.data_dir"),
                     message=f"node {node.label} is not ready: {what}"
                     + (f" (+{more} more)" if more > 0 else ""),
@@ -176,7 +177,7 @@ class PrepareReport:
             out.append(
                 Finding(
                     rule="P8",
-                    severity="error",
+                    severity=Severity.ERROR,
                     fields=(),
                     message="no alive node to prepare",
                     fix="start the Ray cluster's nodes",

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from backend.cluster.abort_policy import stop_settings
 from backend.cluster.dashboard import JobInfo
-from backend.cluster.durations import ms_to_s
 from backend.cluster.job_identity import is_run, job_kind, run_id_of
 from backend.cluster.telemetry import ClusterSnapshot
+from backend.signals.clock import seconds_from_ms
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunPhase
@@ -46,8 +46,8 @@ def describe(
         "message": (job.message or "").splitlines()[0] if job.message else None,
         "error_type": job.error_type,
         "failure_reason": failure_reason(job, snap),
-        "start_time": ms_to_s(job.start_time),
-        "end_time": ms_to_s(job.end_time),
+        "start_time": seconds_from_ms(job.start_time),
+        "end_time": seconds_from_ms(job.end_time),
         "driver_node_id": job.driver_node_id,
         "stop": dict(zip(("signal", "grace_s"), stop_settings(job), strict=True)),
         "is_run": is_run(job),

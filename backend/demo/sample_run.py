@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.cluster.telemetry import ClusterSnapshot, GpuSnapshot, NodeSnapshot
-from backend.signals.derived import RunFacts, derive
+from backend.signals.derived import RunFacts, derive_run_signals
 from backend.signals.metrics import MetricsCollector
 from backend.signals.monitor import MetricsSnapshot
 from backend.signals.store import LogStore
@@ -130,4 +130,4 @@ def metrics(rollouts: int = 12, num_rollout: int = 40) -> MetricsSnapshot:
     facts.pin("num_rollout", num_rollout)
     facts.pin("rollout_num_gpus", 128)
     facts.checkpoints.append((T0 + 5 * 60, 4))
-    return MetricsSnapshot(c.series.snapshot(), derive(c, facts, None, T0 + 12 * 60 + 30))
+    return MetricsSnapshot(c.series.snapshot(), derive_run_signals(c, facts, None, T0 + 12 * 60 + 30))

@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from backend.plan.finding import SEVERITY_RANK
+from backend.severity import Severity
 
-Severity = Literal["error", "warning", "info"]
 Status = Literal["checked", "covered", "n/a"]
 
 
@@ -32,7 +31,7 @@ ROLLOUT_POOL = ("rollout.num_gpus", "rollout.colocate", *CLUSTER)
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class LayoutRule:
     """One catalog row: what it checks, where the real stack enforces it, and which spec fields it touches."""
 
     id: str
@@ -49,7 +48,7 @@ class Rule:
 
     @property
     def severity(self) -> Severity:
-        return min(self.severities, key=SEVERITY_RANK.__getitem__)
+        return min(self.severities, key=lambda s: s.rank)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,28 +64,28 @@ class Rule:
         }
 
 
-ERR: tuple[Severity, ...] = ("error",)
-WARN: tuple[Severity, ...] = ("warning",)
-INFO: tuple[Severity, ...] = ("info",)
-ERR_WARN: tuple[Severity, ...] = ("error", "warning")
+ERR = (Severity.ERROR,)
+WARN = (Severity.WARNING,)
+INFO = (Severity.INFO,)
+ERR_WARN = (Severity.ERROR, Severity.WARNING)
 
-_CATALOG: tuple[Rule, ...] = (
+_CATALOG: tuple[LayoutRule, ...] = (
     # ---------------------------------------------------------------- A: Megatron process-group grid
-    Rule(
+    LayoutRule(
         "A1",
         "dense grid TP·PP·CP divides the world",
         ERR,
         ("train.tp", "train.pp", "train.cp", *CLUSTER),
         "mcore-0.19.2 parallel_state.py:822-823; MLM-fork parallel_state.py:744",
     ),
-    Rule(
+    LayoutRule(
         "A2",
         "expert grid ETP·EP·PP divides the world",
         ERR,
         ("train.etp", "train.ep", "train.pp", "train.tp", *CLUSTER),
         "mcore-0.19.2 parallel_state.py:875-884; MLM-fork :797",
     ),
-    Rule(
+    LayoutRule(
         "A3",
         "unset ETP defaults to TP in Megatron (1 in Bridge)",
         WARN,
@@ -96,7 +95,7 @@ _CATALOG: tuple[Rule, ...] = (
             "model_parallel_config.py:506-507; MB-0.6.2 transformer_config.py:80-88"
         ),
     ),
-    Rule(
+    LayoutRule(
         "A4",
         "pp-last rank order lets EDP differ from DP",
         ERR,
@@ -105,7 +104,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "the order string is not settable; miles uses the default tp-cp-ep-dp-pp, which ends in pp",
     ),
-    Rule(
+    LayoutRule(
         "A5",
         "EP and CP never in one rank generator",
         ERR,
@@ -114,7 +113,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "Megatron builds the dense grid with ep=1 and the expert grid with cp=1, so no spec reaches it",
     ),
-    Rule(
+    LayoutRule(
         "A6",
         "rank order names every size != 1",
         ERR,
@@ -123,23 +122,23 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "the order string is not settable",
     ),
-    Rule(
+    LayoutRule(
         "A7",
         "rank layout (TP fastest, PP slowest)",
         INFO,
         ("train.tp", "train.pp", "train.ep"),
         "mcore-0.19.2 parallel_state.py:617 RankGenerator",
         "n/a",
-        "descriptive, not a check: derive() reports the resulting group spans",
+        "descriptive, not a check: layout_figures() reports the resulting group spans",
     ),
-    Rule(
+    LayoutRule(
         "A8",
         "virtual pipeline needs PP > 1",
         ERR,
         ("train.vpp", "train.pp"),
         "mcore-0.19.2 parallel_state.py:827-831; MLM-fork :751",
     ),
-    Rule(
+    LayoutRule(
         "A9",
         "distributed-optimizer instances divide DP/EDP",
         ERR,
@@ -149,21 +148,21 @@ _CATALOG: tuple[Rule, ...] = (
         "num_distributed_optimizer_instances is not settable (default 1 divides everything)",
     ),
     # ------------------------------------------------------------- B: ModelParallelConfig / TransformerConfig
-    Rule(
+    LayoutRule(
         "B1",
         "attention heads split by TP",
         ERR,
         ("train.tp", "model.num_attention_heads"),
         "mcore-0.19.2 transformer_config.py:1323-1327; MLM-fork :1013",
     ),
-    Rule(
+    LayoutRule(
         "B2",
         "GQA query groups divide or are divided by TP",
         ERR,
         ("train.tp", "model.num_query_groups"),
         "mcore-0.19.2 transformer_config.py:1338-1345; MLM-fork :1029-1034",
     ),
-    Rule(
+    LayoutRule(
         "B3",
         "sequence parallel requires TP > 1 (core)",
         ERR,
@@ -172,14 +171,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "validate_args turns SP off at TP=1 before the core config sees it: reported as C5 (warning)",
     ),
-    Rule(
+    LayoutRule(
         "B4",
         "MoE + EP + TP without SP (config-time warning)",
         WARN,
         ("train.sequence_parallel", "train.tp", "train.ep"),
         "mcore-0.19.2 model_parallel_config.py:560-565; MLM-fork :452",
     ),
-    Rule(
+    LayoutRule(
         "B5",
         "PP needs pipeline_dtype",
         ERR,
@@ -188,7 +187,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "Bridge fills pipeline_dtype from params_dtype (MB-0.6.2 transformer_config.py:177-178)",
     ),
-    Rule(
+    LayoutRule(
         "B6",
         "EP needs experts",
         ERR,
@@ -197,7 +196,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "model.num_experts is required (> 0) by the spec schema",
     ),
-    Rule(
+    LayoutRule(
         "B7",
         "uneven first/last pipeline stages add up (checked at any PP)",
         ERR,
@@ -209,7 +208,7 @@ _CATALOG: tuple[Rule, ...] = (
         ),
         "mcore-0.19.2 transformer_config.py:1989-2062; MLM-fork :1472-1519",
     ),
-    Rule(
+    LayoutRule(
         "B8",
         "account-for-embedding/loss split",
         ERR,
@@ -218,7 +217,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "--account-for-embedding/loss-in-pipeline-split is never passed",
     ),
-    Rule(
+    LayoutRule(
         "B9",
         "explicit pipeline layout",
         ERR,
@@ -227,7 +226,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "--pipeline-model-parallel-layout is never passed",
     ),
-    Rule(
+    LayoutRule(
         "B10",
         "shared-expert overlap needs the alltoall dispatcher (fork); allgather is switched",
         ERR_WARN,
@@ -237,28 +236,28 @@ _CATALOG: tuple[Rule, ...] = (
             ":1197 (alltoall only); miles arguments.py:2715-2726"
         ),
     ),
-    Rule(
+    LayoutRule(
         "B11",
         "latent MoE forces shared-expert overlap off",
         WARN,
         ("train.moe_shared_expert_overlap", "model.moe_latent_size"),
         "MLM-fork moe/moe_layer.py:278-281; miles miles_plugins/megatron_bridge/nemotron_h.py:123-126",
     ),
-    Rule(
+    LayoutRule(
         "B12",
         "MoE bias needs ETP == 1",
         ERR,
         ("model.add_bias_linear", "train.etp", "train.tp"),
         "mcore-0.19.2 transformer_config.py:2279-2282",
     ),
-    Rule(
+    LayoutRule(
         "B13",
         "group-limited routing groups",
         ERR,
         ("model.n_group", "model.topk_group", "model.num_experts"),
         "mcore-0.19.2 transformer_config.py:2338-2356",
     ),
-    Rule(
+    LayoutRule(
         "B14",
         "recompute settings",
         ERR,
@@ -268,7 +267,7 @@ _CATALOG: tuple[Rule, ...] = (
             "megatron/training/arguments.py (selective ⇒ no method)"
         ),
     ),
-    Rule(
+    LayoutRule(
         "B15",
         "CPU activation offloading",
         ERR,
@@ -277,7 +276,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "--cpu-offloading is never passed (miles offloads the optimizer, not activations)",
     ),
-    Rule(
+    LayoutRule(
         "B16",
         "MTP + EP A2A overlap",
         ERR,
@@ -287,7 +286,7 @@ _CATALOG: tuple[Rule, ...] = (
         "--overlap-moe-expert-parallel-comm is never passed",
     ),
     # ---------------------------------------------------------------- C: megatron.training validate_args
-    Rule(
+    LayoutRule(
         "C1",
         "world divisible by TP·PP·CP (validate_args)",
         ERR,
@@ -296,14 +295,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "same condition as A1",
     ),
-    Rule(
+    LayoutRule(
         "C2",
         "even pipeline split: layers % PP",
         ERR,
         ("train.pp", "model.num_layers"),
         "mcore-0.19.2 arguments.py:950-964; MLM-fork :620-636",
     ),
-    Rule(
+    LayoutRule(
         "C3",
         "interleaved schedule needs PP > 1 (PP > 2 without p2p overlap)",
         ERR,
@@ -311,21 +310,21 @@ _CATALOG: tuple[Rule, ...] = (
         "mcore-0.19.2 arguments.py:966-975 (the console passes --num-virtual-stages-per-pipeline-rank, so "
         "the layers-per-virtual-stage check of :921-945 does not apply; a value of 1 means no interleaving)",
     ),
-    Rule(
+    LayoutRule(
         "C4",
         "experts divisible by EP",
         ERR,
         ("train.ep", "model.num_experts"),
         "mcore-0.19.2 arguments.py:1600-1603; MLM-fork :1089-1092; runtime moe_layer.py:185",
     ),
-    Rule(
+    LayoutRule(
         "C5",
         "sequence parallel silently off at TP=1",
         WARN,
         ("train.sequence_parallel", "train.tp"),
         "mcore-0.19.2 arguments.py:1390-1402; MLM-fork :968-980; MB-0.6.2 transformer_config.py:179-180",
     ),
-    Rule(
+    LayoutRule(
         "C6",
         "latent size positive",
         ERR,
@@ -334,7 +333,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "the spec schema requires moe_latent_size > 0 when set",
     ),
-    Rule(
+    LayoutRule(
         "C7",
         "eval batch divisibility",
         ERR,
@@ -343,14 +342,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "eval_global_batch_size/eval_micro_batch_size default to the training values: same numbers as C8",
     ),
-    Rule(
+    LayoutRule(
         "C8",
         "global batch divisible by micro batch × DP",
         ERR,
         ("batch.global_batch_size", "train.micro_batch_size", "train.tp", "train.pp", "train.cp", *CLUSTER),
         "mcore-0.19.2 num_microbatches_calculator.py:381-386; miles megatron_utils/initialize.py:105-112",
     ),
-    Rule(
+    LayoutRule(
         "C9",
         "hybrid pattern arguments",
         ERR,
@@ -359,21 +358,21 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "miles passes --num-layers, never --hybrid-layer-pattern",
     ),
-    Rule(
+    LayoutRule(
         "C10",
         "MTP needs rope/none position embedding",
         ERR,
         ("model.position_embedding_type", "run.extra_env"),
         "mcore-0.19.2 arguments.py:838-890",
     ),
-    Rule(
+    LayoutRule(
         "C11",
         "TP/CP > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1",
         ERR,
         ("run.extra_env", "train.tp", "train.cp"),
         "mcore-0.19.2 arguments.py:1413-1439; miles command_utils.py:201 sets it",
     ),
-    Rule(
+    LayoutRule(
         "C12",
         "validate_args does not check the expert grid",
         INFO,
@@ -383,28 +382,28 @@ _CATALOG: tuple[Rule, ...] = (
         "documents why A2/A3 are needed; A2 is checked",
     ),
     # ---------------------------------------------------------------- D: hybrid / Mamba
-    Rule(
+    LayoutRule(
         "D1",
         "Mamba heads split by TP",
         ERR,
         ("train.tp", "model.mamba_num_heads"),
         "mcore-0.19.2 ssm/mamba_mixer.py:260; MLM-fork :250",
     ),
-    Rule(
+    LayoutRule(
         "D2",
         "Mamba groups split by TP",
         ERR,
         ("train.tp", "model.mamba_num_groups"),
         "mcore-0.19.2 ssm/mamba_mixer.py:268; MLM-fork :258",
     ),
-    Rule(
+    LayoutRule(
         "D3",
         "Mamba heads per group integral",
         ERR,
         ("model.mamba_num_heads", "model.mamba_num_groups"),
         "mcore-0.19.2 ssm/mamba_mixer.py:239-249, 272",
     ),
-    Rule(
+    LayoutRule(
         "D4",
         "FP8 Mamba in_proj width % 16",
         ERR,
@@ -413,14 +412,14 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "the recipe trains in BF16 (no --fp8 flag in the spec)",
     ),
-    Rule(
+    LayoutRule(
         "D5",
         "hybrid pattern length equals num_layers",
         ERR,
         ("model.hybrid_pattern", "model.num_layers"),
         "MLM-fork ssm/mamba_hybrid_layer_allocation.py:193-204, 216-240",
     ),
-    Rule(
+    LayoutRule(
         "D6",
         "pattern length (0.19.2 / Bridge)",
         ERR,
@@ -429,7 +428,7 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "same condition as D5",
     ),
-    Rule(
+    LayoutRule(
         "D7",
         "hybrid PP split in miles' Megatron fork: no VPP, floor split, first/last ignored",
         ERR_WARN,
@@ -442,7 +441,7 @@ _CATALOG: tuple[Rule, ...] = (
         ),
         "MLM-fork ssm/mamba_block.py:121-131, 188-199",
     ),
-    Rule(
+    LayoutRule(
         "D8",
         "hybrid PP split (0.19.2 select_pipeline_segment)",
         ERR,
@@ -451,7 +450,7 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "miles runs the fork: C2 (layers % PP) and D7 (VPP, first/last) give the same verdicts",
     ),
-    Rule(
+    LayoutRule(
         "D9",
         "Bridge hybrid: no VPP",
         ERR,
@@ -460,7 +459,7 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "same condition as D7 (VPP set)",
     ),
-    Rule(
+    LayoutRule(
         "D10",
         "layer symbols valid (MTP pattern)",
         ERR,
@@ -470,7 +469,7 @@ _CATALOG: tuple[Rule, ...] = (
             "(main pattern symbols are enforced by the spec schema)"
         ),
     ),
-    Rule(
+    LayoutRule(
         "D11",
         "Bridge mamba chunk >= 1",
         ERR,
@@ -480,7 +479,7 @@ _CATALOG: tuple[Rule, ...] = (
         "mamba_chunk_size comes from the HF config, not the spec",
     ),
     # ---------------------------------------------------------------- E: MoE runtime
-    Rule(
+    LayoutRule(
         "E1",
         "local experts integral",
         ERR,
@@ -489,14 +488,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "same condition as C4 (validate_args catches it first)",
     ),
-    Rule(
+    LayoutRule(
         "E2",
         "MoE + TP training needs sequence parallel",
         ERR,
         ("train.sequence_parallel", "train.tp"),
         "mcore-0.19.2 moe/moe_layer.py:630-633; MLM-fork :396-397",
     ),
-    Rule(
+    LayoutRule(
         "E3",
         "latent projections need Transformer Engine",
         ERR,
@@ -505,7 +504,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "a property of the training image, not of the spec",
     ),
-    Rule(
+    LayoutRule(
         "E4",
         "tensor-parallel linear shards divide",
         ERR,
@@ -521,7 +520,7 @@ _CATALOG: tuple[Rule, ...] = (
         ),
         "megatron/core/tensor_parallel/layers.py (divide)",
     ),
-    Rule(
+    LayoutRule(
         "E5",
         "SP token padding",
         ERR,
@@ -531,36 +530,36 @@ _CATALOG: tuple[Rule, ...] = (
         "miles pads packed sequences to a multiple of TP itself",
     ),
     # ---------------------------------------------------------------- F: MTP with PP
-    Rule(
+    LayoutRule(
         "F1",
         "MTP block lives on the last pipeline stage",
         INFO,
         ("run.extra_env", "train.pp"),
         "mcore-0.19.2 transformer/multi_token_prediction.py:651-658, 693-712",
     ),
-    Rule(
+    LayoutRule(
         "F2",
         "MTP layers need an MTP pattern",
         ERR,
         ("model.mtp_num_layers", "model.mtp_pattern"),
         "MB-0.6.2 models/nemotronh/nemotron_h_bridge.py:253-262",
     ),
-    Rule(
+    LayoutRule(
         "F3",
         "MTP head only built with MILES_NEMOTRONH_KEEP_MTP",
-        ("error", "info"),
+        (Severity.ERROR, Severity.INFO),
         ("run.extra_env", "run.extra_args", "model.mtp_num_layers"),
         "miles miles_plugins/megatron_bridge/nemotron_h.py:133-137; miles arguments.py:3470",
     ),
     # ---------------------------------------------------------------- G: SGLang rollout engine
-    Rule(
+    LayoutRule(
         "G1",
         "DP-attention dp divides the engine TP",
         ERR,
         ("rollout.dp", "rollout.gpus_per_engine"),
         "SGL-0.5.16 server_args.py:5607; SGL-0.5.23 arg_groups/parallel_hook.py:326",
     ),
-    Rule(
+    LayoutRule(
         "G2",
         "attention DP bounds",
         ERR,
@@ -569,7 +568,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "miles passes dp with dp-attention, so replica dp stays 1; dp >= 1 is schema-enforced",
     ),
-    Rule(
+    LayoutRule(
         "G3",
         "multi-node DP needs DP-attention",
         ERR,
@@ -578,14 +577,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "H2 (miles) demands dp-attention for every dp > 1, single- or multi-node",
     ),
-    Rule(
+    LayoutRule(
         "G4",
         "engine TP divisible by its node count",
         ERR,
         ("rollout.gpus_per_engine", "cluster.gpus_per_node"),
         "SGL-0.5.16 server_args.py:7576-7579; SGL-0.5.23 validation_hook.py:179-181",
     ),
-    Rule(
+    LayoutRule(
         "G5",
         "moe_dense_tp_size",
         ERR,
@@ -594,7 +593,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "--sglang-moe-dense-tp-size is never passed",
     ),
-    Rule(
+    LayoutRule(
         "G6",
         "NemotronH BF16 on Hopper: rollout EP is 1 or the engine TP",
         ERR,
@@ -604,14 +603,14 @@ _CATALOG: tuple[Rule, ...] = (
             "+ moe_hook.py:80-92; SGL-0.5.16 server_args.py:5656-5666"
         ),
     ),
-    Rule(
+    LayoutRule(
         "G7",
         "Nemotron-H: no triton attention backend",
         ERR,
         ("rollout.sglang_attention_backend",),
         "SGL-0.5.16 server_args.py:4746-4753; SGL-0.5.23 parallel_hook.py:76-77",
     ),
-    Rule(
+    LayoutRule(
         "G8",
         "CP / moe_dp relations",
         ERR,
@@ -620,28 +619,28 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "attn_cp and moe_dp are never passed (both 1)",
     ),
-    Rule(
+    LayoutRule(
         "G9",
         "Mamba mixer under attention TP",
         ERR,
         ("rollout.gpus_per_engine", "rollout.dp", "model.mamba_num_heads", "model.mamba_num_groups"),
         "SGL-0.5.16 layers/attention/mamba/mamba.py:231-252; SGL-0.5.23 :233-251",
     ),
-    Rule(
+    LayoutRule(
         "G10",
         "NemotronH attention under attention TP",
         ERR,
         ("rollout.gpus_per_engine", "rollout.dp", "model.num_attention_heads", "model.num_query_groups"),
         "SGL-0.5.16 models/nemotron_h.py:615-625; SGL-0.5.23 :696-706",
     ),
-    Rule(
+    LayoutRule(
         "G11",
         "fused MoE sharding in the engine",
         ERR,
         ("rollout.ep", "rollout.gpus_per_engine", "model.num_experts", "model.moe_ffn_hidden_size"),
         "SGL-0.5.16 layers/moe/fused_moe_triton/layer.py:249,256; SGL-0.5.23 :414,427",
     ),
-    Rule(
+    LayoutRule(
         "G12",
         "engine world = TP·PP on whole nodes",
         ERR_WARN,
@@ -649,37 +648,37 @@ _CATALOG: tuple[Rule, ...] = (
         "SGL-0.5.16 distributed/parallel_state.py:2180-2185; miles ray/rollout/server_group.py:49-56",
     ),
     # ---------------------------------------------------------------- H: miles
-    Rule(
+    LayoutRule(
         "H1",
         "SGLang TP = GPUs per engine",
         INFO,
         ("rollout.gpus_per_engine",),
         "miles backends/sglang_utils/arguments.py:184",
         "n/a",
-        "an identity, reported by derive()",
+        "an identity, reported by layout_figures()",
     ),
-    Rule(
+    LayoutRule(
         "H2",
         "sglang dp > 1 needs dp-attention",
         ERR,
         ("rollout.dp", "rollout.enable_dp_attention"),
         "miles backends/sglang_utils/arguments.py:193-194",
     ),
-    Rule(
+    LayoutRule(
         "H3",
         "colocate forces the rollout GPU count",
         ERR_WARN,
         ROLLOUT_POOL,
         "miles utils/arguments.py:3296-3317; ray/placement_group.py:92-105",
     ),
-    Rule(
+    LayoutRule(
         "H4",
         "engines per rollout pool (floor division)",
         ERR_WARN,
         ("rollout.gpus_per_engine", *ROLLOUT_POOL),
         "miles ray/rollout/rollout_server.py:47-49; ray/rollout/server_group.py:51,72",
     ),
-    Rule(
+    LayoutRule(
         "H5",
         "sglang-config GPU total",
         ERR,
@@ -688,7 +687,7 @@ _CATALOG: tuple[Rule, ...] = (
         "n/a",
         "--sglang-config is never passed",
     ),
-    Rule(
+    LayoutRule(
         "H6",
         "global batch vs samples per rollout",
         ERR_WARN,
@@ -700,21 +699,21 @@ _CATALOG: tuple[Rule, ...] = (
         ),
         "miles utils/arguments.py:3431-3439; ray/rollout/rollout_data_conversion.py:42-48",
     ),
-    Rule(
+    LayoutRule(
         "H7",
         "over-sampling batch >= rollout batch",
         ERR,
         ("batch.over_sampling_batch_size", "batch.rollout_batch_size"),
         "miles utils/arguments.py:3450-3453",
     ),
-    Rule(
+    LayoutRule(
         "H8",
         "dynamic batch needs max_tokens_per_gpu",
         ERR,
         ("train.use_dynamic_batch_size", "batch.max_tokens_per_gpu"),
         "miles utils/arguments.py:3155-3158",
     ),
-    Rule(
+    LayoutRule(
         "H9",
         "local batch per DP rank",
         ERR,
@@ -723,14 +722,14 @@ _CATALOG: tuple[Rule, ...] = (
         "covered",
         "with C8 satisfied every DP rank gets GBS/DP samples and the micro-batch count divides",
     ),
-    Rule(
+    LayoutRule(
         "H10",
         "first/last stage sizes only with PP > 1",
         ERR,
         ("train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers", "train.pp"),
         "miles utils/arguments.py:2722-2726",
     ),
-    Rule(
+    LayoutRule(
         "H11",
         "HF config vs Megatron args",
         ERR,
@@ -742,7 +741,7 @@ _CATALOG: tuple[Rule, ...] = (
             "preflight compares it with the checkpoint's config.json"
         ),
     ),
-    Rule(
+    LayoutRule(
         "H12",
         "launcher layout table (run_nemotron_3_ultra_550b_a55b.py)",
         INFO,
@@ -760,14 +759,14 @@ _CATALOG: tuple[Rule, ...] = (
         "miles scripts/run_nemotron_3_ultra_550b_a55b.py:113-143, 211-212",
     ),
     # ---------------------------------------------------------------- M: ours — memory (backend.plan.sizing)
-    Rule(
+    LayoutRule(
         "M1",
         "training weights + fp32 grads (+ optimizer if not offloaded) fit in HBM",
         ERR_WARN,
         ("cluster.gpu_memory_gb", "train.tp", "train.pp", "train.ep", "train.etp", "optimizer.cpu_offload"),
         "ultra-console's own estimate (backend.plan.sizing)",
     ),
-    Rule(
+    LayoutRule(
         "M2",
         "offloaded Adam state + host grad copies fit in host RAM per node",
         ERR_WARN,
@@ -782,7 +781,7 @@ _CATALOG: tuple[Rule, ...] = (
         ),
         "ultra-console's own estimate (backend.plan.sizing)",
     ),
-    Rule(
+    LayoutRule(
         "M3",
         "rollout weights per GPU fit in mem_fraction × HBM",
         ERR_WARN,
@@ -797,7 +796,7 @@ _CATALOG: tuple[Rule, ...] = (
     ),
 )
 
-RULES: dict[str, Rule] = {rule.id: rule for rule in _CATALOG}
+RULES: dict[str, LayoutRule] = {rule.id: rule for rule in _CATALOG}
 """Every catalog rule by id, in catalog order (A–H, then M)."""
 
 CHECKED: tuple[str, ...] = tuple(r.id for r in _CATALOG if r.status == "checked")

@@ -1,7 +1,7 @@
 """The numbers a layout implies: data-parallel sizes, the pipeline split, the rollout engines, the batch
 arithmetic and the memory per GPU and per node.
 
-`derive(spec)` computes them from the same context the rules read, so a number on screen and the rule
+`layout_figures(spec)` computes them from the same context the rules read, so a number on screen and the rule
 that judges it never disagree. The result is a frozen dataclass; `to_json` gives every figure under
 one flat name (what `plan --json` prints, what the plan preview carries and the panels list, in that
 order) and `from_json` reads it back.
@@ -220,8 +220,8 @@ class MemoryFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Derived:
-    """Everything `derive` computes for one spec."""
+class LayoutFigures:
+    """Everything `layout_figures` computes for one spec."""
 
     training: TrainingLayout
     rollout: RolloutLayout
@@ -240,7 +240,7 @@ class Derived:
         )
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Derived:
+    def from_json(cls, data: Mapping[str, Any]) -> LayoutFigures:
         return cls(
             TrainingLayout.from_json(data),
             RolloutLayout.from_json(data),
@@ -250,7 +250,7 @@ class Derived:
         )
 
 
-def derive(spec: RunSpec) -> Derived:
+def layout_figures(spec: RunSpec) -> LayoutFigures:
     """The numbers a layout implies; answers for a layout that breaks rules too (None where not whole)."""
     # Imported here: reading a copy back (the first frame) needs neither the rule engine nor the sizing.
     from backend.plan import sizing
@@ -314,4 +314,4 @@ def derive(spec: RunSpec) -> Derived:
         rollout_weights_gb_per_gpu=_r3(rollout_gb) if rollout_gb is not None else None,
         rollout_static_gb_per_gpu=_r3(c.mem_fraction * c.hbm),
     )
-    return Derived(training, rollout, batch, memory, _r3(sizing.total_params(c.m) / 1e9))
+    return LayoutFigures(training, rollout, batch, memory, _r3(sizing.total_params(c.m) / 1e9))

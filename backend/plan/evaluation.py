@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
-from backend.plan.derived import Derived
+from backend.plan.derived import LayoutFigures
 from backend.plan.finding import Finding
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class PlanEvaluation:
     field_errors: dict[str, str] = field(default_factory=dict)  # path -> why its text is refused
     error: str | None = None  # a problem no single field owns
     findings: list[Finding] = field(default_factory=list)  # worst first, as check() orders them
-    derived: Derived | None = None  # None while there is no valid spec
+    derived: LayoutFigures | None = None  # None while there is no valid spec
     command: str = ""  # the copyable `ray job submit` line, secrets redacted ("" while invalid)
     summary: str = "no valid spec"
     # Not carried through JSON, like the spec: what was built, or why it could not be.
@@ -57,7 +57,7 @@ class PlanEvaluation:
             {str(k): str(v) for k, v in data["field_errors"].items()},
             data["error"],
             [Finding.from_json(f) for f in data["findings"]],
-            None if derived is None else Derived.from_json(derived),
+            None if derived is None else LayoutFigures.from_json(derived),
             str(data["command"]),
             str(data["summary"]),
         )
@@ -78,10 +78,12 @@ def evaluate_spec(
     """A built spec checked, derived and turned into its submission. Never raises for a submission that
     cannot be built: `command` says why and `submission_error` holds the error."""
     from backend.plan.checks import check
-    from backend.plan.derived import derive
+    from backend.plan.derived import layout_figures
     from backend.plan.submission import build_submission
 
-    out = PlanEvaluation(spec, True, findings=check(spec), derived=derive(spec), summary=summary_of(spec))
+    out = PlanEvaluation(
+        spec, True, findings=check(spec), derived=layout_figures(spec), summary=summary_of(spec)
+    )
     try:
         out.submission = build_submission(spec, run_id=run_id, secrets=secrets)
     except ConsoleError as err:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}  # worst first
+from backend.severity import Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +18,7 @@ class Finding:
     """One rule verdict about one spec: what is wrong (with the numbers) and the nearest legal values."""
 
     rule: str
-    severity: Literal["error", "warning", "info"]
+    severity: Severity  # error, warning or info
     fields: tuple[str, ...]
     message: str
     fix: str
@@ -36,7 +36,7 @@ class Finding:
     def from_json(cls, data: Mapping[str, Any]) -> Finding:
         return cls(
             str(data["rule"]),
-            data["severity"],
+            Severity(data["severity"]),
             tuple(str(f) for f in data["fields"]),
             str(data["message"]),
             str(data["fix"]),
@@ -44,4 +44,4 @@ class Finding:
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:
-    return any(f.severity == "error" for f in findings)
+    return any(f.severity is Severity.ERROR for f in findings)

@@ -22,9 +22,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backend.plan.view_start import PlanStart
 
 WAIT_S = 5.0  # after this the console stops waiting and computes the plan itself
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -32,6 +36,42 @@ _BOOT = (
     f"import sys; sys.path.insert(0, {ROOT!r}); from "
     "backend.plan.preview_process import main; sys.exit(main())"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewBasics:
+    """The helper's first answer for good settings: what the first frame needs before they are loaded."""
+
+    address: str
+    readonly: bool
+    keys: Mapping[str, str]  # the operator's key remaps (validated by the console's keymap)
+    run_id: str  # the run id the command preview holds
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewRefused:
+    """The helper's first answer for bad settings: one line, as `load_settings` says it."""
+
+    error: str
+
+
+SettingsAnswer = PreviewBasics | PreviewRefused
+
+
+def parse_settings_answer(data: Mapping[str, object]) -> SettingsAnswer | None:
+    """The typed first answer, or None for any other shape (the console then loads the settings itself)."""
+    if set(data) == {"error"}:
+        error = data["error"]
+        return PreviewRefused(error) if isinstance(error, str) else None
+    settings, run_id = data.get("settings"), data.get("run_id")
+    if not isinstance(settings, dict) or not isinstance(run_id, str):
+        return None
+    address, readonly, keys = settings.get("address"), settings.get("readonly"), settings.get("keys")
+    if not (isinstance(address, str) and isinstance(readonly, bool) and isinstance(keys, dict)):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        return None
+    return PreviewBasics(address, readonly, keys, run_id)
 
 
 class Preview:
@@ -44,23 +84,28 @@ class Preview:
         self._lines: list[dict[str, Any] | None] = []
         self._failed = False
 
-    def settings_answer(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
-        """{"settings": {address, readonly, keys}, "run_id": ...} or {"error": one line} or None."""
-        answer = self._line(0, timeout)
-        if answer is None or _well_formed(answer):
-            return answer
-        self._fail()
-        self._lines[0] = None
-        return None
+    def settings_answer(self, timeout: float = WAIT_S) -> SettingsAnswer | None:
+        """The settings' basics and the run id, or the one-line error; None when the helper gave neither."""
+        line = self._line(0, timeout)
+        answer = parse_settings_answer(line) if line is not None else None
+        if line is not None and answer is None:
+            self._fail()
+            self._lines[0] = None
+        return answer
 
-    def plan(self, timeout: float = WAIT_S) -> dict[str, Any] | None:
-        """The `PlanStart` as JSON, or None."""
+    def plan(self, timeout: float = WAIT_S) -> PlanStart | None:
+        """The plan view's start as the helper computed it, or None (the view then computes it)."""
         answer = self._line(1, timeout)
         if answer is None:
             return None
         # It exits by itself now; reap it off the console's thread rather than wait for its shutdown.
         threading.Thread(target=self._proc.wait, name="plan-preview-reaper", daemon=True).start()
-        return answer.get("start")
+        from backend.plan.view_start import PlanStart  # pydantic-free; loaded only once a plan came back
+
+        try:
+            return PlanStart.from_json(answer["start"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def _line(self, index: int, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
@@ -104,19 +149,6 @@ class Preview:
         self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
-
-
-def _well_formed(answer: dict[str, Any]) -> bool:
-    if set(answer) == {"error"}:
-        return isinstance(answer["error"], str)
-    settings = answer.get("settings")
-    return (
-        isinstance(settings, dict)
-        and isinstance(answer.get("run_id"), str)
-        and isinstance(settings.get("address"), str)
-        and isinstance(settings.get("readonly"), bool)
-        and isinstance(settings.get("keys"), dict)
-    )
 
 
 def _cores() -> int:

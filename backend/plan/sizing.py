@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backend.plan.spec import ModelFacts
 
 GB = 1e9
 BF16, FP32 = 2, 4
@@ -89,8 +92,9 @@ class LayerParams:
         return self.router + self.latent + self.shared + self.moe_norm
 
 
-def layer_params(model: Any) -> LayerParams:
-    """The model's per-block counts; cached on its dimensions, since every check and derive asks for them."""
+def layer_params(model: ModelFacts) -> LayerParams:
+    """The model's per-block counts; cached on its dimensions,
+    since every check and layout_figures asks for them."""
     return _layer_params(
         model.hidden_size,
         model.num_attention_heads,
@@ -156,12 +160,12 @@ def _layer_params(
     )
 
 
-def padded_vocab(model: Any, tp: int) -> int:
+def padded_vocab(model: ModelFacts, tp: int) -> int:
     mult = model.make_vocab_size_divisible_by * tp
     return -(-model.vocab_size // mult) * mult
 
 
-def total_params(model: Any) -> int:
+def total_params(model: ModelFacts) -> int:
     """Whole model, unsharded, without the MTP block (miles does not build it by default)."""
     lp = layer_params(model)
     p = model.hybrid_pattern
@@ -189,7 +193,7 @@ class StageParams:
 
 
 def train_stage_params(
-    model: Any, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool
+    model: ModelFacts, tp: int, pp: int, ep: int, etp: int, keep_mtp: bool
 ) -> tuple[StageParams, ...]:
     """Per-GPU parameters of each pipeline stage, sharded as above."""
     lp = layer_params(model)
@@ -227,7 +231,7 @@ def train_stage_params(
     return tuple(out)
 
 
-def rollout_params_per_gpu(model: Any, gpus_per_engine: int, attn_tp: int) -> float:
+def rollout_params_per_gpu(model: ModelFacts, gpus_per_engine: int, attn_tp: int) -> float:
     """Estimated weights one SGLang GPU holds (routed experts over the engine, the rest over attn_tp)."""
     lp = layer_params(model)
     p = model.hybrid_pattern

@@ -23,7 +23,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,12 +31,13 @@ from typing import Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import one_line
+from backend.severity import Severity
 from backend.signals.actors import TRAIN, role_of
 from backend.signals.bounded_json import SHIM_LINE
 from backend.signals.bounded_json import loads as bounded_loads
 from backend.signals.failures import Diagnosis, FailureEvent, FailureScanner, diagnose
 from backend.signals.failures.owner import line_label, traceback_owner
-from backend.signals.grammar import REPEATED, parse_line, parse_prefix_inner
+from backend.signals.grammar import REPEATED, ParsedLine, parse_line, parse_prefix_inner
 from backend.signals.metrics import Point, lines_containing
 from backend.signals.rank_phases import LaneKey, RankPhases, lane_name, rounds_after
 from backend.signals.series import Series
@@ -48,7 +49,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SEVERITIES = ("critical", "warning", "info")
+SEVERITIES = (Severity.CRITICAL, Severity.WARNING, Severity.INFO)  # the scale alerts use
 METRIC_CHECKS = ("above", "below", "nonfinite", "climb", "spike", "collapse")
 RANK_CHECKS = ("straggler", "no_progress")  # per-rank phases (backend.signals.rank_phases)
 BLIND_CHECKS = (
@@ -81,19 +82,22 @@ class AlertRuleError(ConsoleError):
 
 
 @dataclass(frozen=True)
-class Rule:
+class AlertRule:
     id: str
-    severity: str
+    severity: Severity
     when: str
     message: str
     metrics: tuple[str, ...] = ()
-    params: dict[str, Any] = field(default_factory=dict)
+    numbers: Mapping[str, float] = field(default_factory=dict)  # thresholds, windows, factors (the file's)
+    words: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # `field`, `noise`, `once_by`
     pattern: re.Pattern[str] | None = None
     hints: tuple[str, ...] = ()  # literal text every line the pattern matches holds (found with str.find)
 
     def param(self, name: str, default: float) -> float:
-        value = self.params.get(name, default)
-        return float(value)
+        return self.numbers.get(name, default)
+
+    def texts(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        return self.words.get(name, default)
 
 
 @dataclass
@@ -101,7 +105,7 @@ class Alert:
     """A fired rule. `step` is where the episode began; `last_step`/`count` follow it while it lasts."""
 
     id: str
-    severity: str
+    severity: Severity
     message: str
     step: float | None = None
     key: str | None = None
@@ -120,7 +124,7 @@ class Alert:
             step = int(step)
         return {
             "id": self.id,
-            "severity": self.severity,
+            "severity": self.severity.value,
             "message": self.message,
             "step": step,
             "key": self.key,
@@ -134,7 +138,7 @@ def default_rules_path() -> Path:
     return Path(str(resources.files("configs").joinpath("alerts.toml")))
 
 
-def load_rules(path: str | Path | None = None) -> list[Rule]:
+def load_rules(path: str | Path | None = None) -> list[AlertRule]:
     """Parse and validate rule definitions; a bad file is one clear error."""
     path = Path(path) if path is not None else default_rules_path()
     try:
@@ -148,7 +152,8 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
         if not isinstance(rid, str) or not rid or rid in seen:
             raise AlertRuleError(f"{where}: needs a unique string id")
         seen.add(rid)
-        if raw.get("severity") not in SEVERITIES:
+        severity = Severity.parse(raw.get("severity"))
+        if severity not in SEVERITIES:
             raise AlertRuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
         when = raw.get("when")
         if when not in METRIC_CHECKS + OTHER_CHECKS:
@@ -172,12 +177,30 @@ def load_rules(path: str | Path | None = None) -> list[Rule]:
             hints = tuple(raw.get("hints", ()))
             if not hints or not all(isinstance(h, str) and h for h in hints):
                 raise AlertRuleError(f"{where}: a log rule needs hints (literal text its lines hold)")
-        params = {k: v for k, v in raw.items() if k not in _RESERVED}
-        rules.append(Rule(rid, raw["severity"], when, raw["message"], metrics, params, pattern, hints))
+        numbers, words = _params(raw, where)
+        rules.append(AlertRule(rid, severity, when, raw["message"], metrics, numbers, words, pattern, hints))
     return rules
 
 
-def _fmt(value: Any) -> str:
+def _params(raw: dict[str, object], where: str) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
+    """A rule's other keys: numbers, and words (a string or a list of them); anything else is refused."""
+    numbers: dict[str, float] = {}
+    words: dict[str, tuple[str, ...]] = {}
+    for name, value in raw.items():
+        if name in _RESERVED:
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            numbers[name] = value
+        elif isinstance(value, str):
+            words[name] = (value,)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            words[name] = tuple(value)
+        else:
+            raise AlertRuleError(f"{where}: {name} must be a number, a string or a list of strings")
+    return numbers, words
+
+
+def _fmt(value: object) -> str:
     if value is None:
         return "?"
     if isinstance(value, float):
@@ -195,19 +218,19 @@ class _Fields(dict):
 class AlertEngine:
     """Evaluates rules; keeps what fired, in order; tells subscribers."""
 
-    def __init__(self, rules: list[Rule] | None = None, *, expected_scaling: float = 5.0) -> None:
+    def __init__(self, rules: list[AlertRule] | None = None, *, expected_scaling: float = 5.0) -> None:
         self.rules = rules if rules is not None else load_rules()
         self.expected_scaling = expected_scaling
         self.alerts: list[Alert] = []
         self.shim = ShimLedger()  # train actors and the shim reports their processes made
         self.shim_lines_seen = 0  # how many actors logged the line, counting Ray's dedup
-        self._by_metric: dict[str, list[Rule]] = {}
+        self._by_metric: dict[str, list[AlertRule]] = {}
         for rule in self.rules:
             for key in rule.metrics:
                 self._by_metric.setdefault(key, []).append(rule)
         self._log_rules = [r for r in self.rules if r.when == "log"]
         self._episodes: dict[tuple[str, str], Alert] = {}
-        self._fired: set[tuple[Any, ...]] = set()
+        self._fired: set[tuple[object, ...]] = set()
         self._listeners: list[Callable[[Alert], None]] = []
         self.job_status = ""  # the Ray job's status, as the controller last reported it
         self.version = 0  # bumped whenever an alert fires or a blind spot's count changes (UI refresh)
@@ -227,17 +250,17 @@ class AlertEngine:
         """Copies of the alerts so far, for another thread (an episode's count keeps growing here)."""
         return [dataclasses.replace(a) for a in self.alerts]
 
-    def _rule(self, when: str) -> Rule | None:
+    def _rule(self, when: str) -> AlertRule | None:
         return next((r for r in self.rules if r.when == when), None)
 
     def _fire(
         self,
-        rule: Rule,
-        fields: dict[str, Any],
+        rule: AlertRule,
+        fields: Mapping[str, object],
         *,
         step: float | None = None,
         key: str | None = None,
-        once: tuple[Any, ...] | None = None,
+        once: tuple[object, ...] | None = None,
         sample: str = "",
     ) -> Alert | None:
         if once is not None:
@@ -297,9 +320,9 @@ class AlertEngine:
                 fired.append(alert)
         return fired
 
-    def _check(self, rule: Rule, point: Point, series: Series | None) -> tuple[bool, dict[str, Any]]:
+    def _check(self, rule: AlertRule, point: Point, series: Series | None) -> tuple[bool, dict[str, object]]:
         v = point.value
-        fields: dict[str, Any] = {k: v for k, v in rule.params.items() if isinstance(v, int | float)}
+        fields: dict[str, object] = dict(rule.numbers)
         if rule.when == "nonfinite":
             return not math.isfinite(v), fields
         if not math.isfinite(v):
@@ -364,7 +387,7 @@ class AlertEngine:
                 kind = self.failures.catalog.kind(event.kind)
                 alert = Alert(
                     event.kind,
-                    "warning" if kind.cascade == "report" else "critical",
+                    Severity.WARNING if kind.cascade == "report" else Severity.CRITICAL,
                     "",
                     key=event.who,
                     sample=_sample(event.line),
@@ -401,7 +424,7 @@ class AlertEngine:
             succeeded=self.failures.succeeded or self.job_status == "SUCCEEDED",
         )
 
-    def _log_line(self, rule: Rule, line: str, text: str, start: int) -> Alert | None:
+    def _log_line(self, rule: AlertRule, line: str, text: str, start: int) -> Alert | None:
         assert rule.pattern is not None
         m = rule.pattern.search(line)
         if m is None:
@@ -412,10 +435,10 @@ class AlertEngine:
             groups.setdefault(name[: -len("_alt")], groups.pop(name))
         owner = parsed if parsed.actor is not None else _owner_in(text, start)
         actor = groups.pop("actor", None) or line_label(owner)
-        fields: dict[str, Any] = {k: v.strip()[:200] for k, v in groups.items()}
+        fields: dict[str, str] = {k: v.strip()[:200] for k, v in groups.items()}
         fields.setdefault("reason", "no reason given")
         fields["actor"] = actor
-        once_by = tuple(str(fields.get(name, "")) for name in rule.params.get("once_by", ("actor",)))
+        once_by = tuple(fields.get(name, "") for name in rule.texts("once_by", ("actor",)))
         return self._fire(rule, fields, key=actor, once=(rule.id, *once_by), sample=parsed.message)
 
     def on_log_lines(self, first: int, count: int, text: str) -> None:
@@ -423,7 +446,7 @@ class AlertEngine:
         self.on_log_text(text)
 
     @property
-    def shim_reports(self) -> dict[str, dict[str, Any]]:
+    def shim_reports(self) -> dict[str, dict[str, object]]:
         """Train actor -> the fields it logged: only reports
         its own process made (backend.signals.shim_reports)."""
         return self.shim.trusted()
@@ -463,7 +486,7 @@ class AlertEngine:
         rule = self._rule("shim_fields")
         if rule is None:
             return []
-        name = str(rule.params.get("field", "moe_router_topk_scaling_factor"))
+        name = rule.texts("field", ("moe_router_topk_scaling_factor",))[0]
         value = parsed.fields.get(name)
         ok = (
             isinstance(value, int | float)
@@ -503,7 +526,7 @@ class AlertEngine:
         self._ray_reason = one_line(message or "Ray gave no reason")[:300]
         return self._fire(rule, self._failed_fields(), once=(rule.id, status), sample=self._failed_sample())
 
-    def _failed_fields(self) -> dict[str, Any]:
+    def _failed_fields(self) -> dict[str, str]:
         cause = self.failure_cause()
         reason = f"{cause.message} (Ray: {self._ray_reason})" if cause is not None else self._ray_reason
         return {"status": "failed", "reason": reason}
@@ -536,13 +559,12 @@ class AlertEngine:
     def noise_needles(self) -> tuple[str, ...]:
         """What health-check noise looks like (the hang rule's `noise`, as data)."""
         rule = self._rule("hang")
-        noise = rule.params.get("noise", ()) if rule is not None else ()
-        return tuple(str(n) for n in noise)
+        return rule.texts("noise") if rule is not None else ()
 
     # ------------------------------------------------------------------ blind spots
 
     def _update(
-        self, rule: Rule, episode: str, fields: dict[str, Any], count: int, sample: str
+        self, rule: AlertRule, episode: str, fields: Mapping[str, object], count: int, sample: str
     ) -> Alert | None:
         """Fire a blind-spot alert once per episode; while it lasts, keep its count and message current."""
         current = self._episodes.get((rule.id, episode))
@@ -836,7 +858,7 @@ def _lines_at(text: str, needle: str) -> Iterator[tuple[int, str]]:
         pos = text.find(needle, end)
 
 
-def _owner_in(text: str, start: int) -> Any:
+def _owner_in(text: str, start: int) -> ParsedLine | None:
     """The process a prefix-less line at `start` of `text` belongs to (its traceback's first line)."""
     head = text[max(0, start - 64 * 1024) : start]
     lines = head.split("\n")

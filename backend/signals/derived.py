@@ -21,7 +21,19 @@ from backend.signals.dump_reader import DumpBatch, num
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 from backend.signals.rank_phases import RankPhases
-from backend.signals.run_signals import CheckpointState, Progress, RunSignals, Throughput, TimePerRollout
+from backend.signals.run_signals import (
+    CheckpointState,
+    EngineSummary,
+    GpuSummary,
+    OpenPhase,
+    PhaseStat,
+    PhaseSummary,
+    Progress,
+    RunSignals,
+    StreamsSummary,
+    Throughput,
+    TimePerRollout,
+)
 
 FACT_KEYS = (
     "num_rollout",
@@ -212,7 +224,7 @@ def engine_totals(values: dict[tuple[str, str, str], float]) -> dict[str, float]
     return dict(sorted(out.items()))
 
 
-class Telemetry:
+class DashboardStreams:
     """Summaries of the dashboard streams: latest per GPU, phase durations and open phases, engine gauges.
 
     A phase's close is matched to its open by `t0`: miles sends an open marker at once and closes in batches,
@@ -223,7 +235,7 @@ class Telemetry:
         self.phase_durations: dict[str, deque[float]] = {}
         self.open_phases: dict[tuple[str, int, str, str], float] = {}
         self._closed_t0: dict[tuple[str, int, str, str], float] = {}  # the newest closed t0 per phase key
-        self.engines: dict[tuple[str, str, str], float] = {}
+        self.engines: dict[tuple[str, str, str], float] = {}  # (addr, metric, labels) -> newest value
         self.ranks = RankPhases()  # per-rank spans and rounds (the timeline, stragglers)
         self.last_ts = math.nan
         self._history = history
@@ -239,15 +251,10 @@ class Telemetry:
             }
             self._seen(num(g.get("ts")))
         for p in batch.phases:
-            name, t0, t1 = str(p.get("name")), num(p.get("t0")), num(p.get("t1"))
-            phase = (
-                str(p.get("node")),
-                int(num(p.get("rank"))) if math.isfinite(num(p.get("rank"))) else -1,
-                str(p.get("role")),
-                name,
-            )
+            name, t0, t1 = p.name, p.t0, p.t1
+            phase = (p.node, p.rank, p.role, name)
             self.ranks.add_event(p)
-            if t1 == -1.0:
+            if p.is_open:
                 if t0 > self._closed_t0.get(phase, -math.inf):  # not an open whose close came first
                     self.open_phases[phase] = t0
                 self._seen(t0)
@@ -258,15 +265,8 @@ class Telemetry:
                 self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
                 self._seen(t1)
         for e in batch.engine_series:
-            raw_labels = e.get("labels")
-            labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
-            engine = (
-                str(e.get("addr")),
-                str(e.get("metric")),
-                ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
-            )
-            self.engines[engine] = num(e.get("value"))
-            self._seen(num(e.get("ts")))
+            self.engines[(e.addr, e.metric, e.labels)] = e.value
+            self._seen(e.ts)
 
     def _seen(self, ts: float) -> None:
         if math.isfinite(ts) and not ts <= self.last_ts:
@@ -276,41 +276,31 @@ class Telemetry:
         durations = self.phase_durations.get(name)
         return statistics.median(durations) if durations else None
 
-    def summary(self, now: float) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def summary(self, now: float) -> StreamsSummary:
+        gpu = phases = engines = None
         if self.gpus:
             utils = [g["util"] for g in self.gpus.values() if math.isfinite(g["util"])]
             per_node: dict[str, list[float]] = {}
             for (node, _gpu), g in self.gpus.items():
                 if math.isfinite(g["util"]):
                     per_node.setdefault(node, []).append(g["util"])
-            out["gpu"] = {
-                "count": len(self.gpus),
-                "util_mean": statistics.fmean(utils) if utils else None,
-                "util_min": min(utils) if utils else None,
-                "nodes": {n: statistics.fmean(per_node[n]) for n in sorted(per_node, key=natural_key)},
-            }
+            gpu = GpuSummary(
+                len(self.gpus),
+                statistics.fmean(utils) if utils else None,
+                min(utils) if utils else None,
+                {n: statistics.fmean(per_node[n]) for n in sorted(per_node, key=natural_key)},
+            )
         if self.phase_durations or self.open_phases:
-            out["phases"] = {
-                n: {"count": len(d), "median_s": statistics.median(d)}
-                for n, d in sorted(self.phase_durations.items())
-            }
-            out["open_phases"] = [
-                {
-                    "node": k[0],
-                    "rank": k[1],
-                    "role": k[2],
-                    "name": k[3],
-                    "open_s": now - t0 if math.isfinite(now) else None,
-                }
-                for k, t0 in sorted(self.open_phases.items())
-            ]
+            phases = PhaseSummary(
+                {n: PhaseStat(len(d), statistics.median(d)) for n, d in sorted(self.phase_durations.items())},
+                tuple(
+                    OpenPhase(node, rank, role, name, now - t0 if math.isfinite(now) else None)
+                    for (node, rank, role, name), t0 in sorted(self.open_phases.items())
+                ),
+            )
         if self.engines:
-            out["engines"] = {
-                "count": len({k[0] for k in self.engines}),
-                "totals": engine_totals(self.engines),
-            }
-        return out
+            engines = EngineSummary(len({k[0] for k in self.engines}), engine_totals(self.engines))
+        return StreamsSummary(gpu, phases, engines)
 
 
 def enrich(rec: MetricRecord, facts: RunFacts) -> None:
@@ -359,8 +349,8 @@ def median_step_seconds(collector: MetricsCollector) -> float | None:
     return None
 
 
-def derive(
-    collector: MetricsCollector, facts: RunFacts, telemetry: Telemetry | None, now: float
+def derive_run_signals(
+    collector: MetricsCollector, facts: RunFacts, telemetry: DashboardStreams | None, now: float
 ) -> RunSignals:
     """The derived signals of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
     series = collector.series
@@ -417,5 +407,5 @@ def derive(
         zero_std_frac=series.latest("derived/zero_std_frac"),
         has_last_metric=has_last,
         since_last_metric_s=now - collector.last_ts if has_last and math.isfinite(now) else None,
-        telemetry=telemetry.summary(now) if telemetry is not None else {},
+        streams=telemetry.summary(now) if telemetry is not None else StreamsSummary(),
     )

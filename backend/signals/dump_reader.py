@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ from backend.signals.bounded_json import DUMP_LINE, JsonLimitError
 from backend.signals.bounded_json import loads as bounded_loads
 from backend.signals.metrics import MetricRecord, record_from_dashboard, record_from_event
 
-STREAMS = ("gpu_util", "gpu_processes", "phases", "engine_series")
 EVENTS = "events"
 TRASH_PREFIX = ".trash_"
 MAX_READ = 64 << 20  # bytes per file per poll, so one poll of a huge backlog stays bounded
@@ -106,6 +106,58 @@ class JsonlTail:
             self.bad_sample = f"{self.path.name}: {why}: {head}" + ("…" if len(raw) > SAMPLE_CHARS else "")
 
 
+@dataclass(frozen=True, slots=True)
+class PhaseEvent:
+    """One line of the dashboard's `phases` stream: a phase of one rank, open (`t1` = -1) or closed.
+    Times are nan, rank -1, where the line had no number."""
+
+    name: str
+    node: str
+    rank: int
+    role: str
+    t0: float
+    t1: float
+
+    @property
+    def is_open(self) -> bool:
+        return self.t1 == -1.0
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, object]) -> PhaseEvent:
+        rank = num(obj.get("rank"))
+        return cls(
+            str(obj.get("name")),
+            str(obj.get("node")),
+            int(rank) if math.isfinite(rank) else -1,
+            str(obj.get("role")),
+            num(obj.get("t0")),
+            num(obj.get("t1")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineGauge:
+    """One line of the dashboard's `engine_series` stream: one SGLang gauge of one engine (and dp rank)."""
+
+    addr: str
+    metric: str
+    labels: str  # `k=v,...`, sorted: with addr and metric, what tells one gauge from another
+    value: float
+    ts: float
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, object]) -> EngineGauge:
+        raw = obj.get("labels")
+        labels = raw if isinstance(raw, dict) else {}
+        return cls(
+            str(obj.get("addr")),
+            str(obj.get("metric")),
+            ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+            num(obj.get("value")),
+            num(obj.get("ts")),
+        )
+
+
 @dataclass
 class DumpBatch:
     """What one poll found."""
@@ -113,8 +165,8 @@ class DumpBatch:
     records: list[MetricRecord] = field(default_factory=list)
     gpu_util: list[dict[str, Any]] = field(default_factory=list)
     gpu_processes: list[dict[str, Any]] = field(default_factory=list)
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    engine_series: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[PhaseEvent] = field(default_factory=list)
+    engine_series: list[EngineGauge] = field(default_factory=list)
     meta: dict[str, Any] | None = None
 
 
@@ -217,10 +269,13 @@ class DumpReader:
                 rec = record_from_dashboard(item)
                 if rec is not None:
                     batch.records.append(rec)
-        for stream in STREAMS:
-            bucket = getattr(batch, stream)
+        for stream in ("gpu_util", "gpu_processes"):
             for path in self._files(stream):
-                bucket.extend(self._tail(path).read_new())
+                getattr(batch, stream).extend(self._tail(path).read_new())
+        for path in self._files("phases"):
+            batch.phases.extend(map(PhaseEvent.from_json, self._tail(path).read_new()))
+        for path in self._files("engine_series"):
+            batch.engine_series.extend(map(EngineGauge.from_json, self._tail(path).read_new()))
         batch.meta = self._read_meta()
         return batch
 
@@ -238,7 +293,7 @@ class DumpReader:
         return meta if isinstance(meta, dict) else None
 
 
-def num(value: Any) -> float:
+def num(value: object) -> float:
     """A JSON number as float (nan for anything else)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan

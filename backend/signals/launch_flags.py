@@ -158,19 +158,6 @@ def flags_from_command(command: str, source: FlagSource = "argv") -> LaunchFlags
     return _flags(pairs, source) if pairs else None
 
 
-def flags_from_audit(entries: Iterable[Mapping[str, Any]], job_id: str) -> LaunchFlags | None:
-    """The flags of `job_id`'s launch, from our audit log (its command is already scrubbed there)."""
-    command = next(
-        (
-            str(e.get("command") or "")
-            for e in reversed(list(entries))
-            if e.get("action") == "launch" and e.get("job") == job_id
-        ),
-        "",
-    )
-    return flags_from_command(command, "audit") if command else None
-
-
 def dump_flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 

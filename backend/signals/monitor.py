@@ -18,8 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.signals.activity import LogActivity
-from backend.signals.alerts import Alert, AlertEngine, Rule
-from backend.signals.derived import RunFacts, Telemetry, derive, enrich, median_step_seconds
+from backend.signals.alerts import Alert, AlertEngine, AlertRule
+from backend.signals.derived import (
+    DashboardStreams,
+    RunFacts,
+    derive_run_signals,
+    enrich,
+    median_step_seconds,
+)
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
@@ -66,14 +72,14 @@ class RunMonitor:
         self,
         *,
         facts: RunFacts | None = None,
-        rules: list[Rule] | None = None,
+        rules: list[AlertRule] | None = None,
         expected_scaling: float = 5.0,
         max_points: int = 4096,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.collector = MetricsCollector(max_points)
         self.facts = facts or RunFacts()
-        self.telemetry = Telemetry()
+        self.telemetry = DashboardStreams()
         self.alerts = AlertEngine(rules, expected_scaling=expected_scaling)
         self.dump: DumpReader | None = None
         # The log feed, the dump poll and the periodic checks run on different threads: one at a time.
@@ -262,7 +268,7 @@ class RunMonitor:
         with self.lock:
             return MetricsSnapshot(
                 self.collector.series.snapshot(),
-                derive(self.collector, self.facts, self.telemetry, now),
+                derive_run_signals(self.collector, self.facts, self.telemetry, now),
                 sources_by_key(self.collector.series),
                 self._phase_view(now),
             )
@@ -303,7 +309,7 @@ class RunMonitor:
             {
                 "series": {key: [list(p) for p in frozen.by_key[key].points()] for key in frozen.keys()},
                 "latest": self.collector.latest(),
-                "derived": derive(self.collector, self.facts, self.telemetry, now).to_json(),
+                "derived": derive_run_signals(self.collector, self.facts, self.telemetry, now).to_json(),
                 "alerts": [a.to_json() for a in self.alerts.alerts],
                 "cause": jsonable(found.to_json()) if (found := self.diagnosis()) is not None else None,
                 "problems": problems,

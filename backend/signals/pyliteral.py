@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import math
 import re
-from typing import Any
 
 from backend.errors import ConsoleError
 
@@ -26,7 +25,7 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
-_NAMES: dict[str, Any] = {
+_NAMES: dict[str, float | bool | None] = {
     "nan": math.nan,
     "NaN": math.nan,
     "inf": math.inf,
@@ -90,7 +89,7 @@ class _Parser:
         self.i += 1
         return tok
 
-    def value(self, depth: int = 0) -> Any:
+    def value(self, depth: int = 0) -> object:
         if depth > MAX_DEPTH:
             raise LiteralError("nested too deeply")
         kind, text = self.take()
@@ -117,24 +116,25 @@ class _Parser:
             return tuple(self.container(")", depth))
         raise LiteralError(f"unexpected {text!r}")
 
-    def container(self, close: str, depth: int, is_dict: bool = False) -> Any:
-        out: Any = {} if is_dict else []
+    def container(self, close: str, depth: int, is_dict: bool = False) -> dict[object, object] | list[object]:
+        mapping: dict[object, object] = {}
+        items: list[object] = []
         while self.peek()[1] != close:
             item = self.value(depth + 1)
             if is_dict:
                 self.take(":")
                 try:
-                    out[item] = self.value(depth + 1)
+                    mapping[item] = self.value(depth + 1)
                 except TypeError:
                     raise LiteralError(f"unhashable dict key {item!r}") from None
             else:
-                out.append(item)
+                items.append(item)
             if self.peek()[1] != close:
                 self.take(",")
         self.take(close)
-        return out
+        return mapping if is_dict else items
 
-    def call(self, kind: type, depth: int) -> Any:
+    def call(self, kind: type, depth: int) -> object:
         self.take("(")
         arg = self.value(depth + 1)
         while self.peek()[1] == ",":  # keyword arguments like tensor(0.1, device='cuda:0') are ignored
@@ -178,7 +178,7 @@ def _string(text: str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def parse_literal(text: str) -> Any:
+def parse_literal(text: str) -> object:
     """Parse one repr; raise `LiteralError` (one line) when the text is anything else."""
     parser = _Parser(text)
     value = parser.value()

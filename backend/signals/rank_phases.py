@@ -17,12 +17,11 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from backend.natural_order import natural_key
-from backend.signals.dump_reader import num as _num
+from backend.signals.dump_reader import PhaseEvent
 from backend.signals.grammar import parse_line
 from backend.signals.metrics import lines_containing, parse_ts
 
@@ -105,15 +104,13 @@ class RankPhases:
         self._ran: dict[str, set[LaneKey]] = {}  # lanes that ever closed each phase name
 
     # ------------------------------------------------------------ inputs
-    def add_event(self, event: Mapping[str, Any]) -> None:
+    def add_event(self, event: PhaseEvent) -> None:
         """One record of the dashboard's `phases` stream."""
-        t0, t1, rank = _num(event.get("t0")), _num(event.get("t1")), _num(event.get("rank"))
-        key = (str(event.get("node")), int(rank) if math.isfinite(rank) else -1, str(event.get("role")))
-        name = str(event.get("name"))
-        if t1 == -1.0:
-            self.open(key, name, t0, "dashboard")
+        key, t0, t1 = (event.node, event.rank, event.role), event.t0, event.t1
+        if event.is_open:
+            self.open(key, event.name, t0, "dashboard")
         elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-            self.close(key, name, t0, t1, "dashboard")
+            self.close(key, event.name, t0, t1, "dashboard")
 
     def add_log_text(self, text: str) -> None:
         """The log's Timer lines that carry a rank; ignored once the dashboard stream speaks (it is per rank

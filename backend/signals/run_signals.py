@@ -5,7 +5,7 @@ prints, key for key as before."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -59,6 +59,67 @@ NO_CHECKPOINT = CheckpointState(0, None, None)
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """The newest reading of every GPU in the dashboard's `gpu_util` stream, folded."""
+
+    count: int
+    util_mean: float | None
+    util_min: float | None
+    nodes: Mapping[str, float]  # node -> mean utilisation of its GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseStat:
+    count: int
+    median_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPhase:
+    """A phase that has begun on one rank and not ended (yet)."""
+
+    node: str
+    rank: int
+    role: str
+    name: str
+    open_s: float | None  # how long it has been open, where the clock is known
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSummary:
+    """The `phases` stream: durations of finished phases by name, and the phases open now."""
+
+    by_name: Mapping[str, PhaseStat]
+    open: tuple[OpenPhase, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSummary:
+    count: int  # engines seen
+    totals: Mapping[str, float]  # metric -> summed (or, for fractions, averaged) over engines
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsSummary:
+    """What the dashboard's streams say, as of one snapshot (a part is None while its stream is silent)."""
+
+    gpu: GpuSummary | None = None
+    phases: PhaseSummary | None = None
+    engines: EngineSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.gpu is not None:
+            out["gpu"] = {**_fields(self.gpu), "nodes": dict(self.gpu.nodes)}
+        if self.phases is not None:
+            out["phases"] = {name: _fields(stat) for name, stat in self.phases.by_name.items()}
+            out["open_phases"] = [_fields(p) for p in self.phases.open]
+        if self.engines is not None:
+            out["engines"] = {"count": self.engines.count, "totals": dict(self.engines.totals)}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class RunSignals:
     """The derived-signals block of one snapshot (built fresh for it, shared with nobody)."""
 
@@ -69,9 +130,7 @@ class RunSignals:
     zero_std_frac: float | None = None
     since_last_metric_s: float | None = None
     has_last_metric: bool = False
-    telemetry: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # dashboard streams' summary (gpus, phases, ...)
+    streams: StreamsSummary = StreamsSummary()  # the dashboard streams' summary (gpus, phases, engines)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -86,9 +145,12 @@ class RunSignals:
             out["zero_std_frac"] = self.zero_std_frac
         if self.has_last_metric:
             out["since_last_metric_s"] = self.since_last_metric_s
-        out.update(self.telemetry)
+        out.update(self.streams.to_json())
         return out
 
 
-def _fields(value: Any) -> dict[str, Any]:
-    return {name: getattr(value, name) for name in value.__slots__}
+def _fields(
+    value: Throughput | TimePerRollout | Progress | GpuSummary | PhaseStat | OpenPhase,
+) -> dict[str, Any]:
+    """A block's fields by name, in order (the JSON keys `metrics --json` has always printed)."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}

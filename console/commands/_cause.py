@@ -3,32 +3,35 @@ the line that said it, the frame, what to try, and what followed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_WHERE = (
-    ("role", "role"),
-    ("actor", "actor"),
-    ("pid", "pid"),
-    ("node", "node"),
-    ("rank", "rank"),
-    ("GPU", "gpu"),
-    ("at", "time"),
-)
+if TYPE_CHECKING:
+    from backend.signals.failures import Diagnosis
 
 
-def cause_lines(cause: dict[str, Any], indent: str = "") -> list[str]:
-    """`cause` is the diagnosis' JSON (`Diagnosis.to_json`)."""
-    where = ", ".join(f"{name} {cause[key]}" for name, key in _WHERE if cause.get(key))
-    out = [f"cause    {cause['message']}", f"  kind   {cause['title']}"]
+def cause_lines(found: Diagnosis, indent: str = "") -> list[str]:
+    """The diagnosis in the words `status` and `metrics` print (its JSON is `Diagnosis.to_json`)."""
+    cause = found.cause
+    place = (
+        ("role", cause.role),
+        ("actor", cause.actor),
+        ("pid", cause.pid),
+        ("node", cause.node),
+        ("rank", cause.rank),
+        ("GPU", cause.gpu),
+        ("at", cause.time),
+    )
+    where = ", ".join(f"{name} {value}" for name, value in place if value)
+    out = [f"cause    {cause.message}", f"  kind   {cause.title}"]
     if where:
         out.append(f"  where  {where}")
-    out.append(f"  line   {cause['line']}")
-    if cause.get("frame"):
-        out.append(f"  frame  {cause['frame']}")
-    if cause.get("try"):
-        out.append(f"  try    {cause['try']}")
-    if cause.get("doubt"):
-        out.append(f"  note   {cause['doubt']}")
-    for c in cause.get("consequences") or []:
-        out.append(f"  then   {c['title']}: {c['message']}" + (f" (x{c['count']})" if c["count"] > 1 else ""))
+    out.append(f"  line   {cause.line}")
+    if cause.frame:
+        out.append(f"  frame  {cause.frame}")
+    if cause.try_:
+        out.append(f"  try    {cause.try_}")
+    if found.doubt:
+        out.append(f"  note   {found.doubt}")
+    for c in found.consequences:
+        out.append(f"  then   {c.title}: {c.message}" + (f" (x{c.count})" if c.count > 1 else ""))
     return [indent + line for line in out]

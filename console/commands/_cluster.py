@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from backend.errors import RefusedError
 from backend.redaction import public_text
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` and the other commands never pay for httpx
     from backend.cluster.controller import RunController
+    from backend.plan.finding import Finding
     from backend.settings import Settings
 
 T = TypeVar("T")
@@ -57,7 +58,7 @@ def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings],
     settings = settings_of(args)
 
     async def main() -> T:
-        token = settings.token.get_secret_value() if settings.token else None
+        token = settings.token_text()
         async with RayClient(settings.address, token, timeout=30.0) as client:
             ctl = RunController(
                 client,
@@ -91,7 +92,7 @@ def say(text: str, *, err: bool = False) -> None:
     stream.flush()
 
 
-def finding_lines(findings: list[Any]) -> list[str]:
+def finding_lines(findings: Sequence[Finding]) -> list[str]:
     return [
         f"  {f.severity:<7} [{f.rule}] {f.message}" + (f" — fix: {f.fix}" if f.fix else "") for f in findings
     ]

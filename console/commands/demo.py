@@ -17,16 +17,20 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from backend.demo.simtrainer.args import FAIL_KINDS, LOG_FORMATS
 from backend.errors import ConsoleError
+
+if TYPE_CHECKING:
+    from backend.plan.spec import RunSpec
+    from backend.settings import Settings
 
 DEMO_PRESET = "nemotron-3-ultra-550b-a55b-4layer"
 NODE_CHOICES = (1, 2, 4, 8, 16)  # data parallel = 8 x nodes must divide the preset's global batch (128)
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="start a local simulated cluster and run, and open the console on it (DEMO)"
     )
@@ -99,7 +103,7 @@ def sim_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, Any]:
+def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, RunSpec]:
     """The demo's preset (4-layer recipe on the local nodes, simulated trainer) as a TOML file, so the
     plan view starts from it and an edit + launch there goes through the same path."""
     from backend.plan.deep import hf_config
@@ -171,17 +175,17 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def _launch(settings: Any, spec: Any) -> str:
+async def _launch(settings: Settings, spec: RunSpec) -> str:
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
 
-    async with RayClient(settings.address, settings.token.get_secret_value()) as client:
+    async with RayClient(settings.address, settings.token_text()) as client:
         controller = RunController(client, state_dir=settings.state_dir)
         job = await controller.launch(spec)
         return job.id
 
 
-async def _follow(settings: Any, job_id: str | None) -> int:
+async def _follow(settings: Settings, job_id: str | None) -> int:
     """Headless: print state changes and one line per rollout until the run ends (or Ctrl-C)."""
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
@@ -191,7 +195,7 @@ async def _follow(settings: Any, job_id: str | None) -> int:
     if job_id is None:
         _say("DEMO: --no-launch with --no-tui: nothing to follow")
         return 0
-    async with RayClient(settings.address, settings.token.get_secret_value()) as client:
+    async with RayClient(settings.address, settings.token_text()) as client:
         controller = RunController(client, state_dir=settings.state_dir)
         controller.subscribe(
             lambda e: (

@@ -19,19 +19,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.sanitize import one_line, sanitize_text
 from backend.signals.compare import Comparison, RunSide, compare, load_config
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.launch_flags import ArgumentDump, flags_from_command
 from backend.signals.monitor import RunMonitor
+from backend.signals.run_signals import RunSignals
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
 from shim.package import carries_shim
+
+if TYPE_CHECKING:
+    from backend.cluster.controller import RunController
+    from backend.settings import Settings
+    from backend.signals.failures import Diagnosis
 
 SUMMARY_KEYS = (
     "train/loss",
@@ -121,7 +128,7 @@ def read_log_file(monitor: RunMonitor, path: Path, arguments: ArgumentDump | Non
 def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
     from console.commands._cluster import job_of, run_with
 
-    async def body(ctl: Any, settings: Any) -> tuple[str, float | None]:
+    async def body(ctl: RunController, settings: Settings) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
         args.primary_side = (job.id, job.status, job.entrypoint)
         monitor.facts.scan_text(" " + job.entrypoint)
@@ -180,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(snap, sys.stdout, allow_nan=False, separators=(",", ":"))
         sys.stdout.write("\n")
     else:
-        _print_summary(what, snap)
+        _print_summary(what, snap, monitor.metrics_snapshot(now).derived, monitor.diagnosis())
         if comparison is not None:
             _print_comparison(comparison)
     cause = snap["cause"]
@@ -261,42 +268,46 @@ def _print_comparison(comparison: Comparison) -> None:
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
 
 
-def _fmt(value: Any, unit: str = "") -> str:
-    if value is None:
+def _fmt(value: object, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):  # as JSON's null says it
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}{unit}"
     return f"{value}{unit}"
 
 
-def _print_summary(what: str, snap: dict[str, Any]) -> None:
-    d = snap["derived"]
+def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: Diagnosis | None) -> None:
+    """`snap` is `RunMonitor.snapshot`'s JSON (series, latest, alerts); `signals` and `found` (why it failed)
+    the same moment's derived signals and diagnosis, read by attribute."""
     out = [f"metrics of {what}"]
-    prog = d.get("progress")
-    if prog:
-        eta = prog.get("eta_s")
+    prog = signals.progress
+    if prog is not None:
+        eta = prog.eta_s
         out.append(
-            f"  progress: rollout {prog['rollouts_done']} of {_fmt(prog.get('num_rollout'))}, "
-            f"{prog['train_steps_done']} train steps"
-            + (f", ETA {eta / 60:.1f} min" if eta is not None else "")
+            f"  progress: rollout {prog.rollouts_done} of {_fmt(prog.num_rollout)}, "
+            f"{prog.train_steps_done} train steps"
+            + (f", ETA {eta / 60:.1f} min" if eta is not None and math.isfinite(eta) else "")
         )
-    tp = d.get("throughput")
-    if tp:
+    tp = signals.throughput
+    if tp is not None:
         out.append(
-            f"  rollout throughput: {_fmt(tp['tokens_per_gpu_per_sec'])} tok/s/GPU x "
-            f"{_fmt(tp['rollout_gpus'])} GPUs = {_fmt(tp['cluster_tokens_per_sec'])} tok/s"
+            f"  rollout throughput: {_fmt(tp.tokens_per_gpu_per_sec)} tok/s/GPU x {_fmt(tp.rollout_gpus)} "
+            f"GPUs = {_fmt(tp.cluster_tokens_per_sec)} tok/s"
         )
-    tr = d.get("time_per_rollout")
-    if tr:
+    tr = signals.time_per_rollout
+    if tr is not None:
         out.append(
-            f"  time per rollout: rollout {_fmt(tr['rollout_s'], ' s')}, train {_fmt(tr['train_s'], ' s')}, "
-            f"step {_fmt(tr['step_s'], ' s')}"
+            f"  time per rollout: rollout {_fmt(tr.rollout_s, ' s')}, train {_fmt(tr.train_s, ' s')}, "
+            f"step {_fmt(tr.step_s, ' s')}"
         )
-    ck = d.get("checkpoint") or {}
-    since = ck.get("since_s")
+    since = signals.checkpoint.since_s
     out.append(
-        f"  checkpoints: {ck.get('count', 0)}"
-        + (f", last {since / 60:.1f} min before the end" if since is not None else "")
+        f"  checkpoints: {signals.checkpoint.count}"
+        + (
+            f", last {since / 60:.1f} min before the end"
+            if since is not None and math.isfinite(since)
+            else ""
+        )
     )
     out.append("  latest:")
     latest = snap["latest"]
@@ -307,12 +318,11 @@ def _print_summary(what: str, snap: dict[str, Any]) -> None:
                 f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'} "
                 f" (step {series[-1][0]})"
             )
-    cause = snap["cause"]
-    if cause is not None:
-        out += cause_lines(cause, "  ")
+    if found is not None:
+        out += cause_lines(found, "  ")
     alerts = snap["alerts"]
     out.append(f"  alerts: {len(alerts) or 'none'}")
     for a in alerts:
-        step = f" step {a['step']}" if a.get("step") is not None else ""
+        step = f" step {a['step']}" if a["step"] is not None else ""
         out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
     sys.stdout.write(sanitize_text("\n".join(out)) + "\n")

@@ -84,7 +84,7 @@ def plan_payload(evaluation: PlanEvaluation, deep: DeepReport | None = None) -> 
     return payload
 
 
-def _fmt_value(value: Any) -> str:
+def _fmt_value(value: object) -> str:
     """One figure of the derived JSON (a number, a list of them, or a stage's table) on one line."""
     if isinstance(value, float):
         return f"{value:,.2f}"

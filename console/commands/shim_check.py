@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 

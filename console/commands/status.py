@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from backend.sanitize import sanitize_text
 from console.commands._cause import cause_lines
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import JobInfo
     from backend.settings import Settings
+    from backend.signals.failures import Diagnosis
 
 
 CAUSE_TAIL_LINES = 5000  # of a failed run's log, read for what said why it failed
@@ -38,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         snap = await snapshot(ctl.client)
         info = describe(job, snap, ctl.state)
         # why it failed; for a run Ray calls a success, a traceback in its log casts a doubt on that
-        info["cause"] = await _cause(ctl, job) if job.status in ("FAILED", "SUCCEEDED") else None
+        found = await _cause(ctl, job) if job.status in ("FAILED", "SUCCEEDED") else None
+        info["cause"] = found.to_json() if found is not None else None
         info["nodes"] = {
             "alive": len(snap.alive_nodes),
             "dead": [
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         ]
         if info["message"]:
             lines.append(f"message  {info['message']}")
-        if info["cause"]:
-            lines += cause_lines(info["cause"])
+        if found is not None:
+            lines += cause_lines(found)
         if info["failure_reason"]:
             lines.append(f"reason   {info['failure_reason']}")
         lines.append(f"stop     {info['stop']['signal']}, grace {info['stop']['grace_s']} s")
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     return run_with(args, body)
 
 
-async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
+async def _cause(ctl: RunController, job: JobInfo) -> Diagnosis | None:
     """What the run's log says killed it (the diagnosis: cause, where, the line, consequences); None if the
     log says nothing or cannot be read (Ray's own reason is printed either way)."""
     from backend.errors import ConsoleError
@@ -91,5 +93,4 @@ async def _cause(ctl: RunController, job: JobInfo) -> dict[str, Any] | None:
     )  # the run's shape (train ranks: who did not time out)
     monitor.on_job_status(job.status)
     monitor.feed_text(sanitize_text("".join(text)))
-    found = monitor.diagnosis()
-    return found.to_json() if found is not None else None
+    return monitor.diagnosis()

@@ -17,9 +17,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from backend.cluster.audit import AuditLog
+from backend.cluster.audit import AuditEntry, AuditLog, AuditRead
 from backend.errors import ConsoleError
 from backend.redaction import public_line
+from backend.severity import Severity
 from console import keymap
 from console.messages import AlertsChanged, AuditChanged
 from console.views.base import ConsoleView
@@ -28,7 +29,13 @@ if TYPE_CHECKING:
     from backend.signals.alerts import Alert
 
 AUDIT_LIMIT = 500
-SEVERITY_STYLE = {"critical": "bold red", "error": "bold red", "warning": "yellow", "info": "cyan"}
+AUDIT_TITLE = "Audit log (launch / abort / cleanup by any console) · r refresh · c copy"
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.ERROR: "bold red",
+    Severity.WARNING: "yellow",
+    Severity.INFO: "cyan",
+}
 
 
 class EventsView(ConsoleView):
@@ -45,18 +52,15 @@ class EventsView(ConsoleView):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.alerts: tuple[Alert, ...] = ()
-        self.audit: list[dict[str, Any]] = []
+        self.audit: tuple[AuditEntry, ...] = ()
+        self.audit_note = ""  # the lines of the audit file that were skipped, in one line
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("Alerts", classes="section", id="alerts-title")
             yield Static("no alerts", id="no-alerts")
             yield DataTable(id="alerts", cursor_type="row", zebra_stripes=False)
-            yield Static(
-                "Audit log (launch / abort / cleanup by any console) · r refresh · c copy",
-                classes="section",
-                id="audit-title",
-            )
+            yield Static(AUDIT_TITLE, classes="section", id="audit-title", markup=False)
             yield DataTable(id="audit", cursor_type="row")
 
     def on_mount(self) -> None:
@@ -92,7 +96,7 @@ class EventsView(ConsoleView):
             if alert.sample:  # the log line that said it (sanitised, cut)
                 message += f"  ⟨{alert.sample}⟩"
             table.add_row(
-                Text(alert.severity, SEVERITY_STYLE.get(alert.severity, "")),
+                Text(alert.severity.value, SEVERITY_STYLE[alert.severity]),
                 shown_step,
                 Text(message),
                 alert.id,
@@ -114,24 +118,28 @@ class EventsView(ConsoleView):
         if self.console.replay is not None:
             return
         try:
-            entries = AuditLog(self.app.settings.state_dir).entries(limit=AUDIT_LIMIT)  # type: ignore[attr-defined]
+            read = AuditLog(self.console.settings.state_dir).read(limit=AUDIT_LIMIT)
         except ConsoleError as err:
             self.app.call_from_thread(self.notify, str(err), severity="error")
             return
-        self.app.call_from_thread(self._draw_audit, entries)
+        self.app.call_from_thread(self._draw_audit, read)
 
-    def _draw_audit(self, entries: list[dict[str, Any]]) -> None:
+    def _draw_audit(self, read: AuditRead) -> None:
+        if read.note != self.audit_note:
+            self.audit_note = read.note
+            title = f"{AUDIT_TITLE} · {public_line(read.note)}" if read.note else AUDIT_TITLE
+            self.query_one("#audit-title", Static).update(title)
+        entries = read.entries
         if entries == self.audit and self.query_one("#audit", DataTable).row_count == len(entries):
             return
         self.audit = entries
         table = self.query_one("#audit", DataTable)
         table.clear()
-        for e in reversed(entries):  # newest first
-            time = str(e.get("time", ""))[:19].replace("T", " ")
-            cells = [public_line(str(e.get(k) or "")) for k in ("user", "action", "job", "result", "command")]
+        for e in reversed(entries):  # newest first; a file: text from elsewhere
+            cells = [public_line(text) for text in (e.user, e.action, e.job or "", e.result, e.command)]
             table.add_row(
-                time, *cells[:3], Text(cells[3]), Text(cells[4][:200])
-            )  # a file: text from elsewhere
+                public_line(e.time[:19].replace("T", " ")), *cells[:3], Text(cells[3]), Text(cells[4][:200])
+            )
 
     def action_copy_entry(self) -> None:
         table = self.query_one("#audit", DataTable)
@@ -139,6 +147,6 @@ class EventsView(ConsoleView):
             self.notify("no audit entry selected", severity="warning")
             return
         entry = list(reversed(self.audit))[min(table.cursor_row, len(self.audit) - 1)]
-        text = str(entry.get("command") or json.dumps(entry, ensure_ascii=False))
+        text = entry.command or json.dumps(entry.to_json(), ensure_ascii=False)
         self.app.copy_to_clipboard(text)
         self.notify(f"copied ({len(text)} chars, OSC 52)")

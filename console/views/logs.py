@@ -24,11 +24,11 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.geometry import Size
 from textual.message import Message
@@ -375,7 +375,7 @@ class LogsView(ConsoleView, can_focus=False):
         self._prompt_mode = ""
         self.lines.focus()
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: events.Key) -> None:
         if event.key == "escape" and self._prompt_mode:
             event.stop()
             event.prevent_default()

@@ -21,10 +21,11 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
-from backend.plan.derived import Derived
+from backend.plan.derived import LayoutFigures
 from backend.plan.evaluation import PlanEvaluation
-from backend.plan.finding import SEVERITY_RANK, Finding
+from backend.plan.finding import Finding
 from backend.plan.view_start import PlanStart, field_text
+from backend.severity import Severity
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
@@ -177,7 +178,7 @@ class PlanView(ConsoleView):
         return self.evaluation.findings
 
     @property
-    def derived(self) -> Derived | None:
+    def derived(self) -> LayoutFigures | None:
         return self.evaluation.derived
 
     @property
@@ -186,7 +187,7 @@ class PlanView(ConsoleView):
 
     @property
     def error_findings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        return [f for f in self.findings if f.severity is Severity.ERROR]
 
     def launch_blockers(self) -> list[str]:
         """Why launch is refused right now (empty = allowed)."""
@@ -207,16 +208,16 @@ class PlanView(ConsoleView):
             out.append("preflight is running")
         return out
 
-    def _field_notes(self) -> dict[str, tuple[str, str]]:
-        notes: dict[str, tuple[str, str]] = {}
+    def _field_notes(self) -> dict[str, tuple[Severity, str]]:
+        notes: dict[str, tuple[Severity, str]] = {}
         # The worst, then the most specific (fewest fields) finding owns a field's note.
-        for f in sorted(self.findings, key=lambda f: (SEVERITY_RANK.get(f.severity, 3), len(f.fields))):
-            if f.severity not in ("error", "warning"):
+        for f in sorted(self.findings, key=lambda f: (f.severity.rank, len(f.fields))):
+            if f.severity is Severity.INFO:
                 continue
             for path in f.fields:
                 notes.setdefault(path, (f.severity, f"{f.message} — fix: {f.fix}" if f.fix else f.message))
         for path, message in self.evaluation.field_errors.items():
-            notes[path] = ("error", message)
+            notes[path] = (Severity.ERROR, message)
         return notes
 
     def _draw(self) -> None:
@@ -359,7 +360,7 @@ class PlanView(ConsoleView):
         from backend.cluster.dashboard import RayClient
 
         settings = self.console.settings
-        token = settings.token.get_secret_value() if settings.token else None
+        token = settings.token_text()
         try:
             async with RayClient(settings.address, token) as client:
                 findings = await pre.preflight(spec, client)
@@ -391,7 +392,7 @@ class PlanView(ConsoleView):
         )
 
     def _confirm_body(self) -> Text:
-        warnings = [f for f in self.findings if f.severity != "error"]
+        warnings = [f for f in self.findings if f.severity is not Severity.ERROR]
         pf = {
             "not checked": "not checked (press p in the plan view first to check the cluster)",
             "stale": "stale: the spec changed since the last check",
@@ -427,7 +428,7 @@ class PlanView(ConsoleView):
                 Notice(
                     "launch is not available: no run controller is connected "
                     "(start the console without a subcommand, or `ultra-console demo`)",
-                    "error",
+                    Severity.ERROR,
                 )
             )
             return
@@ -437,7 +438,7 @@ class PlanView(ConsoleView):
                 spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ), findings=checked
             )
         except ConsoleError as err:
-            app.post_message(Notice(f"launch failed: {err}", "error"))
+            app.post_message(Notice(f"launch failed: {err}", Severity.ERROR))
             app.post_message(AuditChanged())
             return
         app.preview_run_id = new_run_id()  # the next launch is a new run

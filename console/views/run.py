@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -36,12 +36,13 @@ from console.messages import (
 from console.views.base import ConsoleView
 from console.views.run_compare import RunComparison
 from console.widgets.abort_modal import AbortActions, AbortModal
-from console.widgets.charts import LineChart, Series
+from console.widgets.charts import ChartSeries, LineChart
 from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.cluster.leftovers import Leftover
+    from backend.cluster.stack_groups import StacksReport
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
@@ -104,8 +105,7 @@ def state_line(
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
-        sev = {a.severity for a in alerts}
-        worst = "!" if sev & {"critical", "error"} else ""
+        worst = "!" if any(a.severity.urgent for a in alerts) else ""
     from backend.signals.alerts import headline
 
     said = headline(alerts, state.phase)  # a failed run's cause, or a blind chart: never silent
@@ -298,7 +298,7 @@ class RunView(ConsoleView):
                 chart = self.query_one(chart_id, LineChart)
                 chart.set_series(
                     [
-                        Series(label, series_points(self.metrics, key), color, right)
+                        ChartSeries(label, series_points(self.metrics, key), color, right)
                         for key, label, color, right in spec
                     ]
                 )
@@ -323,9 +323,9 @@ class RunView(ConsoleView):
         runtime = getattr(self.app, "runtime", None)
         monitor = getattr(runtime, "monitor", None)
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
-        state_dir = self.app.settings.state_dir  # type: ignore[attr-defined]
+        state_dir = self.console.settings.state_dir
 
-        async def collect() -> Any:
+        async def collect() -> StacksReport:
             from backend.cluster.stacks import job_stacks
 
             job = await controller.refresh()

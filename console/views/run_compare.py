@@ -16,7 +16,7 @@ from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from backend.signals.series import ROLLOUT_AXIS
-from console.widgets.charts import LineChart, Series
+from console.widgets.charts import ChartSeries, LineChart
 
 if TYPE_CHECKING:
     from backend.signals.compare import CompareConfig, Comparison, MetricOverlay, RunSide
@@ -48,12 +48,12 @@ def legend_label(label: str, room: int) -> str:
     return label[:head] + "…" + label[len(label) - (room - 1 - head) :]
 
 
-def overlay_series(overlay: MetricOverlay, width: int = 0) -> list[Series]:
+def overlay_series(overlay: MetricOverlay, width: int = 0) -> list[ChartSeries]:
     """The chart's lines: the other runs in order, then the first run (drawn on top); labels fit `width`."""
     palette = colours(len(overlay.lines))
     room = max(6, width - LEGEND_MARGIN) if width > 0 else 0
     drawn = [
-        Series(legend_label(line.label, room), line.points, palette[i])
+        ChartSeries(legend_label(line.label, room), line.points, palette[i])
         for i, line in enumerate(overlay.lines)
     ]
     return drawn[1:] + drawn[:1]

@@ -6,7 +6,7 @@ nothing while neither changes. plotext keeps global figure state, so charts are 
 the UI thread only (never from a worker).
 
 The console does not compute series: the run view hands each chart the points backend
-produced (`Series`), and the chart only draws them.
+produced (`ChartSeries`), and the chart only draws them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MAX_POINTS = 400  # plotext cost grows with points; a chart is at most ~250 colu
 
 
 @dataclass(frozen=True)
-class Series:
+class ChartSeries:
     """One line: label, (x, y) points, a plotext colour name, and which y axis it uses."""
 
     label: str
@@ -54,7 +54,7 @@ def _unit(values: list[float]) -> tuple[float, str]:
 
 def build_chart(
     title: str,
-    series: Sequence[Series],
+    series: Sequence[ChartSeries],
     width: int,
     height: int,
     *,
@@ -123,14 +123,14 @@ class LineChart(Widget, can_focus=False):
         super().__init__(name=name, id=id, classes=classes)
         self.title = title
         self.x_label, self.y_label, self.right_label = x_label, y_label, right_label
-        self._series: tuple[Series, ...] = ()
+        self._series: tuple[ChartSeries, ...] = ()
         self._strips: list[Strip] = []
-        self._key: tuple[tuple[Series, ...], int, int, float | None] | None = None
+        self._key: tuple[tuple[ChartSeries, ...], int, int, float | None] | None = None
         self._marker: float | None = None
         self.builds = 0  # how many times plotext ran (tests and benchmarks read it)
 
     @property
-    def series(self) -> tuple[Series, ...]:
+    def series(self) -> tuple[ChartSeries, ...]:
         return self._series
 
     def set_title(self, title: str) -> None:
@@ -148,7 +148,7 @@ class LineChart(Widget, can_focus=False):
             self._key = None
             self.refresh()
 
-    def set_series(self, series: Sequence[Series]) -> bool:
+    def set_series(self, series: Sequence[ChartSeries]) -> bool:
         """Replace the data; returns False (and repaints nothing) if it is unchanged."""
         new = tuple(series)
         if new == self._series:

@@ -29,7 +29,7 @@ class KeyBar(Widget):
     KeyBar > .key-bar--disabled { color: $text-disabled; }
     """
 
-    def __init__(self, on_first_render: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, on_first_render: Callable[[], object] | None = None, **kwargs: Any) -> None:
         """on_first_render: called once, after the first frame holding the keys is on the terminal."""
         super().__init__(**kwargs)
         self._on_first_render = on_first_render
@@ -40,7 +40,7 @@ class KeyBar(Widget):
         if self._on_first_render is not None:
             self.call_after_refresh(self._on_first_render)
 
-    def _bindings_changed(self, _screen: Any) -> None:
+    def _bindings_changed(self, _screen: object) -> None:
         self.refresh()
 
     def _entries(self) -> tuple[list[tuple[str, str, str, bool]], tuple[str, str, str, bool] | None]:

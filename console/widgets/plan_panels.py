@@ -1,6 +1,6 @@
 """Read-only panels of the plan view: launch status, findings, derived numbers, preflight, command.
 
-Each renders what backend returned (Finding objects, the `Derived` figures, the Submission's shell
+Each renders what backend returned (Finding objects, the `LayoutFigures` figures, the Submission's shell
 text) and computes nothing. Updates replace one renderable, with `layout=False` where the panel's
 size is fixed, and only when the content changed.
 """
@@ -8,21 +8,30 @@ size is fixed, and only when the content changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from backend.severity import Severity
+
 if TYPE_CHECKING:
-    from backend.plan.derived import Derived
+    from rich.console import RenderableType
+
+    from backend.plan.derived import LayoutFigures
     from backend.plan.finding import Finding
 
-SEVERITY_MARK = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "cyan")}
+SEVERITY_MARK = {
+    Severity.CRITICAL: ("✗", "bold red"),
+    Severity.ERROR: ("✗", "bold red"),
+    Severity.WARNING: ("!", "bold yellow"),
+    Severity.INFO: ("i", "cyan"),
+}
 
 
-def _mark(severity: str) -> tuple[str, str]:
-    return SEVERITY_MARK.get(severity, ("·", ""))
+def _mark(severity: Severity) -> tuple[str, str]:
+    return SEVERITY_MARK[severity]
 
 
 class _Panel(Static):
@@ -30,7 +39,7 @@ class _Panel(Static):
 
     _last: object = None
 
-    def show(self, key: object, renderable: Any) -> None:
+    def show(self, key: object, renderable: RenderableType) -> None:
         if key == self._last:
             return
         self._last = key
@@ -81,7 +90,8 @@ class FindingsPanel(_Panel):
 
 
 def _fmt(value: object) -> str:
-    """One figure of `Derived.to_json` (a number, a flag, a word, or a list of numbers) for a panel row."""
+    """One figure of `LayoutFigures.to_json` (a number, a
+    flag, a word, or a list of numbers) for a panel row."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -96,8 +106,8 @@ class DerivedPanel(_Panel):
     DerivedPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def set_derived(self, derived: Derived | None) -> None:
-        """Every figure under its name, in `Derived.to_json`'s
+    def set_derived(self, derived: LayoutFigures | None) -> None:
+        """Every figure under its name, in `LayoutFigures.to_json`'s
         order; each pipeline stage on a row of its own."""
         items: list[tuple[str, str]] = []
         if derived is not None:

@@ -7,7 +7,7 @@ The work is backend.cluster.prepare's, in a worker that posts messages; this scr
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -22,6 +22,11 @@ from backend.redaction import public_line, public_text
 from console import keymap
 from console.messages import PreflightDone
 
+if TYPE_CHECKING:
+    from backend.plan.finding import Finding
+    from backend.plan.spec import RunSpec
+    from console.views.base import ConsoleView
+
 
 class PrepareLine(Message):
     """A line for the screen's log (a progress event or a table row)."""
@@ -32,7 +37,7 @@ class PrepareLine(Message):
 
 
 class PrepareFinished(Message):
-    def __init__(self, verdict: str, findings: list[Any]) -> None:
+    def __init__(self, verdict: str, findings: list[Finding]) -> None:
         super().__init__()
         self.verdict = verdict
         self.findings = findings
@@ -47,7 +52,7 @@ class PrepareScreen(ModalScreen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for("prepare")
 
-    def __init__(self, spec: Any, target: Any) -> None:
+    def __init__(self, spec: RunSpec, target: ConsoleView) -> None:
         """spec: the plan's RunSpec; target: the widget that receives PreflightDone (the plan view)."""
         super().__init__()
         self.spec, self.target = spec, target
@@ -85,8 +90,8 @@ class PrepareScreen(ModalScreen[None]):
         from backend.cluster.prepare import FetchEvent, prepare, table
         from backend.cluster.telemetry import snapshot
 
-        settings = self.app.settings  # type: ignore[attr-defined]
-        token = settings.token.get_secret_value() if settings.token else None
+        settings = self.target.console.settings
+        token = settings.token_text()
 
         def progress(event: FetchEvent) -> None:
             self.post_message(PrepareLine(event.line()))

@@ -7,6 +7,7 @@ from textual.widgets import DataTable
 from waiting import until
 
 from backend.cluster.audit import AuditLog
+from backend.severity import Severity
 from backend.signals.alerts import Alert
 from console.app import StateLine
 from console.messages import AlertsChanged, AuditChanged
@@ -27,8 +28,8 @@ async def test_alerts_and_audit_are_shown(tmp_path):
         app.post_message(
             AlertsChanged(
                 [
-                    Alert("kl-spike", "warning", "train/ppo_kl jumped 8x", step=12.0, count=3),
-                    Alert("stall", "error", "rollout stalled 6x its median"),
+                    Alert("kl-spike", Severity.WARNING, "train/ppo_kl jumped 8x", step=12.0, count=3),
+                    Alert("stall", Severity.ERROR, "rollout stalled 6x its median"),
                 ]
             )
         )

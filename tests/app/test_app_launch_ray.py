@@ -59,9 +59,10 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
                     "the launch notice",
                     timeout=90,
                 )
-                entries = [e for e in AuditLog(state).entries() if e["action"] == "launch"]
-                assert entries and entries[-1]["result"] == "submitted"
-                job_id = entries[-1]["job"]
+                entries = [e for e in AuditLog(state).entries() if e.action == "launch"]
+                assert entries and entries[-1].result == "submitted"
+                job_id = entries[-1].job
+                assert job_id is not None
                 assert job_id.endswith(RUN_ID + "1")  # what was previewed is what was launched
                 assert app.preview_run_id != RUN_ID + "1"  # the next launch would be a new run
                 assert app.current_view == "run"  # the operator is taken to watch it

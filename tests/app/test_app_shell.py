@@ -8,6 +8,7 @@ from textual.widgets import ContentSwitcher, Static
 from waiting import until
 
 from backend.settings import load_settings
+from backend.severity import Severity
 from console.app import StateLine
 from console.messages import DashboardBack, DashboardLost, HistoryProgress, Notice
 from console.widgets.help_screen import HelpScreen
@@ -118,7 +119,7 @@ async def test_dashboard_lost_banner_then_recovered(tmp_path):
 async def test_notice_becomes_toast(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.post_message(Notice("hello operator", "warning"))
+        app.post_message(Notice("hello operator", Severity.WARNING))
         await pilot.pause()
         assert any(n.message == "hello operator" and n.severity == "warning" for n in app._notifications)
 

@@ -11,6 +11,7 @@ import pytest
 from app_helpers import edit_settled, make_app, write_audit
 from waiting import until
 
+from backend.severity import Severity
 from backend.signals.alerts import Alert
 from console.messages import AlertsChanged
 from console.views.plan import PlanView
@@ -18,8 +19,8 @@ from console.widgets.layout_form import LayoutForm
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 ALERTS = [
-    Alert("kl-spike", "warning", "train/ppo_kl rose 8x over 3 steps", step=12),
-    Alert("rollout-stall", "error", "rollout phase is 6x its median", step=13),
+    Alert("kl-spike", Severity.WARNING, "train/ppo_kl rose 8x over 3 steps", step=12),
+    Alert("rollout-stall", Severity.ERROR, "rollout phase is 6x its median", step=13),
 ]
 
 

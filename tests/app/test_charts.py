@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from console.widgets.charts import Series, build_chart
+from console.widgets.charts import ChartSeries, build_chart
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -19,7 +19,7 @@ def test_chart_has_axes_legend_and_scaled_ticks():
     lines = _plain(
         build_chart(
             "throughput",
-            [Series("cluster tok/s", pts), Series("per GPU", per_gpu, right=True)],
+            [ChartSeries("cluster tok/s", pts), ChartSeries("per GPU", per_gpu, right=True)],
             60,
             14,
             x_label="rollout",
@@ -37,5 +37,5 @@ def test_chart_has_axes_legend_and_scaled_ticks():
 
 
 def test_chart_without_data_says_so():
-    lines = build_chart("KL / reward", [Series("ppo_kl", ())], 40, 8)
+    lines = build_chart("KL / reward", [ChartSeries("ppo_kl", ())], 40, 8)
     assert any("waiting for metrics" in line for line in lines) and len(lines) <= 8

@@ -8,6 +8,8 @@ from textual.app import App, ComposeResult
 from waiting import until
 
 from backend.cluster.stack_groups import StacksReport, Unreadable, parse_process
+from backend.severity import Severity
+from backend.signals.dump_reader import PhaseEvent
 from backend.signals.rank_phases import PhaseView, RankPhases
 from console.widgets.phase_timeline import PhaseTimeline, render_timeline
 from console.widgets.stacks_screen import StacksScreen
@@ -71,7 +73,7 @@ def phase_view() -> PhaseView:
         )
     )
     for event, _arrives in sorted(events, key=lambda e: e[1]):
-        phases.add_event(event)
+        phases.add_event(PhaseEvent.from_json(event))
     return phases.view()
 
 
@@ -187,7 +189,7 @@ async def test_the_hang_alert_offers_stacks_once_and_T_opens_the_timeline(tmp_pa
     app = make_app(tmp_path, keys={"run.stacks": "ctrl+s"})
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("2")
-        hang = Alert("rank-hang", "critical", "no progress for 6 min", action="stacks")
+        hang = Alert("rank-hang", Severity.CRITICAL, "no progress for 6 min", action="stacks")
         app.post_message(AlertsChanged([hang]))
         app.post_message(AlertsChanged([hang]))
         offers = lambda: [n for n in app._notifications if "every rank's stack" in n.message]  # noqa: E731

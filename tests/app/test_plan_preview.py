@@ -3,6 +3,7 @@ back as one line, and any failure of the helper leaves the console to compute th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,7 +17,6 @@ import pytest
 from waiting import until
 
 from backend.plan import preview_process as plan_preview
-from backend.plan.view_start import PlanStart
 from console.app import UltraConsoleApp
 from console.views.plan import PlanView
 
@@ -36,32 +36,34 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_helper_answers_what_the_console_computes(config: Path) -> None:
     preview = plan_preview.start(address="127.0.0.1:7777")
-    basics, plan = preview.settings_answer(), preview.plan()
-    assert basics is not None and plan is not None
+    basics, start = preview.settings_answer(), preview.plan()
+    assert isinstance(basics, plan_preview.PreviewBasics) and start is not None
     assert preview._proc.wait(timeout=10) == 0  # it exits by itself once both answers are out
     here = list(plan_preview.helper_lines(address="127.0.0.1:7777"))
-    assert basics["settings"] == here[0]["settings"]
-    assert json.dumps(plan).replace(basics["run_id"], "RUN") == json.dumps(here[1]["start"]).replace(
+    assert plan_preview.parse_settings_answer(here[0]) == dataclasses.replace(
+        basics, run_id=here[0]["run_id"]
+    )
+    plan = start.to_json()
+    assert json.dumps(plan).replace(basics.run_id, "RUN") == json.dumps(here[1]["start"]).replace(
         here[0]["run_id"], "RUN"
     )  # the same plan, but for the run id each one drew
-    assert basics["settings"] == {
-        "address": "http://127.0.0.1:7777",
-        "readonly": True,
-        "keys": {"plan.preflight": "ctrl+t"},
-    }
-    start = PlanStart.from_json(plan)
+    assert (basics.address, basics.readonly, basics.keys) == (
+        "http://127.0.0.1:7777",
+        True,
+        {"plan.preflight": "ctrl+t"},
+    )
     assert start.variant == "preset:nemotron-3-ultra-550b-a55b" and start.evaluation.valid
     assert start.evaluation.command.startswith("ray job submit --address=http://127.0.0.1:7777")
-    assert basics["run_id"] in start.evaluation.command
-    assert "tok-secret-123" not in json.dumps([basics, plan])  # the token never leaves the settings
+    assert basics.run_id in start.evaluation.command
+    assert "tok-secret-123" not in json.dumps([here[0], plan])  # the token never leaves the settings
 
 
 def test_bad_settings_come_back_as_one_line(config: Path) -> None:
     config.write_text("readonly = [\n")
     preview = plan_preview.start()
     answer = preview.settings_answer()
-    assert answer is not None and set(answer) == {"error"}
-    assert answer["error"].startswith("cannot read config file") and "\n" not in answer["error"]
+    assert isinstance(answer, plan_preview.PreviewRefused)
+    assert answer.error.startswith("cannot read config file") and "\n" not in answer.error
     assert preview.plan() is None  # nothing follows an error
 
 
@@ -88,7 +90,10 @@ def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
         is None
     )  # not the shape the console reads
     half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
-    assert half.settings_answer() == json.loads(BASICS) and half.plan() is None  # died after the first answer
+    assert half.settings_answer() == plan_preview.PreviewBasics("http://127.0.0.1:9", False, {}, "r")
+    assert half.plan() is None  # died after the first answer
+    keys_not_text = BASICS.replace('"keys": {}', '"keys": {"plan.preflight": 1}')
+    assert plan_preview.start(python=_script(tmp_path, f"echo '{keys_not_text}'")).settings_answer() is None
 
 
 def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +120,9 @@ def _screen(app: UltraConsoleApp) -> list[str]:
 
 async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: Path, config: Path) -> None:
     preview = plan_preview.start()
-    run_id = preview.settings_answer()["run_id"]
+    basics = preview.settings_answer()
+    assert isinstance(basics, plan_preview.PreviewBasics)
+    run_id = basics.run_id
     from backend.settings import load_settings
 
     from_preview = UltraConsoleApp(None, preview=preview, start_workers=False, watchdog=False)

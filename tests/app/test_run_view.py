@@ -11,6 +11,7 @@ from textual.widgets import Button
 from waiting import until
 
 from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
+from backend.severity import Severity
 from backend.signals.alerts import Alert
 from console.messages import MetricsArrived, RunStateChanged, RunStatus, SnapshotArrived
 from console.views.run import RunView, state_line
@@ -21,9 +22,9 @@ from console.workers import wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
-    line = state_line(status(), metrics_view(), [Alert("kl-spike", "warning", "kl rose")], T0 + 3723)
+    line = state_line(status(), metrics_view(), [Alert("kl-spike", Severity.WARNING, "kl rose")], T0 + 3723)
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
-    assert state_line(status(), None, [Alert("stall", "error", "stalled")], T0).endswith("alerts 1!")
+    assert state_line(status(), None, [Alert("stall", Severity.ERROR, "stalled")], T0).endswith("alerts 1!")
     assert "no run attached" in state_line(None, None, [], T0)
 
 

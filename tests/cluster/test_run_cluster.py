@@ -131,7 +131,7 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
     assert order == [RunPhase.RUNNING, RunPhase.STOPPING, RunPhase.STOPPED]
     log = [ln async for ln in ray_client.read_log(job.id)]
     assert any("KeyboardInterrupt (SIGINT), shutting down cleanly" in ln for ln in log)  # graceful path ran
-    audit = [(e["action"], e["job"], e["result"]) for e in AuditLog(tmp_path / "state").entries()]
+    audit = [(e.action, e.job, e.result) for e in AuditLog(tmp_path / "state").entries()]
     assert audit[0] == ("launch", job.id, "submitted")
     assert audit[1][:2] == ("launch", None) and audit[1][2].startswith("launch refused: [P3]")
     assert audit[2][0] == "launch" and audit[2][2].startswith("refused by Ray")
@@ -170,7 +170,7 @@ async def test_force_stop_kills_driver_tree_before_grace_ends(ray_client: RayCli
         assert final.status == "STOPPED" and time.monotonic() - t0 < 60  # far less than the 120 s grace
     finally:
         await stop_quietly(ray_client, job.id)
-    actions = [e["action"] for e in AuditLog(tmp_path / "state").entries()]
+    actions = [e.action for e in AuditLog(tmp_path / "state").entries()]
     assert actions == ["launch", "abort", "force-stop"]
 
 

@@ -12,6 +12,7 @@ from deep_layouts import FULL, N_LAYOUTS, SLICE, layouts
 from backend.plan import checks as constraints
 from backend.plan import deep
 from backend.plan.spec import build_spec
+from backend.severity import Severity
 
 
 def report(preset: str, *sets: str) -> deep.DeepReport:
@@ -62,7 +63,7 @@ def test_a_disagreement_is_reported_as_such():
         ("C2", "select_pipeline_segment"),
         ("A1", "initialize_model_parallel"),
     }
-    wrongly_strict = [constraints.Finding("G6", "error", ("rollout.ep",), "made up", "none")]
+    wrongly_strict = [constraints.Finding("G6", Severity.ERROR, ("rollout.ep",), "made up", "none")]
     result = deep.run_deep_checks(build_spec(FULL), ours=wrongly_strict)
     assert [(d.rule, d.ours, d.theirs) for d in result.disagreements] == [("G6", "error", "ok")]
 

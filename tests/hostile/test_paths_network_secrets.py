@@ -36,6 +36,7 @@ from backend.cluster.node_job import script_source
 from backend.cluster.prepare import JOB_SCRIPT, MARK
 from backend.sanitize import clean_chunk, sanitize_text
 from backend.settings import Settings
+from backend.severity import Severity
 from console import keymap
 from console.app import UltraConsoleApp
 from console.messages import Notice
@@ -179,7 +180,7 @@ async def test_an_http_error_body_reaches_the_app_banner_and_notices_clean(tmp_p
         shown = str(banner.content)
         assert "HTTP 500" in shown and "boom" in shown
         assert_clean(shown)
-        app.post_message(Notice("job message: " + HOSTILE, "warning"))
+        app.post_message(Notice("job message: " + HOSTILE, Severity.WARNING))
         await until(pilot, lambda: any("job message" in n.message for n in app._notifications), "the notice")
         for note in app._notifications:
             assert_clean(note.message)

@@ -60,6 +60,11 @@ def test_default_rules_cover_the_recipe_red_flags() -> None:
             "unique",
         ),
         ("[[rule]\n", "cannot read"),
+        (
+            "[[rule]]\nid='x'\nseverity='warning'\nwhen='above'\nmessage='m'\nmetrics=['a']\nthreshold=true\n",
+            "threshold must be a number, a string or a list of strings",
+        ),
+        ("[[rule]]\nid='x'\nseverity='error'\nwhen='stall'\nmessage='m'\n", "critical, warning, info"),
     ],
 )
 def test_bad_rule_files_are_one_clear_error(tmp_path, body: str, message: str) -> None:

@@ -42,9 +42,27 @@ def test_entries_append_in_order_and_skip_torn_line(tmp_path) -> None:
     with open(log.path, "a") as fh:
         fh.write('{"time": "2026-11-30T06:0')  # a console killed mid-write
     log.record("cleanup", job="a", result="killed 2")
-    actions = [e["action"] for e in log.entries()]
-    assert actions == ["launch", "abort", "cleanup"]  # the torn line is skipped, the next one kept
-    assert [e["action"] for e in AuditLog(tmp_path / "none").entries()] == []
+    read = log.read()
+    assert [e.action for e in read.entries] == ["launch", "abort", "cleanup"]  # the torn line skipped
+    assert read.note == "1 unreadable line(s) of audit.jsonl skipped: line 3: not JSON (a write cut short?)"
+    assert AuditLog(tmp_path / "none").entries() == ()
+
+
+def test_a_line_that_is_no_entry_is_skipped_with_a_one_line_note(tmp_path) -> None:
+    """Typed entries: a hand-edited or foreign line is named once, not shown as a row of blanks."""
+    log = AuditLog(tmp_path)
+    log.record("launch", job="a", result="submitted", details={"footprint": {"nodes": ["n1"]}})
+    with open(log.path, "a") as fh:
+        fh.write(
+            '[1, 2]\n{"time": "t", "user": "u", "action": 3, "job": null, "command": "", "result": ""}\n\n'
+        )
+    log.record("abort", job="a", result="STOPPED")
+    read = log.read()
+    assert [(e.action, e.job) for e in read.entries] == [("launch", "a"), ("abort", "a")]
+    assert read.entries[0].details == {"footprint": {"nodes": ["n1"]}}
+    assert read.note == ("2 unreadable line(s) of audit.jsonl skipped: line 2: not a JSON object (+1 more)")
+    assert "\n" not in read.note
+    assert log.read(limit=1).entries == read.entries[-1:]  # the last line only
 
 
 def test_scrub_tokens_and_secret_pairs() -> None:

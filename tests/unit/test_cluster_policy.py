@@ -29,7 +29,7 @@ async def test_launch_rechecks_the_spec_whatever_findings_the_caller_passes(tmp_
     assert any(f.rule == "A1" and f.severity == "error" for f in refused.value.findings)
     assert "[A1]" in str(refused.value)
     entry = AuditLog(tmp_path).entries()[-1]
-    assert entry["action"] == "launch" and entry["job"] is None and "refused" in entry["result"]
+    assert entry.action == "launch" and entry.job is None and "refused" in entry.result
 
 
 def _job(env: dict[str, str] | None = None, **kw: object) -> JobInfo:

@@ -14,8 +14,9 @@ import pytest
 from backend.plan import checks as constraints
 from backend.plan.catalog import CHECKED, RULES
 from backend.plan.checks import Finding, check, has_errors
-from backend.plan.derived import Derived, derive
+from backend.plan.derived import LayoutFigures, layout_figures
 from backend.plan.spec import SETTABLE_KEYS, RunSpec, apply_overrides, load_preset_dict, spec_from_dict
+from backend.severity import Severity
 
 FULL = "nemotron-3-ultra-550b-a55b"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
@@ -472,7 +473,7 @@ def test_colocate_override_is_a_warning_not_hidden() -> None:
 
 
 def test_finding_shape() -> None:
-    f = Finding("D2", "error", ("train.tp",), "msg", "fix")
+    f = Finding("D2", Severity.ERROR, ("train.tp",), "msg", "fix")
     assert dataclasses.is_dataclass(f) and not hasattr(f, "__dict__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.rule = "X"  # type: ignore[misc]
@@ -536,8 +537,8 @@ def test_every_finding_names_settable_fields() -> None:
 
 
 def test_derive_full_model_reproduces_the_documented_layout() -> None:
-    d = derive(make(FULL))
-    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
+    d = layout_figures(make(FULL))
+    assert LayoutFigures.from_json(json.loads(json.dumps(d.to_json()))) == d
     t, r, m = d.training, d.rollout, d.memory
     assert (t.world_size, t.dp, t.edp, t.etp, t.experts_per_rank) == (128, 4, 1, 1, 16)
     assert t.sequence_parallel is True
@@ -556,7 +557,7 @@ def test_derive_full_model_reproduces_the_documented_layout() -> None:
 
 
 def test_derive_slice_reproduces_the_documented_layout() -> None:
-    d = derive(make(SLICE))
+    d = layout_figures(make(SLICE))
     t = d.training
     assert (t.world_size, t.dp, t.edp, t.experts_per_rank) == (8, 8, 1, 64)
     assert t.sequence_parallel is False
@@ -591,13 +592,13 @@ MEMORY = [
 def test_derive_memory_matches_the_documented_figures(
     key: str, preset: str, value: float, tol: float
 ) -> None:
-    d = derive(make(preset))
+    d = layout_figures(make(preset))
     got = d.model_params_b if key == "model_params_b" else getattr(d.memory, key)
     assert got == pytest.approx(value, abs=tol)
 
 
 def test_derive_without_offload_puts_adam_in_hbm() -> None:
-    m = derive(make(FULL, {"optimizer.cpu_offload": False})).memory
+    m = layout_figures(make(FULL, {"optimizer.cpu_offload": False})).memory
     assert m.optimizer_location == "gpu" and m.host_adam_gb_per_node == 0.0
     assert m.train_hbm_gb_per_gpu == pytest.approx(
         33.3 + 52.9, abs=0.1
@@ -605,21 +606,21 @@ def test_derive_without_offload_puts_adam_in_hbm() -> None:
 
 
 def test_derive_with_kept_mtp_grows_the_last_stage_only() -> None:
-    base = derive(make(FULL)).memory.params_per_gpu
-    kept = derive(make(FULL, {"run.extra_env": KEEP})).memory.params_per_gpu
+    base = layout_figures(make(FULL)).memory.params_per_gpu
+    kept = layout_figures(make(FULL, {"run.extra_env": KEEP})).memory.params_per_gpu
     assert kept[:3] == base[:3] and kept[3] > base[3]
 
 
 def test_derive_uneven_layout_still_answers() -> None:
-    d = derive(make(FULL, {"train.pp": 5, "cluster.nodes": 15, "rollout.dp": 3}))
-    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
+    d = layout_figures(make(FULL, {"train.pp": 5, "cluster.nodes": 15, "rollout.dp": 3}))
+    assert LayoutFigures.from_json(json.loads(json.dumps(d.to_json()))) == d
     assert d.training.dp == 3 and d.training.edp is None and d.rollout.attn_tp is None
     assert sum(s.layers for s in d.training.stages) == 105  # the fork's floor split drops 3 layers
 
 
 def test_derive_json_keeps_the_flat_names_of_plan_json() -> None:
     """`plan --json` and the plan preview carry the figures under one flat name each, stages as rows."""
-    j = derive(make(FULL)).to_json()
+    j = layout_figures(make(FULL)).to_json()
     assert list(j)[:9] == [
         "world_size",
         "dp",

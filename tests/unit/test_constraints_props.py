@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.plan.checks import check
-from backend.plan.derived import Derived, derive
+from backend.plan.derived import LayoutFigures, layout_figures
 from backend.plan.spec import RunSpec, load_preset
 
 FULL = "nemotron-3-ultra-550b-a55b"
@@ -274,8 +274,8 @@ def test_findings_are_sorted_and_derive_is_consistent(layout: dict[str, Any]) ->
     findings = check(spec)
     ranks = [{"error": 0, "warning": 1, "info": 2}[f.severity] for f in findings]
     assert ranks == sorted(ranks)
-    d = derive(spec)
-    assert Derived.from_json(json.loads(json.dumps(d.to_json()))) == d
+    d = layout_figures(spec)
+    assert LayoutFigures.from_json(json.loads(json.dumps(d.to_json()))) == d
     c, t = spec.cluster, spec.train
     W = c.nodes * c.gpus_per_node
     grid = t.tp * t.pp * t.cp

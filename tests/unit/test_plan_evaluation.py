@@ -8,7 +8,7 @@ from typing import get_args
 
 from backend.errors import SpecError
 from backend.plan.checks import check
-from backend.plan.derived import derive
+from backend.plan.derived import layout_figures
 from backend.plan.evaluation import PlanEvaluation, evaluate, evaluate_spec
 from backend.plan.run_modes import RUN_MODES
 from backend.plan.spec import RunOptions, build_spec, load_preset_dict
@@ -27,7 +27,11 @@ def test_a_spec_is_evaluated_once_with_findings_derived_numbers_and_command() ->
     ev = evaluate_spec(spec, run_id="260101-120000-000", address="http://127.0.0.1:8265")
     assert ev.valid and ev.spec is spec
     assert ev.findings == check(spec) and any(f.rule == "D2" for f in ev.findings)
-    assert ev.derived == derive(spec) and ev.derived is not None and ev.derived.training.world_size == 128
+    assert (
+        ev.derived == layout_figures(spec)
+        and ev.derived is not None
+        and ev.derived.training.world_size == 128
+    )
     assert ev.submission is not None and ev.submission_error is None
     assert ev.command == ev.submission.shell("http://127.0.0.1:8265")
     assert "ultra-console-260101-120000-000" in ev.command and "TP16" in ev.summary

@@ -5,19 +5,21 @@ from __future__ import annotations
 import math
 
 from backend.signals.alerts import AlertEngine
-from backend.signals.derived import Telemetry
-from backend.signals.dump_reader import DumpBatch
+from backend.signals.derived import DashboardStreams
+from backend.signals.dump_reader import DumpBatch, PhaseEvent
 from backend.signals.rank_phases import RankPhases
 
 
-def ev(name: str, t0: float, t1: float, rank: int, node: str = "10.0.0.1") -> dict[str, object]:
-    return {"name": name, "t0": t0, "t1": t1, "node": node, "gpus": [rank % 8], "rank": rank, "role": "train"}
+def ev(name: str, t0: float, t1: float, rank: int, node: str = "10.0.0.1") -> PhaseEvent:
+    """A `phases` stream line as miles writes it, read as the dump reader reads it."""
+    line = {"name": name, "t0": t0, "t1": t1, "node": node, "gpus": [rank % 8], "rank": rank, "role": "train"}
+    return PhaseEvent.from_json(line)
 
 
 def test_a_close_arriving_after_the_next_open_leaves_the_new_phase_open() -> None:
     """miles sends opens at once and closes in batches: step 2's open can come before step 1's close.
-    The old Telemetry cleared the open phase on any close of that name (this assertion failed there)."""
-    tel = Telemetry()
+    The old Telemetry class cleared the open phase on any close of that name (this assertion failed there)."""
+    tel = DashboardStreams()
     tel.add(
         DumpBatch(
             phases=[

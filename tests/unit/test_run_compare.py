@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
+from backend.cluster.audit import AuditEntry, last_launch_command
 from backend.signals.compare import (
     CompareConfig,
     CompareConfigError,
@@ -19,7 +20,7 @@ from backend.signals.compare import (
     load_config,
     unique_labels,
 )
-from backend.signals.launch_flags import ArgumentDump, diff_flags, flags_from_audit, flags_from_command
+from backend.signals.launch_flags import ArgumentDump, diff_flags, flags_from_command
 from backend.signals.series import SeriesSetSnapshot, SeriesSnapshot, axis_for
 
 SECRET = "hf_SUPERSECRETTOKEN123"
@@ -170,17 +171,14 @@ def test_a_dump_compares_with_an_argv_on_the_flags_both_name():
 
 
 def test_audit_log_launch_gives_the_flags():
+    launch = "ray job submit --submission-id j1 -- python3 train.py --num-rollout 3"
     entries = [
-        {
-            "action": "launch",
-            "job": "j1",
-            "command": "ray job submit --submission-id j1 -- python3 train.py --num-rollout 3",
-        },
-        {"action": "abort", "job": "j1", "command": "POST /api/jobs/j1/stop"},
+        AuditEntry("t0", "op", "launch", "j1", launch, "submitted"),
+        AuditEntry("t1", "op", "abort", "j1", "POST /api/jobs/j1/stop", "STOPPED"),
     ]
-    flags = flags_from_audit(entries, "j1")
+    flags = flags_from_command(last_launch_command(entries, "j1"), "audit")
     assert flags is not None and flags.source == "audit" and flags.flags["--num-rollout"].shown == "3"
-    assert flags_from_audit(entries, "j2") is None
+    assert last_launch_command(entries, "j2") == ""
 
 
 def test_metrics_compare_keeps_the_first_runs_exit_status(tmp_path, capsys):

@@ -27,14 +27,14 @@ def test_defaults_without_file_or_env(tmp_path: Path, monkeypatch: pytest.Monkey
     for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     s = load_settings()
-    assert s.address == DEFAULT_ADDRESS and s.token is None and not s.readonly
+    assert s.address == DEFAULT_ADDRESS and s.token is None and s.token_text() is None and not s.readonly
 
 
 def test_token_from_env_is_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ULTRA_CONSOLE_CONFIG", str(tmp_path / "missing.toml"))
     monkeypatch.setenv("RAY_AUTH_TOKEN", "tok-123456")
     s = load_settings()
-    assert s.token is not None and s.token.get_secret_value() == "tok-123456"
+    assert s.token is not None and s.token.get_secret_value() == "tok-123456" == s.token_text()
     assert "tok-123456" not in repr(s) and "tok-123456" not in str(s.redacted())
 
 

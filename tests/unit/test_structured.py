@@ -116,10 +116,10 @@ def _telemetry_of(dump, writes):
     """The run's dashboard streams written through the simulated trainer's copy of miles' store (one flush per
     group of `writes`, as miles' collector flushes), read back as the console reads them."""
     from backend.demo.simtrainer.dashboard import DashboardStore
-    from backend.signals.derived import Telemetry
+    from backend.signals.derived import DashboardStreams
     from backend.signals.dump_reader import DumpReader
 
-    store, reader, tel = DashboardStore(dump / "dashboard"), DumpReader(dump, wait=True), Telemetry()
+    store, reader, tel = DashboardStore(dump / "dashboard"), DumpReader(dump, wait=True), DashboardStreams()
     for group in writes:
         for stream, record in group:
             store.append(stream, record)
@@ -186,7 +186,9 @@ def test_fraction_gauges_are_averaged_over_engines_and_dp_ranks_never_summed(tmp
             ]
         ],
     )
-    totals = tel.summary(ts)["engines"]["totals"]
+    engines = tel.summary(ts).engines
+    assert engines is not None
+    totals = engines.totals
     assert math.isclose(totals["sglang_token_usage"], 0.5)
     assert math.isclose(totals["sglang_cache_hit_rate"], 0.5)
     assert math.isclose(totals["sglang_kv_transfer_latency_ms"], 20.0)

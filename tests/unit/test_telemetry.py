@@ -1,4 +1,4 @@
-"""Telemetry parsing on payloads captured from Ray 2.60 (tests/data/ray_samples, answers of
+"""DashboardStreams parsing on payloads captured from Ray 2.60 (tests/data/ray_samples, answers of
 a real Ray 2.60 dashboard) plus dead-node merging as the state API reports it."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from backend.plan.catalog import CHECKED, ORDER, RULES, SEVERITY_RANK, Rule
+from backend.plan.catalog import CHECKED, ORDER, RULES, LayoutRule
 from backend.plan.checks import (
     grid,
     hybrid,
@@ -39,7 +39,7 @@ from backend.plan.finding import Finding, has_errors
 if TYPE_CHECKING:
     from backend.plan.spec import RunSpec
 
-__all__ = ["CHECKED", "RULES", "Finding", "Rule", "check", "has_errors"]
+__all__ = ["CHECKED", "RULES", "Finding", "LayoutRule", "check", "has_errors"]
 
 _SECTIONS = (grid, model_config, megatron_args, hybrid, moe_runtime, mtp, rollout_engine, miles_args, memory)
 CHECKS: dict[str, Check] = {rule: fn for section in _SECTIONS for rule, fn in section.CHECKS.items()}
@@ -52,7 +52,7 @@ _PIPELINE: tuple[Check, ...] = tuple(CHECKS.values())
 
 
 def _sort_key(f: Finding) -> tuple[int, int]:
-    return SEVERITY_RANK[f.severity], ORDER[f.rule]
+    return f.severity.rank, ORDER[f.rule]
 
 
 def check(spec: RunSpec) -> list[Finding]:

@@ -1,4 +1,4 @@
-"""The spec read once into a slotted context: the numbers every layout rule and `derive` share.
+"""The spec read once into a slotted context: the numbers every layout rule and `layout_figures` share.
 
 Besides the spec's own values it holds the layout they imply (data-parallel sizes, the rollout pool,
 nodes per engine, attention TP), the legal-value sets the fixes name, and the memory estimates the M
@@ -19,8 +19,8 @@ from backend.plan.checks.values import divisors
 from backend.plan.finding import Finding
 
 if TYPE_CHECKING:
-    from backend.plan.catalog import Severity
     from backend.plan.spec import RunSpec
+    from backend.severity import Severity
 
 KEEP_MTP_ENV = "MILES_NEMOTRONH_KEEP_MTP"  # set in run.extra_env: the checkpoint's MTP head is built
 
@@ -218,7 +218,7 @@ class LayoutContext:
             self.attn_tp = self.g // self.rdp if self.g % self.rdp == 0 else None
         else:
             self.attn_tp = self.g
-        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, derive)
+        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, layout_figures)
 
     def add(
         self,
@@ -280,7 +280,7 @@ class LayoutContext:
         base = max(step, (self.nodes // step) * step)
         return sorted({base, base + step} - {0})
 
-    # memory estimates (M rules and derive) --------------------------------------------------------
+    # memory estimates (M rules and layout_figures) --------------------------------------------------------
     def memory(self) -> TrainMemory:
         if self.train_memory is None:
             stages = sizing.train_stage_params(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
+from backend.severity import Severity
 
 MTP_SYMBOLS = frozenset("MG*D+-E")  # layer symbols an MTP pattern may use
 
@@ -85,7 +86,7 @@ def _d7(c: LayoutContext) -> None:
                 f"Megatron fork: every stage gets {per} layers",
                 "unset train.decoder_first_pipeline_num_layers and train.decoder_last_pipeline_num_layers",
                 fields,
-                "warning",
+                Severity.WARNING,
             )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from backend.plan import sizing
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, gb
+from backend.severity import Severity
 
 WARN_FRACTION = 0.8  # memory use above this share of a budget is a warning (too little headroom)
 
@@ -36,7 +37,7 @@ def _m1(c: LayoutContext) -> None:
             f"{what}: over {WARN_FRACTION:.0%} of {c.hbm:g} GB HBM, little left for activations and "
             "NCCL buffers",
             fix,
-            severity="warning",
+            severity=Severity.WARNING,
         )
 
 
@@ -60,7 +61,10 @@ def _m2(c: LayoutContext) -> None:
         c.add("M2", f"{what} but a node has {c.host_mem:g} GB host RAM", fix)
     else:
         c.add(
-            "M2", f"{what}: over {WARN_FRACTION:.0%} of {c.host_mem:g} GB host RAM", fix, severity="warning"
+            "M2",
+            f"{what}: over {WARN_FRACTION:.0%} of {c.host_mem:g} GB host RAM",
+            fix,
+            severity=Severity.WARNING,
         )
 
 
@@ -91,7 +95,7 @@ def _m3(c: LayoutContext) -> None:
             f"{what}: over {WARN_FRACTION:.0%} of the {gb(budget)} static budget, little room for KV "
             "cache and Mamba state",
             fix,
-            severity="warning",
+            severity=Severity.WARNING,
         )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
+from backend.severity import Severity
 
 
 def _h2(c: LayoutContext) -> None:
@@ -31,7 +32,7 @@ def _h3(c: LayoutContext) -> None:
             f"miles overrides it to {c.W}",
             f"unset rollout.num_gpus (or set it to {c.W})",
             ("rollout.num_gpus", "rollout.colocate"),
-            "warning",
+            Severity.WARNING,
         )
     elif not c.colocate and c.num_gpus is None:
         c.add(
@@ -40,7 +41,7 @@ def _h3(c: LayoutContext) -> None:
             "has no GPU count for the engines (its placement arithmetic fails)",
             f"set rollout.num_gpus (e.g. {c.W}) or rollout.colocate = true",
             ("rollout.num_gpus", "rollout.colocate"),
-            "error",
+            Severity.ERROR,
         )
 
 
@@ -53,7 +54,7 @@ def _h4(c: LayoutContext) -> None:
             "H4",
             f"the rollout pool has {R} GPUs, fewer than one {c.g}-GPU engine: no engine can start",
             f"use rollout.gpus_per_engine {alts(near(c.engine_sizes(R), c.g))}",
-            severity="error",
+            severity=Severity.ERROR,
         )
     elif R % c.g:
         c.add(
@@ -61,7 +62,7 @@ def _h4(c: LayoutContext) -> None:
             f"{R} rollout GPUs do not divide into {c.g}-GPU engines: {R // c.g} engines, {R % c.g} GPUs "
             "left without a complete engine (miles floors; the launcher would assert)",
             f"use rollout.gpus_per_engine {alts(near(c.engine_sizes(R), c.g))}",
-            severity="warning",
+            severity=Severity.WARNING,
         )
 
 
@@ -75,7 +76,7 @@ def _h6(c: LayoutContext) -> None:
                 f"global batch {c.gbs} ≠ rollout batch {c.rbs} × {c.n} samples // {c.steps} steps = {want} "
                 "(miles asserts this when num_steps_per_rollout is set)",
                 f"set batch.global_batch_size = {want} or unset batch.num_steps_per_rollout",
-                severity="error",
+                severity=Severity.ERROR,
             )
     elif samples < c.gbs:
         c.add(
@@ -84,7 +85,7 @@ def _h6(c: LayoutContext) -> None:
             f"training raises 'Not enough samples {samples} for global_batch_size {c.gbs}'",
             f"use batch.global_batch_size {alts(near(divisors(samples), c.gbs, 3))} (at most {samples})",
             ("batch.global_batch_size", "batch.rollout_batch_size", "batch.n_samples_per_prompt"),
-            "error",
+            Severity.ERROR,
         )
     elif samples % c.gbs:
         c.add(
@@ -93,7 +94,7 @@ def _h6(c: LayoutContext) -> None:
             f"{samples % c.gbs} samples are trimmed every rollout",
             f"use batch.global_batch_size {alts(near(divisors(samples), c.gbs, 3))}",
             ("batch.global_batch_size", "batch.rollout_batch_size", "batch.n_samples_per_prompt"),
-            "warning",
+            Severity.WARNING,
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
+from backend.severity import Severity
 
 
 def _b1(c: LayoutContext) -> None:
@@ -105,7 +106,7 @@ def _b10(c: LayoutContext) -> None:
             "train.moe_token_dispatcher = 'allgather': miles silently switches it to 'alltoall'",
             'set train.moe_token_dispatcher = "alltoall"',
             ("train.moe_token_dispatcher",),
-            "warning",
+            Severity.WARNING,
         )
     effective = "alltoall" if c.dispatcher == "allgather" else c.dispatcher
     if c.overlap and not c.latent and effective != "alltoall":

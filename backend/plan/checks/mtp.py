@@ -7,6 +7,7 @@ stage, and needed by --enable-mtp-training.
 from __future__ import annotations
 
 from backend.plan.checks.context import KEEP_MTP_ENV, Check, LayoutContext
+from backend.severity import Severity
 
 
 def _f1(c: LayoutContext) -> None:
@@ -38,7 +39,7 @@ def _f3(c: LayoutContext) -> None:
             "enable_mtp_training is set'",
             f"set {KEEP_MTP_ENV}=1 in run.extra_env or drop the flag",
             ("run.extra_args", "run.extra_env"),
-            "error",
+            Severity.ERROR,
         )
     elif c.keep_mtp and c.mtp_layers:
         c.add(
@@ -47,7 +48,7 @@ def _f3(c: LayoutContext) -> None:
             "recipe does not train it",
             f"remove {KEEP_MTP_ENV} from run.extra_env to follow the recipe",
             ("run.extra_env",),
-            "info",
+            Severity.INFO,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
+from backend.severity import Severity
 
 
 def _g1(c: LayoutContext) -> None:
@@ -125,7 +126,7 @@ def _g12(c: LayoutContext) -> None:
             "G12",
             f"engines of {c.g} GPUs do not tile a {c.gpn}-GPU node: some engines would straddle two nodes",
             f"use rollout.gpus_per_engine {alts(near(divisors(c.gpn), c.g))}",
-            severity="warning",
+            severity=Severity.WARNING,
         )
 
 

@@ -22,6 +22,7 @@ from backend.plan.deep.report import CheckRun, DeepFinding, DeepReport, Disagree
 from backend.plan.deep.rule_map import ERROR_RULES, FIX, SAME_AS, decides, effective_vpp, error_text, rule_for
 from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
+from backend.severity import Severity
 from shim.check import quiet
 
 __all__ = [
@@ -147,7 +148,7 @@ def run_deep_checks(spec: RunSpec, *, ours: Sequence[Finding] | None = None) -> 
     findings = [
         DeepFinding(
             SAME_AS.get(r.rule, r.rule) if r.rule else "?",
-            "error",
+            Severity.ERROR,
             _fields_of(r.rule) if r.rule else (),
             f"{r.name}: {r.error}",
             FIX.get(SAME_AS.get(r.rule, r.rule) if r.rule else "", "see the library's message"),

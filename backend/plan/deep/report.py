@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.severity import Severity
+
 
 @dataclass(frozen=True)
 class DeepFinding:
     """A failure of a real library check, in the shape of our `Finding` plus the check that failed."""
 
     rule: str
-    severity: str
+    severity: Severity
     fields: tuple[str, ...]
     message: str
     fix: str
@@ -21,7 +23,7 @@ class DeepFinding:
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
-            "severity": self.severity,
+            "severity": self.severity.value,
             "fields": list(self.fields),
             "message": self.message,
             "fix": self.fix,
