@@ -13,6 +13,7 @@ from counted_nodes import COUNTED, counted_nodes_summary
 from backend.cluster.stack_groups import group, parse_process
 from backend.cluster.telemetry import TelemetryPoller, parse_nodes_summary
 from backend.natural_order import natural_key
+from backend.signals.dump_reader import PhaseEvent
 from backend.signals.rank_phases import RankPhases
 from console.commands import nodes
 
@@ -66,9 +67,7 @@ def test_stack_groups_list_their_processes_node_by_node_in_counting_order() -> N
 def test_phase_timeline_lanes_go_node_by_node_in_counting_order() -> None:
     phases = RankPhases()
     for rank, node in enumerate(reversed(COUNTED)):
-        phases.add_event(
-            {"name": "actor_train", "t0": 100.0, "t1": 109.0, "node": node, "rank": rank, "role": "train"}
-        )
+        phases.add_event(PhaseEvent("actor_train", node, rank, "train", 100.0, 109.0))
     assert [lane.node for lane in phases.view().lanes] == COUNTED
 
 
