@@ -1,6 +1,6 @@
-"""Rule-engine benchmark: one full `check(spec)` + `layout_figures(spec)` per preset, and the same for a layout that
-breaks many rules (fixes are built only when rules fire). Figures are medians over many runs, printed in µs
-and as ratios against baselines measured in the same run:
+"""Rule-engine benchmark: one full `check(spec)` + `layout_figures(spec)` per preset, and the same for a
+layout that breaks many rules (fixes are built only when rules fire). Figures are medians over many runs,
+printed in µs and as ratios against baselines measured in the same run:
 
 * `spec.model_copy(deep=True)` — what copying the spec the plan form edits costs;
 * `RunSpec.model_validate(dump)` — one pydantic validation of the same spec (what a keystroke already pays).
