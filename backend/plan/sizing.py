@@ -93,8 +93,8 @@ class LayerParams:
 
 
 def layer_params(model: ModelFacts) -> LayerParams:
-    """The model's per-block counts; cached on its dimensions,
-    since every check and layout_figures asks for them."""
+    """The model's per-block counts; cached on its dimensions, since every check and layout_figures asks
+    for them."""
     return _layer_params(
         model.hidden_size,
         model.num_attention_heads,

@@ -291,8 +291,9 @@ def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: 
     tp = signals.throughput
     if tp is not None:
         out.append(
-            f"  rollout throughput: {_fmt(tp.tokens_per_gpu_per_sec)} tok/s/GPU x {_fmt(tp.rollout_gpus)} "
-            f"GPUs = {_fmt(tp.cluster_tokens_per_sec)} tok/s"
+            f"  rollout throughput: {_fmt(tp.tokens_per_gpu_per_sec)} tok/s/GPU"
+            f" x {_fmt(tp.rollout_gpus)} GPUs"
+            f" = {_fmt(tp.cluster_tokens_per_sec)} tok/s"
         )
     tr = signals.time_per_rollout
     if tr is not None:

@@ -90,8 +90,8 @@ class FindingsPanel(_Panel):
 
 
 def _fmt(value: object) -> str:
-    """One figure of `LayoutFigures.to_json` (a number, a
-    flag, a word, or a list of numbers) for a panel row."""
+    """One figure of `LayoutFigures.to_json` (a number, a flag, a word, or a list of numbers) for a panel
+    row."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -107,8 +107,8 @@ class DerivedPanel(_Panel):
     """
 
     def set_derived(self, derived: LayoutFigures | None) -> None:
-        """Every figure under its name, in `LayoutFigures.to_json`'s
-        order; each pipeline stage on a row of its own."""
+        """Every figure under its name, in `LayoutFigures.to_json`'s order; each pipeline stage on a row of
+        its own."""
         items: list[tuple[str, str]] = []
         if derived is not None:
             for name, value in derived.to_json().items():

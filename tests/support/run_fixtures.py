@@ -25,6 +25,6 @@ def status(state: str = "RUNNING") -> RunStatus:
 
 
 def metrics_view(rollouts: int = 12, num_rollout: int = 40) -> MetricsSnapshot:
-    """The MetricsArrived payload the workers post: a frozen
-    snapshot of real series plus derive_run_signals()."""
+    """The MetricsArrived payload the workers post: a frozen snapshot of real series plus
+    derive_run_signals()."""
     return metrics(rollouts, num_rollout)

@@ -61,7 +61,8 @@ def test_default_rules_cover_the_recipe_red_flags() -> None:
         ),
         ("[[rule]\n", "cannot read"),
         (
-            "[[rule]]\nid='x'\nseverity='warning'\nwhen='above'\nmessage='m'\nmetrics=['a']\nthreshold=true\n",
+            "[[rule]]\nid='x'\nseverity='warning'\nwhen='above'\nmessage='m'\nmetrics=['a']\n"
+            "threshold=true\n",
             "threshold must be a number, a string or a list of strings",
         ),
         ("[[rule]]\nid='x'\nseverity='error'\nwhen='stall'\nmessage='m'\n", "critical, warning, info"),
