@@ -53,7 +53,7 @@ async def read_run(app: UltraConsoleApp, target: str) -> RunSide:
         try:
             if source.kind == "job":
                 from backend.cluster.dashboard import RayClient
-                from console.replay import read_job_log
+                from backend.cluster.job_replay import read_job_log
 
                 settings = app.settings
                 token = settings.token.get_secret_value() if settings.token else None

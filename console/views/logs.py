@@ -48,7 +48,7 @@ from backend.signals.filters import (
 from backend.signals.search import CancelToken
 from backend.signals.store import LogLine, LogStore
 from console import keymap
-from console.messages import HistoryProgress, LogAppended, RolloutCursor
+from console.messages import HistoryProgress, LogAppended, LogStoreOpened, RolloutCursor
 from console.views.base import ConsoleView
 
 CACHE_LINES = 2000
@@ -279,6 +279,10 @@ class LogsView(ConsoleView, can_focus=False):
         self._status()
 
     # ------------------------------------------------------------ messages
+    def on_log_store_opened(self, message: LogStoreOpened) -> None:
+        """A new job was attached: its fresh store is what this view shows from now on."""
+        self.set_store(message.store)
+
     def on_log_appended(self, message: LogAppended) -> None:
         self.refresh_from_store()
 

@@ -3,7 +3,7 @@
 It draws what backend computed: the run controller's state, telemetry snapshots, metric series
 and derived signals, alerts. Nothing is recomputed here. Off screen it does nothing: messages only
 store the latest payload and mark the view dirty; the redraw happens when the view is shown.
-The telemetry worker polls only while `wants_telemetry()` is true (the view is visible).
+The telemetry worker polls only while the view is visible: the view says so with a FleetWanted message.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from console import keymap
 from console.messages import (
     AlertsChanged,
     BaselineAdded,
+    FleetWanted,
     HistoryProgress,
     MetricsArrived,
     RolloutCursor,
@@ -71,7 +72,7 @@ def _derived(metrics: MetricsSnapshot | None) -> RunSignals:
 
 
 def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
-    from backend.signals.structured import chart_source  # imported once metrics exist, after the first frame
+    from backend.signals.sources import chart_source  # imported once metrics exist, after the first frame
 
     return chart_source(sources, keys)
 
@@ -143,6 +144,7 @@ class RunView(ConsoleView):
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self._offered: set[str] = set()  # alerts whose `stacks` offer was made
         self._dirty = {"state", "fleet", "charts"}
+        self._fleet_wanted = False  # what the app was last told (FleetWanted)
         self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
 
     def compose(self) -> ComposeResult:
@@ -171,10 +173,21 @@ class RunView(ConsoleView):
         above = stack[stack.index(self.screen) + 1 :]
         return all(isinstance(s, ModalScreen) for s in above)
 
-    def wants_telemetry(self) -> bool:
-        return self.shown
+    def _say_if_fleet_wanted(self) -> None:
+        """Tell the app (for the telemetry worker) when the fleet starts or stops showing."""
+        shown = self.shown
+        if shown != self._fleet_wanted:
+            self._fleet_wanted = shown
+            self.post_message(FleetWanted(shown))
+
+    def on_show(self) -> None:
+        self._say_if_fleet_wanted()
+
+    def on_hide(self) -> None:
+        self._say_if_fleet_wanted()
 
     def view_shown(self) -> None:
+        self._say_if_fleet_wanted()
         self._redraw()
 
     # ------------------------------------------------------------ messages (store, then draw if shown)
@@ -240,6 +253,7 @@ class RunView(ConsoleView):
     def _tick(self) -> None:
         """Time moves on its own: a run's elapsed time and the age of the GPU readings (a node goes stale
         without any new message), so a visible view redraws both once a second."""
+        self._say_if_fleet_wanted()  # a screen pushed over the view hides it without a Hide of its own
         if not self.shown:
             return
         if self.run_state is not None:
@@ -297,8 +311,8 @@ class RunView(ConsoleView):
                 severity="warning",
             )
             return
-        runtime = getattr(self.app, "runtime", None)
-        monitor = getattr(runtime, "monitor", None)
+        session = getattr(self.app, "session", None)
+        monitor = getattr(session, "monitor", None)
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
         state_dir = self.app.settings.state_dir  # type: ignore[attr-defined]
 
