@@ -29,6 +29,7 @@ from backend.errors import SpecError
 from backend.plan.view_start import PlanStart
 from backend.redaction import public_line
 from console import keymap
+from console.host import ConsoleHost
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from backend.plan.preview_process import Preview
     from backend.settings import Settings
     from backend.signals.replay import ReplaySession
-    from console.workers import ConsoleSession
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
 ACTIVE_RUN_STATES = frozenset({"PENDING", "RUNNING", "STOPPING"})  # SUBMITTING: a launch from the plan view
@@ -125,7 +125,7 @@ class StateLine(Static):
             self.update(text, layout=False)
 
 
-class UltraConsoleApp(App[int]):
+class UltraConsoleApp(ConsoleHost):
     """`ultra-console` with no subcommand."""
 
     CSS_PATH = "app.tcss"
@@ -174,10 +174,8 @@ class UltraConsoleApp(App[int]):
         self.job = job
         self.demo = demo
         self.controller = controller
-        self.session: ConsoleSession | None = (
-            None  # the workers' session, once they start after the first frame
-        )
-        self.fleet_wanted = False  # the Run view's fleet shows: the telemetry worker polls only then
+        self.session = None
+        self.fleet_wanted = False
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from backend.cluster.dashboard import RayClient
 from backend.cluster.job_replay import read_job_log
 from backend.errors import ConsoleError
 from backend.signals.replay import ReplaySession
 from console.compare import add_run
+from console.host import ConsoleHost
 from console.messages import HistoryProgress, LogAppended, Notice, RunStateChanged, RunStatus
 from console.workers import ConsoleSession
 from shim.package import carries_shim
-
-if TYPE_CHECKING:
-    from console.app import UltraConsoleApp
 
 POST_EVERY_S = 0.25
 
@@ -30,9 +27,8 @@ POST_EVERY_S = 0.25
 class OfflineSession(ConsoleSession):
     """A ConsoleSession without a cluster: the session's store and monitor, read-only."""
 
-    def __init__(
-        self, app: UltraConsoleApp, replay: ReplaySession
-    ) -> None:  # no RayClient: nothing talks to Ray
+    def __init__(self, app: ConsoleHost, replay: ReplaySession) -> None:
+        # no RayClient: nothing talks to Ray
         self.app = app
         self.replay = replay
         self.store = replay.store
@@ -54,7 +50,7 @@ class OfflineSession(ConsoleSession):
         self.maybe_post_metrics(force=force)
 
 
-def start(app: UltraConsoleApp, replay: ReplaySession) -> OfflineSession:
+def start(app: ConsoleHost, replay: ReplaySession) -> OfflineSession:
     session = OfflineSession(app, replay)
     app.session = session
     if replay.problem:

@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from backend.cluster.controller import NoRunFound, RunController, RunEvent
 from backend.cluster.dashboard import JobInfo, RayClient
@@ -44,6 +43,7 @@ from backend.signals.monitor import RunMonitor
 from backend.signals.replay import RolloutIndex
 from backend.signals.store import LogStore
 from backend.signals.structured import StructuredFeed, dump_dir_of
+from console.host import ConsoleHost
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
@@ -59,9 +59,6 @@ from console.messages import (
     SnapshotArrived,
 )
 from shim.package import carries_shim
-
-if TYPE_CHECKING:
-    from console.app import UltraConsoleApp
 
 TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
@@ -90,7 +87,7 @@ def run_status(event: RunEvent) -> RunStatus | None:
 class ConsoleSession:
     """The backend objects one console session uses; the app holds it as `app.session`."""
 
-    def __init__(self, app: UltraConsoleApp) -> None:
+    def __init__(self, app: ConsoleHost) -> None:
         settings = app.settings
         self.app = app
         token = settings.token.get_secret_value() if settings.token else None
@@ -157,13 +154,13 @@ class ConsoleSession:
             self.post(AlertsChanged(monitor.alerts.snapshot()))
 
 
-def start_workers(app: UltraConsoleApp) -> None:
+def start_workers(app: ConsoleHost) -> None:
     """Called by the app after the first frame (it imports this module then, so the I/O stack imported
     here, httpx, the run controller, the log store, never delays that frame)."""
     app.call_after_refresh(_start, app)
 
 
-def _start(app: UltraConsoleApp) -> ConsoleSession:
+def _start(app: ConsoleHost) -> ConsoleSession:
     session = ConsoleSession(app)
     app.session = session
     session.controller.subscribe(lambda event: _on_run_event(session, event))

@@ -21,6 +21,7 @@ from backend.cluster.durations import RunTiming, fmt_duration
 from backend.cluster.lost_work import LostWork
 from backend.signals.run_signals import RunSignals
 from console import keymap
+from console.compare import add_run
 from console.messages import (
     AlertsChanged,
     BaselineAdded,
@@ -36,6 +37,7 @@ from console.views.base import ConsoleView
 from console.views.run_compare import RunComparison
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
+from console.widgets.compare_prompt import ComparePrompt
 from console.widgets.gpu_fleet import GpuFleet
 
 if TYPE_CHECKING:
@@ -241,9 +243,17 @@ class RunView(ConsoleView):
 
     def action_compare(self) -> None:
         """ "Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
-        from console.compare import ask_and_add
 
-        ask_and_add(self.console)
+        def chosen(target: str | None) -> None:
+            if target:
+                self.run_worker(
+                    add_run(self.console, target),
+                    group="compare",
+                    exit_on_error=False,
+                    description=f"compare with {target}",
+                )
+
+        self.app.push_screen(ComparePrompt(), chosen)
 
     def _mark(self, *parts: str) -> None:
         self._dirty.update(parts)
