@@ -26,6 +26,7 @@ from textual.widget import AwaitMount, Widget
 from textual.widgets import ContentSwitcher, Static
 
 from backend.errors import SpecError
+from backend.plan.submission import new_run_id
 from backend.plan.view_start import PlanStart
 from backend.redaction import public_line
 from console import keymap
@@ -179,10 +180,6 @@ class UltraConsoleApp(ConsoleHost):
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
-            # Imported here: the operator's start takes the run id from the preview; submission's imports
-            # (~0.5 s, the spec's pydantic models) would otherwise delay every first frame.
-            from backend.plan.submission import new_run_id
-
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
         self.current_view = "logs" if replay is not None else "plan"

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from backend.errors import ConsoleError
+from backend.plan import preview_process as plan_preview
 from backend.redaction import public_line, remember, url_password
 from console.commands import COMMANDS
 
@@ -49,8 +50,6 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    from backend.plan import preview_process as plan_preview
-
     # The plan is computed on another core while this process imports Textual (see plan_preview).
     preview = plan_preview.start(address=args.address, readonly=args.readonly)
     from console.app import run_app  # imported here: the CLI never pays for Textual

@@ -17,9 +17,13 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from backend.cluster.abort_policy import abort_policy
 from backend.cluster.durations import RunTiming, fmt_duration
 from backend.cluster.lost_work import LostWork
+from backend.cluster.stacks import job_stacks
+from backend.signals.alerts import headline
 from backend.signals.run_signals import RunSignals
+from backend.signals.sources import chart_source
 from console import keymap
 from console.compare import add_run
 from console.messages import (
@@ -39,6 +43,8 @@ from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart, Series
 from console.widgets.compare_prompt import ComparePrompt
 from console.widgets.gpu_fleet import GpuFleet
+from console.widgets.phase_timeline import PhasesScreen
+from console.widgets.stacks_screen import StacksScreen
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
@@ -73,12 +79,6 @@ def _derived(metrics: MetricsSnapshot | None) -> RunSignals:
     return metrics.derived if metrics is not None else RunSignals()
 
 
-def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
-    from backend.signals.sources import chart_source  # imported once metrics exist, after the first frame
-
-    return chart_source(sources, keys)
-
-
 def state_line(
     state: RunStatus | None,
     metrics: MetricsSnapshot | None,
@@ -107,7 +107,6 @@ def state_line(
     if n_alerts:
         sev = {a.severity for a in alerts}
         worst = "!" if sev & {"critical", "error"} else ""
-    from backend.signals.alerts import headline
 
     said = headline(alerts, state.state)  # a failed run's cause, or a blind chart: never silent
     said = f"  · {said}" if said else ""
@@ -200,7 +199,6 @@ class RunView(ConsoleView):
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.metrics = message.payload
         self._mark("charts", "state")
-        from console.widgets.phase_timeline import PhasesScreen
 
         if isinstance(self.app.screen, PhasesScreen):
             self.app.screen.update_view(self.metrics.phases if self.metrics else None)
@@ -303,7 +301,7 @@ class RunView(ConsoleView):
                         for key, label, color, right in spec
                     ]
                 )
-                source = _chart_source(sources, [key for key, *_ in spec]) if sources else ""
+                source = chart_source(sources, [key for key, *_ in spec]) if sources else ""
                 base = chart.title.split(" · from ")[0]
                 chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
@@ -327,19 +325,13 @@ class RunView(ConsoleView):
         state_dir = self.app.settings.state_dir  # type: ignore[attr-defined]
 
         async def collect() -> Any:
-            from backend.cluster.stacks import job_stacks
-
             job = await controller.refresh()
             return await job_stacks(controller.client, job, state_dir, ranks=ranks)
-
-        from console.widgets.stacks_screen import StacksScreen
 
         self.app.push_screen(StacksScreen(controller.job.id, collect))
 
     def action_phases(self) -> None:
         """The per-rank phase timeline over the whole terminal."""
-        from console.widgets.phase_timeline import PhasesScreen
-
         self.app.push_screen(PhasesScreen(self.metrics.phases if self.metrics else None, self.clock))
 
     # ------------------------------------------------------------ abort
@@ -369,7 +361,6 @@ class RunView(ConsoleView):
 
 def abort_actions(controller: RunController) -> AbortActions:
     """Bind the modal's steps to the run controller, timed by backend.cluster.abort_policy (as the CLI is)."""
-    from backend.cluster.abort_policy import abort_policy
 
     async def stop() -> bool:
         outcome = await controller.abort()

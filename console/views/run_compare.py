@@ -8,17 +8,20 @@ each run's label; the rollout cursor marks the same step on every run and the ti
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.css.query import NoMatches
 from textual.widgets import Static
 
-from backend.signals.series import ROLLOUT_AXIS
+from backend.errors import ConsoleError
+from backend.signals.compare import RunSide, compare, load_config
+from backend.signals.series import ROLLOUT_AXIS, SeriesSetSnapshot
 from console.widgets.charts import LineChart, Series
 
 if TYPE_CHECKING:
-    from backend.signals.compare import CompareConfig, Comparison, MetricOverlay, RunSide
+    from backend.signals.compare import CompareConfig, Comparison, MetricOverlay
     from backend.signals.launch_flags import LaunchFlags
     from backend.signals.replay import RolloutMark
     from console.messages import BaselineAdded
@@ -122,11 +125,6 @@ class RunComparison:
         self.state = message.state or self.state
 
     def _first(self) -> RunSide:
-        from types import MappingProxyType
-
-        from backend.signals.compare import RunSide
-        from backend.signals.series import SeriesSetSnapshot
-
         view = self.view
         status = view.run_state
         series = view.metrics.series if view.metrics is not None else SeriesSetSnapshot(MappingProxyType({}))
@@ -140,8 +138,6 @@ class RunComparison:
         """Draw the comparison into the view's charts and header; False when there is none (single-run view)."""
         if not self.baselines:
             return False
-        from backend.errors import ConsoleError
-        from backend.signals.compare import compare, load_config
 
         try:
             self._config = self._config or load_config()

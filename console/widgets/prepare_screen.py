@@ -17,6 +17,10 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Log, Static
 
+from backend.cluster.dashboard import RayClient
+from backend.cluster.preflight import preflight
+from backend.cluster.prepare import FetchEvent, prepare, table
+from backend.cluster.telemetry import snapshot
 from backend.errors import ConsoleError
 from backend.redaction import public_line, public_text
 from console import keymap
@@ -80,11 +84,6 @@ class PrepareScreen(ModalScreen[None]):
 
     @work(exclusive=True, group="prepare", exit_on_error=False)
     async def _run(self, fetch: bool) -> None:
-        from backend.cluster.dashboard import RayClient
-        from backend.cluster.preflight import preflight
-        from backend.cluster.prepare import FetchEvent, prepare, table
-        from backend.cluster.telemetry import snapshot
-
         settings = self.app.settings  # type: ignore[attr-defined]
         token = settings.token.get_secret_value() if settings.token else None
 
