@@ -20,6 +20,7 @@ from backend.plan.checks.context import KEEP_MTP_ENV
 from backend.plan.deep.patches import fake_world, hopper_gpu, reused_parser
 from backend.plan.deep.rule_map import effective_vpp
 from backend.plan.spec import RunSpec
+from backend.plan.submission import build_submission
 
 
 def _keep_mtp(spec: RunSpec) -> bool:
@@ -99,8 +100,6 @@ def check_initialize_model_parallel(spec: RunSpec) -> None:
 
 def megatron_argv(spec: RunSpec) -> list[str]:
     """The argv the console submits (miles' flags included: Megatron's parser ignores what it lacks)."""
-    from backend.plan.submission import build_submission
-
     argv = build_submission(spec, run_id="000000-000000-000", nvlink=False, with_shim=False).argv
     if argv and argv[0].endswith("python3"):
         argv = argv[2:]  # "python3 /path/train.py"
