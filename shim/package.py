@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from shim.ray_hook import CHECKPOINT_ENV
+
 SETUP_HOOK = "shim.ray_hook.setup"
 PACKAGE_DIR = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -47,8 +49,6 @@ def upload_path(uri: str) -> str:
 
 def runtime_env_additions(hf_checkpoint: str | None = None) -> dict[str, Any]:
     """Keys to merge into a job's runtime_env (env_vars merged key by key, the rest set as is)."""
-    from shim.ray_hook import CHECKPOINT_ENV
-
     uri, _ = package()
     out: dict[str, Any] = {"py_modules": [uri], "worker_process_setup_hook": SETUP_HOOK, "env_vars": {}}
     if hf_checkpoint:

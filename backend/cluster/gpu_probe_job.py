@@ -23,6 +23,7 @@ is no reading; `c`: the sampling process's CPU seconds), `leases` (the fresh lea
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -81,6 +82,7 @@ class NodeSampler:
         self._sent: dict[str, Any] | None = None
         self._sent_at = -float("inf")
         try:
+            # ray: a slow import, paid only by the mode that needs it
             from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
             provider = GpuMetricProvider()
@@ -161,8 +163,6 @@ def fresh_leases(lease_dir: str, timeout_s: float) -> list[str]:
 
 def take_lock(lease_dir: str) -> Any:
     """The probe's exclusive lock (kept open while it runs), or None when another probe holds it."""
-    import fcntl
-
     os.makedirs(lease_dir, exist_ok=True)
     try:
         os.chmod(lease_dir, 0o1777)  # consoles of other users renew their own lease here, never another's
@@ -195,6 +195,7 @@ def _relay(ray: Any, node: str, actor: Any, interval: float, actors: dict[str, A
 
 def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max_age: float) -> str:
     """Sample until no lease is fresh (or `max_age`); returns why it ended."""
+    # ray: a slow import, paid only by the mode that needs it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

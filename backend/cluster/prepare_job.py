@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 import time
+from urllib.parse import urlsplit
 
 from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
 
@@ -273,6 +274,7 @@ def _progress_class(what: str, filename: str):  # type: ignore[no-untyped-def]
 
 
 def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import HfApi
 
     files: dict[str, int] = {}
@@ -287,6 +289,7 @@ def _download(
     what: str, repo: str, repo_type: str, revision: str, directory: str, name: str, size: int
 ) -> int:
     """One file into `directory`, resuming `name.part` (or a short `name`, in place); returns bytes transferred."""
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
@@ -429,8 +432,7 @@ def _manifest_owner(directory: str) -> dict[str, object]:
 def hub_unreachable() -> str | None:
     """Why the hub cannot be reached from this node (one TCP connect, 5 s), else None: huggingface_hub
     itself retries a refused connection for half a minute before it says so."""
-    from urllib.parse import urlsplit
-
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import constants
 
     url = urlsplit(constants.ENDPOINT)

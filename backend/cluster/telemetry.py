@@ -35,10 +35,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
+from backend.errors import ConsoleError
+
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo
     from backend.cluster.gpu_probe import GpuProbe, ProbeReading
-    from backend.cluster.miles_gpu_streams import GpuSample, MilesGpuStreams
+    from backend.cluster.miles_gpu_streams import GpuSample
 
 REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
 STALE_AFTER_S = 2 * REPORTER_PERIOD_S
@@ -454,8 +457,6 @@ class TelemetryPoller:
 
     def watch_job(self, job: JobInfo | None) -> None:
         """Read miles' GPU streams of `job`'s dump directory, when it writes them, before Ray's reporter."""
-        from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
-
         found = dump_details_dir(job)
         if found != self._dump_dir:
             self._dump_dir = found
@@ -508,8 +509,6 @@ class TelemetryPoller:
 
     async def run(self) -> AsyncIterator[ClusterSnapshot | Exception]:
         """Yield a snapshot per interval, or the ConsoleError that stopped one (then keep going)."""
-        from backend.errors import ConsoleError
-
         sent: ClusterSnapshot | None = None
         while not self._stopped.is_set():
             try:

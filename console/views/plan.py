@@ -340,12 +340,14 @@ class PlanView(ConsoleView):
         if self.evaluation.spec is None:
             self.notify("prepare needs a valid spec first", severity="warning")
             return
+        # lazy: the cluster's client and prepare stack (httpx, ~250 modules) are not on the first frame
         from console.widgets.prepare_screen import PrepareScreen
 
         self.app.push_screen(PrepareScreen(self.evaluation.spec, self))
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: RunSpec) -> None:
+        # lazy: the cluster's client and prepare stack (httpx, ~250 modules) are not on the first frame
         from backend.cluster import preflight as pre
         from backend.cluster.dashboard import RayClient
 

@@ -28,6 +28,7 @@ def _keep_mtp(spec: RunSpec) -> bool:
 
 
 def check_transformer_config(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -80,6 +81,7 @@ def check_transformer_config(spec: RunSpec) -> None:
 
 
 def check_initialize_model_parallel(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import parallel_state
 
     t = spec.train
@@ -114,6 +116,7 @@ def megatron_argv(spec: RunSpec) -> list[str]:
 
 
 def check_validate_args(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.training import arguments
 
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": spec.run.extra_env.get("CUDA_DEVICE_MAX_CONNECTIONS", "1")}
@@ -130,6 +133,7 @@ def check_validate_args(spec: RunSpec) -> None:
 
 
 def check_microbatches(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import num_microbatches_calculator as nmc
 
     t = spec.train
@@ -141,6 +145,7 @@ def check_microbatches(spec: RunSpec) -> None:
 
 
 def check_select_pipeline_segment(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import parallel_state
     from megatron.core.models.hybrid.hybrid_layer_allocation import select_pipeline_segment
 
@@ -200,6 +205,7 @@ def hf_config(spec: RunSpec) -> dict[str, Any]:
 
 
 def check_server_args(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from sglang.srt.server_args import ServerArgs
 
     r, c = spec.rollout, spec.cluster
