@@ -29,6 +29,7 @@ from backend.errors import SpecError
 from backend.plan.submission import new_run_id
 from backend.plan.view_start import PlanStart
 from backend.redaction import public_line
+from backend.settings import load_settings
 from console import keymap
 from console.host import ConsoleHost
 from console.messages import (
@@ -83,8 +84,8 @@ class Unavailable(ConsoleView):
 def _later_views() -> dict[str, type[ConsoleView]]:
     """The views other than the first, mounted just after the first full frame (or at once when one is asked
     for before that; they start hidden anyway)."""
-    # Imported here, after the first frame: bench/console_frame.py measures these three at ~0.3 s of imports
-    # (the events view alone pulls in the audit log and pydantic), more than the 1.5x budget leaves.
+    # Imported here, after the first frame: ~230 more modules, ~0.35 s of CPU (the Run view's comparison
+    # brings httpx and the cluster client), about what a bare Textual app takes to draw: the 1.5x budget is gone.
     from console.views.events import EventsView
     from console.views.logs import LogsView
     from console.views.run import RunView
@@ -213,10 +214,6 @@ class UltraConsoleApp(ConsoleHost):
     def settings(self) -> Settings:
         """The operator's settings (loaded on first use when the app started from a preview)."""
         if self._settings is None:
-            # Imported on first use: a start from the preview has the settings' answer (load_settings pulls
-            # in pydantic, ~0.4 s, off the first frame).
-            from backend.settings import load_settings
-
             self._settings = load_settings(**self._overrides)
         return self._settings
 
@@ -252,7 +249,7 @@ class UltraConsoleApp(ConsoleHost):
         if isinstance(plan, PlanView):
             plan.build_spec_after_first_frame()
         # Imported here, after the first frame: the workers' I/O stack (httpx, the run controller, the log
-        # store, the monitor) is ~1 s of imports (bench/console_frame.py); the first frame never waits for it.
+        # store, the monitor): ~200 more modules, ~0.3 s of CPU on its own; the first frame never waits for it.
         if self.replay is not None:
             from console.replay import start
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
+from backend.plan.checks import check
 from backend.plan.derived import Derived, derive
 from backend.plan.finding import Finding
 from backend.plan.spec_edit import edit_spec
@@ -79,10 +80,6 @@ def evaluate_spec(
 ) -> PlanEvaluation:
     """A built spec checked, derived and turned into its submission. Never raises for a submission that
     cannot be built: `command` says why and `submission_error` holds the error."""
-    # Imported here: the rule engine (~50 ms, 15 modules by -X importtime) is not on the first frame, which
-    # reads the preview's copy back unchecked.
-    from backend.plan.checks import check
-
     out = PlanEvaluation(spec, True, findings=check(spec), derived=derive(spec), summary=summary_of(spec))
     try:
         out.submission = build_submission(spec, run_id=run_id, secrets=secrets)
