@@ -85,7 +85,8 @@ def _later_views() -> dict[str, type[ConsoleView]]:
     """The views other than the first, mounted just after the first full frame (or at once when one is asked
     for before that; they start hidden anyway)."""
     # Imported here, after the first frame: ~230 more modules, ~0.35 s of CPU (the Run view's comparison
-    # brings httpx and the cluster client), about what a bare Textual app takes to draw: the 1.5x budget is gone.
+    # brings httpx and the cluster client), about what a bare Textual app takes to draw: more than the
+    # 1.5x budget leaves.
     from console.views.events import EventsView
     from console.views.logs import LogsView
     from console.views.run import RunView
@@ -249,7 +250,7 @@ class UltraConsoleApp(ConsoleHost):
         if isinstance(plan, PlanView):
             plan.build_spec_after_first_frame()
         # Imported here, after the first frame: the workers' I/O stack (httpx, the run controller, the log
-        # store, the monitor): ~200 more modules, ~0.3 s of CPU on its own; the first frame never waits for it.
+        # store, the monitor): ~200 more modules, ~0.3 s of CPU on its own; the first frame never waits.
         if self.replay is not None:
             from console.replay import start
 

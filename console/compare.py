@@ -1,4 +1,5 @@
-"""Adding a run to compare with: "compare with…" in the Run view (its prompt, then this worker) and `replay A B`.
+"""Adding a run to compare with: "compare with…" in the Run view (its prompt, then this worker) and
+`replay A B`.
 
 The run (a saved log, a dump directory or a finished job) is read to its end in a throw-away replay session
 (backend.signals.replay, the same path `replay` reads), turned into a backend.signals.compare.RunSide, and

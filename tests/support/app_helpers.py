@@ -36,8 +36,9 @@ AUDIT_ROWS = (
 
 
 class PilotApp(UltraConsoleApp):
-    """The app as tests drive it: every view mounted before the test's first line. In a terminal the views after
-    the first mount just after the first frame is drawn (the app's one path); a test queries them at once."""
+    """The app as tests drive it: every view mounted before the test's first line. In a terminal the views
+    after the first mount just after the first frame is drawn (the app's one path); a test queries them at
+    once."""
 
     CSS_PATH = Path(inspect.getfile(UltraConsoleApp)).with_name(
         "app.tcss"
