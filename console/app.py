@@ -9,9 +9,8 @@ handles what it needs and fans each message out to every view.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
-import importlib
-import importlib.util
 import os
 import signal
 import sys
@@ -26,43 +25,41 @@ from textual.message import Message
 from textual.widget import AwaitMount, Widget
 from textual.widgets import ContentSwitcher, Static
 
+from backend.errors import SpecError
 from backend.plan.preview_process import PreviewBasics, PreviewRefused
+from backend.plan.submission import new_run_id
+from backend.plan.view_start import PlanStart
 from backend.redaction import public_line
+from backend.settings import load_settings
 from console import keymap
+from console.host import ConsoleHost
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
     DashboardBack,
     DashboardLost,
+    FleetWanted,
     HistoryProgress,
     Notice,
     RolloutCursor,
     RunStateChanged,
 )
+from console.palette import KeymapCommands
 from console.views.base import ConsoleView
 from console.views.plan import PlanView
 from console.watchdog import terminal_alive
+from console.widgets.help_screen import HelpScreen
 from console.widgets.key_bar import KeyBar
 
 if TYPE_CHECKING:
-    from textual.command import Provider
     from textual.notifications import SeverityLevel
 
     from backend.cluster.controller import RunController
     from backend.plan.preview_process import Preview
-    from backend.plan.view_start import PlanStart
     from backend.settings import Settings
     from backend.signals.replay import ReplaySession
-    from console.workers import ConsoleSession
 
 VIEW_TITLES: dict[str, str] = {"plan": "Plan", "run": "Run", "logs": "Logs", "events": "Events"}
-# The views other than the first: (module under console.views, class), imported and mounted just after
-# the first full frame, or at once when one is asked for before that (they start hidden anyway).
-LATER_VIEWS: dict[str, tuple[str, str]] = {
-    "run": ("run", "RunView"),
-    "logs": ("logs", "LogsView"),
-    "events": ("events", "EventsView"),
-}
 ACTIVE_RUN_STATES = frozenset({"PENDING", "RUNNING", "STOPPING"})  # SUBMITTING: a launch from the plan view
 FIRST_FRAME_FALLBACK_S = 2.0  # the later views mount and the workers start by then in any case
 COMPACT_BELOW = (100, 32)  # width, height under which the denser layout is used
@@ -71,19 +68,12 @@ WATCHDOG_INTERVAL_S = 2.0
 QUIT_LINE = "ultra-console: console closed; the run keeps going on Ray. Run `ultra-console` to attach again."
 
 
-def _keymap_commands() -> type[Provider]:
-    """The palette's provider, imported when the palette first opens (not on the first frame)."""
-    from console.palette import KeymapCommands
-
-    return KeymapCommands
-
-
 class Unavailable(ConsoleView):
-    """Stands in for a view whose module is not part of this build (or that a replay has no use for)."""
+    """Stands in for a view that a replay has no use for (the plan view: nothing to plan or launch)."""
 
     DEFAULT_CSS = "Unavailable { align: center middle; color: $text-muted; }"
 
-    def __init__(self, title: str, note: str = "not available in this build", **kwargs: Any) -> None:
+    def __init__(self, title: str, note: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._title = title
         self._note = note
@@ -92,16 +82,17 @@ class Unavailable(ConsoleView):
         yield Static(f"{self._title} view: {self._note}", markup=False)
 
 
-def _optional_view(name: str, class_name: str) -> type[Widget] | None:
-    """Import a view another part of the team provides; None only if its module does not exist."""
-    module_name = f"console.views.{name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name == module_name:
-            return None
-        raise
-    return getattr(module, class_name, None)
+def _later_views() -> dict[str, type[ConsoleView]]:
+    """The views other than the first, mounted just after the first full frame (or at once when one is asked
+    for before that; they start hidden anyway)."""
+    # Imported here, after the first frame: ~230 more modules, ~0.35 s of CPU (the Run view's comparison
+    # brings httpx and the cluster client), about what a bare Textual app takes to draw: more than the
+    # 1.5x budget leaves.
+    from console.views.events import EventsView
+    from console.views.logs import LogsView
+    from console.views.run import RunView
+
+    return {"run": RunView, "logs": LogsView, "events": EventsView}
 
 
 class StateLine(Static):
@@ -138,13 +129,13 @@ class StateLine(Static):
             self.update(text, layout=False)
 
 
-class UltraConsoleApp(App[int]):
+class UltraConsoleApp(ConsoleHost):
     """`ultra-console` with no subcommand."""
 
     CSS_PATH = "app.tcss"
     TITLE = "ultra-console"
     BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for(keymap.APP)
-    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {_keymap_commands}
+    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {KeymapCommands}
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(
@@ -187,14 +178,11 @@ class UltraConsoleApp(App[int]):
         self.job = job
         self.demo = demo
         self.controller = controller
-        self.runtime: ConsoleSession | None = (
-            None  # the workers' session, once they start after the first frame
-        )
+        self.session = None
+        self.fleet_wanted = False
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
-            from backend.plan.submission import new_run_id
-
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
         self.current_view = "logs" if replay is not None else "plan"
@@ -222,8 +210,6 @@ class UltraConsoleApp(App[int]):
     def settings(self) -> Settings:
         """The operator's settings (loaded on first use when the app started from a preview)."""
         if self._settings is None:
-            from backend.settings import load_settings
-
             self._settings = load_settings(**self._overrides)
         return self._settings
 
@@ -243,9 +229,6 @@ class UltraConsoleApp(App[int]):
             self.notify(problem, severity="warning")
         self._draw_state_line()
         self._focus_view(self.current_view, now=True)
-        mounting = self._mount_later_views() if self.is_headless else None
-        if mounting is not None:  # no terminal to draw first (tests, snapshots): every view is there at once
-            await mounting
         if not self.is_headless and not self.is_web:
             self._exit_cleanly_on_signals()
         if self._watchdog and not self.is_headless and not self.is_web:
@@ -257,16 +240,20 @@ class UltraConsoleApp(App[int]):
         if self._after_first_frame_done or not self.is_running:
             return
         self._after_first_frame_done = True
-        self._mount_later_views()
+        self.mount_later_views()
         plan = self.view("plan")
         if isinstance(plan, PlanView):
             plan.build_spec_after_first_frame()
+        # Imported here, after the first frame: the workers' I/O stack (httpx, the run controller, the log
+        # store, the monitor): ~200 more modules, ~0.3 s of CPU on its own; the first frame never waits.
         if self.replay is not None:
-            importlib.import_module("console.replay").start(self, self.replay)
+            from console.replay import start
+
+            start(self, self.replay)
         elif self._start_workers:
-            workers = importlib.util.find_spec("console.workers")
-            if workers is not None:
-                importlib.import_module("console.workers").start_workers(self)
+            from console.workers import start_workers
+
+            start_workers(self)
 
     def _view_widget(self, name: str) -> Widget:
         """The view called `name`, created (its module imported) on first use."""
@@ -276,22 +263,18 @@ class UltraConsoleApp(App[int]):
                 widget = Unavailable("Plan", "a replay has nothing to plan or launch", id=name)
             elif name == "plan":
                 widget = PlanView(self.preview_plan, id=name)
-            else:
-                cls = _optional_view(*LATER_VIEWS[name])
-                if cls is None:
-                    widget = Unavailable(VIEW_TITLES[name], id=name)
-                elif name == "logs" and self.replay is not None:
-                    from console.views.logs import LogsView  # a replay's log is there before the first frame
+            elif name == "logs" and self.replay is not None:
+                from console.views.logs import LogsView  # lazy as in _later_views (a replay opens on its log)
 
-                    widget = LogsView(self.replay.store, id=name)
-                else:
-                    widget = cls(id=name)
+                widget = LogsView(self.replay.store, id=name)
+            else:
+                widget = _later_views()[name](id=name)
             if name != self.current_view:
                 widget.display = False  # ContentSwitcher hides only the children it starts with
             self._views[name] = widget
         return widget
 
-    def _mount_later_views(self) -> AwaitMount | None:
+    def mount_later_views(self) -> AwaitMount | None:
         """Mount the views after the first (an AwaitMount), or None when they already are."""
         if self._later_mounted:
             return None
@@ -336,7 +319,7 @@ class UltraConsoleApp(App[int]):
     def action_show_view(self, name: str) -> None:
         if name not in VIEW_TITLES:
             return
-        mounting = self._mount_later_views()
+        mounting = self.mount_later_views()
         changed = name != self.current_view
         if changed:
             self.previous_view = self.current_view
@@ -365,7 +348,7 @@ class UltraConsoleApp(App[int]):
     def action_rollout_step(self, delta: int) -> None:
         """`[` / `]`: move the rollout cursor; the charts mark
         it and the log jumps to the rollout's first line."""
-        index = self.runtime.rollouts if self.runtime is not None else None
+        index = self.session.rollouts if self.session is not None else None
         mark = index.step(self.rollout_cursor, delta) if index is not None else None
         if mark is None:
             self.notify("no rollout in the log yet", severity="warning", timeout=2)
@@ -389,8 +372,6 @@ class UltraConsoleApp(App[int]):
             self.action_show_view(self.previous_view)
 
     def action_help(self) -> None:
-        from console.widgets.help_screen import HelpScreen
-
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.keymap_overrides, self.readonly))
 
@@ -473,6 +454,9 @@ class UltraConsoleApp(App[int]):
         self.history_text = "" if message.done else f"reading history: {message.lines:,} lines"
         self._draw_state_line()
 
+    def on_fleet_wanted(self, message: FleetWanted) -> None:
+        self.fleet_wanted = message.wanted
+
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alert_count = len(message.alerts)
         self._draw_state_line()
@@ -485,8 +469,6 @@ class UltraConsoleApp(App[int]):
     def _exit_cleanly_on_signals(self) -> None:
         """SIGTERM and SIGQUIT end the app through Textual's own exit, which gives the terminal back (main
         screen, no mouse tracking, cursor shown); Python's default would die with the terminal still ours."""
-        import asyncio
-
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGQUIT):
             try:
@@ -496,8 +478,6 @@ class UltraConsoleApp(App[int]):
 
     def _arm_watchdog(self) -> None:
         try:
-            import asyncio
-
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hangup)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
@@ -515,8 +495,6 @@ class UltraConsoleApp(App[int]):
 def run_app(args: argparse.Namespace, preview: Preview | None = None) -> int:
     """Open the app (`ultra-console` with no subcommand); prints that the run keeps going on exit.
     preview: a started backend.plan.preview_process.Preview; without its answer the app computes the plan."""
-    from backend.errors import SpecError
-
     overrides = {
         "address": getattr(args, "address", None),
         "token": getattr(args, "token", None),

@@ -8,14 +8,13 @@ sequence, one line.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from backend.errors import ConsoleError
+from backend.plan import preview_process as plan_preview
 from backend.redaction import public_line, remember, url_password
-from console.commands import COMMANDS
 
 PROG = "ultra-console"
 
@@ -43,14 +42,44 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
         parser.set_defaults(command=None)
         return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"console.commands.{name}").register(sub)
+    # Imported here: opening the app parses without them (see parse), and the first frame skips them.
+    from console.commands import (
+        abort,
+        cleanup,
+        demo,
+        launch,
+        logs,
+        metrics,
+        nodes,
+        plan,
+        prepare,
+        replay,
+        serve,
+        shim_check,
+        stacks,
+        status,
+    )
+
+    in_help_order = (
+        plan,
+        launch,
+        status,
+        logs,
+        abort,
+        cleanup,
+        nodes,
+        demo,
+        shim_check,
+        metrics,
+        serve,
+        prepare,
+    )
+    for command in (*in_help_order, replay, stacks):
+        command.register(sub)
     return parser
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    from backend.plan import preview_process as plan_preview
-
     # The plan is computed on another core while this process imports Textual (see plan_preview).
     preview = plan_preview.start(address=args.address, readonly=args.readonly)
     from console.app import run_app  # imported here: the CLI never pays for Textual

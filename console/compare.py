@@ -1,5 +1,5 @@
-"""Adding a run to compare with: "compare with…" in the
-Run view (a prompt, then this worker) and `replay A B`.
+"""Adding a run to compare with: "compare with…" in the Run view (its prompt, then this worker) and
+`replay A B`.
 
 The run (a saved log, a dump directory or a finished job) is read to its end in a throw-away replay session
 (backend.signals.replay, the same path `replay` reads), turned into a backend.signals.compare.RunSide, and
@@ -12,22 +12,20 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from typing import TYPE_CHECKING
 
+from backend.cluster.dashboard import RayClient
+from backend.cluster.job_replay import read_job_log
 from backend.errors import ConsoleError
 from backend.severity import Severity
+from backend.signals.compare import RunSide
+from backend.signals.launch_flags import LaunchFlags, flags_from_command
+from backend.signals.replay import ReplaySession, source_of
+from console.host import ConsoleHost
 from console.messages import BaselineAdded, Notice
 
-if TYPE_CHECKING:
-    from backend.signals.compare import RunSide
-    from backend.signals.launch_flags import LaunchFlags
-    from console.app import UltraConsoleApp
 
-
-def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | None]:
+def first_run_facts(app: ConsoleHost) -> tuple[LaunchFlags | None, str | None]:
     """The flags the view's own run was launched with, and its final state where a replay knows it."""
-    from backend.signals.launch_flags import flags_from_command
-
     if app.replay is not None:
         return app.replay.launch_flags(), app.replay.state()
     job = app.controller.job if app.controller is not None else None
@@ -45,19 +43,14 @@ def first_run_facts(app: UltraConsoleApp) -> tuple[LaunchFlags | None, str | Non
     return flags, None
 
 
-async def read_run(app: UltraConsoleApp, target: str) -> RunSide:
+async def read_run(app: ConsoleHost, target: str) -> RunSide:
     """`target` (a path or a job id) read to its end, as one side of a comparison."""
-    from backend.signals.replay import ReplaySession, source_of
-
     source = source_of(target)
     spool = tempfile.mkdtemp(prefix="uc-compare-")
     try:
         session = ReplaySession(source, spool)
         try:
             if source.kind == "job":
-                from backend.cluster.dashboard import RayClient
-                from console.replay import read_job_log
-
                 settings = app.settings
                 token = settings.token_text()
                 async with RayClient(settings.address, token) as client:
@@ -72,7 +65,7 @@ async def read_run(app: UltraConsoleApp, target: str) -> RunSide:
         shutil.rmtree(spool, ignore_errors=True)
 
 
-async def add_run(app: UltraConsoleApp, target: str) -> None:
+async def add_run(app: ConsoleHost, target: str) -> None:
     """Read `target` and overlay it on the Run view; a bad target is one notice."""
     try:
         side = await read_run(app, target)
@@ -82,19 +75,3 @@ async def add_run(app: UltraConsoleApp, target: str) -> None:
     flags, state = first_run_facts(app)
     app.post_message(BaselineAdded(side, flags, state))
     app.post_message(Notice(f"comparing with {side.label} ({side.state})"))
-
-
-def ask_and_add(app: UltraConsoleApp) -> None:
-    """ "Compare with…": ask for a path or a job id, then read it in a worker."""
-    from console.widgets.compare_prompt import ComparePrompt
-
-    def chosen(target: str | None) -> None:
-        if target:
-            app.run_worker(
-                add_run(app, target),
-                group="compare",
-                exit_on_error=False,
-                description=f"compare with {target}",
-            )
-
-    app.push_screen(ComparePrompt(), chosen)

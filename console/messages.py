@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from backend.signals.launch_flags import LaunchFlags
     from backend.signals.monitor import MetricsSnapshot
     from backend.signals.replay import RolloutMark
+    from backend.signals.store import LogStore
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class SnapshotArrived(ConsoleMessage):
         super().__init__()
         self.snapshot = snapshot
 
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotArrived)  # a newer snapshot is the whole cluster again
+
 
 class LogAppended(ConsoleMessage):
     """The log store grew; views that show it re-read lazily up to `total_lines`."""
@@ -72,6 +76,20 @@ class LogAppended(ConsoleMessage):
         super().__init__()
         self.total_lines = total_lines
 
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LogAppended)  # the newer total covers the lines of this one
+
+
+class LogStoreOpened(ConsoleMessage):
+    """The attached job has a fresh log store (a new run was attached): the logs view shows it from now on."""
+
+    def __init__(self, store: LogStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LogStoreOpened)  # only the newest attached job's store is shown
+
 
 class MetricsArrived(ConsoleMessage):
     """New metric points (throughput, KL, ...): an immutable snapshot of the series and derived signals."""
@@ -79,6 +97,9 @@ class MetricsArrived(ConsoleMessage):
     def __init__(self, payload: MetricsSnapshot) -> None:
         super().__init__()
         self.payload = payload
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, MetricsArrived)  # a newer snapshot holds every series and signal again
 
 
 class RunStateChanged(ConsoleMessage):
@@ -95,6 +116,9 @@ class AlertsChanged(ConsoleMessage):
     def __init__(self, alerts: Iterable[Alert]) -> None:
         super().__init__()
         self.alerts: tuple[Alert, ...] = tuple(alerts)
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, AlertsChanged)  # the newer set is every current alert
 
 
 class DashboardLost(ConsoleMessage):
@@ -143,6 +167,10 @@ class HistoryProgress(ConsoleMessage):
         self.done = done
         self.log_span = log_span
 
+    def can_replace(self, message: Message) -> bool:
+        """A newer count of the same job's history supersedes this one (its end is never dropped)."""
+        return isinstance(message, HistoryProgress) and message.job_id == self.job_id and not self.done
+
 
 class RolloutCursor(ConsoleMessage):
     """The rollout cursor moved (`[` / `]`): `mark` is a backend.signals.replay.RolloutMark (rollout, its
@@ -163,3 +191,12 @@ class BaselineAdded(ConsoleMessage):
         self.side = side
         self.flags = flags
         self.state = state
+
+
+class FleetWanted(Message):
+    """The Run view's GPU fleet became visible (`wanted`) or hidden: the telemetry worker polls only while it
+    shows. Posted by the view (it bubbles to the app, which keeps the answer for the worker)."""
+
+    def __init__(self, wanted: bool) -> None:
+        super().__init__()
+        self.wanted = wanted

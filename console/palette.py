@@ -8,24 +8,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual.command import DiscoveryHit, Hit, Provider
 
 from console import keymap
+from console.host import ConsoleHost
 from console.widgets.help_screen import key_label
-
-if TYPE_CHECKING:
-    from console.app import UltraConsoleApp
 
 HIDDEN = frozenset({"app.palette", "app.back", "app.next_view", "app.prev_view"})
 
 
 class KeymapCommands(Provider):
     @property
-    def console(self) -> UltraConsoleApp:
-        """The palette is opened only in UltraConsoleApp (its COMMANDS name this provider)."""
-        return cast("UltraConsoleApp", self.app)
+    def console(self) -> ConsoleHost:
+        """The palette is opened only in UltraConsoleApp, a ConsoleHost (its COMMANDS name this provider)."""
+        return cast("ConsoleHost", self.app)
 
     def _entries(self) -> list[tuple[str, str, str]]:
         """(binding id, title, help) for every action the palette may offer now."""

@@ -29,10 +29,23 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from backend.cluster.controller import NoRunFound, RunController, RunEvent
+from backend.cluster.dashboard import JobInfo, RayClient
+from backend.cluster.gpu_probe import GpuProbe
+from backend.cluster.job_identity import active_runs
+from backend.cluster.leftovers import job_roles
+from backend.cluster.telemetry import TelemetryPoller
 from backend.errors import ConsoleError
+from backend.redaction import public_line
 from backend.severity import Severity
+from backend.signals.clock import seconds_from_ms
+from backend.signals.ingest import LIVE_FLUSH_S, LogChunk, RunLog, text_chunks
+from backend.signals.monitor import RunMonitor
+from backend.signals.replay import RolloutIndex
+from backend.signals.store import LogStore
+from backend.signals.structured import StructuredFeed, dump_dir_of
+from console.host import ConsoleHost
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
@@ -40,23 +53,14 @@ from console.messages import (
     DashboardLost,
     HistoryProgress,
     LogAppended,
+    LogStoreOpened,
     MetricsArrived,
     Notice,
     RunStateChanged,
     RunStatus,
     SnapshotArrived,
 )
-
-if TYPE_CHECKING:  # backend's I/O stack is imported after the first frame (see start_workers)
-    from backend.cluster.controller import RunController, RunEvent
-    from backend.cluster.dashboard import JobInfo
-    from backend.cluster.gpu_probe import GpuProbe
-    from backend.signals.ingest import LogChunk, RunLog
-    from backend.signals.monitor import RunMonitor
-    from backend.signals.replay import RolloutIndex
-    from backend.signals.store import LogStore
-    from backend.signals.structured import StructuredFeed
-    from console.app import UltraConsoleApp
+from shim.package import carries_shim
 
 TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
@@ -66,15 +70,12 @@ ROLES_EVERY_S = 15.0  # the attached run's actors (one request), to name the GPU
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
+    """The run's state for the views; a job record is the network's text, cleaned before any view."""
     job = event.job
     state = event.state.value if event.state is not None else (job.status if job else "?")
-    from backend.redaction import public_line  # a job record is the network's text: clean before any view
-
     if job is None:
         return RunStatus(public_line(event.text.removeprefix("submitting ")) or "?", public_line(state))
     meta = job.metadata or {}
-    from backend.signals.clock import seconds_from_ms
-
     return RunStatus(
         public_line(job.id),
         public_line(state),
@@ -86,12 +87,9 @@ def run_status(event: RunEvent) -> RunStatus | None:
 
 
 class ConsoleSession:
-    """The backend objects one console session uses; the app holds it as `app.runtime`."""
+    """The backend objects one console session uses; the app holds it as `app.session`."""
 
-    def __init__(self, app: UltraConsoleApp) -> None:
-        from backend.cluster.controller import RunController
-        from backend.cluster.dashboard import RayClient
-
+    def __init__(self, app: ConsoleHost) -> None:
         settings = app.settings
         self.app = app
         token = settings.token.get_secret_value() if settings.token else None
@@ -117,10 +115,7 @@ class ConsoleSession:
             self.app.post_message(message)
 
     def new_run_log(self, job_id: str) -> RunLog:
-        """A fresh run log (store + monitor) for `job_id`; its store is handed to the logs view."""
-        from backend.signals.ingest import RunLog
-        from backend.signals.monitor import RunMonitor
-
+        """A fresh run log (store + monitor) for `job_id`; the logs view is told of its store (a message)."""
         if self.store is not None:
             self.store.close()
         try:
@@ -131,17 +126,12 @@ class ConsoleSession:
         run_log = RunLog.open(self.spool_dir, job_id, self.monitor)
         self.store = run_log.store
         self.structured = None
-        from backend.signals.replay import RolloutIndex
-
         self.rollouts = RolloutIndex()  # the `[` / `]` rollout cursor works on a live run's log too
         self.store.subscribe(self.rollouts.on_lines)
         self.job_id = job_id
         self._metrics_seen = 0
         self._alerts_posted = 0
-        from console.views.logs import LogsView
-
-        for view in self.app.query(LogsView):
-            view.set_store(run_log.store)
+        self.post(LogStoreOpened(run_log.store))
         return run_log
 
     def maybe_post_metrics(self, force: bool = False) -> None:
@@ -166,169 +156,149 @@ class ConsoleSession:
             self.post(AlertsChanged(monitor.alerts.snapshot()))
 
 
-def wants_telemetry(app: UltraConsoleApp) -> bool:
-    """True while some visible view draws cluster snapshots (the run view's fleet)."""
-    from console.views.run import RunView
-
-    if not app.is_running or len(app.screen_stack) == 0:
-        return False
-    return any(view.wants_telemetry() for view in app.query(RunView))
-
-
-def start_workers(app: UltraConsoleApp) -> None:
-    """Called by the app on mount: the backend objects and workers start right after the first frame,
-    so importing the I/O stack (httpx, the run controller, the log store) never delays it."""
+def start_workers(app: ConsoleHost) -> None:
+    """Called by the app after the first frame (it imports this module then, so the I/O stack imported
+    here, httpx, the run controller, the log store, never delays that frame)."""
     app.call_after_refresh(_start, app)
 
 
-def _start(app: UltraConsoleApp) -> ConsoleSession:
-    runtime = ConsoleSession(app)
-    app.runtime = runtime
-    runtime.controller.subscribe(lambda event: _on_run_event(runtime, event))
+def _start(app: ConsoleHost) -> ConsoleSession:
+    session = ConsoleSession(app)
+    app.session = session
+    session.controller.subscribe(lambda event: _on_run_event(session, event))
     if app.settings.gpu_probe:
-        from backend.cluster.gpu_probe import GpuProbe
-
-        runtime.probe = GpuProbe(
-            runtime.client,
+        session.probe = GpuProbe(
+            session.client,
             readonly=app.settings.readonly,
             lease_timeout_s=app.settings.gpu_probe_lease_timeout_s,
-            on_status=lambda text: runtime.post(Notice(text)),
+            on_status=lambda text: session.post(Notice(text)),
         )
         app.run_worker(
-            runtime.probe.run(),
+            session.probe.run(),
             group="probe",
             exclusive=True,
             exit_on_error=False,
             description="the console's GPU probe",
         )
     app.run_worker(
-        _telemetry(runtime),
+        _telemetry(session),
         group="telemetry",
         exclusive=True,
         exit_on_error=False,
         description="cluster telemetry",
     )
     app.run_worker(
-        _run(runtime, app.job),
+        _run(session, app.job),
         group="run",
         exclusive=True,
         exit_on_error=False,
         description="attach and watch the run",
     )
     app.run_worker(
-        _ticks(runtime),
+        _ticks(session),
         group="ticks",
         exclusive=True,
         exit_on_error=False,
         description="time-based alerts and derived signals",
     )
-    return runtime
+    return session
 
 
-async def _on_run_event(rt: ConsoleSession, event: RunEvent) -> None:
+async def _on_run_event(session: ConsoleSession, event: RunEvent) -> None:
     if event.kind == "state":
         status = run_status(event)
         if status is not None:
-            rt.post(RunStateChanged(status))
-        if event.job is not None and rt.monitor is not None and event.job.id == rt.job_id:
-            rt.monitor.on_job_status(event.job.status, event.job.message)
-            rt.maybe_post_alerts()
-        if event.job is not None and event.job.id != rt.job_id:
+            session.post(RunStateChanged(status))
+        if event.job is not None and session.monitor is not None and event.job.id == session.job_id:
+            session.monitor.on_job_status(event.job.status, event.job.message)
+            session.maybe_post_alerts()
+        if event.job is not None and event.job.id != session.job_id:
             # claimed here, before the worker runs: one log worker (and one store) per job, even when
             # several state events of a new job arrive before its worker has started
-            rt.job_id = event.job.id
-            rt.app.run_worker(
-                _logs(rt, event.job),
+            session.job_id = event.job.id
+            session.app.run_worker(
+                _logs(session, event.job),
                 group="logs",
                 exclusive=True,
                 exit_on_error=False,
                 description=f"log of {event.job.id}",
             )
     elif event.kind == "notice" and event.text:
-        rt.post(Notice(event.text))
+        session.post(Notice(event.text))
     elif event.kind == "error":
-        rt.post(DashboardLost(event.text))
+        session.post(DashboardLost(event.text))
     elif event.kind == "recovered":
-        rt.post(DashboardBack())
+        session.post(DashboardBack())
 
 
-async def _run(rt: ConsoleSession, job: str | None) -> None:
+async def _run(session: ConsoleSession, job: str | None) -> None:
     """Attach, then watch forever (also across a later launch); reconnects on its own."""
-    from backend.cluster.controller import NoRunFound
-    from backend.cluster.job_identity import active_runs
-
-    controller = rt.controller
+    controller = session.controller
     while controller.job is None:
         try:
             target = job
             if target is None:
-                active = active_runs(await rt.client.list_jobs())
+                active = active_runs(await session.client.list_jobs())
                 target = active[0].id if active else None
             await controller.attach(target)
         except NoRunFound:
-            rt.post(Notice("no training run on the cluster yet: plan one and press L to launch"))
+            session.post(Notice("no training run on the cluster yet: plan one and press L to launch"))
             while controller.job is None:
                 await asyncio.sleep(1.0)  # a launch from the plan view sets the job
         except ConsoleError as err:
-            rt.post(DashboardLost(str(err)))
+            session.post(DashboardLost(str(err)))
             await asyncio.sleep(3.0)
-    rt.post(DashboardBack())
+    session.post(DashboardBack())
     while True:
         with contextlib.suppress(ConsoleError):
             await controller.watch(until_terminal=False)
         await asyncio.sleep(controller.poll_s)
 
 
-async def _logs(rt: ConsoleSession, job: JobInfo) -> None:
+async def _logs(session: ConsoleSession, job: JobInfo) -> None:
     """Rebuild `job`'s history into a fresh run log (with progress), then follow it live."""
-    from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
-
-    run_log = rt.new_run_log(job.id)
-    if rt.monitor is not None:
-        from shim.package import carries_shim
-
-        rt.monitor.expect_shim(carries_shim(job.runtime_env))
-    _start_structured(rt, job)
-    rt.post(HistoryProgress(job.id, 0, done=False))
+    run_log = session.new_run_log(job.id)
+    if session.monitor is not None:
+        session.monitor.expect_shim(carries_shim(job.runtime_env))
+    _start_structured(session, job)
+    session.post(HistoryProgress(job.id, 0, done=False))
     try:
-        async for chunk in text_chunks(rt.client.read_log(job.id)):
-            await _append(rt, run_log, chunk)
-            rt.post(HistoryProgress(job.id, run_log.lines_in, done=False))
+        async for chunk in text_chunks(session.client.read_log(job.id)):
+            await _append(session, run_log, chunk)
+            session.post(HistoryProgress(job.id, run_log.lines_in, done=False))
     except ConsoleError as err:
-        rt.post(Notice(f"log history of {job.id} incomplete: {err}", Severity.WARNING))
-    rt.post(HistoryProgress(job.id, run_log.lines_in, done=True))
-    if job.is_terminal and rt.monitor is not None:
+        session.post(Notice(f"log history of {job.id} incomplete: {err}", Severity.WARNING))
+    session.post(HistoryProgress(job.id, run_log.lines_in, done=True))
+    if job.is_terminal and session.monitor is not None:
         # attached after the end: the state event came before this run's monitor existed
-        rt.monitor.on_job_status(job.status, job.message)
-    rt.maybe_post_metrics(force=True)
+        session.monitor.on_job_status(job.status, job.message)
+    session.maybe_post_metrics(force=True)
     if job.is_terminal:
         return
     try:
         async for chunk in text_chunks(
-            rt.client.follow_log(job.id, start_offset=run_log.lines_in), flush_s=LIVE_FLUSH_S
+            session.client.follow_log(job.id, start_offset=run_log.lines_in), flush_s=LIVE_FLUSH_S
         ):
-            await _append(rt, run_log, chunk)
+            await _append(session, run_log, chunk)
     except ConsoleError as err:
-        rt.post(Notice(f"log follow of {job.id} stopped: {err}", Severity.WARNING))
-    rt.maybe_post_metrics(force=True)
+        session.post(Notice(f"log follow of {job.id} stopped: {err}", Severity.WARNING))
+    session.maybe_post_metrics(force=True)
 
 
-def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
+def _start_structured(session: ConsoleSession, job: JobInfo) -> None:
     """Read the job's `--dump-details` files (named in its entrypoint) alongside its log."""
-    from backend.signals.structured import StructuredFeed, dump_dir_of
-
-    if rt.monitor is None:
+    if session.monitor is None:
         return
     # The run's shape (rollout GPUs, batch, train ranks) from its argv before the first record or failure
     # line, whichever source comes first; also without a dump dir
     # (NCCL's suspects are the ranks that did not time out).
-    rt.monitor.facts.scan_text(" " + job.entrypoint)
+    session.monitor.facts.scan_text(" " + job.entrypoint)
     path = dump_dir_of(job.entrypoint)
     if path is None:
         return
-    feed = rt.structured = StructuredFeed(rt.monitor, path)
-    rt.app.run_worker(
-        _structured(rt, feed, job.id),
+    feed = session.structured = StructuredFeed(session.monitor, path)
+    session.app.run_worker(
+        _structured(session, feed, job.id),
         group="structured",
         exclusive=True,
         exit_on_error=False,
@@ -336,87 +306,87 @@ def _start_structured(rt: ConsoleSession, job: JobInfo) -> None:
     )
 
 
-async def _structured(rt: ConsoleSession, feed: StructuredFeed, job_id: str) -> None:
+async def _structured(session: ConsoleSession, feed: StructuredFeed, job_id: str) -> None:
     """Every second while `job_id` is the attached run: what its files gained; once more after it ended."""
     announced, bad_said = False, 0
-    while rt.structured is feed:
-        ended = rt.controller.state is not None and rt.controller.state.terminal
+    while session.structured is feed:
+        ended = session.controller.state is not None and session.controller.state.terminal
         try:
             got = await asyncio.to_thread(feed.poll)
         except ConsoleError as err:
-            rt.post(Notice(f"structured outputs of {job_id} unreadable: {err}", Severity.WARNING))
+            session.post(Notice(f"structured outputs of {job_id} unreadable: {err}", Severity.WARNING))
             return
         if got:
             if not announced:
                 announced = True
-                rt.post(Notice(f"charts read miles' structured outputs in {feed.path} first, the log second"))
-            rt.maybe_post_metrics()
+                session.post(
+                    Notice(f"charts read miles' structured outputs in {feed.path} first, the log second")
+                )
+            session.maybe_post_metrics()
         bad = feed.state().bad_lines
         if bad > bad_said:  # never blind in silence: say what could not be read, with the count
             bad_said = bad
-            rt.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", Severity.WARNING))
+            session.post(Notice(f"{bad} malformed line(s) skipped in {feed.path}", Severity.WARNING))
         if ended:
-            rt.maybe_post_metrics(force=True)
+            session.maybe_post_metrics(force=True)
             return
         await asyncio.sleep(STRUCTURED_POLL_S)
 
 
-async def _append(rt: ConsoleSession, run_log: RunLog, chunk: LogChunk) -> None:
+async def _append(session: ConsoleSession, run_log: RunLog, chunk: LogChunk) -> None:
     """Give complete lines to the run log (big chunks off the UI thread); tell the views."""
     await run_log.add_async(chunk)
-    rt.post(LogAppended(len(run_log.store)))
-    rt.maybe_post_metrics()
+    session.post(LogAppended(len(run_log.store)))
+    session.maybe_post_metrics()
 
 
-async def _ticks(rt: ConsoleSession) -> None:
+async def _ticks(session: ConsoleSession) -> None:
     """Every few seconds: the monitor's time-based checks (a stalled run) and fresh derived numbers."""
     while True:
         await asyncio.sleep(TICK_S)
-        if rt.monitor is not None:
-            await asyncio.to_thread(rt.monitor.tick)  # waits for a feed that holds the monitor, off the UI
-            rt.maybe_post_alerts()
+        if session.monitor is not None:
+            await asyncio.to_thread(
+                session.monitor.tick
+            )  # waits for a feed that holds the monitor, off the UI
+            session.maybe_post_alerts()
 
 
-async def _telemetry(rt: ConsoleSession) -> None:
+async def _telemetry(session: ConsoleSession) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
-    from backend.cluster.telemetry import TelemetryPoller
-
-    poller = TelemetryPoller(rt.client, interval_s=TELEMETRY_INTERVAL_S)
-    poller.use_probe(rt.probe)
+    poller = TelemetryPoller(session.client, interval_s=TELEMETRY_INTERVAL_S)
+    poller.use_probe(session.probe)
     roles_at = -ROLES_EVERY_S
     lost: str | None = None  # the fault's text while the dashboard is lost
     while True:
-        if not wants_telemetry(rt.app):
+        if not session.app.fleet_wanted:
             await asyncio.sleep(0.5)
             continue
         started = time.monotonic()
-        poller.watch_job(rt.controller.job)  # miles' own GPU streams first, where the run writes them
-        job = rt.controller.job
+        poller.watch_job(session.controller.job)  # miles' own GPU streams first, where the run writes them
+        job = session.controller.job
         if (
-            rt.probe is not None
+            session.probe is not None
             and job is not None
             and not job.is_terminal
             and started - roles_at >= ROLES_EVERY_S
         ):
-            from backend.cluster.leftovers import job_roles
-
             roles_at = started
             with contextlib.suppress(ConsoleError):  # the pane names the PIDs holding GPUs by the run's roles
-                poller.set_roles(await job_roles(rt.client, job))
+                poller.set_roles(await job_roles(session.client, job))
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:
             if str(err) != lost:  # a new fault, or the same fault in other words: the banner says the latest
                 lost = str(err)
-                rt.post(DashboardLost(lost))
+                session.post(DashboardLost(lost))
             await asyncio.sleep(2.0)
             continue
         if lost is not None:
             lost = None
-            rt.post(DashboardBack())
-        rt.post(SnapshotArrived(snap))
-        if rt.monitor is not None:
+            session.post(DashboardBack())
+        session.post(SnapshotArrived(snap))
+        if session.monitor is not None:
             for node in snap.dead_nodes:
-                rt.monitor.on_node_dead(node.node_id, node.death_reason)
-            rt.maybe_post_alerts()
+                session.monitor.on_node_dead(node.node_id, node.death_reason)
+            session.maybe_post_alerts()
         await poller.wait_next(max(0.1, TELEMETRY_INTERVAL_S - (time.monotonic() - started)))

@@ -116,6 +116,7 @@ def _wrap_finalize(provider_cls: type) -> None:
 
 
 def _current_bridge_class() -> type:
+    # megatron.bridge exists only in the training image: imported where it is used
     from megatron.bridge.models.conversion import model_bridge
 
     return type(model_bridge.get_model_bridge(ARCHITECTURE))
@@ -123,6 +124,7 @@ def _current_bridge_class() -> type:
 
 def _target_model_class() -> type:
     try:
+        # megatron.bridge exists only in the training image: imported where it is used
         from megatron.core.models.hybrid.hybrid_model import HybridModel
 
         return HybridModel
@@ -133,6 +135,7 @@ def _target_model_class() -> type:
 
 
 def _build_subclass(base: type) -> type:
+    # megatron.bridge exists only in the training image: imported where it is used
     from megatron.bridge.models.conversion.mapping_registry import MegatronMappingRegistry
     from megatron.bridge.models.conversion.param_mapping import AutoMapping
 
@@ -171,6 +174,7 @@ def _build_subclass(base: type) -> type:
 
 def install() -> type:
     """Register the shim bridge for NemotronHForCausalLM (idempotent); returns the registered class."""
+    # megatron.bridge exists only in the training image: imported where it is used
     from megatron.bridge.models.conversion import model_bridge
     from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge
 
@@ -190,6 +194,7 @@ def install() -> type:
 
 def uninstall() -> None:
     """Put back the bridge the shim was layered on (diagnostics: `shim-check --without-shim`)."""
+    # megatron.bridge exists only in the training image: imported where it is used
     from megatron.bridge.models.conversion import model_bridge
     from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge
 

@@ -56,6 +56,7 @@ def build_provider(checkpoint_dir: str, *, with_shim: bool = True) -> object:
     Uses transformers' built-in NemotronH config class; the checkpoint's own config code only where
     transformers has none and config.json names it (auto_map), which is what miles runs anyway.
     """
+    # megatron.bridge exists only in the training image (shim.bridge imports it at its top)
     from megatron.bridge import AutoBridge
     from transformers import AutoConfig
 
@@ -125,6 +126,7 @@ def run_check(
             shim_installed=with_shim,
             note="dense checkpoint (no routed experts): the shim sets nothing",
         )
+    # megatron.bridge exists only in the training image (shim.bridge imports it at its top)
     from shim.bridge import provider_fields
 
     saved = os.environ.get("MILES_NEMOTRONH_KEEP_MTP")

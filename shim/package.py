@@ -14,6 +14,8 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
+from shim.ray_hook import CHECKPOINT_ENV
+
 SETUP_HOOK = "shim.ray_hook.setup"
 PACKAGE_DIR = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -46,8 +48,6 @@ def upload_path(uri: str) -> str:
 
 def runtime_env_additions(hf_checkpoint: str | None = None) -> dict[str, object]:
     """Keys to merge into a job's runtime_env (env_vars merged key by key, the rest set as is)."""
-    from shim.ray_hook import CHECKPOINT_ENV
-
     uri, _ = package()
     env_vars = {CHECKPOINT_ENV: hf_checkpoint} if hf_checkpoint else {}
     return {"py_modules": [uri], "worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars}

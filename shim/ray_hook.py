@@ -76,6 +76,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 def _install_bridge() -> None:
     try:
+        # shim.bridge imports megatron.bridge at its top: only where it exists
         from shim import bridge
 
         bridge.install()

@@ -36,6 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
+import shim
 from backend.cluster.abort_policy import (
     LEFTOVER_CHECK_S,
     LEFTOVER_KILL_GRACE_S,
@@ -57,10 +58,13 @@ from backend.cluster.leftovers import (
     record_footprint,
     run_reaper,
 )
+from backend.cluster.preflight import preflight
 from backend.cluster.telemetry import snapshot
 from backend.errors import ConsoleError, RefusedError
-from backend.plan.finding import Finding
+from backend.plan import checks
+from backend.plan.finding import Finding, has_errors
 from backend.plan.spec import RunSpec
+from backend.plan.submission import build_submission
 
 DEFAULT_POLL_S = 3.0  # job status; with telemetry and the log tail the console stays under 1 request/s
 PENDING_STOP_NOTE = (
@@ -270,8 +274,6 @@ class RunController:
     @staticmethod
     def _rules(spec: RunSpec) -> list[Finding]:
         """The rule engine on `spec`; raises LaunchRefused on an error finding."""
-        from backend.plan import checks
-
         findings = list(checks.check(spec))
         if checks.has_errors(findings):
             raise LaunchRefused(f"launch refused: {_first_error(findings)}", findings)
@@ -280,9 +282,6 @@ class RunController:
     async def _cluster_check(
         self, spec: RunSpec, findings: list[Finding], *, force: bool, check_cluster: bool
     ) -> list[Finding]:
-        from backend.cluster.preflight import preflight
-        from backend.plan.finding import has_errors
-
         if check_cluster:
             cluster = await preflight(spec, self.client)
             if force:
@@ -313,8 +312,6 @@ class RunController:
         active run unless `force`. `findings` from an earlier `check()` spare a second preflight against
         the cluster, never the rules: the rule engine runs on `spec` here whatever the caller found.
         Returns the job as Ray reports it right after submission."""
-        from backend.plan.submission import build_submission
-
         self._require_writable("launch")
         if findings is None:
             findings = await self.check(spec, force=force, check_cluster=check_cluster, record=True)
@@ -360,8 +357,6 @@ class RunController:
     async def _upload_packages(self, runtime_env: Mapping[str, object]) -> None:
         """Upload the shim's `gcs://` py_modules package unless the cluster has it already (Ray's own
         client does this before a submit; over plain HTTP it is ours to do)."""
-        import shim
-
         uri, data = shim.package()
         if uri not in Fields(runtime_env).items("py_modules"):
             return

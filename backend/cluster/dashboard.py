@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import codecs
 import contextlib
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -521,8 +522,6 @@ class _Utf8Decoder:
     """Incremental UTF-8 decoder that never raises (a log may hold any bytes)."""
 
     def __init__(self) -> None:
-        import codecs
-
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
 
     def decode(self, data: bytes, final: bool = False) -> str:

@@ -27,6 +27,7 @@ seconds), `leases` (the fresh lease names, on change), `bye`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -105,6 +106,7 @@ class NodeSampler:
         self._sent: Reading | None = None
         self._sent_at = -float("inf")
         try:
+            # ray: a slow import, paid only by the mode that needs it
             from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
             provider = GpuMetricProvider()
@@ -185,8 +187,6 @@ def fresh_leases(lease_dir: str, timeout_s: float) -> list[str]:
 
 def take_lock(lease_dir: str) -> IO[str] | None:
     """The probe's exclusive lock (kept open while it runs), or None when another probe holds it."""
-    import fcntl
-
     os.makedirs(lease_dir, exist_ok=True)
     try:
         os.chmod(lease_dir, 0o1777)  # consoles of other users renew their own lease here, never another's
@@ -222,6 +222,7 @@ def _relay(ray: Any, node: str, actor: Any, interval: float, actors: Actors) -> 
 
 def run(node_id: str, lease_dir: str, lease_timeout: float, interval: float, max_age: float) -> str:
     """Sample until no lease is fresh (or `max_age`); returns why it ended."""
+    # ray: a slow import, paid only by the mode that needs it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

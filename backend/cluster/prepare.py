@@ -12,6 +12,7 @@ progress events; nodes that share a directory fetch it once (a lock file in the 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -343,8 +344,6 @@ async def prepare(
                 fetched[node.node_id].append(f"{event.what}: {event.text}")
             if on_event is not None:
                 on_event(event)
-
-        import json
 
         return await run_node_job(
             client,

@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from backend.cluster.json_fields import Fields  # inlined on the node
 from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
@@ -315,6 +316,7 @@ def _progress_class(what: str, filename: str):  # type: ignore[no-untyped-def]
 
 
 def _listing(repo: str, repo_type: str, revision: str) -> dict[str, int]:
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import HfApi
 
     files: dict[str, int] = {}
@@ -330,6 +332,7 @@ def _download(
 ) -> int:
     """One file into `directory`, resuming `name.part` (or
     a short `name`, in place); returns bytes transferred."""
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
@@ -463,8 +466,7 @@ def fetch(
 def hub_unreachable() -> str | None:
     """Why the hub cannot be reached from this node (one TCP connect, 5 s), else None: huggingface_hub
     itself retries a refused connection for half a minute before it says so."""
-    from urllib.parse import urlsplit
-
+    # huggingface_hub: only a fetch needs it (a node may lack it)
     from huggingface_hub import constants
 
     url = urlsplit(constants.ENDPOINT)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+import psutil
+
 RAY_DAEMONS = (
     "raylet",
     "gcs_server",
@@ -26,7 +28,6 @@ RAY_DAEMONS = (
 
 
 def _protected(proc) -> str | None:  # type: ignore[no-untyped-def]
-    import psutil
 
     me = psutil.Process()
     if proc.pid in {me.pid, *(p.pid for p in me.parents())}:
@@ -57,8 +58,6 @@ def carries_job(env: dict[str, str], job_id: str, submission_id: str) -> str | N
 def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
     """(identity, why, process name, the psutil process or None) of `pid`: identity is "job", "unidentified"
     or "exempt". A signal goes to that same process object: psutil refuses it if the PID was reused since."""
-    import psutil
-
     unknown = "held by a process this node cannot identify as the job's"
     try:
         proc = psutil.Process(pid)

@@ -28,6 +28,8 @@ import os
 import sys
 import time
 
+import psutil
+
 from backend.cluster.json_fields import Fields  # inlined on the node
 from backend.cluster.process_identity import carries_job, identify  # inlined on the node
 
@@ -38,6 +40,7 @@ UNLISTED_SHARE = 0.10  # a GPU this full with no process listed: NVML cannot nam
 def gpu_reading() -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]] | None:
     """([(gpu, pid, MiB)] of every process holding memory, [(gpu, used MiB, total MiB)]) read now, or None
     when no GPU provider answers on this node."""
+    # ray: a slow import, paid only by the mode that needs it
     from ray.dashboard.modules.reporter.gpu_providers import GpuMetricProvider
 
     provider = GpuMetricProvider()
@@ -79,8 +82,6 @@ def list_holders(
 
 def _gone(proc, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     """Exited (or a zombie waiting for a parent that is not us to reap it) within `timeout`."""
-    import psutil
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -93,7 +94,6 @@ def _gone(proc, timeout: float) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _signal(proc, grace_s: float) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    import psutil
 
     try:
         proc.terminate()
@@ -144,8 +144,6 @@ def reap(
 def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
     """Force-stop: SIGKILL a job's driver and its descendants, after checking from the driver's own
     environment (Ray puts the submission id there) that the PID really is that job's driver."""
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         env = proc.environ()

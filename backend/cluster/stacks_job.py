@@ -22,6 +22,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
+
 from backend.cluster.json_fields import objects  # inlined on the node
 from backend.cluster.process_identity import identify  # inlined on the node
 
@@ -51,8 +53,6 @@ def find_py_spy() -> str | None:
 def raylet_of(proc) -> str | None:  # type: ignore[no-untyped-def]
     """The raylet a process works for: `RAY_RAYLET_PID` in its own environment or its nearest ancestor's
     (a job's driver and its shell carry none, their JobSupervisor does); None when no ancestor says."""
-    import psutil
-
     try:
         for p in [proc, *proc.parents()]:
             with contextlib.suppress(psutil.AccessDenied, OSError):
@@ -70,8 +70,6 @@ def job_processes(job_id: str, submission_id: str, workers: set[int]) -> list[tu
     ago (an actor in a worker Ray started before the job keeps `RAY_JOB_ID=ffffffff` in the environment the
     kernel shows). A process of another raylet (another node sharing this host's PIDs, as in a test cluster)
     is that node's to dump."""
-    import psutil
-
     mine = raylet_of(psutil.Process())
     out = []
     for proc in psutil.process_iter():

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from backend.cluster.json_fields import Fields
+from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
+from backend.errors import ConsoleError
 from backend.natural_order import natural_key
 
 if TYPE_CHECKING:
@@ -461,8 +463,6 @@ class TelemetryPoller:
 
     def watch_job(self, job: JobInfo | None) -> None:
         """Read miles' GPU streams of `job`'s dump directory, when it writes them, before Ray's reporter."""
-        from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
-
         found = dump_details_dir(job)
         if found != self._dump_dir:
             self._dump_dir = found
@@ -511,8 +511,6 @@ class TelemetryPoller:
 
     async def run(self) -> AsyncIterator[ClusterSnapshot | Exception]:
         """Yield a snapshot per interval, or the ConsoleError that stopped one (then keep going)."""
-        from backend.errors import ConsoleError
-
         sent: ClusterSnapshot | None = None
         while not self._stopped.is_set():
             try:

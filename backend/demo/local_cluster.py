@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,7 +224,6 @@ class LocalRayCluster:
 def _read_reply(proc: subprocess.Popen[str], timeout: float, tmp: Path) -> Fields:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
-    import selectors
 
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -259,6 +260,7 @@ def _terminate(proc: subprocess.Popen[str]) -> None:
 # ------------------------------------------------------------------- server side
 def _serve(workers: int, gpus: int, tmp: Path) -> None:
     """Run the Cluster; answer one JSON line per command read from stdin; shut down on EOF."""
+    # ray: only when a local cluster starts (the demo command's parser and tests stay Ray-free)
     from ray.cluster_utils import Cluster
 
     def node_args(i: int) -> dict[str, Any]:
@@ -350,8 +352,6 @@ def _wait_until(
     port: int, done: Callable[[Fields], bool], path: str, what: str, timeout: float = 60.0
 ) -> None:
     """Poll a dashboard JSON route (with the cluster's token, if any) until `done(json)`."""
-    import urllib.request
-
     headers = {}
     if os.environ.get("RAY_AUTH_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['RAY_AUTH_TOKEN']}"

@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from backend.plan import sizing
+from backend.plan.checks.context import LayoutContext
+
 if TYPE_CHECKING:
     from backend.plan.spec import RunSpec
 
@@ -252,10 +255,6 @@ class LayoutFigures:
 
 def layout_figures(spec: RunSpec) -> LayoutFigures:
     """The numbers a layout implies; answers for a layout that breaks rules too (None where not whole)."""
-    # Imported here: reading a copy back (the first frame) needs neither the rule engine nor the sizing.
-    from backend.plan import sizing
-    from backend.plan.checks.context import LayoutContext
-
     c = LayoutContext(spec)
     mem = c.memory()
     slices = sizing.stage_slices(c.pattern, c.layers, c.pp)

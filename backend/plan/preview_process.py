@@ -181,6 +181,8 @@ def start(
 def helper_lines(address: str | None = None, readonly: bool | None = None) -> Iterator[dict[str, Any]]:
     """What the helper prints, in order: the basics (or the error), then the plan. A generator, so
     the first line is out before the plan is computed."""
+    # Imported here, in the helper process only: the CLI imports this module to start the helper, which
+    # it must do before paying for the plan stack (~0.7 s), or the two would not overlap.
     from backend.errors import ConsoleError
     from backend.plan.submission import new_run_id
     from backend.plan.view_start import plan_start

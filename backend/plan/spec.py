@@ -9,6 +9,7 @@ are kept as the strings the recipe writes, validated as numbers.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 import sys
@@ -425,8 +426,6 @@ SETTABLE_KEYS: tuple[str, ...] = tuple(_known_paths(RunSpec))
 
 def apply_overrides(data: dict[str, Any], pairs: list[str] | list[tuple[str, Any]]) -> dict[str, Any]:
     """Apply `key=value` (or (key, value)) overrides to a preset dict; returns a new dict."""
-    import copy
-
     out = copy.deepcopy(data)
     for pair in pairs:
         if isinstance(pair, tuple):
@@ -481,8 +480,6 @@ def dump_toml(spec: RunSpec) -> str:
 
 
 def _toml_value(value: Any) -> str:
-    import json
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+import shim
 from backend.errors import SpecError
 from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
@@ -429,8 +430,6 @@ def submission_id_for(run_id: str) -> str:
 def _shim_runtime_env(spec: RunSpec) -> dict[str, Any]:
     """Runtime-env keys that deliver the NemotronH shim to every worker (see shim/); the checkpoint
     path lets a worker without megatron.bridge still log the fields its config.json implies."""
-    import shim
-
     return shim.runtime_env_additions(hf_checkpoint=f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}")
 
 

@@ -33,7 +33,7 @@ from backend.signals.rank_map import ProcessRanks, add_ranks
 from backend.signals.rank_phases import PhaseView
 from backend.signals.run_signals import RunSignals
 from backend.signals.series import SeriesSetSnapshot
-from backend.signals.structured import sources_by_key
+from backend.signals.sources import sources_by_key
 
 _JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 

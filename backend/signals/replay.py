@@ -16,16 +16,21 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from backend.errors import ConsoleError
 from backend.regular_files import NotRegularFileError, open_regular
+from backend.signals.compare import RunSide
 from backend.signals.dump_reader import DumpError, DumpReader
 from backend.signals.launch_flags import ArgumentDump, LaunchFlags, flags_from_command
 from backend.signals.metrics import MetricRecord, parse_ts
 
 if TYPE_CHECKING:
     from backend.signals.compare import RunSide
+from backend.signals.monitor import RunMonitor
+from backend.signals.series import SeriesSetSnapshot
+from backend.signals.store import LogStore
 
 FIRST_CHUNK = 64 << 10
 CHUNK = 4 << 20
@@ -186,9 +191,6 @@ class ReplaySession:
     before the app starts, and a worker calls `load()` for the rest."""
 
     def __init__(self, source: ReplaySource, spool_dir: str | os.PathLike[str]) -> None:
-        from backend.signals.monitor import RunMonitor
-        from backend.signals.store import LogStore
-
         self.source = source
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
         self.rollouts = RolloutIndex()
@@ -308,11 +310,6 @@ class ReplaySession:
 
     def side(self, label: str | None = None) -> RunSide:
         """This run as one side of a comparison (backend.signals.compare), as of now."""
-        from types import MappingProxyType
-
-        from backend.signals.compare import RunSide
-        from backend.signals.series import SeriesSetSnapshot
-
         series = (
             self.monitor.metrics_snapshot().series
             if self.monitor is not None

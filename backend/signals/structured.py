@@ -11,17 +11,10 @@ chart names the source of what it draws.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from backend.signals.metrics import SOURCE_PRIORITY
-from backend.signals.series import SeriesSet
+from backend.signals.monitor import RunMonitor
 
-if TYPE_CHECKING:
-    from backend.signals.monitor import RunMonitor
-
-SOURCE_NAMES = {rank: name for name, rank in SOURCE_PRIORITY.items()}
 DUMP_FLAG = "--dump-details"
 
 
@@ -37,17 +30,6 @@ def dump_dir_of(entrypoint: str) -> str | None:
         if arg.startswith(DUMP_FLAG + "="):
             return arg.split("=", 1)[1] or None
     return None
-
-
-def sources_by_key(series: SeriesSet) -> dict[str, str]:
-    """Each series' source ("events", "dashboard", "log"): that of its newest point."""
-    return {key: SOURCE_NAMES.get(s.rank[-1], "log") for key, s in series.by_key.items() if len(s)}
-
-
-def chart_source(sources: Mapping[str, str], keys: Iterable[str]) -> str:
-    """What a chart of `keys` draws from: one name, or several joined by "+" (best first); "" with no data."""
-    found = {sources[k] for k in keys if k in sources}
-    return "+".join(sorted(found, key=lambda name: -SOURCE_PRIORITY.get(name, 0)))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Plumbing shared by the subcommands that talk to the cluster (launch, status, logs, abort,
 cleanup, nodes): settings from the global flags, one RayClient, confirmation, safe printing.
 
-Not a subcommand itself (it is not in COMMANDS). Everything that decides something lives in
+Not a subcommand itself (console/cli.py does not register it). Everything that decides something lives in
 backend; this only adapts argparse and the terminal to it.
 """
 
@@ -40,6 +40,7 @@ def job_of(args: argparse.Namespace) -> str | None:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.settings import load_settings
 
     return load_settings(address=args.address, token=args.token, readonly=args.readonly)
@@ -52,6 +53,7 @@ def refuse_if_readonly(settings: Settings, action: str) -> None:
 
 def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings], Awaitable[T]]) -> T:
     """Run `body(controller, settings)` in a fresh event loop with one client to the dashboard."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
 

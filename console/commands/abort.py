@@ -56,6 +56,7 @@ def _printer(event: RunEvent) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.abort_policy import abort_policy
 
     refuse_if_readonly(settings_of(args), "abort")

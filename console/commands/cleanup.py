@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import NoRunFound
 
     refuse_if_readonly(settings_of(args), "cleanup")

@@ -77,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def demo_overrides(args: argparse.Namespace, root: Path) -> list[str]:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 
     return [
@@ -106,6 +107,7 @@ def sim_flags(args: argparse.Namespace) -> list[str]:
 def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, RunSpec]:
     """The demo's preset (4-layer recipe on the local nodes, simulated trainer) as a TOML file, so the
     plan view starts from it and an edit + launch there goes through the same path."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.plan.deep import hf_config
     from backend.plan.spec import build_spec, dump_toml
 
@@ -125,6 +127,7 @@ def write_demo_preset(args: argparse.Namespace, directory: Path) -> tuple[Path, 
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.demo.local_cluster import LocalRayCluster
     from backend.settings import load_settings
 
@@ -187,6 +190,7 @@ async def _launch(settings: Settings, spec: RunSpec) -> str:
 
 async def _follow(settings: Settings, job_id: str | None) -> int:
     """Headless: print state changes and one line per rollout until the run ends (or Ctrl-C)."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
     from backend.signals.ingest import LIVE_FLUSH_S, RunLog, text_chunks

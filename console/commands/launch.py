@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from console.commands._cluster import confirm, finding_lines, refuse_if_readonly, run_with, say, settings_of
+from console.commands.plan import add_spec_args
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from console.commands.plan import add_spec_args
-
     p = sub.add_parser("launch", help="submit a run to the Ray cluster (after rules and preflight)")
     add_spec_args(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -30,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import LaunchRefused
     from backend.plan.spec import build_spec
     from backend.plan.submission import build_submission, new_run_id, secrets_from_env

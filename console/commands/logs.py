@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         say("ultra-console: error: --tail must be 0 or more", err=True)
         return 1
 
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.signals.ingest import LIVE_FLUSH_S, text_chunks
 
     async def body(ctl: RunController, settings: Settings) -> int:

@@ -22,6 +22,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from backend.signals.monitor import RunMonitor
 from backend.signals.run_signals import RunSignals
 from backend.signals.textlog import check_text_log
 from console.commands._cause import cause_lines
+from console.commands._cluster import job_of, run_with
 from shim.package import carries_shim
 
 if TYPE_CHECKING:
@@ -126,7 +128,6 @@ def read_log_file(monitor: RunMonitor, path: Path, arguments: ArgumentDump | Non
 
 
 def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float | None]:
-    from console.commands._cluster import job_of, run_with
 
     async def body(ctl: RunController, settings: Settings) -> tuple[str, float | None]:
         job = await ctl.attach(job_of(args))
@@ -216,8 +217,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _baselines(paths: list[str]) -> list[RunSide]:
     """Each `--compare` run read to its end (a log or a dump dir, as `replay` reads them)."""
-    import tempfile
-
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.signals.replay import ReplaySession, detect_source
 
     sources = [detect_source(path) for path in paths]

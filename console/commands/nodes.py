@@ -36,6 +36,7 @@ def _gpu_summary(node: NodeSnapshot) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.telemetry import TelemetryPoller
 
     async def body(ctl: RunController, settings: Settings) -> int:

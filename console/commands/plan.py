@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def evaluate(spec: RunSpec) -> PlanEvaluation:
     """The plan of `spec` as `plan` shows it (secrets from
     the environment; raises when no job can be built)."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.plan.evaluation import evaluate_spec
     from backend.plan.submission import secrets_from_env
 
@@ -63,6 +64,7 @@ def evaluate(spec: RunSpec) -> PlanEvaluation:
 
 def is_ok(evaluation: PlanEvaluation, deep: DeepReport | None) -> bool:
     """No error finding, from our rules or from the real libraries."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.plan.finding import has_errors
 
     deep_errors = deep is not None and any(f.severity == "error" for f in deep.findings)
@@ -131,6 +133,7 @@ def render_text(spec: RunSpec, evaluation: PlanEvaluation, deep: DeepReport | No
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.plan.spec import build_spec
 
     spec = build_spec(args.preset, args.overrides)

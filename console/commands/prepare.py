@@ -13,6 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from backend.errors import RefusedError
 from console.commands._cluster import run_with, say
 from console.commands.plan import add_spec_args
 
@@ -40,9 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.prepare import prepare, table
     from backend.cluster.telemetry import snapshot
-    from backend.errors import RefusedError
     from backend.plan.spec import build_spec
 
     spec = build_spec(args.preset, args.overrides)

@@ -14,6 +14,7 @@ import argparse
 import shutil
 import tempfile
 
+from backend.errors import ConsoleError
 from console.commands._cluster import add_job_arg, job_of
 
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.errors import ConsoleError
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.settings import load_settings
     from backend.signals.replay import ReplaySession, ReplaySource, detect_source, source_of
 

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             f"refusing to serve on {args.host}: the page drives the console; "
             "use an SSH port-forward to 127.0.0.1, or pass --allow-remote"
         )
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from textual_serve.server import Server
 
     if args.token:

@@ -73,6 +73,7 @@ def render_text(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from shim.check import run_check
     from shim.mapping import ShimConfigError
 

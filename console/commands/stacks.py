@@ -13,6 +13,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from backend.errors import ConsoleError
 from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     async def body(ctl: RunController, settings: Settings) -> int:
+        # lazy: only this subcommand pays for it (see console/commands/__init__.py)
         from backend.cluster.stacks import NODE_BUDGET_S, job_stacks
-        from backend.errors import ConsoleError
         from backend.signals.rank_map import process_ranks
 
         job = await ctl.attach(job_of(args))

@@ -7,6 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from backend.errors import ConsoleError
 from backend.sanitize import sanitize_text
 from console.commands._cause import cause_lines
 from console.commands._cluster import add_job_arg, job_of, run_with, say
@@ -30,6 +31,7 @@ CAUSE_TAIL_LINES = 5000  # of a failed run's log, read for what said why it fail
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.durations import fmt_duration
     from backend.cluster.status_report import describe
     from backend.cluster.telemetry import snapshot
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 async def _cause(ctl: RunController, job: JobInfo) -> Diagnosis | None:
     """What the run's log says killed it (the diagnosis: cause, where, the line, consequences); None if the
     log says nothing or cannot be read (Ray's own reason is printed either way)."""
-    from backend.errors import ConsoleError
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.signals.ingest import text_chunks
     from backend.signals.monitor import RunMonitor
 

@@ -7,14 +7,12 @@ A view subclasses `ConsoleView`, sets `SCOPE` (its keymap scope, e.g. "run") and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual.widget import Widget
 
 from console import keymap
-
-if TYPE_CHECKING:
-    from console.app import UltraConsoleApp
+from console.host import ConsoleHost
 
 
 class ConsoleView(Widget, can_focus=True):
@@ -27,9 +25,9 @@ class ConsoleView(Widget, can_focus=True):
     """
 
     @property
-    def console(self) -> UltraConsoleApp:
-        """The app this view lives in (views are mounted only by UltraConsoleApp)."""
-        return cast("UltraConsoleApp", self.app)
+    def console(self) -> ConsoleHost:
+        """The app this view lives in (views are mounted only by UltraConsoleApp, a ConsoleHost)."""
+        return cast("ConsoleHost", self.app)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in keymap.mutating_actions(self.SCOPE) and self.console.readonly:

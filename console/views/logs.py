@@ -52,11 +52,11 @@ from backend.signals.log_prefix import compact_prefix
 from backend.signals.search import CancelToken
 from backend.signals.store import LogLine, LogStore
 from console import keymap
-from console.messages import HistoryProgress, LogAppended, RolloutCursor
+from console.messages import HistoryProgress, LogAppended, LogStoreOpened, RolloutCursor
 from console.views.base import ConsoleView
 
 if TYPE_CHECKING:
-    from console.app import UltraConsoleApp
+    from console.host import ConsoleHost
 
 CACHE_LINES = 2000
 PREFIX_MAX = 160  # Ray's prefix is ~90 characters with a long class name and an IPv6 address; never more
@@ -176,7 +176,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     def _process_ranks(self) -> Mapping[tuple[str, int], int]:
         """Which process is which rank, as the session's monitor
         learned it from the whole log (only read here)."""
-        session = cast("UltraConsoleApp", self.app).runtime
+        session = cast("ConsoleHost", self.app).session
         monitor = session.monitor if session is not None else None
         return monitor.process_ranks if monitor is not None else {}
 
@@ -306,6 +306,10 @@ class LogsView(ConsoleView, can_focus=False):
         self._status()
 
     # ------------------------------------------------------------ messages
+    def on_log_store_opened(self, message: LogStoreOpened) -> None:
+        """A new job was attached: its fresh store is what this view shows from now on."""
+        self.set_store(message.store)
+
     def on_log_appended(self, message: LogAppended) -> None:
         self.refresh_from_store()
 

@@ -9,6 +9,7 @@ confirmation modal with Cancel focused.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,13 +23,15 @@ from textual.widgets import Static
 
 from backend.errors import ConsoleError
 from backend.plan.derived import LayoutFigures
-from backend.plan.evaluation import PlanEvaluation
-from backend.plan.finding import Finding
-from backend.plan.view_start import PlanStart, field_text
+from backend.plan.evaluation import PlanEvaluation, evaluate
+from backend.plan.finding import Finding, has_errors
+from backend.plan.submission import new_run_id, phases_note, secrets_from_env
+from backend.plan.view_start import PlanStart, field_text, list_choices, plan_start, variant_base
 from backend.severity import Severity
 from console import keymap
 from console.messages import AuditChanged, Notice, PreflightDone
 from console.views.base import ConsoleView
+from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import FIELDS, LayoutForm
 from console.widgets.plan_panels import (
     CommandPanel,
@@ -110,8 +113,6 @@ class PlanView(ConsoleView):
                     yield DerivedPanel(id="derived")
 
     def _compute_start(self) -> PlanStart:
-        from backend.plan.view_start import plan_start
-
         app = self.console
         return plan_start(
             app.settings.preset, app.model_dir, run_id=app.preview_run_id, address=app.settings.address
@@ -130,8 +131,6 @@ class PlanView(ConsoleView):
 
     def _variant_list(self) -> list[Variant]:
         if self.variants is None:
-            from backend.plan.view_start import list_choices
-
             app = self.console
             self.variants, _preset, _notices = list_choices(app.settings.preset, app.model_dir)
         return self.variants
@@ -142,8 +141,6 @@ class PlanView(ConsoleView):
 
     def choose_variant(self, key: str) -> None:
         """Start over from a variant: its preset plus the overrides pointing at its checkpoint."""
-        from backend.plan.view_start import variant_base
-
         variant = next((v for v in self._variant_list() if v.key == key), None)
         if variant is None:
             return
@@ -160,8 +157,6 @@ class PlanView(ConsoleView):
 
     def rebuild(self) -> None:
         """Ask backend for the spec, findings, derived numbers and command; redraw the panels."""
-        from backend.plan.evaluation import evaluate
-
         if self._pending is not None:
             self._pending.stop()
             self._pending = None
@@ -221,8 +216,6 @@ class PlanView(ConsoleView):
         return notes
 
     def _draw(self) -> None:
-        from backend.plan.submission import phases_note
-
         ev = self.evaluation
         self.query_one(LayoutForm).mark(self._field_notes())
         self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
@@ -279,7 +272,6 @@ class PlanView(ConsoleView):
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         self.preflight_findings = list(message.findings)
-        from backend.plan.finding import has_errors  # preflight findings are rule-engine Findings
 
         failed = has_errors(self.preflight_findings)
         self.preflight_state = "failed" if failed else "passed"
@@ -350,12 +342,14 @@ class PlanView(ConsoleView):
         if self.evaluation.spec is None:
             self.notify("prepare needs a valid spec first", severity="warning")
             return
+        # lazy: the cluster's client and prepare stack (httpx, ~250 modules) are not on the first frame
         from console.widgets.prepare_screen import PrepareScreen
 
         self.app.push_screen(PrepareScreen(self.evaluation.spec, self))
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: RunSpec) -> None:
+        # lazy: the cluster's client and prepare stack (httpx, ~250 modules) are not on the first frame
         from backend.cluster import preflight as pre
         from backend.cluster.dashboard import RayClient
 
@@ -381,7 +375,6 @@ class PlanView(ConsoleView):
         if blockers:
             self.notify("launch refused: " + "; ".join(blockers), severity="error")
             return
-        from console.widgets.confirm import ConfirmModal
 
         spec = self.evaluation.spec
         if spec is None:  # flush() builds it for every valid spec: with no blocker there is one
@@ -417,10 +410,6 @@ class PlanView(ConsoleView):
     @work(exclusive=True, group="launch", exit_on_error=False)
     async def _launch_worker(self, spec: RunSpec) -> None:
         """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
-        import os
-
-        from backend.plan.submission import new_run_id, secrets_from_env
-
         app = self.console
         controller = app.controller
         if controller is None:

@@ -19,13 +19,19 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from backend.cluster.abort_policy import abort_policy
 from backend.cluster.durations import RunTiming, fmt_duration
 from backend.cluster.lost_work import LostWork
+from backend.cluster.stacks import StacksReport, job_stacks
+from backend.signals.alerts import headline
 from backend.signals.run_signals import RunSignals
+from backend.signals.sources import chart_source
 from console import keymap
+from console.compare import add_run
 from console.messages import (
     AlertsChanged,
     BaselineAdded,
+    FleetWanted,
     HistoryProgress,
     MetricsArrived,
     RolloutCursor,
@@ -37,12 +43,14 @@ from console.views.base import ConsoleView
 from console.views.run_compare import RunComparison
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import ChartSeries, LineChart
+from console.widgets.compare_prompt import ComparePrompt
 from console.widgets.gpu_fleet import GpuFleet
+from console.widgets.phase_timeline import PhasesScreen
+from console.widgets.stacks_screen import StacksScreen
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.cluster.leftovers import Leftover
-    from backend.cluster.stack_groups import StacksReport
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
     from backend.signals.monitor import MetricsSnapshot
@@ -73,12 +81,6 @@ def _derived(metrics: MetricsSnapshot | None) -> RunSignals:
     return metrics.derived if metrics is not None else RunSignals()
 
 
-def _chart_source(sources: dict[str, str], keys: list[str]) -> str:
-    from backend.signals.structured import chart_source  # imported once metrics exist, after the first frame
-
-    return chart_source(sources, keys)
-
-
 def state_line(
     state: RunStatus | None,
     metrics: MetricsSnapshot | None,
@@ -106,7 +108,6 @@ def state_line(
     worst = ""
     if n_alerts:
         worst = "!" if any(a.severity.urgent for a in alerts) else ""
-    from backend.signals.alerts import headline
 
     said = headline(alerts, state.phase)  # a failed run's cause, or a blind chart: never silent
     said = f"  · {said}" if said else ""
@@ -146,6 +147,7 @@ class RunView(ConsoleView):
         self.log_span: tuple[float, float] | None = None  # a replay's first and newest log timestamps
         self._offered: set[str] = set()  # alerts whose `stacks` offer was made
         self._dirty = {"state", "fleet", "charts"}
+        self._fleet_wanted = False  # what the app was last told (FleetWanted)
         self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
 
     def compose(self) -> ComposeResult:
@@ -180,10 +182,21 @@ class RunView(ConsoleView):
         above = stack[stack.index(self.screen) + 1 :]
         return all(isinstance(s, ModalScreen) for s in above)
 
-    def wants_telemetry(self) -> bool:
-        return self.shown
+    def _say_if_fleet_wanted(self) -> None:
+        """Tell the app (for the telemetry worker) when the fleet starts or stops showing."""
+        shown = self.shown
+        if shown != self._fleet_wanted:
+            self._fleet_wanted = shown
+            self.post_message(FleetWanted(shown))
+
+    def on_show(self) -> None:
+        self._say_if_fleet_wanted()
+
+    def on_hide(self) -> None:
+        self._say_if_fleet_wanted()
 
     def view_shown(self) -> None:
+        self._say_if_fleet_wanted()
         self._redraw()
 
     # ------------------------------------------------------------ messages (store, then draw if shown)
@@ -194,7 +207,6 @@ class RunView(ConsoleView):
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.metrics = message.payload
         self._mark("charts", "state")
-        from console.widgets.phase_timeline import PhasesScreen
 
         if isinstance(self.app.screen, PhasesScreen):
             self.app.screen.update_view(self.metrics.phases if self.metrics else None)
@@ -247,9 +259,17 @@ class RunView(ConsoleView):
 
     def action_compare(self) -> None:
         """ "Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
-        from console.compare import ask_and_add
 
-        ask_and_add(self.console)
+        def chosen(target: str | None) -> None:
+            if target:
+                self.run_worker(
+                    add_run(self.console, target),
+                    group="compare",
+                    exit_on_error=False,
+                    description=f"compare with {target}",
+                )
+
+        self.app.push_screen(ComparePrompt(), chosen)
 
     def _mark(self, *parts: str) -> None:
         self._dirty.update(parts)
@@ -259,6 +279,7 @@ class RunView(ConsoleView):
     def _tick(self) -> None:
         """Time moves on its own: a run's elapsed time and the age of the GPU readings (a node goes stale
         without any new message), so a visible view redraws both once a second."""
+        self._say_if_fleet_wanted()  # a screen pushed over the view hides it without a Hide of its own
         if not self.shown:
             return
         if self.run_state is not None:
@@ -302,7 +323,7 @@ class RunView(ConsoleView):
                         for key, label, color, right in spec
                     ]
                 )
-                source = _chart_source(sources, [key for key, *_ in spec]) if sources else ""
+                source = chart_source(sources, [key for key, *_ in spec]) if sources else ""
                 base = chart.title.split(" · from ")[0]
                 chart.set_title(f"{base} · from {source}" if source else base)
         self._dirty.clear()
@@ -320,25 +341,19 @@ class RunView(ConsoleView):
                 severity="warning",
             )
             return
-        runtime = getattr(self.app, "runtime", None)
-        monitor = getattr(runtime, "monitor", None)
+        session = getattr(self.app, "session", None)
+        monitor = getattr(session, "monitor", None)
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
         state_dir = self.console.settings.state_dir
 
         async def collect() -> StacksReport:
-            from backend.cluster.stacks import job_stacks
-
             job = await controller.refresh()
             return await job_stacks(controller.client, job, state_dir, ranks=ranks)
-
-        from console.widgets.stacks_screen import StacksScreen
 
         self.app.push_screen(StacksScreen(controller.job.id, collect))
 
     def action_phases(self) -> None:
         """The per-rank phase timeline over the whole terminal."""
-        from console.widgets.phase_timeline import PhasesScreen
-
         self.app.push_screen(PhasesScreen(self.metrics.phases if self.metrics else None, self.clock))
 
     # ------------------------------------------------------------ abort
@@ -368,7 +383,6 @@ class RunView(ConsoleView):
 
 def abort_actions(controller: RunController) -> AbortActions:
     """Bind the modal's steps to the run controller, timed by backend.cluster.abort_policy (as the CLI is)."""
-    from backend.cluster.abort_policy import abort_policy
 
     async def stop() -> bool:
         outcome = await controller.abort()

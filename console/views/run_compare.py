@@ -9,17 +9,20 @@ on every run and the title gives each run's value there.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.css.query import NoMatches
 from textual.widgets import Static
 
-from backend.signals.series import ROLLOUT_AXIS
+from backend.errors import ConsoleError
+from backend.signals.compare import RunSide, compare, load_config
+from backend.signals.series import ROLLOUT_AXIS, SeriesSetSnapshot
 from console.widgets.charts import ChartSeries, LineChart
 
 if TYPE_CHECKING:
-    from backend.signals.compare import CompareConfig, Comparison, MetricOverlay, RunSide
+    from backend.signals.compare import CompareConfig, Comparison, MetricOverlay
     from backend.signals.launch_flags import LaunchFlags
     from backend.signals.replay import RolloutMark
     from console.messages import BaselineAdded
@@ -125,11 +128,6 @@ class RunComparison:
         self.state = message.state or self.state
 
     def _first(self) -> RunSide:
-        from types import MappingProxyType
-
-        from backend.signals.compare import RunSide
-        from backend.signals.series import SeriesSetSnapshot
-
         view = self.view
         status = view.run_state
         series = view.metrics.series if view.metrics is not None else SeriesSetSnapshot(MappingProxyType({}))
@@ -144,8 +142,6 @@ class RunComparison:
         header; False when there is none (single-run view)."""
         if not self.baselines:
             return False
-        from backend.errors import ConsoleError
-        from backend.signals.compare import compare, load_config
 
         try:
             self._config = self._config or load_config()

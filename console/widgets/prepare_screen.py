@@ -7,7 +7,7 @@ The work is backend.cluster.prepare's, in a worker that posts messages; this scr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual import work
 from textual.app import ComposeResult
@@ -17,15 +17,21 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Log, Static
 
+from backend.cluster.dashboard import RayClient
+from backend.cluster.preflight import preflight
+from backend.cluster.prepare import FetchEvent, prepare, table
+from backend.cluster.telemetry import snapshot
 from backend.errors import ConsoleError
 from backend.redaction import public_line, public_text
 from console import keymap
 from console.messages import PreflightDone
 
 if TYPE_CHECKING:
+    from textual.widget import Widget
+
     from backend.plan.finding import Finding
     from backend.plan.spec import RunSpec
-    from console.views.base import ConsoleView
+    from console.host import ConsoleHost
 
 
 class PrepareLine(Message):
@@ -52,7 +58,7 @@ class PrepareScreen(ModalScreen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = keymap.bindings_for("prepare")
 
-    def __init__(self, spec: RunSpec, target: ConsoleView) -> None:
+    def __init__(self, spec: RunSpec, target: Widget) -> None:
         """spec: the plan's RunSpec; target: the widget that receives PreflightDone (the plan view)."""
         super().__init__()
         self.spec, self.target = spec, target
@@ -85,12 +91,8 @@ class PrepareScreen(ModalScreen[None]):
 
     @work(exclusive=True, group="prepare", exit_on_error=False)
     async def _run(self, fetch: bool) -> None:
-        from backend.cluster.dashboard import RayClient
-        from backend.cluster.preflight import preflight
-        from backend.cluster.prepare import FetchEvent, prepare, table
-        from backend.cluster.telemetry import snapshot
 
-        settings = self.target.console.settings
+        settings = cast("ConsoleHost", self.app).settings
         token = settings.token_text()
 
         def progress(event: FetchEvent) -> None:

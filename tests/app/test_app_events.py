@@ -68,11 +68,11 @@ async def test_the_views_get_copies_of_alerts_the_engine_goes_on_updating(tmp_pa
 
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        runtime = ConsoleSession(app)
-        runtime.monitor = RunMonitor()
-        fired = runtime.monitor.on_node_dead("ab" * 28, "health check failed")
+        session = ConsoleSession(app)
+        session.monitor = RunMonitor()
+        fired = session.monitor.on_node_dead("ab" * 28, "health check failed")
         assert fired is not None
-        runtime.maybe_post_alerts()
+        session.maybe_post_alerts()
         events = app.view("events")
         await until(pilot, lambda: len(events.alerts) == 1, "the alert in the events view")
         (shown,) = events.alerts

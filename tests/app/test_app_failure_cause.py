@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app_helpers import PilotApp
 from failure_shapes import SCENARIOS, render
 from textual.widgets import DataTable, Static
 from waiting import until
@@ -23,7 +24,7 @@ async def test_a_run_that_died_at_start_shows_its_cause_and_consequences(tmp_pat
     scenario = next(s for s in SCENARIOS if s.name == "SGLang engine failed at start")
     log = tmp_path / "job-driver.log"
     log.write_text(render(scenario, "ray"), encoding="utf-8")
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(state_dir=tmp_path / "state"),
         replay=ReplaySession(detect_source(log), tmp_path / "spool"),
         watchdog=False,

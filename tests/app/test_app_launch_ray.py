@@ -8,7 +8,7 @@ the end so the shared cluster is left clean.
 from __future__ import annotations
 
 import pytest
-from app_helpers import RUN_ID
+from app_helpers import RUN_ID, PilotApp
 from runhelp import sim_spec, stop_quietly
 from textual.widgets import Button
 from waiting import until
@@ -18,7 +18,6 @@ from backend.cluster.controller import RunController
 from backend.cluster.dashboard import RayClient
 from backend.plan.spec import dump_toml
 from backend.settings import Settings
-from console.app import UltraConsoleApp
 from console.views.plan import PlanView
 from console.widgets.confirm import ConfirmModal
 
@@ -33,7 +32,7 @@ async def test_plan_preflight_launch_confirm_running(ray_cluster, tmp_path):
     settings = Settings(address=ray_cluster.address, state_dir=state, preset=str(preset))
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         controller = RunController(client, state_dir=state)
-        app = UltraConsoleApp(
+        app = PilotApp(
             settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID + "1", controller=controller
         )
         job_id = None
@@ -81,7 +80,7 @@ async def test_failed_preflight_blocks_launch_until_the_spec_changes(ray_cluster
     preset = tmp_path / "plan.toml"
     preset.write_text(dump_toml(spec), encoding="utf-8")
     settings = Settings(address=ray_cluster.address, state_dir=tmp_path / "state", preset=str(preset))
-    app = UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID)
+    app = PilotApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID)
     async with app.run_test(size=(120, 40)) as pilot:
         plan = app.query_one(PlanView)
         await pilot.press("p")

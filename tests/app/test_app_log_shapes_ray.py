@@ -8,13 +8,12 @@ import sys
 import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, PilotApp
 from miles_log_shapes import OOM_TRACEBACK, Shape, text
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.settings import Settings
-from console.app import UltraConsoleApp
 from console.views.events import EventsView
 from console.views.run import RunView
 from console.widgets.charts import LineChart
@@ -43,7 +42,7 @@ async def test_2026_04_log_fills_the_charts_and_a_cuda_oom_is_the_failed_header(
                 "metadata": {"ultra_console": "1"},
             }
         )
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,

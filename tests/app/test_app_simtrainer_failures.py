@@ -10,14 +10,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, PilotApp
 from runhelp import cli, job_reaches, live_app
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.settings import Settings
-from console.app import UltraConsoleApp
 from console.views.events import EventsView
 from console.views.run import RunView
 
@@ -66,7 +65,7 @@ async def test_simulated_cuda_oom_names_its_gpu_in_header_events_and_status(
         job = await job_reaches(client, sid, timeout=150)
     assert job.status == "FAILED" and "CUDA out of memory" in (job.message or "")
 
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import miles_log_shapes as shapes
 import pytest
-from app_helpers import make_app
+from app_helpers import PilotApp, make_app
 from run_fixtures import T0, metrics_view, status
 from waiting import until
 
@@ -26,7 +26,6 @@ from backend.signals.compare import RunSide
 from backend.signals.launch_flags import flags_from_command
 from backend.signals.replay import ReplaySession, RolloutMark, detect_source
 from backend.signals.series import SeriesSetSnapshot
-from console.app import UltraConsoleApp
 from console.cli import main as cli_main
 from console.messages import BaselineAdded, MetricsArrived, RolloutCursor, RunStateChanged
 from console.views.run import RunView
@@ -95,9 +94,7 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
     a, b = two_logs
     headless = _headless(a, b, capsys)["compare"]
     session = ReplaySession(detect_source(a), tmp_path / "spool")
-    app = UltraConsoleApp(
-        Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False, compare=[str(b)]
-    )
+    app = PilotApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False, compare=[str(b)])
     expected_b = shapes.expected_series(shapes.Shape(format="2026-04", rollouts=4))
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.press("2")
@@ -167,7 +164,7 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
     """The key (run.compare) asks for a run; a path that is no run is one notice and changes nothing."""
     a, b = two_logs
     session = ReplaySession(detect_source(a), tmp_path / "spool")
-    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    app = PilotApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("2")
         run = app.view("run")
@@ -250,7 +247,7 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         job = await launch_when_free(RunController(client, state_dir=state), sim_spec(tmp_path, nodes=1))
         try:
-            app = UltraConsoleApp(
+            app = PilotApp(
                 Settings(address=ray_cluster.address, state_dir=state),
                 job=job.id,
                 watchdog=False,

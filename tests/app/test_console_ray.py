@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, PilotApp
 from waiting import until
 
 from backend.cluster.controller import RunPhase
 from backend.cluster.dashboard import RayClient
 from backend.settings import Settings
-from console.app import UltraConsoleApp
 from console.views.logs import LogsView
 from console.views.run import RunView
 from console.widgets.abort_modal import AbortModal
@@ -43,7 +42,7 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
                 },
             }
         )
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path),
         job=sid,
         watchdog=False,

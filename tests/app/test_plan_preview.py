@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from app_helpers import PilotApp
 from waiting import until
 
 from backend.plan import preview_process as plan_preview
@@ -125,8 +126,8 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
     run_id = basics.run_id
     from backend.settings import load_settings
 
-    from_preview = UltraConsoleApp(None, preview=preview, start_workers=False, watchdog=False)
-    computed = UltraConsoleApp(load_settings(), start_workers=False, watchdog=False, preview_run_id=run_id)
+    from_preview = PilotApp(None, preview=preview, start_workers=False, watchdog=False)
+    computed = PilotApp(load_settings(), start_workers=False, watchdog=False, preview_run_id=run_id)
     screens = []
     for app in (from_preview, computed):
         async with app.run_test(size=(120, 40)) as pilot:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from app_helpers import PilotApp
 from waiting import until
 
 from backend.demo import sample_log as miles_sample_log
@@ -102,7 +103,7 @@ def dump_dir(root: Path, rollouts: int = 5) -> Path:
 
 def replay_app(tmp_path: Path, target: Path) -> UltraConsoleApp:
     session = ReplaySession(detect_source(target), tmp_path / "spool")
-    return UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    return PilotApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
 
 
 def chart_points(app: UltraConsoleApp, chart_id: str) -> int:
@@ -130,8 +131,8 @@ async def _loaded(app: UltraConsoleApp, pilot) -> LogsView:
         lambda: (
             "loading history" not in logs.history
             and app.history_text == ""
-            and getattr(app, "runtime", None) is not None
-            and len(app.runtime.store) > 0
+            and getattr(app, "session", None) is not None
+            and len(app.session.store) > 0
         ),
         "the replay to finish reading",
     )
@@ -161,7 +162,7 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     assert at > 0 and (
         top == at or (top < at < top + height and top + height >= logs.lines.count)
     )  # on top, or all shown
-    store = app.runtime.store
+    store = app.session.store
     assert re.search(r"\bperf 1: \{", store.line(at - 1).text)  # the line before it closed rollout 1
     later = [store.line(i).text for i in range(at, len(store))]
     first_of_2 = next(i for i, t in enumerate(later) if re.search(r"\b(rollout|perf) 2: \{", t))
@@ -252,7 +253,7 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
             assert time.monotonic() < deadline, "the job never ended"
             await asyncio.sleep(0.5)
     session = ReplaySession(ReplaySource("job", job_id=sid), tmp_path / "spool")
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session, watchdog=False
     )
     async with app.run_test(size=(160, 48)) as pilot:
@@ -279,9 +280,9 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
     newest_log(path)
     app = make_app(tmp_path / "state")
     async with app.run_test(size=(160, 48)) as pilot:
-        runtime = ConsoleSession(app)
-        app.runtime = runtime
-        store = runtime.new_run_log("live-job").store
+        session = ConsoleSession(app)
+        app.session = session
+        store = session.new_run_log("live-job").store
         store.append(path.read_bytes())
         await pilot.press("3", "right_square_bracket", "right_square_bracket")
         logs = app.view("logs")
@@ -289,4 +290,4 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
             pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1"
         )
         assert re.search(r"\bperf 0: \{", store.line(logs.lines.cursor - 1).text)
-        await runtime.client.aclose()
+        await session.client.aclose()

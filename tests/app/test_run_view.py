@@ -18,7 +18,6 @@ from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart
 from console.widgets.gpu_fleet import GpuFleet
-from console.workers import wants_telemetry
 
 
 def test_state_line_from_backend_numbers():
@@ -65,12 +64,12 @@ async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
         drawn = [c.builds for c in charts]
         await _feed(app)
         await pilot.pause()
-        assert not wants_telemetry(app)  # the plan view is showing: no polling for the fleet
+        assert not app.fleet_wanted  # the plan view is showing: no polling for the fleet
         assert [c.builds for c in charts] == drawn  # and no chart was drawn off screen
         assert app.query_one(GpuFleet).rows == ()
         await pilot.press("2")
         await pilot.pause()
-        assert wants_telemetry(app)
+        assert app.fleet_wanted  # the run view told the app (FleetWanted): the telemetry worker polls
         assert len(app.query_one(GpuFleet).rows) == 16
         assert all(c.builds >= 1 for c in charts)
         kl = app.query_one("#chart-kl", LineChart)

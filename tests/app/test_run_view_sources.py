@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, PilotApp
 from runhelp import job_reaches
 from waiting import until
 
@@ -94,7 +94,7 @@ async def _charts(app: UltraConsoleApp, pilot, want: str, timeout: float = 60.0)
 async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path):
     dump = tmp_path / "dump_details"
     sid, log = await _finished_sim(ray_cluster.address, tmp_path, "--dump-details", str(dump))
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,
@@ -116,7 +116,7 @@ async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path)
 
 async def test_without_a_dump_dir_the_charts_say_log(ray_cluster, tmp_path):
     sid, log = await _finished_sim(ray_cluster.address, tmp_path)
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,
@@ -142,7 +142,7 @@ async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cl
         "--dump-details",
         str(tmp_path / "dump_details"),
     )
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,
@@ -159,7 +159,7 @@ async def test_old_shape_run_with_a_dump_dir_fills_the_charts_from_events(ray_cl
 
 async def test_old_shape_log_alone_fills_kl_and_throughput(ray_cluster, tmp_path):
     sid, _ = await _finished_sim(ray_cluster.address, tmp_path, "--sim-log-format", "2026-04")
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=ray_cluster.address, state_dir=tmp_path / "state"),
         job=sid,
         watchdog=False,

@@ -7,12 +7,11 @@ import asyncio
 import contextlib
 
 import pytest
-from app_helpers import MODELS, RUN_ID
+from app_helpers import MODELS, RUN_ID, PilotApp
 from raycluster import free_port
 from waiting import until
 
 from backend.settings import Settings
-from console.app import UltraConsoleApp
 from console.widgets.gpu_fleet import GpuFleet
 
 pytestmark = pytest.mark.ray
@@ -61,7 +60,7 @@ class Relay:
 async def test_dashboard_lost_then_back_by_itself(ray_cluster, tmp_path):
     relay = Relay(int(ray_cluster.address.rsplit(":", 1)[1]))
     await relay.start()
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=f"http://127.0.0.1:{relay.port}", state_dir=tmp_path),
         watchdog=False,
         preview_run_id=RUN_ID,

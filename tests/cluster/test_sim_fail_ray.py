@@ -60,7 +60,7 @@ class Timeline:
 
     def look(self, app: UltraConsoleApp, run: RunView) -> None:
         now = time.monotonic()
-        store = app.runtime.store if app.runtime is not None else None
+        store = app.session.store if app.session is not None else None
         size = len(store) if store is not None else 0
         if not self.lines or self.lines[-1][1] != size:
             self.lines.append((now, size))
@@ -137,8 +137,8 @@ async def test_a_simulated_death_is_named_with_its_cause_live(
             timeout=10,
             interval=0.05,
         )
-        assert app.runtime is not None and app.runtime.store is not None
-        arrived = timeline.arrived(_failure_line(app.runtime.store, cause, kind.hints))
+        assert app.session is not None and app.session.store is not None
+        arrived = timeline.arrived(_failure_line(app.session.store, cause, kind.hints))
         assert named - arrived <= HEADER_LATENCY_S, (
             f"the header named the cause {named - arrived:.2f} s after its line reached the log\n{timeline}"
         )

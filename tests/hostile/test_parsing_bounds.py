@@ -309,17 +309,17 @@ def test_a_dump_dir_holding_a_fifo_neither_hangs_metrics_nor_the_reader(tmp_path
 async def test_replay_of_a_dump_dir_with_a_fifo_finishes_and_quits(tmp_path: Path) -> None:
     """Before: replay's loader thread blocked on the FIFO for
     good (the app's q left it, and the process, behind)."""
+    from app_helpers import PilotApp
     from waiting import until
 
     from backend.settings import Settings
-    from console.app import UltraConsoleApp
 
     dump = _events(tmp_path / "dump", [_event(s, {"train/loss": 0.5 - s / 10}) for s in range(3)])
     os.mkfifo(dump / "events" / "fifo.jsonl")
     session = ReplaySession(detect_source(dump), tmp_path / "spool")
     monitor = session.monitor
     assert monitor is not None
-    app = UltraConsoleApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    app = PilotApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
     t0 = time.monotonic()
     async with app.run_test(size=(120, 40)) as pilot:
         await until(
@@ -450,7 +450,7 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
     no other. Before: nothing called on_shim_missing."""
     import re
 
-    from app_helpers import MODELS, RUN_ID
+    from app_helpers import MODELS, RUN_ID, PilotApp
     from runhelp import cli as console_cli
     from runhelp import launch_when_free, sim_spec, stop_quietly
     from waiting import until
@@ -459,7 +459,6 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
     from backend.cluster.dashboard import RayClient
     from backend.sanitize import sanitize_text
     from backend.settings import Settings
-    from console.app import UltraConsoleApp
     from console.views.events import EventsView
 
     nodes = 3  # head + 2 workers: one train actor per node
@@ -528,7 +527,7 @@ async def test_a_train_actor_without_the_shim_is_critical_live_in_metrics_and_re
                 return f"pid={off}" in message and not any(f"pid={p}" in message for p in shim_pids)
 
             # the live app, attached to the running job
-            app = UltraConsoleApp(
+            app = PilotApp(
                 Settings(address=ray_cluster.address, state_dir=tmp_path / "app"),
                 job=job.id,
                 watchdog=False,

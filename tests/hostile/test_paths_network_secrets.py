@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from app_helpers import make_app
+from app_helpers import PilotApp, make_app
 from fake_hub import MODEL_REPO, FakeHub, model_files
 from hostile_http import HostileServer
 from runhelp import REPO, cli, cli_env, one_line_error
@@ -38,7 +38,6 @@ from backend.sanitize import clean_chunk, sanitize_text
 from backend.settings import Settings
 from backend.severity import Severity
 from console import keymap
-from console.app import UltraConsoleApp
 from console.messages import Notice
 
 # What must never reach a terminal, a notice or a saved file: C0 controls but tab/newline, DEL, C1.
@@ -173,7 +172,7 @@ def test_an_http_error_body_reaches_the_cli_as_one_clean_line(tmp_path, hostile_
 
 async def test_an_http_error_body_reaches_the_app_banner_and_notices_clean(tmp_path, hostile_500):
     settings = Settings(state_dir=tmp_path, address=f"http://{hostile_500.address}")
-    app = UltraConsoleApp(settings, start_workers=True, watchdog=False, preview_run_id="260101-120000-000")
+    app = PilotApp(settings, start_workers=True, watchdog=False, preview_run_id="260101-120000-000")
     async with app.run_test(size=(120, 40)) as pilot:
         banner = app.query_one("#banner")
         await until(pilot, lambda: banner.has_class("-shown"), "the dashboard-lost banner", timeout=30)

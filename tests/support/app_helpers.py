@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,21 @@ AUDIT_ROWS = (
 )
 
 
+class PilotApp(UltraConsoleApp):
+    """The app as tests drive it: every view mounted before the test's first line. In a terminal the views
+    after the first mount just after the first frame is drawn (the app's one path); a test queries them at
+    once."""
+
+    CSS_PATH = Path(inspect.getfile(UltraConsoleApp)).with_name(
+        "app.tcss"
+    )  # Textual reads it beside the class
+
+    async def on_mount(self) -> None:
+        mounting = self.mount_later_views()
+        if mounting is not None:
+            await mounting
+
+
 def write_audit(state_dir: Path) -> None:
     """An audit file as backend.cluster.audit writes it (JSON lines), with fixed times for snapshots."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -42,14 +58,14 @@ def write_audit(state_dir: Path) -> None:
     )
 
 
-def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -> UltraConsoleApp:
+def make_app(state_dir: Path, settings: Settings | None = None, **kwargs: Any) -> PilotApp:
     """The app over `settings` (as loaded from a config file) or over ones built from `readonly`, `keys`
     and `address` with `state_dir`."""
     if settings is None:
         settings_kw = {k: kwargs.pop(k) for k in ("readonly", "keys", "address") if k in kwargs}
         settings = Settings(state_dir=state_dir, **settings_kw)
     kwargs.setdefault("model_dir", str(MODELS))
-    return UltraConsoleApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
+    return PilotApp(settings, start_workers=False, watchdog=False, preview_run_id=RUN_ID, **kwargs)
 
 
 def edit_settled(plan: Any, path: str, text: str) -> bool:

@@ -136,14 +136,13 @@ async def live_app(
 ) -> AsyncIterator[tuple[Any, Any, Any]]:
     """Submit `payload` and attach the app to that run while it is live, Run view shown: (client, app, pilot).
     The job is stopped afterwards if it is still going."""
-    from app_helpers import MODELS, RUN_ID
+    from app_helpers import MODELS, RUN_ID, PilotApp
 
     from backend.cluster.dashboard import RayClient
     from backend.settings import Settings
-    from console.app import UltraConsoleApp
 
     sid = str(payload["submission_id"])
-    app = UltraConsoleApp(
+    app = PilotApp(
         Settings(address=address, state_dir=state_dir),
         job=sid,
         watchdog=False,

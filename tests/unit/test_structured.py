@@ -8,7 +8,8 @@ import math
 from backend.demo.simtrainer.event_checkpoint import TRACKER, restore, snapshot
 from backend.demo.simtrainer.milog import EventLog, MilesLog
 from backend.signals.monitor import RunMonitor
-from backend.signals.structured import StructuredFeed, chart_source, dump_dir_of, sources_by_key
+from backend.signals.sources import chart_source, sources_by_key
+from backend.signals.structured import StructuredFeed, dump_dir_of
 
 SOURCE = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
 

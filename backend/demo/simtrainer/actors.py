@@ -28,6 +28,7 @@ from backend.demo.simtrainer.milog import EventLog, MilesLog
 
 
 def _node_ip() -> str:
+    # ray: only inside the Ray job (tests/unit import this module without Ray)
     import ray
 
     return str(ray.util.get_node_ip_address())
@@ -35,6 +36,7 @@ def _node_ip() -> str:
 
 def remote(*args: Any, **kwargs: Any) -> Any:
     """`ray.remote` untyped: Ray's overloads do not cover actor options such as max_concurrency."""
+    # ray: only inside the Ray job (tests/unit import this module without Ray)
     import ray
 
     decorate: Any = ray.remote
@@ -52,6 +54,7 @@ def _hold_gpus(gpu_ids: list[int], pid: int, mib: int, util: int) -> list[Path]:
     base = os.environ.get("FAKE_GPU_DIR")
     if not base:
         return []
+    # ray: only inside the Ray job (tests/unit import this module without Ray)
     import ray
 
     node_dir = Path(base) / ray.get_runtime_context().get_node_id()
@@ -86,6 +89,7 @@ class RolloutManager:
         if not in_ray:
             SGLangEngine(self.args).init()
             return
+        # ray: only inside the Ray job (tests/unit import this module without Ray)
         import ray
 
         engine = remote(num_cpus=0)(SGLangEngine).remote(self.args)
@@ -153,6 +157,7 @@ class MegatronTrainRayActor:
         self.holdings: list[Path] = []
         self.node = ""
         if in_ray:
+            # ray: only inside the Ray job (tests/unit import this module without Ray)
             import ray
 
             self.gpu_ids = [int(x) for x in ray.get_gpu_ids()]
@@ -289,6 +294,7 @@ class MegatronTrainRayActor:
     def leak_gpu_process(self, mib: int) -> int:
         """Start a process in its own session that outlives this actor and keeps "holding" GPU 0
         of this node: what a stray SGLang scheduler does to a real run (miles-run-output.md §8)."""
+        # ray: only inside the Ray job (tests/unit import this module without Ray)
         import ray
 
         # Double fork: the holder is re-parented at once, so Ray's kill of the worker's

@@ -271,6 +271,7 @@ class GpuSampler:
 def find_collector(timeout_s: float = 60.0) -> ActorHandle[DashboardCollector] | None:
     """The named collector actor, waited for up to `timeout_s` like miles' backend; None (said once on
     stderr) if it never appears."""
+    # ray: only inside the Ray job (tests/unit import this module without Ray)
     import ray
 
     deadline = time.monotonic() + timeout_s

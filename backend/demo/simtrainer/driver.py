@@ -21,8 +21,15 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from backend.demo.simtrainer import SIM_LABEL
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.state import get_actor
+
+from backend.demo.simtrainer import SIM_LABEL, deaths
+from backend.demo.simtrainer.actors import ACTOR_CLASSES, remote
 from backend.demo.simtrainer.args import SimArgs, parse
+from backend.demo.simtrainer.dashboard import COLLECTOR_NAME, DashboardCollector, GpuSampler, run_args
+from backend.demo.simtrainer.event_checkpoint import restore
 from backend.demo.simtrainer.milog import MilesLog
 
 DRAIN_S = 3.0  # let Ray forward the actors' last lines before the driver disconnects
@@ -58,12 +65,6 @@ class _Local:
 
 def _start_dashboard(args: SimArgs, log: MilesLog) -> Any:
     """miles' dashboard processes: the named collector on the driver's node, a GPU sampler per GPU node."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from backend.demo.simtrainer.actors import remote
-    from backend.demo.simtrainer.dashboard import COLLECTOR_NAME, DashboardCollector, GpuSampler, run_args
-
     assert args.dump_details, "--use-miles-dashboard requires --dump-details"
     here = ray.get_runtime_context().get_node_id()
     collector = (
@@ -98,17 +99,12 @@ def _start_dashboard(args: SimArgs, log: MilesLog) -> Any:
 
 
 def _stop_dashboard(handles: Any) -> None:
-    import ray
-
     collector, samplers = handles
     ray.get([s.stop.remote() for s in samplers], timeout=30)
     ray.get(collector.close.remote(), timeout=30)
 
 
 def run(args: SimArgs, log: MilesLog) -> int:
-    from backend.demo.simtrainer.actors import ACTOR_CLASSES, remote
-    from backend.demo.simtrainer.event_checkpoint import restore
-
     manager_cls, train_cls = ACTOR_CLASSES[args.log_format]
     in_ray = args.log_format != "bare"
     resumed = restore(args.dump_details, args.load, log)
@@ -119,8 +115,6 @@ def run(args: SimArgs, log: MilesLog) -> int:
     manager: Any
     actors: list[Any]
     if in_ray:
-        import ray
-
         get: Callable[[Any], Any] = ray.get
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
@@ -185,8 +179,6 @@ def _shim_off(args: SimArgs, index: int) -> dict[str, object]:
 def _ready(args: SimArgs, log: MilesLog, handles: list[Any]) -> None:
     """Wait for the actors' creation tasks, as miles' train.py does. With `--sim-fail host-oom` the first
     train actor was killed in its creation task (actors.py): the driver gets Ray's OutOfMemoryError."""
-    import ray
-
     try:
         ray.get([h.__ray_ready__.remote() for h in handles])
     except ray.exceptions.ActorDiedError as err:
@@ -199,11 +191,6 @@ def _host_oom(err: BaseException, log: MilesLog) -> Exception:
     """What Ray says of a worker its memory monitor killed: the raylet's report (`(raylet) …`, which the
     real raylet sends to every driver; the simulator prints its shape from the driver, as it cannot make
     the raylet exhaust a test machine's memory) and the `ray.exceptions.OutOfMemoryError` the caller gets."""
-    import ray
-    from ray.util.state import get_actor
-
-    from backend.demo.simtrainer import deaths
-
     actor_id = str(getattr(err, "actor_id", None) or "")
     state = get_actor(actor_id) if actor_id else None
     node_id = str(getattr(state, "node_id", None) or ray.get_runtime_context().get_node_id())
@@ -256,8 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.at("tracking.py:61", "finish_tracking: done")
         try:
             if args.log_format != "bare":
-                import ray
-
                 ray.shutdown()
         except Exception as err:  # the run's own status matters more than a shutdown hiccup
             log.at("train.py:158", f"ray.shutdown failed: {err!r}")

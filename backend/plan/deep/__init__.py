@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from backend.plan.catalog import RULES
 from backend.plan.checks import check
@@ -67,8 +68,6 @@ def unavailable_reason() -> str | None:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
     for dist in ("megatron-core", "megatron-bridge", "sglang", "torch"):
         try:

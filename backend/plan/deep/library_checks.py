@@ -20,6 +20,7 @@ from backend.plan.checks.context import KEEP_MTP_ENV
 from backend.plan.deep.patches import fake_world, hopper_gpu, reused_parser
 from backend.plan.deep.rule_map import effective_vpp
 from backend.plan.spec import RunSpec
+from backend.plan.submission import build_submission
 
 
 def _keep_mtp(spec: RunSpec) -> bool:
@@ -27,6 +28,7 @@ def _keep_mtp(spec: RunSpec) -> bool:
 
 
 def check_transformer_config(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -79,6 +81,7 @@ def check_transformer_config(spec: RunSpec) -> None:
 
 
 def check_initialize_model_parallel(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import parallel_state
 
     t = spec.train
@@ -99,8 +102,6 @@ def check_initialize_model_parallel(spec: RunSpec) -> None:
 
 def megatron_argv(spec: RunSpec) -> list[str]:
     """The argv the console submits (miles' flags included: Megatron's parser ignores what it lacks)."""
-    from backend.plan.submission import build_submission
-
     argv = build_submission(spec, run_id="000000-000000-000", nvlink=False, with_shim=False).argv
     if argv and argv[0].endswith("python3"):
         argv = argv[2:]  # "python3 /path/train.py"
@@ -115,6 +116,7 @@ def megatron_argv(spec: RunSpec) -> list[str]:
 
 
 def check_validate_args(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.training import arguments
 
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": spec.run.extra_env.get("CUDA_DEVICE_MAX_CONNECTIONS", "1")}
@@ -131,6 +133,7 @@ def check_validate_args(spec: RunSpec) -> None:
 
 
 def check_microbatches(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import num_microbatches_calculator as nmc
 
     t = spec.train
@@ -142,6 +145,7 @@ def check_microbatches(spec: RunSpec) -> None:
 
 
 def check_select_pipeline_segment(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from megatron.core import parallel_state
     from megatron.core.models.hybrid.hybrid_layer_allocation import select_pipeline_segment
 
@@ -201,6 +205,7 @@ def hf_config(spec: RunSpec) -> dict[str, Any]:
 
 
 def check_server_args(spec: RunSpec) -> None:
+    # only in miles' image: imported when --deep runs
     from sglang.srt.server_args import ServerArgs
 
     r, c = spec.rollout, spec.cluster

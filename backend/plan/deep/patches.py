@@ -13,6 +13,7 @@ from typing import Any
 @contextlib.contextmanager
 def hopper_gpu(env: dict[str, str]) -> Iterator[None]:
     """validate_args asks torch.cuda about the GPU and reads env vars: answer as an H200 node would."""
+    # only in miles' image: imported when --deep runs
     import torch
 
     class _Props:
@@ -38,6 +39,7 @@ def hopper_gpu(env: dict[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def fake_world(world: int, rank: int = 0) -> Iterator[None]:
     """A fake torch.distributed world of `world` ranks in this process (no communication happens)."""
+    # only in miles' image: imported when --deep runs
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 

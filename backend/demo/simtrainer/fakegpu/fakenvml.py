@@ -12,6 +12,7 @@ Data, re-read at every call:
 Environment: FAKE_GPU_COUNT (default 8), FAKE_GPU_MEM_TOTAL (MiB, default 143771, an H200).
 """
 
+import json
 import os
 from typing import Any
 
@@ -37,8 +38,6 @@ def _alive(pid: int) -> bool:
 
 
 def _read_json(path: str) -> Any:
-    import json
-
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)

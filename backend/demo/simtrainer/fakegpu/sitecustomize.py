@@ -16,6 +16,7 @@ PROBE_NODE_ENV = "ULTRA_CONSOLE_GPU_PROBE_NODE"  # the console's GPU probe's sam
 
 
 def _node_id_from_argv(argv: list[str]) -> str:
+    # sitecustomize runs in every Python process of a fake-GPU node: imports only where hooked
     import os
 
     if os.environ.get(PROBE_NODE_ENV):
@@ -49,6 +50,7 @@ def _reads_nvml() -> bool:
     """The dashboard agent (telemetry), the console's GPU kill job (backend/cluster/reaper_job.py, marked
     `--gpu-reaper`) and its GPU probe (backend/cluster/gpu_probe_job.py: the driver marked `--gpu-probe`, its
     sampler actors by their environment) ask NVML through Ray's same provider: all see one fake."""
+    # sitecustomize runs in every Python process of a fake-GPU node: imports only where hooked
     import os
 
     return bool(sys.argv) and (
