@@ -115,8 +115,8 @@ def state_line(
             f"alerts {n_alerts}{worst}{said}"
         )
     return (
-        f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  {progress}{f'  ETA {eta}' if eta else ''}  "
-        f"ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
+        f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  "
+        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
     )
 
 
