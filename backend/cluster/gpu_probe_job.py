@@ -48,14 +48,13 @@ READ_S = 0.25  # NVML is read this often; a line goes out at once on a change, e
 UTIL_STEP, MEM_STEP_MIB = 5, 256  # what counts as a change worth a line of its own
 
 
-# One GPU as a line carries it: index, util % or -1, MiB
-# used, MiB total, W or -1, °C or -1, [[pid, MiB], ...].
+# One GPU as a line carries it: index, util % or -1, MiB used, MiB total, W or -1, °C or -1,
+# [[pid, MiB], ...].
 GpuRow = tuple[int, int, int, int, int, int, list[list[int]]]
 
 
 class Reading(TypedDict, total=False):
-    """One node's reading as its line carries it (`t` and
-    `c` always; `g`, or `nvml` saying why there is none)."""
+    """One node's reading as its line carries it: `t` and `c` always; `g`, or `nvml` saying why not."""
 
     t: float
     g: list[GpuRow]

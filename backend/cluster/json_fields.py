@@ -1,11 +1,9 @@
-"""Typed reading of decoded JSON (Ray's answers, a node
-job's result lines, NVML's dicts), once, at the boundary.
+"""Typed reading of decoded JSON (Ray's answers, a node job's result lines, NVML's dicts), once, at the edge.
 
-Why one reader: Ray's payloads miss fields, send null, send numbers as strings, and a node job's line can be
-cut; every parser used to repeat `str(raw[k] or "")`-style and `int(float(...))` guards on untyped dicts.
-`Fields` holds those rules in one place: a parser asks for the type it wants (`f.text("name")`,
-`f.integer("pid")`) and gets it, whatever arrived, then builds
-its frozen dataclass; nothing past the parser touches the dict.
+Why one reader: Ray's payloads miss fields, send null, send numbers as text, and a node job's line can be cut;
+every parser used to repeat `str(raw[k] or "")`-style and `int(float(...))` guards on untyped dicts. `Fields`
+holds those rules in one place: a parser asks for the type it wants (`f.text("name")`, `f.integer("pid")`) and
+gets it, whatever arrived, then builds its frozen dataclass; nothing past the parser touches the dict.
 
 Stdlib only: the node jobs inline it (`# inlined on the node`, see backend.cluster.node_job).
 """

@@ -410,8 +410,7 @@ def _int_pair(value: object) -> tuple[int, int]:
 
 
 def _identity(text: str) -> Identity:
-    """A reaper's identity word; one this console does not
-    know is neither signalled nor reported, as before."""
+    """A reaper's identity word; an unknown one is neither signalled nor reported, as before."""
     return cast(Identity, text) if text in ("job", "unidentified", "exempt") else "exempt"
 
 

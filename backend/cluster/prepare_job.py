@@ -42,8 +42,7 @@ PROGRESS_EVERY_S = 0.5
 
 @dataclass(frozen=True)
 class PrepareRequest:
-    """The `--prepare-job` argument, as backend.cluster.prepare
-    writes it (repos are fetched only with `fetch`)."""
+    """The `--prepare-job` argument, as backend.cluster.prepare writes it (repos fetched with `fetch`)."""
 
     node_id: str
     node_ip: str
@@ -83,8 +82,7 @@ class PrepareRequest:
 
 
 def read_json_object(path: str) -> Fields:
-    """The JSON object in `path`; an empty one when the
-    file is missing, unreadable or holds something else."""
+    """The JSON object in `path`; an empty one when the file is missing, unreadable or holds another value."""
     try:
         with open(path, encoding="utf-8") as fh:
             return Fields.of(json.load(fh))

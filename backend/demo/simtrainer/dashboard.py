@@ -188,8 +188,8 @@ def _process_name(pid: int) -> str:
 
 
 class GpuSampler:
-    """miles' per-node sampler: every `interval` s one `gpu_util` record per GPU of this node's (fake) NVML,
-    every 5 s the per-process memory; buffered and handed to the collector in batches."""
+    """miles' per-node sampler: every `interval` s a `gpu_util` record per GPU of its node's fake NVML, every
+    5 s the per-process memory; buffered and handed to the collector in batches."""
 
     def __init__(self, node: str, node_id: str, interval: float, push_s: float) -> None:
         self.node, self.node_id, self.interval = node, node_id, interval
