@@ -93,9 +93,7 @@ class RunMonitor:
         self.alerts.world_of = self._train_world
         self.process_ranks: ProcessRanks = {}  # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
         self.prefilter = (
-            Prefilter.of(monitor_needles(self.alerts.rules, self.alerts.failures.catalog))
-            if prefilter
-            else None
+            Prefilter(monitor_needles(self.alerts.rules, self.alerts.failures.catalog)) if prefilter else None
         )
 
     @classmethod

@@ -15,13 +15,12 @@ a terminal hard-wrapped in two is still found.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from backend.signals.alerts import Rule
 from backend.signals.derived import FACT_NEEDLES
-from backend.signals.failures.anchors import choose_anchors
 from backend.signals.failures.catalog import FailureCatalog
 from backend.signals.failures.scanner import RANK_CENSUS
 from backend.signals.grammar import METRIC_NEEDLES
@@ -83,54 +82,95 @@ class Scan:
         return kept
 
 
-class Prefilter:
-    """The needles of every reader, each searched once per chunk (flat ones through shared anchors)."""
+SAMPLE_CHARS = 1 << 16  # of a chunk's head, counted to learn which characters are rare in this log
+REPLAN_EVERY = 64  # scans between two countings (a log's mix changes: a run starts, then trains)
+RARE_PER_MB = 1000  # a character seen less often than this is searched alone (memchr), else the needle
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to find a set of needles in text like the sample: each needle by its rarest character, where
+    that character is rare (`by_char`: character -> (needle, offset of the character in it)), else whole."""
+
+    by_char: dict[str, list[tuple[str, int]]]
+    whole: tuple[str, ...]
 
     @classmethod
-    @functools.lru_cache(maxsize=16)
-    def of(cls, needles: Needles) -> Prefilter:
-        """One prefilter per set of needles (choosing anchors takes a moment; every monitor of a process
-        with the same rules and catalog shares it: a Prefilter holds no state between scans)."""
-        return cls(needles)
+    def for_sample(cls, needles: Sequence[str], sample: str) -> Plan:
+        cap = max(1, RARE_PER_MB * len(sample) // 1_000_000)
+        seen = {ch: _count_upto(sample, ch, cap + 1) for ch in set("".join(needles))}
+        by_char: dict[str, list[tuple[str, int]]] = {}
+        whole = []
+        for needle in needles:
+            ch = min(needle, key=lambda c: (seen[c], c))
+            if seen[ch] > cap:
+                whole.append(needle)
+                continue
+            by_char.setdefault(ch, []).extend((needle, off) for off, c in enumerate(needle) if c == ch)
+        return cls(by_char, tuple(whole))
 
-    def __init__(self, needles: Needles) -> None:
-        self.needles = needles
-        self.anchors = choose_anchors(needles.flat)
-        # anchor -> (needle, offset of the anchor in it) for every place the anchor occurs in a needle
-        self._at: dict[str, list[tuple[str, int]]] = {a: [] for a in self.anchors}
-        for needle in needles.flat:
-            anchor = next(a for a in self.anchors if a in needle)
-            self._at[anchor].extend((needle, off) for off in _occurrences(needle, anchor))
-
-    def scan(self, text: str) -> Scan:
-        ends: dict[int, int] = {}  # line start -> its end, for every line holding a line needle
-        in_lines = set()
-        for needle in self.needles.lines:
+    def find(self, text: str) -> dict[str, list[int]]:
+        """Each needle found -> its starts, every occurrence (overlapping ones too), in order."""
+        found: dict[str, list[int]] = {}
+        for ch, placed in self.by_char.items():
+            pos = text.find(ch)  # one character: memchr, many times faster than a needle's search
+            while pos >= 0:
+                for needle, off in placed:
+                    start = pos - off
+                    if start >= 0 and text.startswith(needle, start):
+                        found.setdefault(needle, []).append(start)
+                pos = text.find(ch, pos + 1)
+        for needle in self.whole:
             pos = text.find(needle)
             if pos >= 0:
-                in_lines.add(needle)
-            while pos >= 0:
-                start = text.rfind("\n", 0, pos) + 1
-                end = text.find("\n", pos)
-                end = len(text) if end < 0 else end
-                ends[start] = end
-                pos = text.find(needle, end)
-        lines = "".join(text[a : ends[a]] + "\n" for a in sorted(ends))
-        flat = text.replace("\n", "")
-        found: dict[str, list[int]] = {}
-        for anchor, placed in self._at.items():
-            pos = flat.find(anchor)
-            if pos < 0:
-                continue
-            for at in _occurrences(flat, anchor, pos):
-                for needle, off in placed:
-                    start = at - off
-                    if start >= 0 and flat.startswith(needle, start):
-                        found.setdefault(needle, []).append(start)
+                found[needle] = _occurrences(text, needle, pos)
         for needle, starts in found.items():
             if len(starts) > 1:
                 found[needle] = sorted(set(starts))
-        return Scan(text, flat, found, lines, frozenset(in_lines))
+        return found
+
+
+class Prefilter:
+    """The needles of every reader, each found once per chunk. How (by a rare character, or whole) is
+    learnt from the log itself, now and then; what is found does not depend on it."""
+
+    def __init__(self, needles: Needles) -> None:
+        self.needles = needles
+        self._plans: tuple[Plan, Plan] | None = None
+        self._scans = 0
+
+    def scan(self, text: str) -> Scan:
+        if self._plans is None or self._scans % REPLAN_EVERY == 0:
+            sample = text[:SAMPLE_CHARS]
+            self._plans = (
+                Plan.for_sample(self.needles.lines, sample),
+                Plan.for_sample(self.needles.flat, sample),
+            )
+        self._scans += 1
+        in_text, in_flat = self._plans
+        at = in_text.find(text)
+        ends: dict[int, int] = {}  # line start -> its end, for every line holding a line needle
+        end = -1
+        for pos in sorted(itertools.chain.from_iterable(at.values())):
+            if pos < end:
+                continue
+            start = text.rfind("\n", 0, pos) + 1
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            ends[start] = end
+        lines = "".join(text[a : ends[a]] + "\n" for a in ends)
+        flat = text.replace("\n", "")
+        return Scan(text, flat, in_flat.find(flat), lines, frozenset(at))
+
+
+def _count_upto(text: str, ch: str, cap: int) -> int:
+    """How often `ch` occurs in `text`, counting no further than `cap` (memchr steps: cheap when rare)."""
+    n = 0
+    pos = text.find(ch)
+    while pos >= 0 and n < cap:
+        n += 1
+        pos = text.find(ch, pos + 1)
+    return n
 
 
 def _occurrences(text: str, needle: str, pos: int | None = None) -> list[int]:

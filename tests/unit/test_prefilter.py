@@ -31,7 +31,7 @@ def monitor(prefilter: bool = True) -> RunMonitor:
 
 
 def prefilter() -> Prefilter:
-    return Prefilter.of(monitor_needles(RULES, CATALOG))
+    return Prefilter(monitor_needles(RULES, CATALOG))
 
 
 # ---------------------------------------------------------------- every rule's and kind's example
