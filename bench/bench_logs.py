@@ -9,7 +9,7 @@
 4. search over 1M lines vs `grep -c` on the same spool (target <= 3x).
 
 Usage: .venv/bin/python bench/bench_logs.py [--lines 1000000] [--memory-lines 10000000] [--skip-memory]
-                                            [--old-rev REV] [--only-grammar] [--rounds 5]
+                                            [--old-rev REV] [--only-grammar] [--only-ingest] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -53,13 +53,46 @@ def make_log(path: Path, lines: int) -> int:
     return n
 
 
-def best_of(runs: int, fn) -> float:
+def best_of(runs: int, fn, clock=time.perf_counter) -> float:
     best = float("inf")
     for _ in range(runs):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, clock() - t)
     return best
+
+
+def ingest_ratios(log: Path, work: Path, n: int, rounds: int) -> None:
+    """Plain loop, store, store + monitor with and without its prefilter: runs interleaved, best of
+    `rounds` each, by wall clock and by this process's CPU time (a shared machine's load moves the first)."""
+    runs = {
+        "plain": lambda: iterate(log),
+        "store": lambda: ingest(log, work / "r1", False).close(),
+        "monitor": lambda: ingest(log, work / "r2", True).close(),
+        "unfiltered": lambda: ingest(log, work / "r3", True, prefilter=False).close(),
+    }
+    wall = {k: float("inf") for k in runs}
+    cpu = dict(wall)
+    for _ in range(rounds):
+        for key, fn in runs.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[key] = min(wall[key], time.perf_counter() - t)
+            cpu[key] = min(cpu[key], time.process_time() - c)
+    for key, label in (
+        ("store", "LogStore.append"),
+        ("monitor", "LogStore.append + metrics/alerts monitor (target >= 0.2)"),
+        ("unfiltered", "LogStore.append + monitor without its prefilter"),
+    ):
+        print(
+            f"{label}: {n / wall[key] / 1e6:.2f} M lines/s, ratio to the plain loop {wall['plain'] / wall[key]:.3f} "
+            f"(wall), {cpu['plain'] / cpu[key]:.3f} (CPU)"
+        )
+    mon = cpu["monitor"] - cpu["store"]
+    print(
+        f"the monitor alone: {mon / n * 1e6:.2f} us CPU per line with the prefilter, "
+        f"{(cpu['unfiltered'] - cpu['store']) / n * 1e6:.2f} without; the plain loop {cpu['plain'] / n * 1e6:.2f}"
+    )
 
 
 def iterate(path: Path) -> None:
@@ -174,6 +207,7 @@ def main() -> int:
         "--old-rev", default=None, help="the signals package to compare the grammar with (git rev)"
     )
     ap.add_argument("--only-grammar", action="store_true", help="only the new-vs-old grammar figures")
+    ap.add_argument("--only-ingest", action="store_true", help="only plain loop vs store vs store + monitor")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the new-vs-old figures")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--spool", default=None, help=argparse.SUPPRESS)
@@ -187,6 +221,9 @@ def main() -> int:
         n = make_log(log, args.lines)
         size = log.stat().st_size
         print(f"sample log: {n} lines, {size / 1e6:.0f} MB ({size / n:.0f} B/line)")
+        if args.only_ingest:
+            ingest_ratios(log, work, n, args.rounds)
+            return 0
         grammar_ratio(log, work, n, args.old_rev, args.rounds)
         if args.only_grammar:
             return 0

@@ -12,9 +12,9 @@ import pytest
 
 from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
-from backend.signals.alerts import METRIC_CHECKS, load_rules
+from backend.signals.alerts import METRIC_CHECKS, Rule, load_rules
 from backend.signals.failures import FailureScanner
-from backend.signals.failures.catalog import EXCEPTION_HINTS, default_catalog
+from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureKind, default_catalog
 from backend.signals.monitor import RunMonitor
 from backend.signals.prefilter import Needles, Prefilter, monitor_needles
 from shim import logline
@@ -38,7 +38,7 @@ def prefilter() -> Prefilter:
 
 
 @pytest.mark.parametrize("kind", CATALOG.kinds, ids=[k.id for k in CATALOG.kinds])
-def test_every_failure_kinds_example_passes_and_is_found_the_same(kind) -> None:
+def test_every_failure_kinds_example_passes_and_is_found_the_same(kind: FailureKind) -> None:
     assert kind.examples, f"failure kind {kind.id} has no example line"
     # the generic kind is an exception line that ends a traceback (as test_failures feeds it)
     context = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n' if kind.generic else ""
@@ -57,7 +57,7 @@ def test_every_failure_kinds_example_passes_and_is_found_the_same(kind) -> None:
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.when == "log"], ids=lambda r: r.id)
-def test_every_log_rules_example_passes_and_fires(rule) -> None:
+def test_every_log_rules_example_passes_and_fires(rule: Rule) -> None:
     examples = rule.params.get("examples", ())
     assert examples, f"log rule {rule.id} has no examples in configs/alerts.toml"
     for example in examples:
@@ -68,7 +68,7 @@ def test_every_log_rules_example_passes_and_fires(rule) -> None:
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.when in METRIC_CHECKS], ids=lambda r: r.id)
-def test_every_metric_rules_keys_reach_their_series_in_every_line_shape(rule) -> None:
+def test_every_metric_rules_keys_reach_their_series_in_every_line_shape(rule: Rule) -> None:
     for key, fmt in itertools.product(rule.metrics, ("2026-04", "newest", "bare")):
         line = next(
             ln
@@ -125,8 +125,8 @@ def mixed_log(min_lines: int) -> list[str]:
     ):
         shape = Shape(format=fmt, rollouts=4, colour=colour, repeat_on_metrics=repeat, ip=ip)
         blocks.append(miles_log_shapes.text(shape).splitlines())
-    for scenario, shape in failure_shapes.cases():
-        blocks.append(failure_shapes.render(scenario, shape).splitlines())
+    for scenario, printed in failure_shapes.cases():
+        blocks.append(failure_shapes.render(scenario, printed).splitlines())
     blocks.append(
         list(
             generate(SampleRun(rollouts=3, noise_per_rollout=5, save_every=1, shim_failure="ImportError: x"))
