@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from backend.signals.alerts import Rule
 from backend.signals.derived import FACT_NEEDLES
+from backend.signals.failures.anchors import choose_anchors
 from backend.signals.failures.catalog import FailureCatalog
 from backend.signals.failures.scanner import RANK_CENSUS
 from backend.signals.grammar import METRIC_NEEDLES
@@ -90,44 +91,56 @@ RARE_PER_MB = 1000  # a character seen less often than this is searched alone (m
 @dataclass(frozen=True)
 class Plan:
     """How to find a set of needles in text like the sample: each needle by its rarest character, where
-    that character is rare (`by_char`: character -> (needle, offset of the character in it)), else whole."""
+    that character is rare (`by_char`), else by an anchor, a piece it shares with other such needles
+    (`by_anchor`, backend.signals.failures.anchors): both map what is searched to (needle, its offset)."""
 
     by_char: dict[str, list[tuple[str, int]]]
-    whole: tuple[str, ...]
+    by_anchor: dict[str, list[tuple[str, int]]]
 
     @classmethod
     def for_sample(cls, needles: Sequence[str], sample: str) -> Plan:
         cap = max(1, RARE_PER_MB * len(sample) // 1_000_000)
         seen = {ch: _count_upto(sample, ch, cap + 1) for ch in set("".join(needles))}
         by_char: dict[str, list[tuple[str, int]]] = {}
-        whole = []
+        common = []
         for needle in needles:
             ch = min(needle, key=lambda c: (seen[c], c))
             if seen[ch] > cap:
-                whole.append(needle)
+                common.append(needle)
                 continue
-            by_char.setdefault(ch, []).extend((needle, off) for off, c in enumerate(needle) if c == ch)
-        return cls(by_char, tuple(whole))
+            by_char.setdefault(ch, []).extend(_placed(needle, ch))
+        anchors = choose_anchors(common)
+        by_anchor: dict[str, list[tuple[str, int]]] = {a: [] for a in anchors}
+        for needle in common:
+            anchor = next(a for a in anchors if a in needle)
+            by_anchor[anchor].extend(_placed(needle, anchor))
+        return cls(by_char, by_anchor)
 
     def find(self, text: str) -> dict[str, list[int]]:
         """Each needle found -> its starts, every occurrence (overlapping ones too), in order."""
         found: dict[str, list[int]] = {}
-        for ch, placed in self.by_char.items():
-            pos = text.find(ch)  # one character: memchr, many times faster than a needle's search
+        for piece, placed in itertools.chain(self.by_char.items(), self.by_anchor.items()):
+            pos = text.find(piece)  # one character: memchr, many times faster than a longer piece
+            if pos < 0:
+                continue
+            if len(placed) == 1 and placed[0][0] == piece:  # the piece is the needle
+                found[piece] = _occurrences(text, piece, pos)
+                continue
             while pos >= 0:
                 for needle, off in placed:
                     start = pos - off
                     if start >= 0 and text.startswith(needle, start):
                         found.setdefault(needle, []).append(start)
-                pos = text.find(ch, pos + 1)
-        for needle in self.whole:
-            pos = text.find(needle)
-            if pos >= 0:
-                found[needle] = _occurrences(text, needle, pos)
+                pos = text.find(piece, pos + 1)
         for needle, starts in found.items():
             if len(starts) > 1:
                 found[needle] = sorted(set(starts))
         return found
+
+
+def _placed(needle: str, piece: str) -> list[tuple[str, int]]:
+    """(needle, offset) for every place `piece` occurs in `needle`."""
+    return [(needle, off) for off in _occurrences(needle, piece)]
 
 
 class Prefilter:
