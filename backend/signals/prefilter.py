@@ -15,6 +15,7 @@ a terminal hard-wrapped in two is still found.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class Scan:
 
 
 SAMPLE_CHARS = 1 << 16  # of a chunk's head, counted to learn which characters are rare in this log
-REPLAN_EVERY = 64  # scans between two countings (a log's mix changes: a run starts, then trains)
+REPLAN_CHARS = 64 << 20  # text scanned between two countings (a log's mix changes: a run starts, trains)
 RARE_PER_MB = 1000  # a character seen less often than this is searched alone (memchr), else the needle
 
 
@@ -109,7 +110,7 @@ class Plan:
                 common.append(needle)
                 continue
             by_char.setdefault(ch, []).extend(_placed(needle, ch))
-        anchors = choose_anchors(common)
+        anchors = _anchors(tuple(common))
         by_anchor: dict[str, list[tuple[str, int]]] = {a: [] for a in anchors}
         for needle in common:
             anchor = next(a for a in anchors if a in needle)
@@ -138,6 +139,12 @@ class Plan:
         return found
 
 
+@functools.lru_cache(maxsize=64)
+def _anchors(needles: tuple[str, ...]) -> list[str]:
+    """choose_anchors, once per set of needles (a plan is made again and again; choosing takes ms)."""
+    return choose_anchors(needles)
+
+
 def _placed(needle: str, piece: str) -> list[tuple[str, int]]:
     """(needle, offset) for every place `piece` occurs in `needle`."""
     return [(needle, off) for off in _occurrences(needle, piece)]
@@ -149,17 +156,27 @@ class Prefilter:
 
     def __init__(self, needles: Needles) -> None:
         self.needles = needles
-        self._plans: tuple[Plan, Plan] | None = None
-        self._scans = 0
+        self._plans: tuple[Plan, Plan] = self._plan("")
+        self._sampled = 0  # chars of the sample the plans were made from
+        self._since = 0  # chars scanned since
+        self._recent: list[str] = []  # small chunks since, pooled into a sample (a live tail's)
+
+    def _plan(self, sample: str) -> tuple[Plan, Plan]:
+        return Plan.for_sample(self.needles.lines, sample), Plan.for_sample(self.needles.flat, sample)
 
     def scan(self, text: str) -> Scan:
-        if self._plans is None or self._scans % REPLAN_EVERY == 0:
-            sample = text[:SAMPLE_CHARS]
-            self._plans = (
-                Plan.for_sample(self.needles.lines, sample),
-                Plan.for_sample(self.needles.flat, sample),
-            )
-        self._scans += 1
+        self._since += len(text)
+        if len(text) >= SAMPLE_CHARS:
+            if self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
+                self._plans, self._sampled, self._since = self._plan(text[:SAMPLE_CHARS]), SAMPLE_CHARS, 0
+        elif self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
+            self._recent.append(text)
+            if self._since >= 2 * self._sampled:  # learn again from twice the text (at most a sample)
+                sample = "".join(self._recent)[-SAMPLE_CHARS:]
+                self._plans, self._sampled, self._since = self._plan(sample), len(sample), 0
+                self._recent = []
+            elif len(self._recent) > 1 and self._since - len(self._recent[0]) >= SAMPLE_CHARS:
+                del self._recent[0]  # the pool keeps no more than a sample's worth of text
         in_text, in_flat = self._plans
         at = in_text.find(text)
         ends: dict[int, int] = {}  # line start -> its end, for every line holding a line needle

@@ -212,3 +212,16 @@ def test_a_long_mixed_log_reads_the_same_with_and_without_the_prefilter() -> Non
     assert len(fast.collector.series.keys()) > 20
     assert {"shim-not-loaded", "cuda-oom", "nccl-timeout"} <= {a.id for a in fast.alerts.alerts}
     assert fast.diagnosis() is not None and fast.process_ranks and fast.facts.checkpoints
+
+
+def test_what_is_found_does_not_depend_on_what_the_log_taught_it() -> None:
+    """How a needle is searched (by a rare character, or whole) is learnt from the log; what is found is not."""
+    needles = monitor_needles(RULES, CATALOG)
+    examples = [e for kind in CATALOG.kinds for e in kind.examples]
+    text = "\n".join(mixed_log(1)[:3000] + examples) + "\n"
+    fresh = Prefilter(needles).scan(text)
+    taught = Prefilter(needles)
+    taught.scan(("Error: memory ':{ _cell Timer -- .... [rank\n" * 4000)[: 1 << 17])  # every char common
+    for scan in (taught.scan(text), Prefilter(needles).scan("x\n") and Prefilter(needles).scan(text)):
+        assert (scan.found, scan.lines, scan.has(": {")) == (fresh.found, fresh.lines, fresh.has(": {"))
+    assert fresh.found and fresh.lines
