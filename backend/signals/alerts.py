@@ -209,6 +209,10 @@ class AlertEngine:
             for key in rule.metrics:
                 self._by_metric.setdefault(key, []).append(rule)
         self._log_rules = [r for r in self.rules if r.when == "log"]
+        # a metric rule's numeric parameters, the fields its message may name (read once, not per point)
+        self._numbers: dict[int, dict[str, Any]] = {  # by id(rule): tests may give two rules one name
+            id(r): {k: v for k, v in r.params.items() if isinstance(v, int | float)} for r in self.rules
+        }
         self._episodes: dict[tuple[str, str], Alert] = {}
         self._fired: set[tuple[Any, ...]] = set()
         self._listeners: list[Callable[[Alert], None]] = []
@@ -301,7 +305,7 @@ class AlertEngine:
 
     def _check(self, rule: Rule, point: Point, series: Series | None) -> tuple[bool, dict[str, Any]]:
         v = point.value
-        fields: dict[str, Any] = {k: v for k, v in rule.params.items() if isinstance(v, int | float)}
+        fields: dict[str, Any] = dict(self._numbers[id(rule)])
         if rule.when == "nonfinite":
             return not math.isfinite(v), fields
         if not math.isfinite(v):
