@@ -1,16 +1,18 @@
 """Which lines of a chunk can matter to the monitor, found in one scan before any parsing.
 
 Why: a week-long run's log is mostly noise (SGLang's decode lines, health checks); each reader of the log
-(metrics, facts, rank phases, the shim ledger, alert rules, the failure catalog) used to search every chunk
-for its own literals, some twenty passes per chunk. Here the literals of all of them are searched once:
-each reader says what its lines hold (`needles`: the failure catalog's hints, the alert rules' hints, the
-metric grammar's pieces, the Timer and shim markers, read from their data, so a new rule or kind is covered
-by construction), the needles share a few anchors (backend.signals.failures.anchors), and a scan gives the
-needles found and the lines holding them. Readers that look at single lines get only those lines; the
-failure scanner, which needs a traceback's context, gets the whole chunk and the positions found.
+(metrics, facts, rank phases, the rank map, alert rules, the failure catalog) used to search every chunk for
+its own literals, some forty passes per chunk. Here the literals of all of them are searched once: each
+reader's `needles` are read from its data (the failure catalog's hints, the alert rules' hints, the metric
+grammar's pieces, the Timer, rank and shim markers), so a new rule or kind is covered by construction.
+Readers of single lines get only the lines holding a line needle; the failure scanner, which needs a
+traceback's context, gets the whole chunk and where its hints are, found in the chunk with its line breaks
+removed (as it reads it), so a hint a terminal hard-wrapped in two is still found.
 
-The search runs on the chunk with its line breaks removed (as the failure scanner reads it), so a hint that
-a terminal hard-wrapped in two is still found.
+How, measured: one `str.find` of a needle costs a pass over the chunk (0.2-0.8 ms per MB), a regex
+alternation of all needles three times the sum of those passes, but a find of one character is memchr
+(15 us per MB). So each needle is found through its rarest character where this log makes it rare (counted
+from the log now and then), verified with `startswith`; the others through anchors they share.
 """
 
 from __future__ import annotations
