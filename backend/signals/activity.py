@@ -42,7 +42,10 @@ class LogActivity:
             if stamp is not None:
                 self.first_ts = parse_ts(stamp.group(1))
         self.lines += count
-        last = text.rstrip("\n").rsplit("\n", 1)[-1]
+        end = len(text)
+        while end and text[end - 1] == "\n":
+            end -= 1
+        last = text[text.rfind("\n", 0, end) + 1 : end]  # no copy of the chunk (rstrip/rsplit made two)
         self.last_line = last
         noisy = sum(text.count(needle) for needle in self.noise) if self.noise else 0
         if noisy >= count:

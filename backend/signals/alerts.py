@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
 from backend.sanitize import one_line
@@ -43,6 +43,9 @@ from backend.signals.rank_phases import LaneKey, RankPhases, lane_name, rounds_a
 from backend.signals.series import Series
 from backend.signals.shim_reports import ShimLedger
 from shim import logline as shim_logline
+
+if TYPE_CHECKING:
+    from backend.signals.prefilter import Scan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -357,21 +360,24 @@ class AlertEngine:
 
     # ------------------------------------------------------------------ log rules
 
-    def on_log_text(self, text: str) -> list[Alert]:
-        """Scan sanitised complete lines for the log rules' patterns (only the lines their hints find)."""
+    def on_log_text(self, text: str, scan: Scan | None = None) -> list[Alert]:
+        """Scan sanitised complete lines for the log rules' patterns (only the lines their hints find).
+        `scan`: the monitor's prefilter already searched the
+        chunk for every hint (backend.signals.prefilter)."""
         fired = []
         for rule in self._log_rules:
             assert rule.pattern is not None
             for hint in rule.hints:
-                if hint not in text:
+                if not (scan.has(hint) if scan is not None else hint in text):
                     continue
                 for start, line in _lines_at(text, hint):
                     alert = self._log_line(rule, line, text, start)
                     if alert is not None:
                         fired.append(alert)
-        for line in lines_containing(text, shim_logline.LINE_PREFIX):
-            fired.extend(self._shim_line(line))
-        changed = self.failures.feed(text)
+        if scan is None or scan.has(shim_logline.LINE_PREFIX):
+            for line in lines_containing(text, shim_logline.LINE_PREFIX):
+                fired.extend(self._shim_line(line))
+        changed = self.failures.feed(text, scan)
         if changed:
             fired.extend(self._on_failures(changed))
         return fired

@@ -55,6 +55,8 @@ _CHECKPOINT = re.compile(
     r"saved checkpoint from iteration\s+(?P<iteration>\d+)"
 )
 CHECKPOINT_MERGE_S = 120.0
+# Literal pieces of the lines scan_text reads (the monitor's prefilter keeps the lines holding them).
+FACT_NEEDLES = ("--", " ....", "save_model end", "saved checkpoint from")
 
 
 @dataclass
@@ -100,8 +102,9 @@ class RunFacts:
         if name not in self.pinned and getattr(self, name, None) is None:
             setattr(self, name, value)
 
-    def scan_text(self, text: str) -> None:
-        """Pick facts, checkpoints and the newest timestamp out of a chunk of sanitised lines.
+    def scan_text(self, text: str, whole: str | None = None) -> None:
+        """Pick facts, checkpoints and the newest timestamp out of a chunk of sanitised lines (`text`: the
+        chunk, or only its lines holding FACT_NEEDLES when `whole` is the chunk, whose tail holds the stamp).
 
         Only str.find runs over the whole chunk; regexes look at the few lines it points to.
         """
@@ -136,7 +139,7 @@ class RunFacts:
                 later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
                 ts = later[0] if later else self.last_log_ts
             self._add_checkpoint(ts, iteration)
-        tail = STAMP.findall(text[-4096:])
+        tail = STAMP.findall((text if whole is None else whole)[-4096:])
         if tail:
             newest = max(map(parse_ts, tail))
             if not newest <= self.last_log_ts:

@@ -29,6 +29,7 @@ from backend.signals.derived import (
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
 from backend.signals.metrics import MetricsCollector, Point
+from backend.signals.prefilter import Prefilter, monitor_needles
 from backend.signals.rank_map import ProcessRanks, add_ranks
 from backend.signals.rank_phases import PhaseView
 from backend.signals.run_signals import RunSignals
@@ -76,7 +77,10 @@ class RunMonitor:
         expected_scaling: float = 5.0,
         max_points: int = 4096,
         clock: Callable[[], float] = time.time,
+        prefilter: bool = True,
     ) -> None:
+        """`prefilter`: the readers see only the lines that can matter to them (backend.signals.prefilter);
+        off, every reader searches every chunk itself (the same results, slower: the tests compare)."""
         self.collector = MetricsCollector(max_points)
         self.facts = facts or RunFacts()
         self.telemetry = DashboardStreams()
@@ -95,6 +99,9 @@ class RunMonitor:
         self.alerts.world_of = self._train_world
         # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
         self.process_ranks: ProcessRanks = {}
+        self.prefilter = (
+            Prefilter(monitor_needles(self.alerts.rules, self.alerts.failures.catalog)) if prefilter else None
+        )
 
     def _on_point(self, point: Point) -> None:
         if self.alerts.watches(point.key):  # most keys have no rule: skip the call
@@ -103,13 +110,17 @@ class RunMonitor:
     # ------------------------------------------------------------------ inputs
 
     def feed_text(self, text: str) -> None:
-        """A chunk of sanitised, complete log lines."""
-        self.facts.scan_text(text)
-        self.collector.feed_text(text)
-        self.alerts.on_log_text(text)
-        self.alerts.shim.note_lines(text)
-        self.telemetry.ranks.add_log_text(text)
-        add_ranks(self.process_ranks, text)
+        """A chunk of sanitised, complete log lines. Readers of single lines get only the lines that hold
+        what they look for (the prefilter's one scan); the
+        failure scanner and the activity count the chunk."""
+        scan = self.prefilter.scan(text) if self.prefilter is not None else None
+        lines = scan.lines if scan is not None else text
+        self.facts.scan_text(lines, text)
+        self.collector.feed_text(lines)
+        self.alerts.on_log_text(text, scan)
+        self.alerts.shim.note_lines(text)  # every train actor's line: its own one search
+        self.telemetry.ranks.add_log_text(lines)
+        add_ranks(self.process_ranks, lines)
         self.activity.note(text)
         self._check_blind_spots()
         self._check_shim()

@@ -20,11 +20,12 @@ _PREFIX_RANK = re.compile(
 )
 
 ProcessRanks = dict[tuple[str, int], int]
+RANK_NEEDLE = "_cell"  # every line _PREFIX_RANK matches holds it
 
 
 def add_ranks(into: ProcessRanks, text: str) -> None:
     """Learn (ip or "", pid) -> rank from every prefixed, ranked line of `text`."""
-    for line in lines_containing(text, "_cell"):
+    for line in lines_containing(text, RANK_NEEDLE):
         for m in _PREFIX_RANK.finditer(line):
             into[(m["ip"] or "", int(m["pid"]))] = int(m["rank"])
 

@@ -29,6 +29,7 @@ LaneKey = tuple[str, int, str]  # node, rank, role
 ROUND_JOIN_S = 2.0
 MAX_SPANS = 512  # per lane
 MAX_ROUNDS = 256
+TIMER_NEEDLE = "Timer "  # every line _TIMER matches holds it
 _TIMER = re.compile(r"Timer (?P<name>[\w.-]+) (?:(?P<start>start)|end \(elapsed: (?P<elapsed>[\d.]+)\s*s\))")
 
 
@@ -115,9 +116,9 @@ class RankPhases:
     def add_log_text(self, text: str) -> None:
         """The log's Timer lines that carry a rank; ignored once the dashboard stream speaks (it is per rank
         and exact, the log only rank 0's)."""
-        if self.source == "dashboard" or "Timer " not in text:
+        if self.source == "dashboard" or TIMER_NEEDLE not in text:
             return
-        for line in lines_containing(text, "Timer "):
+        for line in lines_containing(text, TIMER_NEEDLE):
             m = _TIMER.search(line)
             if m is None:
                 continue

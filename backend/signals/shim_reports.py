@@ -32,6 +32,7 @@ from shim.logline import LINE_PREFIX, ShimLine
 MAX_PROCESSES = 4096  # train processes tracked per run (a cluster of 512 nodes x 8 GPUs)
 
 ProcessKey = tuple[int, str]  # (pid, ip or "")
+TRAIN_NEEDLE = "TrainRayActor"  # every train actor class's name holds it
 
 # A train actor's ordinary line: Ray's prefix at the start of a line, any message but the shim's. Searched for
 # as "\n(" (a literal the regex engine finds fast; `^` in MULTILINE mode is tried at every position, 8x
@@ -70,7 +71,7 @@ class ShimLedger:
 
     def note_lines(self, text: str) -> None:
         """Learn the train actors from a chunk of sanitised lines (their ordinary, non-shim lines)."""
-        if "TrainRayActor" not in text:  # every train class's name holds it: most chunks stop here
+        if TRAIN_NEEDLE not in text:  # most chunks stop here
             return
         found = set(_TRAIN_LINE.findall(text))
         first = _TRAIN_FIRST_LINE.match(text)

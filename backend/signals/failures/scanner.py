@@ -11,6 +11,7 @@ import bisect
 import itertools
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from backend.signals.actors import ENGINE, role_of
 from backend.signals.failures.anchors import AnchoredHints
@@ -28,6 +29,9 @@ from backend.signals.failures.owner import (
 )
 from backend.signals.grammar import METRIC_LOOKING, METRIC_NEEDLES, ParsedLine, parse_line
 
+if TYPE_CHECKING:
+    from backend.signals.prefilter import Scan
+
 MAX_WRAPPED = 6  # physical lines one logical line may span
 LINE_CHARS = 400  # of the line kept as the sample
 MAX_EVENTS = 500  # distinct failures kept per run (a cascade on 128 GPUs is dozens)
@@ -42,6 +46,7 @@ _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?")
 _GLOG_STAMP = re.compile(r"\[[EWIF]\d{3,4} (\d\d:\d\d:\d\d(?:\.\d+)?)")  # torch pads no month: `[E301 …`
 _RANK_TAG = re.compile(r"\[rank(\d+)\]:")
 FRAME_LOOK = 60
+RANK_CENSUS = "[rank"  # torch's `[rank12]:` tags: which ranks the log has heard of
 
 
 class FailureScanner:
@@ -63,29 +68,39 @@ class FailureScanner:
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, text: str) -> list[FailureEvent]:
-        """Scan one chunk; returns the events it added or changed (copies)."""
+    def feed(self, text: str, scan: Scan | None = None) -> list[FailureEvent]:
+        """Scan one chunk; returns the events it added or changed (copies). `scan`: the monitor's prefilter
+        already searched the chunk for every hint (backend.signals.prefilter), so it is not searched again."""
         quoted = text.startswith(">") or "\n>" in text
         lines: list[str] | None = None
         if quoted:  # a paste quoted in markdown: its markers would split a wrapped hint
             lines = _split(text)
             flat = "".join(unquote(line) for line in lines)
-        else:
-            flat = text.replace("\n", "")
+            scan = None
         hits: dict[int, list[FailureKind | None]] = {}  # flat position -> kinds whose hint starts there
-        found = self._anchors.find_all(flat)
-        for hint, kind in self._hints:
-            for pos in found.get(hint, ()):
-                hits.setdefault(pos, []).append(kind)
-        generic = self.catalog.generic is not None
-        if generic:
+        if scan is not None:
+            flat = scan.flat
+            for hint, kind in self._hints:
+                for pos in scan.positions(hint) if scan.has(hint) else ():
+                    hits.setdefault(pos, []).append(kind)
+        else:
+            flat = flat if quoted else text.replace("\n", "")
+            found = self._anchors.find_all(flat)
+            for hint, kind in self._hints:
+                for pos in found.get(hint, ()):
+                    hits.setdefault(pos, []).append(kind)
+        if self.catalog.generic is not None:
             for hint in EXCEPTION_HINTS:
-                for pos in _find_all(flat, hint):
+                if scan is not None and not scan.has(hint):
+                    continue
+                for pos in scan.positions(hint) if scan is not None else _find_all(flat, hint):
                     hits.setdefault(pos, []).append(None)
-        census = "[rank" in flat
-        ended_well = any(hint in flat for hint in self.catalog.succeeded)
+        census = scan.has(RANK_CENSUS) if scan is not None else RANK_CENSUS in flat
+        ended_well = any(
+            (scan.has(hint) if scan is not None else hint in flat) for hint in self.catalog.succeeded
+        )
         if not hits and not census and not ended_well:
-            self._advance(text)
+            self._advance(text, scan=scan)
             return []
         if lines is None:
             lines = _split(text)
@@ -122,9 +137,13 @@ class FailureScanner:
         self._advance(text, lines)
         return [e.frozen() for e in changed.values()]
 
-    def _advance(self, text: str, lines: list[str] | None = None) -> None:
+    def _advance(self, text: str, lines: list[str] | None = None, scan: Scan | None = None) -> None:
         if lines is None:
-            if not self.started and any(n in text for n in METRIC_NEEDLES) and METRIC_LOOKING.search(text):
+            if (
+                not self.started
+                and any((scan.has(n) if scan is not None else n in text) for n in METRIC_NEEDLES)
+                and METRIC_LOOKING.search(text)
+            ):
                 self.started = True
             count = text.count("\n")
             tail = text[-LOOKBACK * 200 :].split("\n")[:-1] if count else []
@@ -144,7 +163,7 @@ class FailureScanner:
 
     def _count_ranks(self, lines: list[str]) -> None:
         for line in lines:
-            if "[rank" in line:
+            if RANK_CENSUS in line:
                 m = _RANK_TAG.search(line)
                 if m is not None:
                     self.ranks_seen.add(int(m.group(1)))

@@ -1,0 +1,231 @@
+"""The monitor's prefilter (backend.signals.prefilter) loses nothing: every alert rule's and failure kind's
+example passes it (the rules and the catalog are iterated, so a new one is covered), and a long mixed log
+gives the same series, alerts, derived signals and diagnosis with and without it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from backend.demo.sample_log import SampleRun, generate
+from backend.sanitize import sanitize_text
+from backend.signals.alerts import METRIC_CHECKS, AlertRule, load_rules
+from backend.signals.failures import FailureScanner
+from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureKind, default_catalog
+from backend.signals.monitor import RunMonitor
+from backend.signals.prefilter import Needles, Prefilter, monitor_needles
+from shim import logline
+from tests.support import failure_shapes, miles_log_shapes
+from tests.support.miles_log_shapes import HEALTH_NOISE, Shape
+
+RULES = load_rules()
+CATALOG = default_catalog()
+NOW = 1_790_000_000.0
+
+
+def monitor(prefilter: bool = True) -> RunMonitor:
+    return RunMonitor(prefilter=prefilter, clock=lambda: NOW)
+
+
+def prefilter() -> Prefilter:
+    return Prefilter(monitor_needles(RULES, CATALOG))
+
+
+# ---------------------------------------------------------------- every rule's and kind's example
+
+
+@pytest.mark.parametrize("kind", CATALOG.kinds, ids=[k.id for k in CATALOG.kinds])
+def test_every_failure_kinds_example_passes_and_is_found_the_same(kind: FailureKind) -> None:
+    assert kind.examples, f"failure kind {kind.id} has no example line"
+    # the generic kind is an exception line that ends a traceback (as test_failures feeds it)
+    context = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n' if kind.generic else ""
+    for example in kind.examples:
+        text = context + example + "\n"
+        scan = prefilter().scan(text)
+        hints = EXCEPTION_HINTS if kind.generic else kind.hints
+        assert any(scan.positions(h) for h in hints), example
+        with_scan, without = FailureScanner(CATALOG), FailureScanner(CATALOG)
+        found = with_scan.feed(text, scan)
+        assert kind.id in {e.kind for e in found}, example
+        assert found == without.feed(text)
+        m = monitor()
+        m.feed_text(text)
+        assert kind.id in [a.id for a in m.alerts.alerts], example
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.when == "log"], ids=lambda r: r.id)
+def test_every_log_rules_example_passes_and_fires(rule: AlertRule) -> None:
+    examples = rule.words.get("examples", ())
+    assert examples, f"log rule {rule.id} has no examples in configs/alerts.toml"
+    for example in examples:
+        assert prefilter().scan(example + "\n").lines == example + "\n"
+        m = monitor()
+        m.feed_text(example + "\n")
+        assert rule.id in [a.id for a in m.alerts.alerts], example
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.when in METRIC_CHECKS], ids=lambda r: r.id)
+def test_every_metric_rules_keys_reach_their_series_in_every_line_shape(rule: AlertRule) -> None:
+    for key, fmt in itertools.product(rule.metrics, ("2026-04", "newest", "bare")):
+        line = next(
+            ln
+            for ln in miles_log_shapes.lines(Shape(format=fmt, rollouts=1, noise=False))
+            if "step 0: " in ln
+        ).replace("'train/loss'", f"'{key}'")
+        text = sanitize_text(line) + "\n"
+        assert prefilter().scan(text).lines == text
+        m = monitor()
+        m.feed_text(text)
+        assert m.collector.series.get(key) is not None, (key, fmt)
+
+
+def test_the_shims_lines_pass() -> None:
+    for line in (
+        logline.applied({"moe_router_topk_scaling_factor": 1.0}),
+        logline.applied({"moe_router_topk_scaling_factor": 5.0}, mapping_only=True),
+        logline.not_applied("ImportError: megatron.bridge"),
+    ):
+        text = f"(MegatronTrainRayActor pid=7) {line}\n"
+        assert prefilter().scan(text).lines == text
+
+
+def test_a_hint_a_terminal_wrapped_in_two_is_still_found() -> None:
+    hint = "Watchdog caught collective operation timeout"
+    text = "x" * 70 + hint[:20] + "\n" + hint[20:] + " rest\n"
+    scan = prefilter().scan(text)
+    assert scan.positions(hint) == [70]
+
+
+def test_positions_are_those_repeated_find_gives() -> None:
+    pf = Prefilter(Needles(lines=(), flat=("aa", "Error")))
+    scan = pf.scan("aaaa\naaXError Error\n")
+    assert scan.positions("aa") == [0, 2, 4]
+    assert scan.positions("Error") == [7, 13]
+
+
+def test_lines_are_in_order_and_once() -> None:
+    pf = Prefilter(Needles(lines=(": {", "Timer "), flat=()))
+    text = "noise\nTimer a start: {x}\nnoise\nstep 1: {}\n"
+    assert pf.scan(text).lines == "Timer a start: {x}\nstep 1: {}\n"
+    assert pf.scan("noise only\n").lines == ""
+
+
+# ---------------------------------------------------------------- a long mixed log
+
+
+def mixed_log(min_lines: int) -> list[str]:
+    """Real shapes (every miles metric shape, every failure scenario as logs print it, the sample run's
+    noise and Timer/checkpoint lines, health checks), shuffled in blocks, cut into uneven chunks later."""
+    blocks: list[list[str]] = []
+    for fmt, colour, repeat, ip in itertools.product(
+        ("2026-04", "newest", "bare"), ("", "esc", "caret"), (False, True), (None, "10.0.0.9")
+    ):
+        shape = Shape(format=fmt, rollouts=4, colour=colour, repeat_on_metrics=repeat, ip=ip)
+        blocks.append(miles_log_shapes.text(shape).splitlines())
+    for scenario, printed in failure_shapes.cases():
+        blocks.append(failure_shapes.render(scenario, printed).splitlines())
+    blocks.append(
+        list(
+            generate(SampleRun(rollouts=3, noise_per_rollout=5, save_every=1, shim_failure="ImportError: x"))
+        )
+    )
+    blocks.append(  # a rank named by no `_cell` bracket, torch's rank tag on a line naming no failure
+        [
+            (
+                "(MegatronTrainRayActor pid=61) [2026-08-21 "
+                "10:00:05.000 trainer_rank2] timer.py:30 - Timer x start"
+            ),
+            "(MegatronTrainRayActor pid=61) [2026-08-21 10:00:09.000 trainer_rank2] timer.py:42 - Timer x end"
+            " (elapsed: 4.0s)",
+            "[rank5]:[W1201 10:00:05.123 ProcessGroupNCCL.cpp:1000] a warning about nothing",
+        ]
+    )
+    rng = random.Random(21)
+    out: list[str] = []
+    noise = list(generate(SampleRun(rollouts=4, noise_per_rollout=400, save_every=3, eval_every=2)))
+    while len(out) < min_lines:
+        for block in rng.sample(blocks, len(blocks)):
+            out.extend(noise)
+            out.extend(rng.choice(HEALTH_NOISE) for _ in range(rng.randrange(50, 500)))
+            out.extend(block)
+    return out
+
+
+def observed(m: RunMonitor) -> str:
+    """Everything the monitor shows, as one comparable string."""
+    m.input_ended()
+    m.tick(now=NOW, dashboard_now=NOW)
+    snap = m.snapshot(now=NOW)
+    cause = m.diagnosis()
+    return json.dumps(
+        {
+            "snapshot": snap,
+            "alerts": [dict(a.to_json(), cause=a.cause, advice=a.advice) for a in m.alerts.alerts],
+            "cause": cause.to_json() if cause is not None else None,
+            "failures": [repr(e) for e in m.alerts.failures.events],
+            "ranks_seen": sorted(m.alerts.failures.ranks_seen),
+            "phases": repr(m.metrics_snapshot(now=NOW).phases),
+            "process_ranks": sorted(m.process_ranks.items()),
+            "facts": repr(m.facts),
+            "shim": repr((m.alerts.shim.train, m.alerts.shim.reports, m.alerts.shim_reports)),
+            "records": m.collector.records,
+            "problems": [str(p) for p in m.collector.problems],
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def fingerprint(m: RunMonitor) -> tuple[object, ...]:
+    """A cheap summary of the monitor's state, compared after every chunk."""
+    return (
+        [(a.id, a.count, a.cause) for a in m.alerts.alerts],
+        sorted(m.alerts.failures.ranks_seen),
+        m.alerts.failures.started,
+        m.alerts.failures.succeeded,
+        dict(m.collector.records),
+        m.collector.problem_count,
+        len(m.process_ranks),
+        repr(m.facts),
+        m.telemetry.ranks.last_change,
+        len(m.telemetry.ranks.lanes),
+        (m.alerts.shim.version, len(m.alerts.shim.train)),
+    )
+
+
+def test_a_long_mixed_log_reads_the_same_with_and_without_the_prefilter() -> None:
+    lines = mixed_log(200_000)
+    rng = random.Random(7)
+    fast, slow = monitor(True), monitor(False)
+    i = 0
+    while i < len(lines):
+        n = rng.choice((1, 3, 37, 500, 4000, 20000))
+        chunk = sanitize_text("\n".join(lines[i : i + n]) + "\n")
+        fast.feed_text(chunk)
+        slow.feed_text(chunk)
+        assert fingerprint(fast) == fingerprint(slow), i
+        i += n
+    assert len(lines) >= 200_000
+    seen = observed(fast)
+    assert seen == observed(slow)
+    # the log holds what the comparison is about: series, metric and log alerts, failures, phases, ranks
+    assert len(fast.collector.series.keys()) > 20
+    assert {"shim-not-loaded", "cuda-oom", "nccl-timeout"} <= {a.id for a in fast.alerts.alerts}
+    assert fast.diagnosis() is not None and fast.process_ranks and fast.facts.checkpoints
+
+
+def test_what_is_found_does_not_depend_on_what_the_log_taught_it() -> None:
+    """How a needle is searched (by a rare character, or
+    whole) is learnt from the log; what is found is not."""
+    needles = monitor_needles(RULES, CATALOG)
+    examples = [e for kind in CATALOG.kinds for e in kind.examples]
+    text = "\n".join(mixed_log(1)[:3000] + examples) + "\n"
+    fresh = Prefilter(needles).scan(text)
+    taught = Prefilter(needles)
+    taught.scan(("Error: memory ':{ _cell Timer -- .... [rank\n" * 4000)[: 1 << 17])  # every char common
+    for scan in (taught.scan(text), Prefilter(needles).scan("x\n") and Prefilter(needles).scan(text)):
+        assert (scan.found, scan.lines, scan.has(": {")) == (fresh.found, fresh.lines, fresh.has(": {"))
+    assert fresh.found and fresh.lines
