@@ -14,14 +14,10 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from backend.signals.actors import ROLES, role_of
 from backend.signals.grammar import LEVEL_CODES, LEVEL_HINTS, LEVEL_NAMES, level_of
-
-if TYPE_CHECKING:
-    from backend.signals.search import CancelToken
-    from backend.signals.store import LogLine, LogStore, Source
+from backend.signals.store import CancelToken, LogLine, LogStore, Source
 
 _FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
 FILTER_HELP = "actor:NAME rank:N node:IP pid:N proc:NAME level:warning"
@@ -46,6 +42,20 @@ class LineFilter:
             and (self.rank is None or src.rank == self.rank)
             and (self.proc is None or src.proc == self.proc)
         )
+
+    @property
+    def by_source(self) -> bool:
+        """Whether it names processes at all (else only the level can drop a line)."""
+        return self != LineFilter(min_level=self.min_level)
+
+    @property
+    def min_level_code(self) -> int:
+        """The lowest level kept, as grammar's level code (0: every level)."""
+        return LEVEL_CODES.get(self.min_level or "info", 0)
+
+    def allowed_sources(self, store: LogStore, upto: int) -> set[int]:
+        """The ids of the sources of the store's first `upto` lines it accepts."""
+        return {s.id for s in store.sources(upto) if self.accepts(s)}
 
 
 def actor_matches(wanted: str, actor: str | None, proc: str | None) -> bool:
@@ -110,27 +120,24 @@ class FilteredLines:
         self.store, self.filter = store, flt
         self.indices = array("I")
         self._scanned = 0
-        self._min_level = LEVEL_CODES.get(flt.min_level or "info", 0)
+        self._min_level = flt.min_level_code
 
     def refresh(self, cancel: CancelToken | None = None, block: int = 1 << 20) -> int:
         """Scan lines added since the last refresh; returns how many matched. Safe to call from a thread."""
         store, added = self.store, 0
-        by_source = store._allowed_sources(self.filter) is not None
         stop = len(store)
         while self._scanned < stop:
             if cancel is not None and cancel.cancelled:
                 break
             step = block if not self._min_level else min(block, 1 << 16)
             a, b = self._scanned, min(stop, self._scanned + step)
-            allowed = None
-            if by_source:
-                store._ensure_sources(b)
-                allowed = store._allowed_sources(self.filter)
             candidates: Iterator[int] = iter(range(a, b))
-            if allowed is not None:
-                candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))
+            if self.filter.by_source:
+                ids = store.source_ids(a, b)
+                allowed = self.filter.allowed_sources(store, b)
+                candidates = itertools.compress(range(a, b), map(allowed.__contains__, ids))
             if self._min_level:
-                levels, lvl = level_lines(store._read(a, b), a), self._min_level
+                levels, lvl = level_lines(store.spool_bytes(a, b), a), self._min_level
                 candidates = (i for i in candidates if levels.get(i, 0) >= lvl)
             before = len(self.indices)
             self.indices.extend(candidates)
