@@ -49,9 +49,7 @@ def days(block: bytes, count: int) -> tuple[bytes, int]:
 
 
 def rss_mb() -> tuple[float, float]:
-    status = dict(
-        ln.split(":", 1) for ln in Path("/proc/self/status").read_text().splitlines() if ":" in ln
-    )
+    status = dict(ln.split(":", 1) for ln in Path("/proc/self/status").read_text().splitlines() if ":" in ln)
     return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 

@@ -62,9 +62,7 @@ def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
 )
 def test_substring_hits_equal_per_line_test(mixed, pattern: str, block_bytes: int) -> None:
     store, texts = mixed
-    assert hits(store, pattern, block_bytes=block_bytes) == [
-        i for i, t in enumerate(texts) if pattern in t
-    ]
+    assert hits(store, pattern, block_bytes=block_bytes) == [i for i, t in enumerate(texts) if pattern in t]
     folded = re.compile(re.escape(pattern), re.IGNORECASE)
     got = hits(store, pattern.upper(), ignore_case=True, block_bytes=block_bytes)
     assert got == [i for i, t in enumerate(texts) if folded.search(t)]

@@ -10,7 +10,6 @@ import time
 import pytest
 
 import backend.signals.store as store_module
-
 from backend.demo.sample_log import SampleRun, generate
 from backend.signals.filters import FilteredLines, LineFilter
 from backend.signals.search import SearchPatternError, search_batches
@@ -178,9 +177,7 @@ def test_search_substring_regex_case_and_filter(store: LogStore) -> None:
     only_rm = hits(store, "perf", flt=LineFilter(actor="RolloutManager"))
     assert only_rm and all(texts[i].startswith("(RolloutManager") for i in only_rm)
     assert hits(store, "zzz-not-there") == [] and hits(store, "") == []
-    assert hits(store, "step", start=n - 5, stop=n) == [
-        i for i in range(n - 5, n) if "step" in texts[i]
-    ]
+    assert hits(store, "step", start=n - 5, stop=n) == [i for i in range(n - 5, n) if "step" in texts[i]]
     with pytest.raises(SearchPatternError, match="bad search pattern"):
         hits(store, "(unclosed", regex=True)
 
