@@ -43,7 +43,8 @@ class OfflineSession(ConsoleSession):
         self._metrics_posted_at = 0.0
         self._posted_at = 0.0
 
-    def progress(self, amount: int, *, force: bool = False) -> None:
+    def progress(self, *, force: bool = False) -> None:
+        """Post how far the read has come, at most every POST_EVERY_S (unless `force`)."""
         now = time.monotonic()
         if not force and now - self._posted_at < POST_EVERY_S:
             return
@@ -110,7 +111,7 @@ async def _load(rt: OfflineSession) -> None:
 
     try:
         while await asyncio.to_thread(rt.session.load_step):
-            rt.progress(rt.session.bytes_read)
+            rt.progress()
     except ConsoleError as err:
         rt.post(Notice(f"replay stopped: {err}", "error"))
     await asyncio.to_thread(rt.session.finish)
@@ -170,7 +171,7 @@ async def _job(rt: OfflineSession) -> None:
                         "warning",
                     )
                 )
-            await read_job_log(rt.session, client, job, lambda: rt.progress(len(rt.session.store)))
+            await read_job_log(rt.session, client, job, rt.progress)
     except ConsoleError as err:
         rt.post(Notice(f"replay of job {job_id} incomplete: {err}", "error"))
     await asyncio.to_thread(rt.session.finish)

@@ -248,10 +248,6 @@ class ReplaySession:
             pass
         self.finish()
 
-    @property
-    def bytes_read(self) -> int:
-        return self._offset
-
     def append_lines(self, lines: list[str]) -> None:
         """Lines of a job's log read from the cluster."""
         if lines:
