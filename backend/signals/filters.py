@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from backend.signals.actors import ROLES, role_of
@@ -20,6 +20,7 @@ from backend.signals.grammar import LEVEL_CODES, LEVEL_HINTS, LEVEL_NAMES, level
 from backend.signals.store import CancelToken, LogLine, LogStore, Source
 
 _FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
+_KEY_ALIASES = {"ip": "node", "level": "min_level"}
 FILTER_HELP = "actor:NAME rank:N node:IP pid:N proc:NAME level:warning"
 
 
@@ -72,25 +73,31 @@ class FilterSyntaxError(ValueError):
 
 def parse_filter(text: str) -> LineFilter:
     """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a LineFilter."""
-    out: dict[str, str | int] = {}
+    flt = LineFilter()
     for token in text.split():
         key, sep, value = token.partition(":")
         if not sep:
             key, value = "actor", token
-        key = {"ip": "node", "level": "min_level"}.get(key.lower(), key.lower())
+        key = _KEY_ALIASES.get(key.lower(), key.lower())
         if key not in _FIELD_KEYS or not value:
             raise FilterSyntaxError(f"unknown filter {token!r}: use {FILTER_HELP}")
-        if key in ("rank", "pid"):
-            if not value.isdigit():
-                raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
-            out[key] = int(value)
+        if key in ("rank", "pid") and not value.isdigit():
+            raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
+        if key == "min_level" and value.lower() not in LEVEL_NAMES:
+            raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
+        if key == "rank":
+            flt = replace(flt, rank=int(value))
+        elif key == "pid":
+            flt = replace(flt, pid=int(value))
         elif key == "min_level":
-            if value.lower() not in LEVEL_NAMES:
-                raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
-            out[key] = value.lower()
+            flt = replace(flt, min_level=value.lower())
+        elif key == "node":
+            flt = replace(flt, node=value)
+        elif key == "proc":
+            flt = replace(flt, proc=value)
         else:
-            out[key] = value
-    return LineFilter(**out)  # type: ignore[arg-type]
+            flt = replace(flt, actor=value)
+    return flt
 
 
 def level_lines(block: bytes, first: int) -> dict[int, int]:

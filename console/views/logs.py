@@ -24,11 +24,10 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.geometry import Size
 from textual.message import Message
@@ -354,7 +353,7 @@ class LogsView(ConsoleView, can_focus=False):
         self._prompt_mode = ""
         self.lines.focus()
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: events.Key) -> None:
         """Esc closes the prompt, and cancels a running search (before it means "back")."""
         if event.key == "escape" and (self._prompt_mode or self.searching):
             event.stop()
