@@ -260,6 +260,7 @@ class LogsView(ConsoleView, can_focus=False):
         self.filtering = False
         self._prompt_mode = ""
         self._cancel: CancelToken | None = None
+        self._filter_cancel: CancelToken | None = None
 
     def compose(self) -> ComposeResult:
         yield LogLines(self._store, id="log-lines")
@@ -549,9 +550,14 @@ class LogsView(ConsoleView, can_focus=False):
 
     # ------------------------------------------------------------ filter and time
     def apply_filter(self, text: str) -> None:
+        """Show only the lines `text` keeps (empty: every line); a scan still running for the last filter
+        stops, and its result is dropped."""
         ll = self.lines
         if not text:
+            if self._filter_cancel is not None:
+                self._filter_cancel.cancel()
             self.filter_text = ""
+            self.filtering = False
             ll.index = None
             ll.invalidate()
             ll.sync()
@@ -565,23 +571,28 @@ class LogsView(ConsoleView, can_focus=False):
         if self._store is None:
             self.notify("no log to filter yet: no run attached", severity="warning")
             return
+        if self._filter_cancel is not None:
+            self._filter_cancel.cancel()
+        self._filter_cancel = CancelToken()
         self.filter_text = text
         self.filtering = True
         self._status()
-        self._filter_worker(FilteredLines(self._store, flt))
+        self._filter_worker(FilteredLines(self._store, flt), self._filter_cancel)
 
     @work(thread=True, exclusive=True, group="logs-filter", exit_on_error=False)
-    def _filter_worker(self, view: FilteredLines) -> None:
-        """The first scan of a filter can cover millions of lines: off the UI thread."""
+    def _filter_worker(self, view: FilteredLines, cancel: CancelToken) -> None:
+        """The first scan of a filter can cover millions of lines: off the UI thread, cancellable."""
         try:
-            view.refresh()
+            view.refresh(cancel)
         except Exception as err:
             self.app.call_from_thread(self.notify, f"filter failed: {err}", severity="error")
             return
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._filter_done, view)
+        if not cancel.cancelled and not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._filter_done, view, cancel)
 
-    def _filter_done(self, view: FilteredLines) -> None:
+    def _filter_done(self, view: FilteredLines, cancel: CancelToken) -> None:
+        if cancel.cancelled:  # cleared or replaced while the scan ended
+            return
         self.filtering = False
         view.refresh()  # catch up with lines that arrived during the scan
         ll = self.lines

@@ -179,3 +179,29 @@ async def test_search_shows_its_first_hit_and_progress_while_it_runs_and_esc_sto
         release.set()
         await until(pilot, stopped.is_set, "the scan to stop")
         assert len(view.matches) < 300 and app.current_view == "logs"  # Esc stopped it, did not go back
+
+
+async def test_clearing_a_filter_while_it_scans_drops_the_scan(tmp_path, monkeypatch):
+    """A filter's first scan of a long log runs in a thread; clearing the filter meanwhile stops it, and the
+    scan's end does not bring the filter back (the scan is held until the test has cleared it)."""
+    release, started = threading.Event(), threading.Event()
+
+    class Held(logs.FilteredLines):
+        def refresh(self, cancel=None, block=1 << 20):
+            started.set()
+            release.wait(30)
+            return super().refresh(cancel, block)
+
+    monkeypatch.setattr(logs, "FilteredLines", Held)
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await _show(app, pilot, st)
+        await pilot.press("f", *"node:10.0.0.2", "enter")
+        await until(pilot, started.is_set, "the filter's scan to start")
+        assert view.filtering
+        await pilot.press("f", "ctrl+u", "enter")  # empty filter: every line again
+        assert not view.filtering and view.lines.index is None
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert view.lines.index is None and view.lines.count == len(st) and "filter" not in _status(view)
