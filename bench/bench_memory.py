@@ -127,18 +127,19 @@ def main() -> int:
         n = len(store)
         rss, peak = rss_mb()
         print(
-            f"{n:,} lines: RSS {rss:.0f} MB (peak {peak:.0f} MB; {base_rss:.0f} MB before the log; target <= 1024 MB "
-            f"at 100M), spool {store.path.stat().st_size / 1e9:.2f} GB on disk"
+            f"{n:,} lines: RSS {rss:.0f} MB (peak {peak:.0f} MB; {base_rss:.0f} MB before the log; "
+            f"target <= 1024 MB at 100M), spool {store.path.stat().st_size / 1e9:.2f} GB on disk"
         )
         print(
-            f"ingest {spent:.1f} s ({n / spent / 1e6:.2f} M lines/s), ratio {plain / spent:.2f} of a plain split "
-            "loop over the same chunks"
+            f"ingest {spent:.1f} s ({n / spent / 1e6:.2f} M lines/s), ratio {plain / spent:.2f} "
+            "of a plain split loop over the same chunks"
         )
         word = "perf 3: {"  # once per rollout: hits all through the log
         first, gap, whole, found = search_figures(store, word)
         print(
-            f"search {word!r} (ignore case) over {n:,} lines: first hit {first:.3f} s (target <= 1 s), longest "
-            f"gap between progress batches {gap * 1000:.0f} ms, whole scan {whole:.1f} s, {found:,} hits"
+            f"search {word!r} (ignore case) over {n:,} lines: first hit {first:.3f} s (target <= 1 s), "
+            f"longest gap between progress batches {gap * 1000:.0f} ms, whole scan {whole:.1f} s, "
+            f"{found:,} hits"
         )
         print(f"cancel: the scan stops {cancel_latency(store, 'Decode batch') * 1000:.0f} ms after cancel()")
         middle = (DAY0 + dt.timedelta(days=n // per // 2)).isoformat() + " 10:10"

@@ -2,12 +2,12 @@
 
 Why this shape: a GRPO run on 128 GPUs logs millions of lines, and the console must keep all of them for
 scrollback and search without growing without bound. So the text lives in a spool file; memory holds only
-integers per line (4 bytes of byte offset, and lazily a 2-byte source id: 100M lines cost 0.6 GB), and lines
-are read back lazily with `pread` (the toolong way). Ingestion works on whole chunks with C-speed bytes methods
-rather than per line, which is what lets it keep up with the log. One writer thread calls `append`; any number
-of reader threads call `line`, `lines`, and the scans built on `spool_bytes` / `block_end` / `source_ids`:
-backend.signals.filters (which lines a filter keeps) and backend.signals.search (which lines match), both of
-which import this module and never the reverse.
+integers per line (4 bytes of byte offset, and lazily a 2-byte source id: 100M lines cost 0.6 GB), and
+lines are read back lazily with `pread` (the toolong way). Ingestion works on whole chunks with C-speed bytes
+methods rather than per line, which is what lets it keep up with the log. One writer thread calls `append`;
+any number of reader threads call `line`, `lines`, and the scans built on `spool_bytes` / `block_end` /
+`source_ids`: backend.signals.filters (which lines a filter keeps) and backend.signals.search (which lines
+match), both of which import this module and never the reverse.
 
 A line's fields come from backend.signals.grammar when the line is read; Ray's repeat suffix is cut from
 `LogLine.text` and kept as `LogLine.repeat` (the spool and the listeners' text keep it: it is how many

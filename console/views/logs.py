@@ -12,9 +12,9 @@ far the scan has read, and Esc or a new search cancels it; n/N step through the 
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52.
 
-Backend calls used: `len(store)`, `store.line(i)` (a LogLine), backend.signals.search's `search_batches(store, ...,
-cancel=CancelToken)` and backend.signals.filters' `FilteredLines(store, LineFilter)` (refreshed incrementally),
-filter language and time index (`parse_filter`, `line_at_time`).
+Backend calls used: `len(store)`, `store.line(i)` (a LogLine), backend.signals.search's
+`search_batches(store, ..., cancel=CancelToken)` and backend.signals.filters' `FilteredLines(store,
+LineFilter)` (refreshed incrementally), filter language and time index (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class LogsView(ConsoleView, can_focus=False):
         self.searching = False
         self.filtering = False
         self._prompt_mode = ""
-        self._cancel: CancelToken | None = None
+        self._search_cancel: CancelToken | None = None
         self._filter_cancel: CancelToken | None = None
 
     def compose(self) -> ComposeResult:
@@ -359,8 +359,8 @@ class LogsView(ConsoleView, can_focus=False):
         if event.key == "escape" and (self._prompt_mode or self.searching):
             event.stop()
             event.prevent_default()
-            if self._cancel is not None:
-                self._cancel.cancel()
+            if self._search_cancel is not None:
+                self._search_cancel.cancel()
             if self._prompt_mode:
                 self._close_prompt()
             if self.searching:
@@ -422,8 +422,8 @@ class LogsView(ConsoleView, can_focus=False):
 
     # ------------------------------------------------------------ search
     def start_search(self, text: str) -> None:
-        if self._cancel is not None:
-            self._cancel.cancel()
+        if self._search_cancel is not None:
+            self._search_cancel.cancel()
         self.search_text = text
         self.matches, self.match_at = array("I"), -1
         ll = self.lines
@@ -443,19 +443,18 @@ class LogsView(ConsoleView, can_focus=False):
             self._status()
             return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
-        self._cancel = CancelToken()
+        self._search_cancel = CancelToken()
         bar = self.query_one("#logs-search-progress", ProgressBar)
         bar.update(total=max(1, len(self._store)), progress=0)
         bar.add_class("visible")
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, pattern, regex, flt, self._search_cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
     def _search_worker(
         self,
         store: LogStore,
-        text: str,
         pattern: str,
         regex: bool,
         flt: LineFilter | None,
@@ -475,24 +474,24 @@ class LogsView(ConsoleView, can_focus=False):
                 if (found and not shown) or now - posted_at >= SEARCH_POST_S:
                     if cancel.cancelled or get_current_worker().is_cancelled:
                         return
-                    self.app.call_from_thread(self._search_progress, text, found, scanned, stop)
+                    self.app.call_from_thread(self._search_progress, cancel, found, scanned, stop)
                     posted_at, shown, found = now, shown or bool(found), array("I")
         except Exception as err:  # the backend's error becomes a notice, not a crash
-            self.app.call_from_thread(self._search_failed, text, str(err))
+            self.app.call_from_thread(self._search_failed, cancel, str(err))
             return
         if not cancel.cancelled and not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._search_done, text, found, scanned, stop)
+            self.app.call_from_thread(self._search_done, cancel, found, scanned, stop)
 
-    def _search_failed(self, text: str, error: str) -> None:
-        if text != self.search_text:
+    def _search_failed(self, search: CancelToken, error: str) -> None:
+        if search is not self._search_cancel:
             return
         self._search_ended(cancelled=False)
         self.notify(f"search failed: {error}", severity="error")
 
-    def _search_progress(self, text: str, hits: array, scanned: int, stop: int) -> None:
+    def _search_progress(self, search: CancelToken, hits: array, scanned: int, stop: int) -> None:
         """More hits: the first one the operator wants (after the cursor, or the top when following) is
         shown as soon as it is known; the progress bar moves."""
-        if text != self.search_text or not self.searching:
+        if search is not self._search_cancel or not self.searching:  # a newer search, or this one was stopped
             return
         self.matches.extend(hits)
         self.query_one("#logs-search-progress", ProgressBar).update(total=max(1, stop), progress=scanned)
@@ -503,10 +502,10 @@ class LogsView(ConsoleView, can_focus=False):
                 self._step_match(1, from_cursor=not ll.follow)
         self._status()
 
-    def _search_done(self, text: str, hits: array, scanned: int, stop: int) -> None:
-        if text != self.search_text:
+    def _search_done(self, search: CancelToken, hits: array, scanned: int, stop: int) -> None:
+        if search is not self._search_cancel:
             return
-        self._search_progress(text, hits, scanned, stop)
+        self._search_progress(search, hits, scanned, stop)
         self._search_ended(cancelled=False)
         if self.matches and self.match_at < 0:
             self._step_match(1, from_cursor=True)  # no hit after the cursor: wrap round to the first
