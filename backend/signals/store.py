@@ -374,6 +374,7 @@ class LogStore:
 
     def source_ids(self, start: int, stop: int) -> array:
         """The source id (`Source.id`) of each of lines [start, stop) (indexes them first if need be)."""
+        stop = min(stop, self._n)
         self._ensure_sources(stop)
         return self._src[start:stop]
 
