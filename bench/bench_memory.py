@@ -9,7 +9,9 @@ source file: only the store's spool is written, under --spool). Figures, each wi
   batches (what a progress bar and Esc wait for at most), and the time a cancel takes to stop the scan
   (target: first hit <= 1 s);
 - jump-to-time: the line of a time in the middle of the log, through the logs view's `line_at_time`
-  (target <= 0.5 s).
+  (target <= 0.5 s);
+- RSS again with what a session adds on top: a filter's view (its per-line source index, 2 bytes a line, and
+  the kept lines, 4 bytes each) and a dense search's hits held as the logs view holds them (4 bytes each).
 
 Usage: .venv/bin/python bench/bench_memory.py [--lines 1000000] [--spool /tmp] [--keep]
 A 100M-line run needs about 15 GB free under --spool and a few minutes.
@@ -24,13 +26,14 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.demo.sample_log import SampleRun, generate  # noqa: E402
-from backend.signals.filters import line_at_time  # noqa: E402
+from backend.signals.filters import FilteredLines, LineFilter, line_at_time  # noqa: E402
 from backend.signals.replay import CHUNK  # noqa: E402
 from backend.signals.search import search_batches  # noqa: E402
 from backend.signals.store import CancelToken, LogStore  # noqa: E402
@@ -147,6 +150,17 @@ def main() -> int:
         print(f"jump to {middle}: line {pos:,} in {secs * 1000:.0f} ms (target <= 500 ms)")
         rss, peak = rss_mb()
         print(f"after search and jump: RSS {rss:.0f} MB, peak {peak:.0f} MB")
+        t = time.perf_counter()
+        kept = FilteredLines(store, LineFilter(actor="engine"))
+        kept.refresh()
+        dense = array("I")  # what the logs view keeps of a dense search: 4 bytes a hit
+        for batch in search_batches(store, "decode batch", ignore_case=True):
+            dense.extend(batch.hits)
+        rss, peak = rss_mb()
+        print(
+            f"with a filter's view ({len(kept):,} engine lines, source index built) and a dense search's "
+            f"{len(dense):,} hits held ({time.perf_counter() - t:.1f} s): RSS {rss:.0f} MB, peak {peak:.0f} MB"
+        )
     finally:
         store.close()
         if not args.keep:
