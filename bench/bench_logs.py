@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from backend.demo.sample_log import SampleRun, generate  # noqa: E402
 from backend.sanitize import sanitize_text  # noqa: E402
 from backend.signals.monitor import RunMonitor  # noqa: E402
+from backend.signals.search import search_batches  # noqa: E402
 from backend.signals.store import LogStore  # noqa: E402
 
 CHUNK = 1 << 20
@@ -291,12 +292,13 @@ def main() -> int:
             hits = 0
 
             def run_search(pattern: str = pattern, kwargs: dict = kwargs) -> None:
-                nonlocal hits  # the way the logs view's background search consumes it: array batches
-                hits = sum(map(len, store.search_batches(pattern, **kwargs)))
+                nonlocal hits  # the way the logs view's search worker consumes it: array batches
+                hits = sum(len(batch.hits) for batch in search_batches(store, pattern, **kwargs))
 
             def run_search_ints(pattern: str = pattern, kwargs: dict = kwargs) -> None:
-                for _ in store.search(pattern, **kwargs):
-                    pass
+                for batch in search_batches(store, pattern, **kwargs):
+                    for _ in batch.hits:
+                        pass
 
             ours = best_of(3, run_search)
             ours_ints = best_of(2, run_search_ints)

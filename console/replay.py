@@ -42,6 +42,7 @@ class OfflineSession(ConsoleSession):
         self._posted_at = 0.0
 
     def progress(self, *, force: bool = False) -> None:
+        """Post how far the read has come, at most every POST_EVERY_S (unless `force`)."""
         now = time.monotonic()
         if not force and now - self._posted_at < POST_EVERY_S:
             return

@@ -12,18 +12,15 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from backend.signals.actors import ROLES, role_of
 from backend.signals.grammar import LEVEL_CODES, LEVEL_HINTS, LEVEL_NAMES, level_of
-
-if TYPE_CHECKING:
-    from backend.signals.search import CancelToken
-    from backend.signals.store import LogLine, LogStore, Source
+from backend.signals.store import CancelToken, LogLine, LogStore, Source
 
 _FIELD_KEYS = ("actor", "rank", "node", "pid", "proc", "min_level")
+_KEY_ALIASES = {"ip": "node", "level": "min_level"}
 FILTER_HELP = "actor:NAME rank:N node:IP pid:N proc:NAME level:warning"
 
 
@@ -47,6 +44,20 @@ class LineFilter:
             and (self.proc is None or src.proc == self.proc)
         )
 
+    @property
+    def by_source(self) -> bool:
+        """Whether it names processes at all (else only the level can drop a line)."""
+        return self != LineFilter(min_level=self.min_level)
+
+    @property
+    def min_level_code(self) -> int:
+        """The lowest level kept, as grammar's level code (0: every level)."""
+        return LEVEL_CODES.get(self.min_level or "info", 0)
+
+    def allowed_sources(self, store: LogStore, upto: int) -> set[int]:
+        """The ids of the sources of the store's first `upto` lines it accepts."""
+        return {s.id for s in store.sources(upto) if self.accepts(s)}
+
 
 def actor_matches(wanted: str, actor: str | None, proc: str | None) -> bool:
     """`wanted` names a role (every version's names of it) or a part of the actor class, case-insensitive."""
@@ -62,25 +73,31 @@ class FilterSyntaxError(ValueError):
 
 def parse_filter(text: str) -> LineFilter:
     """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a LineFilter."""
-    out: dict[str, str | int] = {}
+    flt = LineFilter()
     for token in text.split():
         key, sep, value = token.partition(":")
         if not sep:
             key, value = "actor", token
-        key = {"ip": "node", "level": "min_level"}.get(key.lower(), key.lower())
+        key = _KEY_ALIASES.get(key.lower(), key.lower())
         if key not in _FIELD_KEYS or not value:
             raise FilterSyntaxError(f"unknown filter {token!r}: use {FILTER_HELP}")
-        if key in ("rank", "pid"):
-            if not value.isdigit():
-                raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
-            out[key] = int(value)
+        if key in ("rank", "pid") and not value.isdigit():
+            raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
+        if key == "min_level" and value.lower() not in LEVEL_NAMES:
+            raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
+        if key == "rank":
+            flt = replace(flt, rank=int(value))
+        elif key == "pid":
+            flt = replace(flt, pid=int(value))
         elif key == "min_level":
-            if value.lower() not in LEVEL_NAMES:
-                raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
-            out[key] = value.lower()
+            flt = replace(flt, min_level=value.lower())
+        elif key == "node":
+            flt = replace(flt, node=value)
+        elif key == "proc":
+            flt = replace(flt, proc=value)
         else:
-            out[key] = value
-    return LineFilter(**out)  # type: ignore[arg-type]
+            flt = replace(flt, actor=value)
+    return flt
 
 
 def level_lines(block: bytes, first: int) -> dict[int, int]:
@@ -110,27 +127,24 @@ class FilteredLines:
         self.store, self.filter = store, flt
         self.indices = array("I")
         self._scanned = 0
-        self._min_level = LEVEL_CODES.get(flt.min_level or "info", 0)
+        self._min_level = flt.min_level_code
 
     def refresh(self, cancel: CancelToken | None = None, block: int = 1 << 20) -> int:
         """Scan lines added since the last refresh; returns how many matched. Safe to call from a thread."""
         store, added = self.store, 0
-        by_source = store._allowed_sources(self.filter) is not None
         stop = len(store)
         while self._scanned < stop:
             if cancel is not None and cancel.cancelled:
                 break
             step = block if not self._min_level else min(block, 1 << 16)
             a, b = self._scanned, min(stop, self._scanned + step)
-            allowed = None
-            if by_source:
-                store._ensure_sources(b)
-                allowed = store._allowed_sources(self.filter)
             candidates: Iterator[int] = iter(range(a, b))
-            if allowed is not None:
-                candidates = itertools.compress(range(a, b), map(allowed.__contains__, store._src[a:b]))
+            if self.filter.by_source:
+                ids = store.source_ids(a, b)
+                allowed = self.filter.allowed_sources(store, b)
+                candidates = itertools.compress(range(a, b), map(allowed.__contains__, ids))
             if self._min_level:
-                levels, lvl = level_lines(store._read(a, b), a), self._min_level
+                levels, lvl = level_lines(store.spool_bytes(a, b), a), self._min_level
                 candidates = (i for i in candidates if levels.get(i, 0) >= lvl)
             before = len(self.indices)
             self.indices.extend(candidates)

@@ -13,13 +13,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from backend.signals.activity import LogActivity
 from backend.signals.alerts import Alert, AlertEngine, AlertRule
 from backend.signals.derived import (
+    FACT_NEEDLES,
     DashboardStreams,
     RunFacts,
     derive_run_signals,
@@ -28,13 +29,17 @@ from backend.signals.derived import (
 )
 from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis
+from backend.signals.failures.catalog import FailureCatalog
+from backend.signals.failures.scanner import RANK_CENSUS
+from backend.signals.grammar import METRIC_NEEDLES
 from backend.signals.metrics import MetricsCollector, Point
-from backend.signals.prefilter import Prefilter, monitor_needles
-from backend.signals.rank_map import ProcessRanks, add_ranks
-from backend.signals.rank_phases import PhaseView
+from backend.signals.prefilter import Needles, Prefilter, unique_needles
+from backend.signals.rank_map import RANK_NEEDLE, ProcessRanks, add_ranks
+from backend.signals.rank_phases import TIMER_NEEDLE, PhaseView
 from backend.signals.run_signals import RunSignals
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.sources import sources_by_key
+from shim.logline import LINE_PREFIX as SHIM_NEEDLE
 
 _JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -333,3 +338,17 @@ class RunMonitor:
                 "null stands for a non-finite number (NaN or Infinity) in the input: JSON has none"
             ]
         return out
+
+
+def monitor_needles(rules: Iterable[AlertRule], catalog: FailureCatalog) -> Needles:
+    """Every literal a line the monitor reads may hold, from the rules, the catalog and the grammars."""
+    lines = (
+        *METRIC_NEEDLES,
+        *(hint for rule in rules for hint in rule.hints),
+        SHIM_NEEDLE,
+        TIMER_NEEDLE,
+        RANK_NEEDLE,
+        *FACT_NEEDLES,
+    )
+    flat = (*catalog.hints(), RANK_CENSUS)
+    return Needles(unique_needles(lines), unique_needles(flat))

@@ -22,15 +22,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from backend.signals.alerts import AlertRule
-from backend.signals.derived import FACT_NEEDLES
-from backend.signals.failures.anchors import choose_anchors
-from backend.signals.failures.catalog import FailureCatalog
-from backend.signals.failures.scanner import RANK_CENSUS
-from backend.signals.grammar import METRIC_NEEDLES
-from backend.signals.rank_map import RANK_NEEDLE
-from backend.signals.rank_phases import TIMER_NEEDLE
-from shim.logline import LINE_PREFIX as SHIM_NEEDLE
+from backend.signals.anchors import choose_anchors
 
 
 @dataclass(frozen=True)
@@ -44,21 +36,7 @@ class Needles:
     flat: tuple[str, ...]
 
 
-def monitor_needles(rules: Iterable[AlertRule], catalog: FailureCatalog) -> Needles:
-    """Every literal a line the monitor reads may hold, from the rules, the catalog and the grammars."""
-    lines = (
-        *METRIC_NEEDLES,
-        *(hint for rule in rules for hint in rule.hints),
-        SHIM_NEEDLE,
-        TIMER_NEEDLE,
-        RANK_NEEDLE,
-        *FACT_NEEDLES,
-    )
-    flat = (*catalog.hints(), RANK_CENSUS)
-    return Needles(_unique(lines), _unique(flat))
-
-
-def _unique(needles: Iterable[str]) -> tuple[str, ...]:
+def unique_needles(needles: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in needles if n))
 
 
@@ -95,7 +73,7 @@ RARE_PER_MB = 1000  # a character seen less often than this is searched alone (m
 class Plan:
     """How to find a set of needles in text like the sample: each needle by its rarest character, where
     that character is rare (`by_char`), else by an anchor, a piece it shares with other such needles
-    (`by_anchor`, backend.signals.failures.anchors): both map what is searched to (needle, its offset)."""
+    (`by_anchor`, backend.signals.anchors): both map what is searched to (needle, its offset)."""
 
     by_char: dict[str, list[tuple[str, int]]]
     by_anchor: dict[str, list[tuple[str, int]]]

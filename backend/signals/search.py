@@ -10,35 +10,27 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 from array import array
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from backend.errors import ConsoleError
-from backend.signals.grammar import LEVEL_CODES, level_of
-
-if TYPE_CHECKING:
-    from backend.signals.filters import LineFilter
-    from backend.signals.store import LogStore
-
-
-class CancelToken:
-    """Set it to stop a running search or filter scan at its next check."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
+from backend.signals.filters import LineFilter
+from backend.signals.grammar import level_of
+from backend.signals.store import CancelToken, LogStore
 
 
 class SearchPatternError(ConsoleError):
     """A search pattern is not a valid regular expression."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchBatch:
+    """The hits of one block of spool, and how far the search has read (for a progress bar)."""
+
+    hits: array  # line indices, ascending
+    scanned: int  # lines [start, scanned) are searched
+    stop: int  # the line the search ends at
 
 
 def search_batches(
@@ -52,31 +44,27 @@ def search_batches(
     flt: LineFilter | None = None,
     cancel: CancelToken | None = None,
     block_bytes: int = 1 << 20,
-) -> Iterator[array]:
-    """Matching line indices of `store`, one array per block of spool; stops at the next block once
-    `cancel` is set."""
-    from backend.signals.store import block_end
-
+) -> Iterator[SearchBatch]:
+    """Matching line indices of `store`, one batch per block of spool (empty ones too, so a caller can show
+    progress); stops at the next block once `cancel` is set. Raises SearchPatternError for a bad regex."""
     if not pattern:
         return
     finder = make_finder(pattern, regex, ignore_case)
-    by_source = flt is not None and store._allowed_sources(flt) is not None
-    min_level = LEVEL_CODES.get(flt.min_level or "info", 0) if flt else 0
+    by_source = flt is not None and flt.by_source
+    min_level = flt.min_level_code if flt is not None else 0
     stop = len(store) if stop is None else min(stop, len(store))
     a = max(0, start)
     while a < stop:
         if cancel is not None and cancel.cancelled:
             return
-        b = block_end(store, a, stop, block_bytes)
-        hits = finder(store._read(a, b), a)
-        if by_source and hits:
-            store._ensure_sources(b)
-            allowed, src = store._allowed_sources(flt) or set(), store._src
-            hits = array("I", [i for i in hits if src[i] in allowed])
+        b = store.block_end(a, stop, block_bytes)
+        hits = finder(store.spool_bytes(a, b), a)
+        if by_source and hits and flt is not None:
+            allowed, ids = flt.allowed_sources(store, b), store.source_ids(a, b)
+            hits = array("I", [i for i in hits if ids[i - a] in allowed])
         if min_level and hits:
             hits = array("I", [i for i in hits if level_of(store.text(i)) >= min_level])
-        if hits:
-            yield hits
+        yield SearchBatch(hits, b, stop)
         a = b
 
 
@@ -162,57 +150,3 @@ def make_finder(pattern: str, regex: bool, ignore_case: bool) -> Callable[[bytes
         return out
 
     return find_regex
-
-
-class SearchTask:
-    """A search running in its own thread; cancel it any time."""
-
-    BATCH = 256
-
-    def __init__(
-        self,
-        store: LogStore,
-        pattern: str,
-        on_batch: Callable[[list[int]], None] | None,
-        on_done: Callable[[SearchTask], None] | None,
-        kwargs: dict,
-    ) -> None:
-        self.store, self.pattern = store, pattern
-        self.token = kwargs.pop("cancel", None) or CancelToken()
-        self.matches = array("I")
-        self.error: str | None = None
-        self.done = threading.Event()
-        self._on_batch, self._on_done, self._kwargs = on_batch, on_done, kwargs
-        self._thread = threading.Thread(target=self._run, name=f"log-search:{pattern[:20]}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self.token.cancel()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.token.cancelled
-
-    def join(self, timeout: float | None = None) -> bool:
-        return self.done.wait(timeout)
-
-    def _run(self) -> None:
-        try:
-            for batch in self.store.search_batches(self.pattern, cancel=self.token, **self._kwargs):
-                self.matches.extend(batch)
-                for k in range(0, len(batch), self.BATCH):
-                    self._flush(batch[k : k + self.BATCH].tolist())
-                if self.token.cancelled:
-                    break
-        except ConsoleError as err:
-            self.error = str(err)
-        finally:
-            self.done.set()
-            if self._on_done is not None:
-                self._on_done(self)
-
-    def _flush(self, batch: list[int]) -> None:
-        if batch and self._on_batch is not None:
-            self._on_batch(batch)

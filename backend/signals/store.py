@@ -2,10 +2,12 @@
 
 Why this shape: a GRPO run on 128 GPUs logs millions of lines, and the console must keep all of them for
 scrollback and search without growing without bound. So the text lives in a spool file; memory holds only
-integers per line (a byte offset, and lazily a 2-byte source id), and lines are read back lazily with `pread`
-(the toolong way). Ingestion works on whole chunks with C-speed bytes methods rather than per line, which is
-what lets it keep up with the log. One writer thread calls `append`; any number of reader threads call
-`line`, `lines`, `search` (backend.signals.search), `filtered` (backend.signals.filters).
+integers per line (4 bytes of byte offset, and lazily a 2-byte source id: 100M lines cost 0.6 GB), and
+lines are read back lazily with `pread` (the toolong way). Ingestion works on whole chunks with C-speed bytes
+methods rather than per line, which is what lets it keep up with the log. One writer thread calls `append`;
+any number of reader threads call `line`, `lines`, and the scans built on `spool_bytes` / `block_end` /
+`source_ids`: backend.signals.filters (which lines a filter keeps) and backend.signals.search (which lines
+match), both of which import this module and never the reverse.
 
 A line's fields come from backend.signals.grammar when the line is read; Ray's repeat suffix is cut from
 `LogLine.text` and kept as `LogLine.repeat` (the spool and the listeners' text keep it: it is how many
@@ -22,27 +24,41 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from backend.errors import ConsoleError
 from backend.safe_paths import UnsafePath, inside
 from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
 from backend.signals import grammar
-from backend.signals.filters import FilteredLines, LineFilter
 from backend.signals.grammar import HEAD_NODE, LEVEL_NAMES, level_of
-from backend.signals.search import SearchTask, search_batches
 
 _FIRST = operator.itemgetter(0)
 _INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
 _MAX_SOURCES = 65535
 _LEARN_CHUNKS = 4
+# Offsets are kept in 32-bit words; the spool passes 4 GiB every ~30M lines, and the line where each further
+# 4 GiB starts is listed (a handful of entries) so an offset is its word plus 4 GiB per wrap before it.
+_WRAP = 1 << 32
 
 
 class LogStoreError(ConsoleError):
-    """The spool could not be created, read, or a search pattern is invalid."""
+    """The spool could not be created or read."""
+
+
+class CancelToken:
+    """Set it to stop a running scan of the spool (a search, a filter) at its next block."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +159,12 @@ class LogStore:
         self._pending = b""
         self._pending_dropped = 0
         self._caret_codes = False  # the log spells colour codes as text (`^[[36m`)
-        # Line i starts at byte _cum[i] + i of the spool (_cum counts line bytes without their newlines, so
-        # one C-level accumulate over the line lengths builds it); one extra entry marks the end.
-        self._cum = array("Q", [0])
+        # Line i starts at byte _cum[i] + i (+ 4 GiB per entry of _wraps <= i) of the spool: _cum counts line
+        # bytes without their newlines, so one C-level accumulate over the line lengths builds it, modulo
+        # 4 GiB; one extra entry marks the end. _total is the running count itself.
+        self._cum = array("I", [0])
+        self._wraps: list[int] = []
+        self._total = 0
         # Source id per line, built lazily (first filter, `sources()`), not while ingesting: ingest stays at a
         # few C-level operations per line.
         self._src = array("H")
@@ -161,7 +180,6 @@ class LogStore:
         self._cache_size = cache_lines
         self._cache_lock = threading.Lock()
         self._listeners: list[Listener] = []
-        self._new_lines = threading.Condition()
         self._closed = False
 
     # ------------------------------------------------------------------ writing
@@ -242,22 +260,39 @@ class LogStore:
             clean = b"\n".join(lines) + b"\n"
             lens = list(map(len, lines))
         base, nlines = len(self._cum) - 1, len(lines)
-        cum = itertools.accumulate(lens, initial=self._cum[-1])
-        next(cum)
         try:
             self._write(clean)
-            self._cum.extend(cum)
+            self._index(lens)
         except Exception:
             del self._cum[base + 1 :]
+            self._wraps = [w for w in self._wraps if w <= base]
+            self._total = self._offset(base) - base
             raise
-        with self._new_lines:
-            self._n = base + nlines
-            self._new_lines.notify_all()
+        self._n = base + nlines
         if self._listeners:
             text = clean.decode("utf-8")
             for listener in list(self._listeners):
                 listener(base, nlines, text)
         return nlines
+
+    def _index(self, lens: list[int]) -> None:
+        """Extend the offsets by these line lengths: one C-level accumulate unless 4 GiB is crossed."""
+        high = len(self._wraps) * _WRAP
+        end = self._total + sum(lens)
+        cum = itertools.accumulate(lens, initial=self._total - high)
+        next(cum)
+        if end - high < _WRAP:
+            self._cum.extend(cum)
+        else:  # once per 4 GiB of spool: per line in Python, one chunk
+            first, shift = len(self._cum), 0
+            low = array("I")
+            for k, value in enumerate(cum):
+                if value - shift >= _WRAP:
+                    self._wraps.append(first + k)
+                    shift += _WRAP
+                low.append(value - shift)
+            self._cum.extend(low)
+        self._total = end
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -269,6 +304,8 @@ class LogStore:
 
     def _offset(self, i: int) -> int:
         """Byte offset of line i in the spool (i == len: the end)."""
+        if self._wraps:
+            return self._cum[i] + i + bisect.bisect_right(self._wraps, i) * _WRAP
         return self._cum[i] + i
 
     def _ensure_sources(self, stop: int) -> None:
@@ -276,8 +313,8 @@ class LogStore:
         with self._src_lock:
             a = len(self._src)
             while a < stop:
-                b = block_end(self, a, stop, _INDEX_BLOCK)
-                block = self._read(a, b)
+                b = self.block_end(a, stop, _INDEX_BLOCK)
+                block = self.spool_bytes(a, b)
                 lines = block.split(b"\n")
                 lines.pop()
                 self._src.extend(
@@ -329,12 +366,27 @@ class LogStore:
         """The partial last line (not yet terminated), sanitised; shown but not indexed."""
         return cap_line(sanitize_text(self._pending.decode("utf-8", errors="replace")), self.line_cap)
 
-    def sources(self) -> list[Source]:
-        """Every process seen so far (indexes new lines first: call it off the UI thread on a big log)."""
-        self._ensure_sources(self._n)
+    def sources(self, upto: int | None = None) -> list[Source]:
+        """Every process seen in the first `upto` lines, or so far (indexes new lines first: call it off the
+        UI thread on a big log)."""
+        self._ensure_sources(self._n if upto is None else min(upto, self._n))
         return list(self._sources)
 
-    def _read(self, start: int, stop: int) -> bytes:
+    def source_ids(self, start: int, stop: int) -> array:
+        """The source id (`Source.id`) of each of lines [start, stop) (indexes them first if need be)."""
+        stop = min(stop, self._n)
+        self._ensure_sources(stop)
+        return self._src[start:stop]
+
+    def block_end(self, start: int, stop: int, block_bytes: int) -> int:
+        """The first line after a block of about `block_bytes` of spool from line `start` (at least one line,
+        at most `stop`): how scans step through the spool."""
+        target = self._offset(start) + block_bytes
+        b = bisect.bisect_right(_Offsets(self), target, start + 1, stop + 1) - 1
+        return max(start + 1, min(b, stop))
+
+    def spool_bytes(self, start: int, stop: int) -> bytes:
+        """Lines [start, stop) as stored (sanitised UTF-8, each ending in a newline), with one `pread`."""
         first, end = self._offset(start), self._offset(stop)
         try:
             return os.pread(self._fd, end - first, first)
@@ -345,7 +397,7 @@ class LogStore:
         """Line i's sanitised text, without parsing fields."""
         if not 0 <= i < self._n:
             raise IndexError(i)
-        return self._read(i, i + 1)[:-1].decode("utf-8", errors="replace")
+        return self.spool_bytes(i, i + 1)[:-1].decode("utf-8", errors="replace")
 
     def line(self, i: int) -> LogLine:
         """Line i with its fields (cached: the viewport asks for the same lines again and again)."""
@@ -364,7 +416,7 @@ class LogStore:
         start, stop = max(0, start), min(stop, n)
         if start >= stop:
             return []
-        texts = self._read(start, stop).decode("utf-8", errors="replace").split("\n")
+        texts = self.spool_bytes(start, stop).decode("utf-8", errors="replace").split("\n")
         return [
             self._remember(self._make_line(i, t)) for i, t in zip(range(start, stop), texts, strict=False)
         ]
@@ -403,11 +455,6 @@ class LogStore:
             tags=parsed.tags,
         )
 
-    def wait_for_lines(self, count: int, timeout: float | None = None) -> bool:
-        """Block until at least `count` lines exist (for followers that poll without callbacks)."""
-        with self._new_lines:
-            return self._new_lines.wait_for(lambda: self._n >= count or self._closed, timeout)
-
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call `listener(first_index, count, sanitised_text)` from the writer's thread after each batch.
 
@@ -416,47 +463,11 @@ class LogStore:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    # ------------------------------------------------------------------ filtering and search
-
-    def filtered(self, flt: LineFilter) -> FilteredLines:
-        """A view of the lines `flt` accepts; call `refresh()` to scan (and later to catch up)."""
-        return FilteredLines(self, flt)
-
-    def _allowed_sources(self, flt: LineFilter | None) -> set[int] | None:
-        if flt is None or flt == LineFilter(min_level=flt.min_level):
-            return None
-        return {s.id for s in self._sources if flt.accepts(s)}
-
-    def search(self, pattern: str, **kwargs: Any) -> Iterator[int]:
-        """Yield the indices of matching lines in order (see `search_batches` for the arguments)."""
-        for batch in self.search_batches(pattern, **kwargs):
-            yield from batch
-
-    def search_batches(self, pattern: str, **kwargs: Any) -> Iterator[array]:
-        """Matching line indices, one array per block of spool
-        (see `backend.signals.search.search_batches`)."""
-        return search_batches(self, pattern, **kwargs)
-
-    def search_background(
-        self,
-        pattern: str,
-        *,
-        on_batch: Callable[[list[int]], None] | None = None,
-        on_done: Callable[[SearchTask], None] | None = None,
-        **kwargs: object,
-    ) -> SearchTask:
-        """Run `search` in a daemon thread; results accumulate in the task and go to `on_batch` in batches."""
-        task = SearchTask(self, pattern, on_batch, on_done, kwargs)
-        task.start()
-        return task
-
     def close(self) -> None:
         with self._write_lock:
             if not self._closed:
                 self._closed = True
                 os.close(self._fd)
-        with self._new_lines:
-            self._new_lines.notify_all()
 
     def __enter__(self) -> LogStore:
         return self
@@ -466,20 +477,14 @@ class LogStore:
 
 
 class _Offsets:
-    """The spool offsets as a sequence, for bisect."""
+    """A store's spool offsets as a sequence, for bisect."""
 
     def __init__(self, store: LogStore) -> None:
-        self._cum = store._cum
+        self._offset = store._offset
+        self._len = len(store._cum)
 
     def __getitem__(self, i: int) -> int:
-        return self._cum[i] + i
+        return self._offset(i)
 
     def __len__(self) -> int:
-        return len(self._cum)
-
-
-def block_end(store: LogStore, a: int, stop: int, block_bytes: int) -> int:
-    """First line index after a block of about `block_bytes` starting at line a (at least one line)."""
-    target = store._offset(a) + block_bytes
-    b = bisect.bisect_right(_Offsets(store), target, a + 1, stop + 1) - 1
-    return max(a + 1, min(b, stop))
+        return self._len

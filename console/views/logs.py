@@ -6,24 +6,26 @@ Like toolong, nothing here holds the lines: `LogLines` asks the store for the fe
 moves a cursor and routes keys.
 
 Follow mode sticks to the end while lines arrive; moving up pauses it (the status bar counts the
-lines that arrived since) and End/G resumes it. `/` searches in the store's background search
-(a thread worker, cancelled by a new search or Esc), n/N step through the hits. `f` filters by
+lines that arrived since) and End/G resumes it. `/` searches in a thread worker on this view (the widget
+that owns the hits): hits arrive block by block, the first one is on screen at once, a progress bar shows how
+far the scan has read, and Esc or a new search cancels it; n/N step through the hits. `f` filters by
 actor/rank/node (`actor:Rollout rank:3 node:10.0.0.7`), `w` wraps, `t` jumps to a time, `y`/`c`
 copies the current line through OSC 52. `p` draws Ray's actor prefix as role and rank (`train r3`), the
 default under 160 columns; only the drawing changes, never the line searched, filtered or copied.
 
-Store calls used (backend.signals.store.LogStore): `len(store)`, `store.line(i)` (a LogLine),
-`store.search(..., cancel=CancelToken)` and `store.filtered(LineFilter)` (FilteredLines, refreshed
-incrementally). The filter language and the time index are
-backend.signals.filters' (`parse_filter`, `line_at_time`).
+Backend calls used: `len(store)`, `store.line(i)` (a LogLine), backend.signals.search's
+`search_batches(store, ..., cancel=CancelToken)` and backend.signals.filters' `FilteredLines(store,
+LineFilter)` (refreshed incrementally), filter language and time index (`parse_filter`, `line_at_time`).
 """
 
 from __future__ import annotations
 
 import re
+import time
+from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from rich.segment import Segment
@@ -35,7 +37,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Input, Static
+from textual.widgets import Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from backend.signals.filters import (
@@ -49,8 +51,8 @@ from backend.signals.filters import (
 )
 from backend.signals.log_prefix import WIDTH as PREFIX_WIDTH
 from backend.signals.log_prefix import compact_prefix
-from backend.signals.search import CancelToken
-from backend.signals.store import LogLine, LogStore
+from backend.signals.search import search_batches
+from backend.signals.store import CancelToken, LogLine, LogStore
 from console import keymap
 from console.messages import HistoryProgress, LogAppended, LogStoreOpened, RolloutCursor
 from console.views.base import ConsoleView
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 CACHE_LINES = 2000
 PREFIX_MAX = 160  # Ray's prefix is ~90 characters with a long class name and an IPv6 address; never more
 COMPACT_BELOW_COLUMNS = 160  # narrower terminals show Ray's prefix as role and rank unless the operator says
+SEARCH_POST_S = 0.1  # a running search shows new hits and progress this often (the first hit at once)
 _CURSOR = Style(bgcolor="#33415c")
 _MATCH = Style(color="#000000", bgcolor="#e5c07b")
 _ACTOR = Style(color="#7f8fa6")
@@ -268,6 +271,8 @@ class LogsView(ConsoleView, can_focus=False):
     LogsView #logs-status { height: 1; background: $boost; color: $text-muted; }
     LogsView #logs-prompt { display: none; dock: bottom; }
     LogsView #logs-prompt.visible { display: block; }
+    LogsView #logs-search-progress { display: none; height: 1; }
+    LogsView #logs-search-progress.visible { display: block; }
     """
     BINDINGS = keymap.bindings_for("logs")
 
@@ -275,18 +280,20 @@ class LogsView(ConsoleView, can_focus=False):
         super().__init__(id=id)
         self.history: str = ""  # "loading history… N lines" while a job's log is being rebuilt
         self._store = store
-        self.matches: list[int] = []  # store indices of search hits
+        self.matches = array("I")  # store indices of search hits, ascending (4 bytes a hit)
         self.match_at = -1
         self.search_text = ""
         self.filter_text = ""
         self.searching = False
         self.filtering = False
         self._prompt_mode = ""
-        self._cancel: CancelToken | None = None
+        self._search_cancel: CancelToken | None = None
+        self._filter_cancel: CancelToken | None = None
 
     def compose(self) -> ComposeResult:
         yield LogLines(self._store, id="log-lines")
         yield Static("", id="logs-status")
+        yield ProgressBar(show_eta=False, id="logs-search-progress")
         yield Input(id="logs-prompt")
 
     @property
@@ -356,9 +363,9 @@ class LogsView(ConsoleView, can_focus=False):
             parts.append(f"filter {self.filter_text!r} ({ll.count} of {len(self._store or ())})")
         parts.append("FOLLOW" if ll.follow else f"PAUSED +{ll.pending} new (End/G follows)")
         if self.searching:
-            parts.append(f"searching /{self.search_text}…")
+            parts.append(f"searching /{self.search_text}… {len(self.matches):,} hits (Esc stops)")
         elif self.search_text:
-            at = f"{self.match_at + 1}/{len(self.matches)}" if self.matches else "no match"
+            at = f"{self.match_at + 1:,}/{len(self.matches):,}" if self.matches else "no match"
             parts.append(f"/{self.search_text} {at}")
         if ll.wrap:
             parts.append("wrap")
@@ -380,12 +387,16 @@ class LogsView(ConsoleView, can_focus=False):
         self.lines.focus()
 
     def on_key(self, event: events.Key) -> None:
-        if event.key == "escape" and self._prompt_mode:
+        """Esc closes the prompt, and cancels a running search (before it means "back")."""
+        if event.key == "escape" and (self._prompt_mode or self.searching):
             event.stop()
             event.prevent_default()
-            if self._cancel is not None:
-                self._cancel.cancel()
-            self._close_prompt()
+            if self._search_cancel is not None:
+                self._search_cancel.cancel()
+            if self._prompt_mode:
+                self._close_prompt()
+            if self.searching:
+                self._search_ended(cancelled=True)
 
     @on(Input.Submitted, "#logs-prompt")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -450,17 +461,16 @@ class LogsView(ConsoleView, can_focus=False):
 
     # ------------------------------------------------------------ search
     def start_search(self, text: str) -> None:
-        if self._cancel is not None:
-            self._cancel.cancel()
+        if self._search_cancel is not None:
+            self._search_cancel.cancel()
         self.search_text = text
-        self.matches, self.match_at = [], -1
+        self.matches, self.match_at = array("I"), -1
         ll = self.lines
         pattern, regex = search_options(text)
         if not pattern:
             ll.pattern = None
-            self.searching = False
+            self._search_ended(cancelled=False)
             ll.invalidate()
-            self._status()
             return
         try:
             ll.pattern = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE)
@@ -472,42 +482,79 @@ class LogsView(ConsoleView, can_focus=False):
             self._status()
             return  # nothing to search yet: the pattern still marks lines as they arrive
         self.searching = True
-        self._cancel = CancelToken()
+        self._search_cancel = CancelToken()
+        bar = self.query_one("#logs-search-progress", ProgressBar)
+        bar.update(total=max(1, len(self._store)), progress=0)
+        bar.add_class("visible")
         self._status()
         flt = ll.index.filter if ll.index is not None else None
-        self._search_worker(self._store, text, pattern, regex, flt, self._cancel)
+        self._search_worker(self._store, pattern, regex, flt, self._search_cancel)
 
     @work(thread=True, exclusive=True, group="logs-search", exit_on_error=False)
     def _search_worker(
         self,
         store: LogStore,
-        text: str,
         pattern: str,
         regex: bool,
         flt: LineFilter | None,
         cancel: CancelToken,
     ) -> None:
+        """Scan the spool block by block; hand the hits to the view as they come (the first at once), and
+        the scan's progress every SEARCH_POST_S."""
+        found, posted_at, shown = array("I"), 0.0, False
+        scanned = stop = 0
         try:
-            hits = list(store.search(pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel))
-        except Exception as err:  # the store's error becomes a notice, not a crash
-            self.app.call_from_thread(self._search_failed, str(err))
+            for batch in search_batches(
+                store, pattern, regex=regex, ignore_case=True, flt=flt, cancel=cancel
+            ):
+                found.extend(batch.hits)
+                scanned, stop = batch.scanned, batch.stop
+                now = time.monotonic()
+                if (found and not shown) or now - posted_at >= SEARCH_POST_S:
+                    if cancel.cancelled or get_current_worker().is_cancelled:
+                        return
+                    self.app.call_from_thread(self._search_progress, cancel, found, scanned, stop)
+                    posted_at, shown, found = now, shown or bool(found), array("I")
+        except Exception as err:  # the backend's error becomes a notice, not a crash
+            self.app.call_from_thread(self._search_failed, cancel, str(err))
             return
         if not cancel.cancelled and not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._search_done, text, hits)
+            self.app.call_from_thread(self._search_done, cancel, found, scanned, stop)
 
-    def _search_failed(self, error: str) -> None:
-        self.searching = False
+    def _search_failed(self, search: CancelToken, error: str) -> None:
+        if search is not self._search_cancel:
+            return
+        self._search_ended(cancelled=False)
         self.notify(f"search failed: {error}", severity="error")
+
+    def _search_progress(self, search: CancelToken, hits: array, scanned: int, stop: int) -> None:
+        """More hits: the first one the operator wants (after the cursor, or the top when following) is
+        shown as soon as it is known; the progress bar moves."""
+        if search is not self._search_cancel or not self.searching:  # a newer search, or this one was stopped
+            return
+        self.matches.extend(hits)
+        self.query_one("#logs-search-progress", ProgressBar).update(total=max(1, stop), progress=scanned)
+        if self.match_at < 0 and self.matches:
+            ll = self.lines
+            here = ll.store_index(ll.cursor) if ll.count else 0
+            if ll.follow or self.matches[-1] > here:
+                self._step_match(1, from_cursor=not ll.follow)
         self._status()
 
-    def _search_done(self, text: str, hits: Sequence[int]) -> None:
-        if text != self.search_text:
+    def _search_done(self, search: CancelToken, hits: array, scanned: int, stop: int) -> None:
+        if search is not self._search_cancel:
             return
+        self._search_progress(search, hits, scanned, stop)
+        self._search_ended(cancelled=False)
+        if self.matches and self.match_at < 0:
+            self._step_match(1, from_cursor=True)  # no hit after the cursor: wrap round to the first
+        self._status()
+
+    def _search_ended(self, *, cancelled: bool) -> None:
         self.searching = False
-        self.matches = list(hits)
-        self.match_at = -1
-        if self.matches:
-            self._step_match(1, from_cursor=True)
+        self.query_one("#logs-search-progress", ProgressBar).remove_class("visible")
+        if cancelled:
+            self.notify(f"search /{self.search_text} cancelled: {len(self.matches):,} hits so far", timeout=3)
         self._status()
 
     def _step_match(self, direction: int, *, from_cursor: bool = False) -> None:
@@ -541,9 +588,14 @@ class LogsView(ConsoleView, can_focus=False):
 
     # ------------------------------------------------------------ filter and time
     def apply_filter(self, text: str) -> None:
+        """Show only the lines `text` keeps (empty: every line); a scan still running for the last filter
+        stops, and its result is dropped."""
         ll = self.lines
         if not text:
+            if self._filter_cancel is not None:
+                self._filter_cancel.cancel()
             self.filter_text = ""
+            self.filtering = False
             ll.index = None
             ll.invalidate()
             ll.sync()
@@ -557,23 +609,28 @@ class LogsView(ConsoleView, can_focus=False):
         if self._store is None:
             self.notify("no log to filter yet: no run attached", severity="warning")
             return
+        if self._filter_cancel is not None:
+            self._filter_cancel.cancel()
+        self._filter_cancel = CancelToken()
         self.filter_text = text
         self.filtering = True
         self._status()
-        self._filter_worker(self._store.filtered(flt))
+        self._filter_worker(FilteredLines(self._store, flt), self._filter_cancel)
 
     @work(thread=True, exclusive=True, group="logs-filter", exit_on_error=False)
-    def _filter_worker(self, view: FilteredLines) -> None:
-        """The first scan of a filter can cover millions of lines: off the UI thread."""
+    def _filter_worker(self, view: FilteredLines, cancel: CancelToken) -> None:
+        """The first scan of a filter can cover millions of lines: off the UI thread, cancellable."""
         try:
-            view.refresh()
+            view.refresh(cancel)
         except Exception as err:
             self.app.call_from_thread(self.notify, f"filter failed: {err}", severity="error")
             return
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._filter_done, view)
+        if not cancel.cancelled and not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._filter_done, view, cancel)
 
-    def _filter_done(self, view: FilteredLines) -> None:
+    def _filter_done(self, view: FilteredLines, cancel: CancelToken) -> None:
+        if cancel.cancelled:  # cleared or replaced while the scan ended
+            return
         self.filtering = False
         view.refresh()  # catch up with lines that arrived during the scan
         ll = self.lines

@@ -3,10 +3,15 @@ wrap, jump to time, copy; the view never holds the lines (it reads the store laz
 
 from __future__ import annotations
 
+import threading
+
 from app_helpers import make_app
 from run_fixtures import log_text, store
+from waiting import until
 
+from backend.signals import search
 from console.messages import LogAppended
+from console.views import logs
 from console.views.logs import LogLines, LogsView
 
 
@@ -66,7 +71,7 @@ async def test_search_next_prev_and_cancel(tmp_path):
         await pilot.pause()
         # lines 2, 5, 8 ... carry grad_norm; "grad_norm 1.2" matches iterations 200..299 with i % 3 == 2
         expected = [i for i in range(300) if i % 3 == 2 and i % 50 and 200 <= i <= 299]
-        assert view.matches == expected
+        assert list(view.matches) == expected
         assert view.lines.cursor == expected[0]
         await pilot.press("n")
         assert view.lines.cursor == expected[1]
@@ -76,11 +81,11 @@ async def test_search_next_prev_and_cancel(tmp_path):
         await pilot.press("slash", *"re:NCCL WARN", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert view.matches == [77]
+        assert list(view.matches) == [77]
         await pilot.press("slash", *"nothing-like-this", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert view.matches == [] and "no match" in _status(view)
+        assert list(view.matches) == [] and "no match" in _status(view)
         await pilot.press("slash", "x", "escape")  # Esc closes the prompt and cancels
         assert not view.query_one("#logs-prompt").has_class("visible")
 
@@ -145,3 +150,59 @@ async def test_view_reads_only_visible_lines(tmp_path):
         lines = app.query_one(LogLines)
         assert lines.count == 60_010
         assert len(lines._cache) <= lines.size.height + 2
+
+
+async def test_search_shows_its_first_hit_and_progress_while_it_runs_and_esc_stops_it(tmp_path, monkeypatch):
+    """A search over a week-long log takes a while: its first hit is on screen, with a progress bar, before
+    the scan ends, and Esc stops the scan (the backend's scan is held at its second block until the test
+    has looked, so "before it ends" is certain, not a race)."""
+    app, st = await _logs_app(tmp_path)
+    release, stopped = threading.Event(), threading.Event()
+
+    def held(store, pattern, *, cancel, **kwargs):
+        batches = search.search_batches(store, pattern, cancel=cancel, block_bytes=1 << 10, **kwargs)
+        yield next(batches)  # the first block: hits
+        release.wait(30)
+        yield from batches
+        stopped.set()
+
+    monkeypatch.setattr(logs, "search_batches", held)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await _show(app, pilot, st)
+        await pilot.press("slash", *"iteration", "enter")
+        await until(pilot, lambda: view.matches, "the first block's hits")
+        bar = view.query_one("#logs-search-progress")
+        assert view.searching and bar.has_class("visible") and "searching /iteration" in _status(view)
+        assert view.lines.cursor == view.matches[0]  # following: the first hit, at once
+        assert 0 < bar.progress < bar.total == len(st)
+        await pilot.press("escape")
+        assert not view.searching and not bar.has_class("visible")
+        release.set()
+        await until(pilot, stopped.is_set, "the scan to stop")
+        assert len(view.matches) < 300 and app.current_view == "logs"  # Esc stopped it, did not go back
+
+
+async def test_clearing_a_filter_while_it_scans_drops_the_scan(tmp_path, monkeypatch):
+    """A filter's first scan of a long log runs in a thread; clearing the filter meanwhile stops it, and the
+    scan's end does not bring the filter back (the scan is held until the test has cleared it)."""
+    release, started = threading.Event(), threading.Event()
+
+    class Held(logs.FilteredLines):
+        def refresh(self, cancel=None, block=1 << 20):
+            started.set()
+            release.wait(30)
+            return super().refresh(cancel, block)
+
+    monkeypatch.setattr(logs, "FilteredLines", Held)
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await _show(app, pilot, st)
+        await pilot.press("f", *"node:10.0.0.2", "enter")
+        await until(pilot, started.is_set, "the filter's scan to start")
+        assert view.filtering
+        await pilot.press("f", "ctrl+u", "enter")  # empty filter: every line again
+        assert not view.filtering and view.lines.index is None
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert view.lines.index is None and view.lines.count == len(st) and "filter" not in _status(view)

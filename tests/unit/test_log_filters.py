@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backend.signals.filters import (
+    FilteredLines,
     FilterSyntaxError,
     LineFilter,
     TimeSyntaxError,
@@ -42,7 +43,7 @@ def test_actor_filter_by_role_knows_every_version(tmp_path) -> None:
         )
 
         def shown(flt: LineFilter) -> list[str]:
-            view = store.filtered(flt)
+            view = FilteredLines(store, flt)
             view.refresh()
             return [view.line(k).message for k in range(len(view))]
 

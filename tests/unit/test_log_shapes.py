@@ -21,7 +21,7 @@ from miles_log_shapes import (
     text,
 )
 
-from backend.signals.filters import LineFilter
+from backend.signals.filters import FilteredLines, LineFilter
 from backend.signals.grammar import parse_line
 from backend.signals.ingest import RunLog
 from backend.signals.monitor import RunMonitor
@@ -206,7 +206,7 @@ def test_actor_rank_node_filters_work_on_every_shape(tmp_path) -> None:
         store = run_log.store
 
         def count(flt: LineFilter) -> int:
-            view = store.filtered(flt)
+            view = FilteredLines(store, flt)
             view.refresh()
             return len(view)
 

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from backend.signals.store import LogStore
+from tests.support.log_search import hits
 
 WORDS = (
     "gen throughput",
@@ -62,17 +63,15 @@ def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
 )
 def test_substring_hits_equal_per_line_test(mixed, pattern: str, block_bytes: int) -> None:
     store, texts = mixed
-    assert list(store.search(pattern, block_bytes=block_bytes)) == [
-        i for i, t in enumerate(texts) if pattern in t
-    ]
+    assert hits(store, pattern, block_bytes=block_bytes) == [i for i, t in enumerate(texts) if pattern in t]
     folded = re.compile(re.escape(pattern), re.IGNORECASE)
-    got = list(store.search(pattern.upper(), ignore_case=True, block_bytes=block_bytes))
+    got = hits(store, pattern.upper(), ignore_case=True, block_bytes=block_bytes)
     assert got == [i for i, t in enumerate(texts) if folded.search(t)]
 
 
 def test_dense_hits_count_each_line_once_and_newline_never_matches(mixed) -> None:
     store, texts = mixed
-    dense = list(store.search("dense"))
+    dense = hits(store, "dense")
     assert len(dense) == 3000 and dense == sorted(set(dense))  # 3 hits per line, one index per line
-    assert list(store.search("rare here\nonly")) == []  # a needle across two lines is no line's text
-    assert list(store.search("dense", start=len(texts) - 10)) == list(range(len(texts) - 10, len(texts)))
+    assert hits(store, "rare here\nonly") == []  # a needle across two lines is no line's text
+    assert hits(store, "dense", start=len(texts) - 10) == list(range(len(texts) - 10, len(texts)))

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
+import backend.signals.store as store_module
 from backend.demo.sample_log import SampleRun, generate
-from backend.signals.filters import LineFilter
-from backend.signals.search import CancelToken, SearchPatternError
-from backend.signals.store import LogStore
+from backend.signals.filters import FilteredLines, LineFilter
+from backend.signals.search import SearchPatternError, search_batches
+from backend.signals.store import CancelToken, LogStore
+from tests.support.log_search import hits
 
 TRAIN = "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=52001, ip=10.0.0.2)\x1b[0m "
 RM = "\x1b[2m\x1b[36m(RolloutManager pid=51234)\x1b[0m "
@@ -89,7 +91,25 @@ def test_spool_file_and_offset_index(tmp_path) -> None:
         store.text(5000)
     assert store.path.read_bytes() == data  # the spool holds exactly the sanitised lines
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
-    assert len(store._cum) == 5001 and store._cum.typecode == "Q" and store._offset(5000) == len(data)
+    assert len(store._cum) == 5001 and store._cum.itemsize == 4  # 4 bytes of index per line
+    store.close()
+
+
+def test_offsets_past_each_4gib_of_spool(tmp_path, monkeypatch) -> None:
+    """Offsets are 32-bit words plus the lines where each further 4 GiB starts: shrink 4 GiB to 1 KiB and
+    every line still reads back, whether a chunk crosses one boundary, several, or ends on one."""
+    monkeypatch.setattr(store_module, "_WRAP", 1 << 10)
+    store = LogStore(tmp_path, run_id="wrap")
+    lines = [f"line {i} " + "x" * (i % 97) for i in range(3000)]
+    data = ("\n".join(lines) + "\n").encode()
+    pos = 0
+    for size in (100, 999, 5000, 1 << 16, 1 << 20):  # chunks below, across and far past the boundary
+        store.append(data[pos : pos + size])
+        pos += size
+    assert len(store) == 3000 and len(store._wraps) > 100
+    assert [store.text(i) for i in range(3000)] == lines
+    assert [x.text for x in store.lines(1000, 2000)] == lines[1000:2000]
+    assert hits(store, "line 2999 ") == [2999] and store.spool_bytes(0, 3000) == data
     store.close()
 
 
@@ -104,16 +124,16 @@ def test_interleaved_actors_filter_by_actor_rank_node(store: LogStore) -> None:
     store.append("\n".join(generate(run)) + "\n")
     sources = {s.prefix: s for s in store.sources()}
     assert sources["MegatronTrainRayActor pid=52001, ip=10.0.0.9"].rank == 0  # learnt from its bracket lines
-    by_actor = store.filtered(LineFilter(actor="RolloutManager"))
+    by_actor = FilteredLines(store, LineFilter(actor="RolloutManager"))
     by_actor.refresh()
     assert len(by_actor) > 0 and all(by_actor.line(k).actor == "RolloutManager" for k in range(len(by_actor)))
-    rank0 = store.filtered(LineFilter(rank=0))
+    rank0 = FilteredLines(store, LineFilter(rank=0))
     rank0.refresh()
     texts = [rank0.line(k).text for k in range(len(rank0))]
     assert any("step 0:" in t for t in texts) and all("pid=52001" in t for t in texts)
-    remote = store.filtered(LineFilter(node="10.0.0.9"))
+    remote = FilteredLines(store, LineFilter(node="10.0.0.9"))
     remote.refresh()
-    head = store.filtered(LineFilter(node="head"))
+    head = FilteredLines(store, LineFilter(node="head"))
     head.refresh()
     assert len(remote) + len(head) == len(store)
     before = len(rank0)
@@ -133,10 +153,10 @@ def test_level_filter_and_level_field(store: LogStore) -> None:
         f"{RM}all good\n"
     )
     assert [line.level for line in store.lines(0, 5)] == ["error", "info", "error", "warning", "info"]
-    errors = store.filtered(LineFilter(min_level="error"))
+    errors = FilteredLines(store, LineFilter(min_level="error"))
     errors.refresh()
     assert list(errors.indices) == [0, 2]
-    warn_rm = store.filtered(LineFilter(actor="RolloutManager", min_level="warning"))
+    warn_rm = FilteredLines(store, LineFilter(actor="RolloutManager", min_level="warning"))
     warn_rm.refresh()
     assert list(warn_rm.indices) == [3]
 
@@ -146,55 +166,41 @@ def test_search_substring_regex_case_and_filter(store: LogStore) -> None:
     store.append("\n".join(generate(run)) + "\n")
     n = len(store)
     texts = [store.text(i) for i in range(n)]
-    assert list(store.search("step 3:")) == [i for i, t in enumerate(texts) if "step 3:" in t]
-    dense = list(store.search("Decode batch"))  # most lines hit: the dense path
+    assert hits(store, "step 3:") == [i for i, t in enumerate(texts) if "step 3:" in t]
+    dense = hits(store, "Decode batch")  # most lines hit: the dense path
     assert dense == [i for i, t in enumerate(texts) if "Decode batch" in t] and len(dense) == 90
-    assert list(store.search("decode BATCH", ignore_case=True)) == dense
-    assert list(store.search("STEP 3:", ignore_case=True)) == list(store.search("step 3:"))
+    assert hits(store, "decode BATCH", ignore_case=True) == dense
+    assert hits(store, "STEP 3:", ignore_case=True) == hits(store, "step 3:")
     store.append("mixed TrAcEbAcK here\n")
-    assert list(store.search("traceback", ignore_case=True)) == [n] and list(store.search("traceback")) == []
-    rx = list(store.search(r"perf \d+: \{'perf/sleep", regex=True))
+    assert hits(store, "traceback", ignore_case=True) == [n] and hits(store, "traceback") == []
+    rx = hits(store, r"perf \d+: \{'perf/sleep", regex=True)
     assert len(rx) == 3 and all("train_metric_utils.py" in texts[i] for i in rx)
-    only_rm = list(store.search("perf", flt=LineFilter(actor="RolloutManager")))
+    only_rm = hits(store, "perf", flt=LineFilter(actor="RolloutManager"))
     assert only_rm and all(texts[i].startswith("(RolloutManager") for i in only_rm)
-    assert list(store.search("zzz-not-there")) == [] and list(store.search("")) == []
-    assert list(store.search("step", start=n - 5, stop=n)) == [
-        i for i in range(n - 5, n) if "step" in texts[i]
-    ]
+    assert hits(store, "zzz-not-there") == [] and hits(store, "") == []
+    assert hits(store, "step", start=n - 5, stop=n) == [i for i in range(n - 5, n) if "step" in texts[i]]
     with pytest.raises(SearchPatternError, match="bad search pattern"):
-        list(store.search("(unclosed", regex=True))
+        hits(store, "(unclosed", regex=True)
 
 
-def test_search_is_cancellable_and_runs_in_background(tmp_path) -> None:
+def test_search_is_cancellable_and_reports_progress(tmp_path) -> None:
     store = LogStore(tmp_path, run_id="big")
     block = "".join(f"row {i} needle\n" for i in range(20000))
     for _ in range(10):
         store.append(block)
     token = CancelToken()
-    seen = []
-    for i in store.search("needle", cancel=token, block_bytes=1 << 16):
-        seen.append(i)
-        if len(seen) == 10:
+    seen: list[int] = []
+    for batch in search_batches(store, "needle", cancel=token, block_bytes=1 << 16):
+        seen.extend(batch.hits)
+        if len(seen) >= 10:
             token.cancel()
     assert 10 <= len(seen) < 200_000  # stopped at the next block, not at the end
 
-    batches: list[list[int]] = []
-    done = threading.Event()
-    task = store.search_background("row 19999 ", on_batch=batches.append, on_done=lambda t: done.set())
-    assert done.wait(10) and task.done.is_set() and task.error is None
-    assert list(task.matches) == [19999 + 20000 * k for k in range(10)] and sum(map(len, batches)) == 10
-
-    # cancelled from its first batch (in the search thread): it stops at the next block, not at the end
-    stop = CancelToken()
-    slow = store.search_background(
-        "needle", block_bytes=1 << 12, cancel=stop, on_batch=lambda _batch: stop.cancel()
-    )
-    assert slow.join(10) and slow.cancelled and 0 < len(slow.matches) < 200_000
-    late = store.search_background("needle", block_bytes=1 << 12)
-    late.cancel()  # from outside, at any time (it may already have finished: the whole file is small)
-    assert late.join(10) and late.cancelled
-    bad = store.search_background("[", regex=True)
-    assert bad.join(10) and "bad search pattern" in (bad.error or "")
+    # every block reports how far it has read, hit or not: the view's progress bar climbs to the end
+    batches = list(search_batches(store, "row 19999 ", block_bytes=1 << 16))
+    scanned = [b.scanned for b in batches]
+    assert len(batches) > 10 and scanned == sorted(scanned) and scanned[-1] == batches[-1].stop == len(store)
+    assert [i for b in batches for i in b.hits] == [19999 + 20000 * k for k in range(10)]
     store.close()
 
 
@@ -233,8 +239,8 @@ def test_one_writer_many_readers(tmp_path) -> None:
                     for i in (0, n // 2, n - 1):
                         line = store.line(i)
                         assert line.text.endswith(f"row {i:06d}") and line.pid == 52001, line
-                    hits = list(store.search("row 000999", stop=n))
-                    assert hits == ([999] if n > 999 else [])
+                    found = hits(store, "row 000999", stop=n)
+                    assert found == ([999] if n > 999 else [])
         except AssertionError as err:  # pragma: no cover - reported below
             errors.append(err)
 
@@ -247,9 +253,3 @@ def test_one_writer_many_readers(tmp_path) -> None:
     assert not errors and len(store) == total
     assert len(store._cache) <= 64  # memory for lines stays bounded; text lives in the spool
     store.close()
-
-
-def test_wait_for_lines(store: LogStore) -> None:
-    threading.Timer(0.05, lambda: store.append("x\ny\n")).start()
-    assert store.wait_for_lines(2, timeout=5)
-    assert not store.wait_for_lines(10, timeout=0.05)

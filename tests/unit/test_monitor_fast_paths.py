@@ -10,7 +10,7 @@ import pytest
 
 from backend.demo.sample_log import SampleRun, generate
 from backend.signals import metrics
-from backend.signals.failures.anchors import AnchoredHints, _occurrences, choose_anchors
+from backend.signals.anchors import AnchoredHints, _occurrences, choose_anchors
 from backend.signals.failures.catalog import default_catalog
 from backend.signals.failures.scanner import FailureScanner
 from backend.signals.metrics import _scalars, flat_payload, parse_payload

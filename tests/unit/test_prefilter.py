@@ -15,8 +15,8 @@ from backend.sanitize import sanitize_text
 from backend.signals.alerts import METRIC_CHECKS, AlertRule, load_rules
 from backend.signals.failures import FailureScanner
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureKind, default_catalog
-from backend.signals.monitor import RunMonitor
-from backend.signals.prefilter import Needles, Prefilter, monitor_needles
+from backend.signals.monitor import RunMonitor, monitor_needles
+from backend.signals.prefilter import Needles, Prefilter
 from shim import logline
 from tests.support import failure_shapes, miles_log_shapes
 from tests.support.miles_log_shapes import HEALTH_NOISE, Shape

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from backend.signals.actors import ENGINE, role_of
-from backend.signals.failures.anchors import AnchoredHints
+from backend.signals.anchors import AnchoredHints
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureCatalog, FailureKind, default_catalog
 from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.owner import (
