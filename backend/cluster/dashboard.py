@@ -32,8 +32,8 @@ from httpx_ws import (
 )
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.redaction import check_token, public_line, remember, shown_url, url_password
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.cluster.json_fields import Fields, as_int, objects
+from backend.json_fields import Fields, as_int, objects
 
 ODD: dict[str, object] = {
     "name": "gpu-0",
