@@ -56,6 +56,11 @@ class Fields:
         value = self.value(key)
         return str(value) if value else default
 
+    def string(self, key: str) -> str | None:
+        """The field when it is a string (empty too), else None: for a file whose author must write text."""
+        value = self.value(key)
+        return value if isinstance(value, str) else None
+
     def optional_text(self, key: str) -> str | None:
         """The field as text; None when it is missing, null, 0 or empty."""
         value = self.value(key)
