@@ -105,6 +105,11 @@ class JobInfo(BaseModel):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def meta(self) -> Fields:
+        """`metadata` read by type (a DRIVER job's may hold anything, or be missing)."""
+        return Fields.of(self.metadata)
+
 
 _TRACE_NOISE = re.compile(r"^(Traceback|  File |    )")
 _EXC_PREFIX = re.compile(r"^(?:[\w.]+(?:Error|Exception)|ValueError|TypeError|RuntimeError):\s*")
