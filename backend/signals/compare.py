@@ -78,7 +78,7 @@ def load_config(path: str | Path | None = None) -> CompareConfig:
 
 
 def _compared_metric(m: Fields) -> ComparedMetric:
-    """One `[[metric]]` table; a missing key or chart, or a threshold not a number, is a ValueError."""
+    """One `[[metric]]` table; a missing key or chart, or a threshold not a number, is one clear error."""
     key, chart = m.string("key"), m.string("chart")
     if not key or not chart:
         raise ValueError("each [[metric]] needs a key and a chart")
@@ -93,12 +93,13 @@ def _compared_metric(m: Fields) -> ComparedMetric:
 
 
 def _threshold(m: Fields, name: str, default: float) -> float:
-    if m.value(name) is None:
+    """The number `name` (numeric text too, as float() reads it); anything else is a ValueError."""
+    value = m.value(name)
+    if value is None:
         return default
-    number = m.number(name)
-    if number is None:
+    if not isinstance(value, int | float | str):
         raise ValueError(f"{name} of metric {m.text('key')!r} must be a number")
-    return number
+    return float(value)
 
 
 @dataclass(frozen=True)
