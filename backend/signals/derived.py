@@ -14,7 +14,6 @@ import re
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from backend.json_fields import Fields
 from backend.natural_order import natural_key
@@ -77,7 +76,7 @@ class RunFacts:
     pinned: set[str] = field(default_factory=set)  # facts given by the caller; the log does not override
 
     @classmethod
-    def from_spec(cls, spec: Any) -> RunFacts:
+    def from_spec(cls, spec: object) -> RunFacts:
         """Facts from a `backend.plan.spec.RunSpec` (duck-typed: only attributes that exist are read)."""
         facts = cls()
         for section, name, target in (
