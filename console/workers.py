@@ -75,14 +75,13 @@ def run_status(event: RunEvent) -> RunStatus | None:
     state = event.state.value if event.state is not None else (job.status if job else "?")
     if job is None:
         return RunStatus(public_line(event.text.removeprefix("submitting ")) or "?", public_line(state))
-    meta = job.metadata or {}
     return RunStatus(
         public_line(job.id),
         public_line(state),
         seconds_from_ms(job.start_time),
         seconds_from_ms(job.end_time),
         public_line(job.message or ""),
-        bool(meta.get("simulated")) or "simtrainer" in (job.entrypoint or ""),
+        job.meta.has("simulated") or "simtrainer" in (job.entrypoint or ""),
     )
 
 

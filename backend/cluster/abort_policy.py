@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.cluster.dashboard import JobInfo
-from backend.cluster.json_fields import Fields
+from backend.json_fields import Fields
 
 RAY_DEFAULT_STOP_SIGNAL = "SIGTERM"
 RAY_DEFAULT_STOP_WAIT_S = 3

@@ -46,7 +46,6 @@ from backend.cluster.abort_policy import (
 from backend.cluster.audit import AuditLog
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, latest_run
-from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.leftovers import (
     JobFootprint,
     Leftover,
@@ -61,6 +60,7 @@ from backend.cluster.leftovers import (
 from backend.cluster.preflight import preflight
 from backend.cluster.telemetry import snapshot
 from backend.errors import ConsoleError, RefusedError
+from backend.json_fields import Fields, as_int
 from backend.plan import checks
 from backend.plan.finding import Finding, has_errors
 from backend.plan.spec import RunSpec

@@ -32,8 +32,8 @@ from httpx_ws import (
 )
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.redaction import check_token, public_line, remember, shown_url, url_password
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -104,6 +104,11 @@ class JobInfo(BaseModel):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def meta(self) -> Fields:
+        """`metadata` read by type (a DRIVER job's may hold anything, or be missing)."""
+        return Fields.of(self.metadata)
 
 
 _TRACE_NOISE = re.compile(r"^(Traceback|  File |    )")

@@ -30,8 +30,8 @@ from typing import Any
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import PROBE_KEY, job_kind
-from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.sanitize import sanitize_text
 
 SCRIPT = Path(__file__).with_name("gpu_probe_job.py")

@@ -59,12 +59,12 @@ def is_miles_entrypoint(entrypoint: str) -> bool:
 
 
 def job_kind(job: JobInfo) -> JobKind:
-    meta = job.metadata or {}
-    if meta.get(CLEANUP_KEY):
+    meta = job.meta
+    if meta.has(CLEANUP_KEY):
         return "cleanup"
-    if meta.get(PROBE_KEY):
+    if meta.has(PROBE_KEY):
         return "probe"
-    if meta.get(OURS_KEY):
+    if meta.has(OURS_KEY):
         return "ours"
     if is_miles_entrypoint(job.entrypoint or ""):
         return "miles"
@@ -98,5 +98,4 @@ def active_runs(jobs: Iterable[JobInfo]) -> list[JobInfo]:
 
 
 def run_id_of(job: JobInfo) -> str | None:
-    run_id = (job.metadata or {}).get("run_id")
-    return run_id if isinstance(run_id, str) else None
+    return job.meta.string("run_id")

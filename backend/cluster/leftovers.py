@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
 from backend.cluster.dashboard import JobInfo, RayClient
-from backend.cluster.json_fields import Fields, as_int
 from backend.cluster.node_job import run_node_job
 from backend.errors import ConsoleError
+from backend.json_fields import Fields, as_int
 from backend.sanitize import sanitize_text
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from backend.cluster.dashboard import RayClient
 from backend.cluster.job_identity import CLEANUP_KEY
-from backend.cluster.json_fields import Fields
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 
 POLL_S = 0.5
 REPO_ROOT = Path(__file__).resolve().parents[2]

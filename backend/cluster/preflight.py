@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
-from backend.cluster.json_fields import Fields
 from backend.cluster.telemetry import ClusterSnapshot, snapshot
+from backend.json_fields import Fields
 from backend.natural_order import natural_key
 from backend.plan.checks import Finding
 from backend.plan.spec import RunSpec

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Literal, cast
 
 from backend.cluster.dashboard import RayClient
-from backend.cluster.json_fields import Fields
 from backend.cluster.node_job import NodeJobResult, run_node_job
 from backend.cluster.prepare_job import PrepareRequest
 from backend.cluster.telemetry import ClusterSnapshot, NodeSnapshot
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.plan.finding import Finding
 from backend.plan.spec import RunSpec
 from backend.severity import Severity

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from backend.cluster.json_fields import Fields  # inlined on the node
+from backend.json_fields import Fields  # inlined on the node
 from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_PREPARE "

@@ -30,8 +30,8 @@ import time
 
 import psutil
 
-from backend.cluster.json_fields import Fields  # inlined on the node
 from backend.cluster.process_identity import carries_job, identify  # inlined on the node
+from backend.json_fields import Fields  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_REAP "
 UNLISTED_SHARE = 0.10  # a GPU this full with no process listed: NVML cannot name its holder here

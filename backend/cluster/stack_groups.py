@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.cluster.json_fields import Fields
+from backend.json_fields import Fields
 from backend.natural_order import natural_key
 from backend.sanitize import one_line
 

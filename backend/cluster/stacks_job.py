@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
-from backend.cluster.json_fields import objects  # inlined on the node
 from backend.cluster.process_identity import identify  # inlined on the node
+from backend.json_fields import objects  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_STACKS "
 MAX_THREADS = 128  # per process, so one line of the job log stays bounded

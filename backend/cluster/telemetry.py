@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.cluster.json_fields import Fields
 from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.natural_order import natural_key
 
 if TYPE_CHECKING:

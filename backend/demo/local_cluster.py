@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from backend.cluster.json_fields import Fields
+from backend.json_fields import Fields
 
 REPO = Path(__file__).resolve().parents[2]  # the directory holding the `backend` package
 FAKEGPU_DIR = REPO / "backend" / "demo" / "simtrainer" / "fakegpu"

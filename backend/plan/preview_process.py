@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.json_fields import Fields
+
 if TYPE_CHECKING:
     from backend.plan.view_start import PlanStart
 
@@ -63,11 +65,10 @@ def parse_settings_answer(data: Mapping[str, object]) -> SettingsAnswer | None:
     if set(data) == {"error"}:
         error = data["error"]
         return PreviewRefused(error) if isinstance(error, str) else None
-    settings, run_id = data.get("settings"), data.get("run_id")
-    if not isinstance(settings, dict) or not isinstance(run_id, str):
-        return None
-    address, readonly, keys = settings.get("address"), settings.get("readonly"), settings.get("keys")
-    if not (isinstance(address, str) and isinstance(readonly, bool) and isinstance(keys, dict)):
+    answer = Fields(data)
+    settings, run_id = answer.obj("settings"), answer.string("run_id")  # not an object: every field missing
+    address, readonly, keys = settings.string("address"), settings.value("readonly"), settings.value("keys")
+    if run_id is None or address is None or not isinstance(readonly, bool) or not isinstance(keys, dict):
         return None
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
         return None

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 import shim
 from backend.errors import SpecError
+from backend.json_fields import Fields
 from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
 from backend.redaction import SECRET_NAME
@@ -57,7 +58,7 @@ class Submission(BaseModel):
         }
 
     def redacted_runtime_env(self) -> dict[str, Any]:
-        env = dict(self.runtime_env.get("env_vars", {}))
+        env = dict(Fields(self.runtime_env).obj("env_vars").raw)
         for name in env:
             if name in self.secret_env or SECRET_ENV.search(name):
                 env[name] = REDACTED

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend.json_fields import Fields
 from backend.plan.spec import SLICE_NAME, list_presets, load_preset_dict
 from backend.sanitize import one_line
 
@@ -42,10 +43,11 @@ def _preset_models() -> dict[str, tuple[str, int]]:
     """preset -> (model directory name, num_layers), read from the preset files."""
     out: dict[str, tuple[str, int]] = {}
     for name in list_presets():
-        model = load_preset_dict(name).get("model")
-        if not isinstance(model, dict):
+        preset = Fields(load_preset_dict(name))
+        if not isinstance(preset.value("model"), dict):
             continue  # configs/ also holds non-recipe files (e.g. alerts.toml)
-        out[name] = (str(model.get("name", "")), int(model.get("num_layers", 0) or 0))
+        model = preset.obj("model")
+        out[name] = (model.text("name"), model.integer("num_layers"))
     return out
 
 
@@ -86,14 +88,14 @@ def list_variants(
     models = _preset_models()
     variants: list[Variant] = []
     if current and current not in models:
-        model = load_preset_dict(current).get("model", {})
+        model = Fields(load_preset_dict(current)).obj("model")
         variants.append(
             Variant(
                 key=f"file:{current}",
                 label=f"{one_line(Path(current).stem)} (file)",
                 kind="file",
                 preset=current,
-                slice_layers=_slice_layers(str(model.get("name", ""))),
+                slice_layers=_slice_layers(model.text("name")),
             )
         )
     variants += [

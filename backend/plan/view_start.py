@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.plan.evaluation import PlanEvaluation, evaluate
 from backend.plan.spec import DEFAULT_PRESET, load_preset_dict
 from backend.plan.variants import list_variants
@@ -66,7 +67,7 @@ def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Varian
     preset = preset or DEFAULT_PRESET
     notices: list[str] = []
     try:
-        model_dir = model_dir or load_preset_dict(preset).get("paths", {}).get("model_dir")
+        model_dir = model_dir or Fields(load_preset_dict(preset)).obj("paths").optional_text("model_dir")
     except ConsoleError as err:
         notices.append(str(err))
         preset, model_dir = DEFAULT_PRESET, None

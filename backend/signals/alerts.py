@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.sanitize import one_line
 from backend.severity import Severity
 from backend.signals.actors import TRAIN, role_of
@@ -149,21 +150,22 @@ def load_rules(path: str | Path | None = None) -> list[AlertRule]:
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise AlertRuleError(f"cannot read alert rules {path}: {err}") from None
     rules, seen = [], set()
-    for i, raw in enumerate(data.get("rule", [])):
-        rid = raw.get("id")
+    for i, raw in enumerate(Fields(data).objs("rule")):
+        rid = raw.string("id")
         where = f"alert rule #{i + 1} ({rid or 'no id'}) in {path}"
-        if not isinstance(rid, str) or not rid or rid in seen:
+        if not rid or rid in seen:
             raise AlertRuleError(f"{where}: needs a unique string id")
         seen.add(rid)
-        severity = Severity.parse(raw.get("severity"))
+        severity = Severity.parse(raw.value("severity"))
         if severity not in SEVERITIES:
             raise AlertRuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
-        when = raw.get("when")
+        when = raw.text("when")
         if when not in METRIC_CHECKS + OTHER_CHECKS:
-            raise AlertRuleError(f"{where}: unknown check {when!r}")
-        if not isinstance(raw.get("message"), str):
+            raise AlertRuleError(f"{where}: unknown check {raw.value('when')!r}")
+        message = raw.string("message")
+        if message is None:
             raise AlertRuleError(f"{where}: needs a message")
-        metrics = tuple(raw.get("metrics", ()))
+        metrics = tuple(map(str, raw.items("metrics")))
         if when in METRIC_CHECKS and not metrics:
             raise AlertRuleError(f"{where}: a {when} rule needs metrics")
         if when == "key_missing" and not metrics:
@@ -172,20 +174,21 @@ def load_rules(path: str | Path | None = None) -> list[AlertRule]:
         hints: tuple[str, ...] = ()
         if when == "log":
             try:
-                pattern = re.compile(raw.get("pattern", ""))
+                pattern = re.compile(raw.string("pattern") or "")
             except re.error as err:
                 raise AlertRuleError(f"{where}: bad pattern: {err}") from None
             if not pattern.pattern:
                 raise AlertRuleError(f"{where}: a log rule needs a pattern")
-            hints = tuple(raw.get("hints", ()))
-            if not hints or not all(isinstance(h, str) and h for h in hints):
+            items = raw.items("hints")
+            hints = tuple(h for h in items if isinstance(h, str) and h)
+            if not hints or len(hints) < len(items):
                 raise AlertRuleError(f"{where}: a log rule needs hints (literal text its lines hold)")
-        numbers, words = _params(raw, where)
-        rules.append(AlertRule(rid, severity, when, raw["message"], metrics, numbers, words, pattern, hints))
+        numbers, words = _params(raw.raw, where)
+        rules.append(AlertRule(rid, severity, when, message, metrics, numbers, words, pattern, hints))
     return rules
 
 
-def _params(raw: dict[str, object], where: str) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
+def _params(raw: Mapping[str, object], where: str) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
     """A rule's other keys: numbers, and words (a string or a list of them); anything else is refused."""
     numbers: dict[str, float] = {}
     words: dict[str, tuple[str, ...]] = {}

@@ -21,6 +21,7 @@ from typing import Any
 import tomllib
 
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.sanitize import one_line
 from backend.signals.launch_flags import FlagDiff, LaunchFlags, diff_flags
 from backend.signals.series import TRAIN_AXIS, SeriesSetSnapshot, axis_for
@@ -66,24 +67,39 @@ def default_config_path() -> Path:
 def load_config(path: str | Path | None = None) -> CompareConfig:
     path = Path(path) if path is not None else default_config_path()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        head = data.get("headline", {})
-        metrics = tuple(
-            ComparedMetric(
-                str(m["key"]),
-                str(m["chart"]),
-                str(m.get("title", m["key"])),
-                float(m.get("abs", 0.0)),
-                float(m.get("rel", 0.0)),
-                max(1, int(m.get("sustain", 1))),
-            )
-            for m in data.get("metric", [])
-        )
+        data = Fields(tomllib.loads(path.read_text(encoding="utf-8")))
+        head = data.obj("headline")
+        metrics = tuple(_compared_metric(m) for m in data.objs("metric"))
         return CompareConfig(
-            metrics, **{k: str(head[k]) for k in ("kl", "reward", "throughput") if k in head}
+            metrics, **{k: head.text(k) for k in ("kl", "reward", "throughput") if head.has(k)}
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as err:
         raise CompareConfigError(f"cannot read the comparison settings {path}: {err}") from None
+
+
+def _compared_metric(m: Fields) -> ComparedMetric:
+    """One `[[metric]]` table; a missing key or chart, or a threshold not a number, is one clear error."""
+    key, chart = m.string("key"), m.string("chart")
+    if not key or not chart:
+        raise ValueError("each [[metric]] needs a key and a chart")
+    return ComparedMetric(
+        key,
+        chart,
+        m.string("title") or key,
+        _threshold(m, "abs", 0.0),
+        _threshold(m, "rel", 0.0),
+        max(1, int(_threshold(m, "sustain", 1))),
+    )
+
+
+def _threshold(m: Fields, name: str, default: float) -> float:
+    """The number `name` (numeric text too, as float() reads it); anything else is a ValueError."""
+    value = m.value(name)
+    if value is None:
+        return default
+    if not isinstance(value, int | float | str):
+        raise ValueError(f"{name} of metric {m.text('key')!r} must be a number")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import re
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
+from backend.json_fields import Fields
 from backend.natural_order import natural_key
-from backend.signals.dump_reader import DumpBatch, num
+from backend.signals.dump_reader import DumpBatch
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 from backend.signals.rank_phases import RankPhases
@@ -76,7 +76,7 @@ class RunFacts:
     pinned: set[str] = field(default_factory=set)  # facts given by the caller; the log does not override
 
     @classmethod
-    def from_spec(cls, spec: Any) -> RunFacts:
+    def from_spec(cls, spec: object) -> RunFacts:
         """Facts from a `backend.plan.spec.RunSpec` (duck-typed: only attributes that exist are read)."""
         facts = cls()
         for section, name, target in (
@@ -159,12 +159,11 @@ class RunFacts:
                 return
         self.checkpoints.append((ts, iteration))
 
-    def learn_meta(self, meta: dict[str, Any]) -> None:
-        raw = meta.get("args")
-        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    def learn_meta(self, meta: Fields) -> None:
+        args = meta.obj("args")
         for name in FACT_KEYS:
-            value = args.get(name)
-            if isinstance(value, int) and not isinstance(value, bool):
+            value = args.whole(name)
+            if value is not None:
                 self.learn(name, value)
 
     def note_checkpoint_metric(self, rec: MetricRecord) -> None:
@@ -245,14 +244,15 @@ class DashboardStreams:
 
     def add(self, batch: DumpBatch) -> None:
         for g in batch.gpu_util:
-            gpu = (str(g.get("node")), int(num(g.get("gpu"))) if math.isfinite(num(g.get("gpu"))) else -1)
+            index = g.reading("gpu")
+            gpu = (g.text("node", "None"), int(index) if math.isfinite(index) else -1)
             self.gpus[gpu] = {
-                "util": num(g.get("util")),
-                "mem_mb": num(g.get("mem_mb")),
-                "power_w": num(g.get("power_w")),
-                "ts": num(g.get("ts")),
+                "util": g.reading("util"),
+                "mem_mb": g.reading("mem_mb"),
+                "power_w": g.reading("power_w"),
+                "ts": g.reading("ts"),
             }
-            self._seen(num(g.get("ts")))
+            self._seen(g.reading("ts"))
         for p in batch.phases:
             name, t0, t1 = p.name, p.t0, p.t1
             phase = (p.node, p.rank, p.role, name)

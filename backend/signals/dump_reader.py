@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 from backend.regular_files import NotRegularFileError, open_regular
 from backend.signals.bounded_json import DUMP_LINE, JsonLimitError
 from backend.signals.bounded_json import loads as bounded_loads
@@ -124,14 +125,15 @@ class PhaseEvent:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> PhaseEvent:
-        rank = num(obj.get("rank"))
+        f = Fields(obj)
+        rank = f.reading("rank")
         return cls(
-            str(obj.get("name")),
-            str(obj.get("node")),
+            f.text("name", "None"),
+            f.text("node", "None"),
             int(rank) if math.isfinite(rank) else -1,
-            str(obj.get("role")),
-            num(obj.get("t0")),
-            num(obj.get("t1")),
+            f.text("role", "None"),
+            f.reading("t0"),
+            f.reading("t1"),
         )
 
 
@@ -147,14 +149,13 @@ class EngineGauge:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> EngineGauge:
-        raw = obj.get("labels")
-        labels = raw if isinstance(raw, dict) else {}
+        f = Fields(obj)
         return cls(
-            str(obj.get("addr")),
-            str(obj.get("metric")),
-            ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
-            num(obj.get("value")),
-            num(obj.get("ts")),
+            f.text("addr", "None"),
+            f.text("metric", "None"),
+            ",".join(f"{k}={v}" for k, v in sorted(f.obj("labels").raw.items())),
+            f.reading("value"),
+            f.reading("ts"),
         )
 
 
@@ -163,11 +164,11 @@ class DumpBatch:
     """What one poll found."""
 
     records: list[MetricRecord] = field(default_factory=list)
-    gpu_util: list[dict[str, Any]] = field(default_factory=list)
-    gpu_processes: list[dict[str, Any]] = field(default_factory=list)
+    gpu_util: list[Fields] = field(default_factory=list)
+    gpu_processes: list[Fields] = field(default_factory=list)
     phases: list[PhaseEvent] = field(default_factory=list)
     engine_series: list[EngineGauge] = field(default_factory=list)
-    meta: dict[str, Any] | None = None
+    meta: Fields | None = None  # the dashboard's meta.json, when it changed
 
 
 class DumpReader:
@@ -271,7 +272,7 @@ class DumpReader:
                     batch.records.append(rec)
         for stream in ("gpu_util", "gpu_processes"):
             for path in self._files(stream):
-                getattr(batch, stream).extend(self._tail(path).read_new())
+                getattr(batch, stream).extend(map(Fields, self._tail(path).read_new()))
         for path in self._files("phases"):
             batch.phases.extend(map(PhaseEvent.from_json, self._tail(path).read_new()))
         for path in self._files("engine_series"):
@@ -279,7 +280,7 @@ class DumpReader:
         batch.meta = self._read_meta()
         return batch
 
-    def _read_meta(self) -> dict[str, Any] | None:
+    def _read_meta(self) -> Fields | None:
         path = self.root / "dashboard" / "meta.json"
         try:
             mtime = path.stat().st_mtime
@@ -290,11 +291,4 @@ class DumpReader:
         except (OSError, ValueError, NotRegularFileError):  # unreadable, malformed, past the limits, a FIFO
             return None
         self._meta_mtime = mtime
-        return meta if isinstance(meta, dict) else None
-
-
-def num(value: object) -> float:
-    """A JSON number as float (nan for anything else)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value)
+        return Fields(meta) if isinstance(meta, dict) else None

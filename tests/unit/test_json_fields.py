@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from backend.cluster.json_fields import Fields, as_int, objects
+import math
+
+from backend.json_fields import Fields, as_int, objects
 
 ODD: dict[str, object] = {
     "name": "gpu-0",
@@ -45,3 +47,15 @@ def test_objects_lists_and_the_empty_reader() -> None:
     assert objects("not a list") == [] and f.items("tuple") == [1, 2] and f.items("name") == []
     assert Fields.of([1, 2]).raw == {} and Fields.of({"k": "v"}).text("k") == "v"
     assert f.has("flag") and not f.has("zero") and f.value("null") is None
+
+
+def test_strict_readers_take_only_their_own_json_type() -> None:
+    """For files whose author must write the type (rules, catalogs, meta.json): no coercion, no bools."""
+    f = Fields(ODD)
+    assert f.string("empty") == "" and f.string("name") == "gpu-0"
+    assert [f.string(k) for k in ("zero", "null", "missing", "list")] == [None] * 4
+    assert (
+        f.whole("zero") == 0 and [f.whole(k) for k in ("flag", "real", "int_text", "missing")] == [None] * 4
+    )
+    assert f.reading("real") == 7.5 and f.reading("zero") == 0.0
+    assert all(math.isnan(f.reading(k)) for k in ("flag", "int_text", "null", "missing"))

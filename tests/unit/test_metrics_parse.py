@@ -251,11 +251,12 @@ def test_dump_reader_reads_complete_lines_only(tmp_path) -> None:
     batch = reader.poll()
     kinds = sorted((r.source, r.kind, r.n) for r in batch.records)
     assert kinds == [("dashboard", "step", 0), ("events", "perf-rollout", 0), ("events", "step", 0)]
-    assert len(batch.gpu_util) == 2 and math.isnan(batch.gpu_util[1]["util"])
+    assert len(batch.gpu_util) == 2 and math.isnan(batch.gpu_util[1].reading("util"))
     assert (
         len(batch.phases) == 2
         and len(batch.engine_series) == 1
-        and batch.meta["args"]["rollout_num_gpus"] == 8
+        and batch.meta is not None
+        and batch.meta.obj("args").whole("rollout_num_gpus") == 8
     )
     assert reader.bad_lines == 1
     # the cut-off line is consumed once it is complete; nothing is read twice

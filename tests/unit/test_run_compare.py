@@ -48,6 +48,16 @@ def test_a_bad_config_is_one_error(tmp_path):
     bad.write_text("[[metric]]\nchart = 'x'\n")
     with pytest.raises(CompareConfigError, match="cannot read the comparison settings"):
         load_config(bad)
+    bad.write_text("[[metric]]\nkey = 'k'\nchart = 'x'\nabs = [1]\n")
+    with pytest.raises(CompareConfigError, match="abs of metric 'k' must be a number"):
+        load_config(bad)
+
+
+def test_a_config_metric_reads_its_defaults_and_numeric_text(tmp_path):
+    good = tmp_path / "compare.toml"
+    good.write_text("[headline]\nkl = 'k'\n[[metric]]\nkey = 'k'\nchart = 'x'\nrel = '0.5'\nsustain = 0\n")
+    config = load_config(good)
+    assert config.kl == "k" and config.metrics == (ComparedMetric("k", "x", "k", 0.0, 0.5, 1),)
 
 
 def test_divergence_needs_sustained_steps_both_logged():

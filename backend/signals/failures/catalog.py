@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from backend.errors import ConsoleError
+from backend.json_fields import Fields
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,15 +95,26 @@ def default_catalog_path() -> Path:
     return Path(str(resources.files("configs").joinpath("failures.toml")))
 
 
-def _strings(raw: Any, where: str, name: str) -> tuple[str, ...]:
-    value = raw.get(name, ())
+def _strings(raw: Fields, where: str, name: str) -> tuple[str, ...]:
+    value = raw.value(name)
+    value = () if value is None else value
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
         raise FailureCatalogError(f"{where}: {name} must be a list of non-empty strings")
     return tuple(value)
 
 
-def _pattern(raw: Any, where: str) -> KindPattern:
-    text, message = (raw, None) if isinstance(raw, str) else (raw.get("re"), raw.get("message"))
+def _text_map(raw: Fields, name: str, error: str) -> tuple[tuple[str, str], ...]:
+    """A table of text (`try`, `defaults`) as pairs; absent is empty, anything else is `error`."""
+    value = raw.value(name)
+    value = {} if value is None else value
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise FailureCatalogError(error)
+    return tuple(value.items())
+
+
+def _pattern(raw: object, where: str) -> KindPattern:
+    fields = Fields.of(raw)
+    text, message = (raw, None) if isinstance(raw, str) else (fields.value("re"), fields.value("message"))
     if not isinstance(text, str) or not text or (message is not None and not isinstance(message, str)):
         raise FailureCatalogError(f"{where}: a pattern is a regex string or {{re = '…', message = '…'}}")
     try:
@@ -112,62 +123,52 @@ def _pattern(raw: Any, where: str) -> KindPattern:
         raise FailureCatalogError(f"{where}: bad pattern {text[:60]!r}: {err}") from None
 
 
-def _kind(raw: Any, where: str) -> FailureKind:
-    if not isinstance(raw, dict):
+def _kind(table: object, where: str) -> FailureKind:
+    if not isinstance(table, dict):
         raise FailureCatalogError(f"{where}: must be a table")
+    raw = Fields(table)
     for name in ("id", "title", "message"):
-        if not isinstance(raw.get(name), str) or not raw[name]:
+        if not raw.string(name):
             raise FailureCatalogError(f"{where}: needs a {name}")
-    if raw.get("cascade") not in CASCADES:
+    cascade = raw.text("cascade")
+    if cascade not in CASCADES:
         raise FailureCatalogError(f"{where}: cascade must be one of {', '.join(CASCADES)}")
-    generic = bool(raw.get("generic", False))
-    patterns = tuple(_pattern(p, where) for p in raw.get("patterns", ()))
+    generic = raw.has("generic")
+    patterns = tuple(_pattern(p, where) for p in raw.items("patterns"))
     hints = _strings(raw, where, "hints")
     if not generic and (not patterns or not hints):
         raise FailureCatalogError(f"{where}: a kind needs patterns and hints (literal text its lines hold)")
-    tries = raw.get("try", {})
-    if not isinstance(tries, dict) or not all(isinstance(v, str) for v in tries.values()):
-        raise FailureCatalogError(f"{where}: try must map roles to text")
-    group_by = _strings(raw, where, "group_by") if "group_by" in raw else DEFAULT_GROUP_BY
+    tries = _text_map(raw, "try", f"{where}: try must map roles to text")
+    group_by = _strings(raw, where, "group_by") if "group_by" in table else DEFAULT_GROUP_BY
     return FailureKind(
-        id=raw["id"],
-        title=raw["title"],
-        cascade=raw["cascade"],
+        id=raw.text("id"),
+        title=raw.text("title"),
+        cascade=cascade,
         hints=hints,
         patterns=patterns,
-        message=raw["message"],
-        tries=tuple(tries.items()),
+        message=raw.text("message"),
+        tries=tries,
         yields_to=_strings(raw, where, "yields_to"),
         yields_to_any=_strings(raw, where, "yields_to_any"),
         group_by=group_by,
         collect=_strings(raw, where, "collect"),
-        needs_exception=bool(raw.get("needs_exception", False)),
+        needs_exception=raw.has("needs_exception"),
         generic=generic,
         examples=_strings(raw, where, "examples"),
-        defaults=_defaults(raw, where),
+        defaults=_text_map(raw, "defaults", f"{where}: defaults must map placeholders to text"),
     )
-
-
-def _defaults(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
-    value = raw.get("defaults", {})
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise FailureCatalogError(f"{where}: defaults must map placeholders to text")
-    return tuple(value.items())
 
 
 def load_catalog(path: str | Path | None = None) -> FailureCatalog:
     """Parse and check the catalog; a bad file is one clear error."""
     path = Path(path) if path is not None else default_catalog_path()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = Fields(tomllib.loads(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise FailureCatalogError(f"cannot read the failure catalog {path}: {err}") from None
     kinds, seen = [], set()
-    for i, raw in enumerate(data.get("kind", [])):
-        kind = _kind(
-            raw,
-            f"failure kind #{i + 1} ({raw.get('id', 'no id') if isinstance(raw, dict) else '?'}) in {path}",
-        )
+    for i, raw in enumerate(data.items("kind")):
+        kind = _kind(raw, f"failure kind #{i + 1} ({Fields.of(raw).text('id', 'no id')}) in {path}")
         if kind.id in seen:
             raise FailureCatalogError(f"failure kind {kind.id!r} in {path} is defined twice")
         seen.add(kind.id)
@@ -180,7 +181,7 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
             )
     if sum(k.generic for k in kinds) > 1:
         raise FailureCatalogError(f"{path}: at most one generic kind")
-    benign = data.get("benign", {})
+    benign = data.obj("benign")
     return FailureCatalog(
         tuple(kinds),
         _strings(benign, f"[benign] in {path}", "retried"),

@@ -10,6 +10,7 @@ Stdlib only: the node jobs inline it (`# inlined on the node`, see backend.clust
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -55,6 +56,11 @@ class Fields:
         value = self.value(key)
         return str(value) if value else default
 
+    def string(self, key: str) -> str | None:
+        """The field when it is a string (empty too), else None: for a file whose author must write text."""
+        value = self.value(key)
+        return value if isinstance(value, str) else None
+
     def optional_text(self, key: str) -> str | None:
         """The field as text; None when it is missing, null, 0 or empty."""
         value = self.value(key)
@@ -78,6 +84,16 @@ class Fields:
         """The field when it is a JSON number (never a bool or text), else None."""
         value = self.value(key)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def reading(self, key: str) -> float:
+        """The field when it is a JSON number (never a bool or text), else nan: a sample with a gap."""
+        number = self.number(key)
+        return math.nan if number is None else number
+
+    def whole(self, key: str) -> int | None:
+        """The field when it is a JSON integer (never a bool, a float or text), else None."""
+        value = self.value(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def obj(self, key: str) -> Fields:
         """The field as an object (an empty one when it is not)."""
