@@ -6,7 +6,6 @@ together. No cluster: a path needs none.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -15,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from runhelp import job_reaches
 from waiting import until
 
 from backend.demo import sample_log as miles_sample_log
@@ -245,10 +245,7 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
     script = REPO / "backend" / "demo" / "sample_log.py"
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         await client.submit({"entrypoint": f"python3 {script} --rollouts 4", "submission_id": sid})
-        deadline = time.monotonic() + 120
-        while not (await client.get_job(sid)).is_terminal:
-            assert time.monotonic() < deadline, "the job never ended"
-            await asyncio.sleep(0.5)
+        await job_reaches(client, sid, timeout=120)
     session = ReplaySession(ReplaySource("job", job_id=sid), tmp_path / "spool")
     app = UltraConsoleApp(
         Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session, watchdog=False

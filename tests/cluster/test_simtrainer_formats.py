@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from runhelp import job_reaches
+from waiting import until
 
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.signals.monitor import RunMonitor
@@ -136,9 +137,13 @@ async def test_events_and_dashboard_streams_read_live(ray_cluster, ray_client, t
     monitor = RunMonitor()
     feed = StructuredFeed(monitor, str(dump))
     reads: list[int] = []
-    while not (job := await ray_client.get_job(sid)).is_terminal:
+
+    async def read_until_ended() -> bool:  # one read per poll: the feed is read while the run writes
         reads.append(feed.poll())
-        await asyncio.sleep(0.5)
+        return (await ray_client.get_job(sid)).is_terminal
+
+    await until(None, read_until_ended, "the run's end", timeout=120, interval=0.5)
+    job = await ray_client.get_job(sid)
     reads.append(feed.poll())
     assert job.status == "SUCCEEDED", job.message
     assert sum(1 for r in reads if r) >= 3  # read incrementally while it ran, not at the end
