@@ -281,7 +281,7 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
                 assert [s.label for s in kl.series] == ["baseline.log", job.id]  # the live run last
                 assert [s.color for s in kl.series] == ["orange", "cyan"]
                 await until(pilot, lambda: len(kl.series[1].points) >= 4, "the live line growing", timeout=60)
-                live = dict(run.metrics.series.get("train/ppo_kl").finite_points())
+                live = dict(run.metrics.series.by_key["train/ppo_kl"].finite_points())
                 assert all(live.get(s) == v for s, v in kl.series[1].points)  # the live run's own numbers
                 panel = str(run.query_one("#run-compare").content)
                 assert panel.splitlines()[0].startswith(f"■ {job.id} RUNNING"), panel

@@ -238,7 +238,7 @@ async def test_resumed_run_swaps_events_and_the_reader_counts_each_point_once(ra
     got = feed.poll()
     assert got == 2 * 2 + 2 * 3  # only rollouts 2 and 3: the restored copy of 0 and 1 is not counted again
     assert feed.state().repeated_lines == first and feed.state().swaps == 1
-    assert monitor.collector.series.get("train/ppo_kl").steps == list(range(8))
+    assert monitor.collector.series.by_key["train/ppo_kl"].steps == list(range(8))
 
 
 def _series(lines: list[str]) -> dict[str, list[list[float | None]]]:

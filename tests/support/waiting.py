@@ -12,21 +12,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Callable
+from typing import Any
 
 
 async def until(
     pilot: Any,
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Any],
     what: str | Callable[[], str],
     timeout: float = 60.0,
     interval: float = 0.1,
-) -> T:
+) -> Any:
     """Poll `predicate()` until it is truthy and return that value; `what` names it in the timeout error
-    (a callable is asked only then, e.g. for the screen as it was)."""
+    (a callable is asked only then, e.g. for the screen as it was). Typed loosely on purpose: mypy can
+    type neither a lambda nor a coroutine function against "T or an awaitable of T"."""
     deadline = time.monotonic() + timeout
     while True:
         value = await _value(predicate)
@@ -39,7 +38,7 @@ async def until(
 
 async def holds(
     pilot: Any,
-    predicate: Callable[[], object | Awaitable[object]],
+    predicate: Callable[[], Any],
     what: str | Callable[[], str],
     duration: float,
     interval: float = 0.5,
@@ -55,7 +54,7 @@ async def holds(
         await _pause(pilot, interval)
 
 
-async def _value(predicate: Callable[[], T | Awaitable[T]]) -> T:
+async def _value(predicate: Callable[[], Any]) -> Any:
     value = predicate()
     return await value if inspect.isawaitable(value) else value
 

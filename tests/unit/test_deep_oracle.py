@@ -51,8 +51,9 @@ def test_deep_suite_in_oracle_venv(tmp_path):
     )
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, f"deep suite failed (exit {proc.returncode}):\n{tail}"
-    suite = ET.parse(report).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    root = ET.parse(report).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None, tail
     tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
     assert tests >= MIN_TESTS and skipped == 0, f"{tests} deep tests, {skipped} skipped:\n{tail}"
 

@@ -34,7 +34,7 @@ def _sources() -> list[Path]:
 
 
 def _imported_roots(tree: ast.Module) -> set[str]:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
