@@ -27,9 +27,16 @@ import pytest_asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from raycluster import LocalRayCluster
+from tiers import mark_and_group
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_and_group(
+        items
+    )  # the `ray` mark where a Ray fixture is used; the xdist groups (tests/support/tiers.py)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ MARKER = REPO / ".venv-deep" / ".ultra-console-deep-ok"
 MIN_TESTS = 27  # the deep suite's size; fewer ran means something was silently not collected
 
 
+@pytest.mark.deep
 def test_deep_suite_in_oracle_venv(tmp_path):
     if not (DEEP_PYTHON.exists() and MARKER.exists()):
         reason = "oracle venv .venv-deep is absent: run tests/deep/build_env.sh .venv-deep"
