@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app_helpers import make_app
 from run_fixtures import log_text, store
+from textual.widgets import Static
 
 from console.messages import LogAppended
 from console.views.logs import LogLines, LogsView
@@ -26,7 +27,7 @@ async def _show(app, pilot, st) -> LogsView:
 
 
 def _status(view: LogsView) -> str:
-    return str(view.query_one("#logs-status").content)
+    return str(view.query_one("#logs-status", Static).content)
 
 
 async def test_follow_pause_resume(tmp_path):

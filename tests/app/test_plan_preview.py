@@ -34,8 +34,14 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cfg
 
 
+def _started(*, address: str | None = None, python: str | None = None) -> plan_preview.Preview:
+    preview = plan_preview.start(address=address, python=python)
+    assert preview is not None, "no helper started"
+    return preview
+
+
 def test_helper_answers_what_the_console_computes(config: Path) -> None:
-    preview = plan_preview.start(address="127.0.0.1:7777")
+    preview = _started(address="127.0.0.1:7777")
     basics, plan = preview.settings_answer(), preview.plan()
     assert basics is not None and plan is not None
     assert preview._proc.wait(timeout=10) == 0  # it exits by itself once both answers are out
@@ -58,7 +64,7 @@ def test_helper_answers_what_the_console_computes(config: Path) -> None:
 
 def test_bad_settings_come_back_as_one_line(config: Path) -> None:
     config.write_text("readonly = [\n")
-    preview = plan_preview.start()
+    preview = _started()
     answer = preview.settings_answer()
     assert answer is not None and set(answer) == {"error"}
     assert answer["error"].startswith("cannot read config file") and "\n" not in answer["error"]
@@ -74,20 +80,14 @@ def _script(tmp_path: Path, body: str) -> str:
 
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
     assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
-    assert plan_preview.start(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
+    assert _started(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
+    assert _started(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None  # garbage
+    assert _started(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None  # not an answer
     assert (
-        plan_preview.start(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None
-    )  # garbage
-    assert (
-        plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None
-    )  # not an answer
-    assert (
-        plan_preview.start(
-            python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")
-        ).settings_answer()
+        _started(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).settings_answer()
         is None
     )  # not the shape the console reads
-    half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
+    half = _started(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
     assert half.settings_answer() == json.loads(BASICS) and half.plan() is None  # died after the first answer
 
 
@@ -114,8 +114,10 @@ def _screen(app: UltraConsoleApp) -> list[str]:
 
 
 async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: Path, config: Path) -> None:
-    preview = plan_preview.start()
-    run_id = preview.settings_answer()["run_id"]
+    preview = _started()
+    basics = preview.settings_answer()
+    assert basics is not None
+    run_id = basics["run_id"]
     from backend.settings import load_settings
 
     from_preview = UltraConsoleApp(None, preview=preview, start_workers=False, watchdog=False)
@@ -126,7 +128,11 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
             await pilot.pause()
             screens.append(_screen(app))
             plan = app.query_one(PlanView)
-            await until(pilot, lambda plan=plan: plan.evaluation.spec is not None, "the spec object is built")
+
+            def built(plan: PlanView = plan) -> bool:
+                return plan.evaluation.spec is not None
+
+            await until(pilot, built, "the spec object is built")
             assert app.readonly and app.keymap_overrides == {"plan.preflight": "ctrl+t"}
         if app is from_preview:
             assert preview._proc.wait(timeout=10) == 0  # its plan was read to the end
@@ -134,6 +140,7 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
     assert any("READ-ONLY" in line for line in screens[0])
     assert (
         from_preview._settings is not None
+        and from_preview.settings.token is not None
         and from_preview.settings.token.get_secret_value() == "tok-secret-123"
     )
 

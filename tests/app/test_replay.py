@@ -21,6 +21,7 @@ from backend.demo import sample_log as miles_sample_log
 from backend.settings import Settings
 from backend.signals.replay import ReplayError, ReplaySession, detect_source
 from console.app import UltraConsoleApp
+from console.views.events import EventsView
 from console.views.logs import LogsView
 from console.views.run import RunView
 from console.widgets.charts import LineChart
@@ -129,8 +130,8 @@ async def _loaded(app: UltraConsoleApp, pilot) -> LogsView:
         lambda: (
             "loading history" not in logs.history
             and app.history_text == ""
-            and getattr(app, "runtime", None) is not None
-            and len(app.runtime.store) > 0
+            and (runtime := getattr(app, "runtime", None)) is not None
+            and len(runtime.store) > 0
         ),
         "the replay to finish reading",
     )
@@ -160,6 +161,7 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     assert at > 0 and (
         top == at or (top < at < top + height and top + height >= logs.lines.count)
     )  # on top, or all shown
+    assert app.runtime is not None and app.runtime.store is not None
     store = app.runtime.store
     assert re.search(r"\bperf 1: \{", store.line(at - 1).text)  # the line before it closed rollout 1
     later = [store.line(i).text for i in range(at, len(store))]
@@ -199,6 +201,7 @@ async def test_replay_raises_the_alerts_the_run_would_have(tmp_path):
         await until(pilot, lambda: app.alert_count > 0, "an alert")
         await pilot.press("4")
         events = app.view("events")
+        assert isinstance(events, EventsView)
         ids = [str(getattr(a, "id", "")) for a in events.alerts]
         assert "loss-nonfinite" in ids, ids
 
@@ -279,6 +282,7 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
         store.append(path.read_bytes())
         await pilot.press("3", "right_square_bracket", "right_square_bracket")
         logs = app.view("logs")
+        assert isinstance(logs, LogsView)
         await until(
             pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1"
         )

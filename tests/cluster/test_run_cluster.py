@@ -111,7 +111,7 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
 
         outcome = await ctl.abort()
         assert outcome.stop_sent and "SIGINT" in outcome.message and "15 s" in outcome.message
-        assert ctl.state is RunState.STOPPING
+        assert (stopping := ctl.state) is RunState.STOPPING, stopping
         final = await ctl.wait_terminal(60)
         assert final.status == "STOPPED" and ctl.state is RunState.STOPPED
         # where it ran was recorded while its actors were alive, and the nodes read after the end say clean
