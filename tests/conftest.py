@@ -33,10 +33,10 @@ from waiting import until
 from backend.cluster.dashboard import RayClient
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects and before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_and_group(
-        items
-    )  # the `ray` mark where a Ray fixture is used; the xdist groups (tests/support/tiers.py)
+    """The `ray` mark where a Ray fixture is used, and the xdist groups (tests/support/tiers.py)."""
+    mark_and_group(items)
 
 
 @pytest.fixture(autouse=True)
