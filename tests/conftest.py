@@ -13,9 +13,9 @@ next test's run waits for.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
-import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,8 +27,16 @@ import pytest_asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from raycluster import LocalRayCluster
+from tiers import mark_and_group
+from waiting import until
 
 from backend.cluster.dashboard import RayClient
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects and before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `ray` mark where a Ray fixture is used, and the xdist groups (tests/support/tiers.py)."""
+    mark_and_group(items)
 
 
 @pytest.fixture(autouse=True)
@@ -96,8 +104,11 @@ def _stop_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
         leftover = _active_jobs(http) - before
         for sid in leftover:
             http.post(f"/api/jobs/{sid}/stop")
-        deadline = time.monotonic() + 30
-        while leftover and _active_jobs(http) & leftover and time.monotonic() < deadline:
-            time.sleep(0.5)
+
+        def stopped() -> bool:
+            return not _active_jobs(http) & leftover
+
+        if leftover:
+            asyncio.run(until(None, stopped, f"the jobs left active {sorted(leftover)} to stop", 30, 0.5))
     if leftover:
         warnings.warn(f"{request.node.name} left Ray jobs active, stopped: {sorted(leftover)}", stacklevel=1)

@@ -11,6 +11,7 @@ from backend.severity import Severity
 from backend.signals.alerts import Alert
 from console.app import StateLine
 from console.messages import AlertsChanged, AuditChanged
+from console.views.events import EventsView
 
 
 async def test_alerts_and_audit_are_shown(tmp_path):
@@ -74,6 +75,7 @@ async def test_the_views_get_copies_of_alerts_the_engine_goes_on_updating(tmp_pa
         assert fired is not None
         session.maybe_post_alerts()
         events = app.view("events")
+        assert isinstance(events, EventsView)
         await until(pilot, lambda: len(events.alerts) == 1, "the alert in the events view")
         (shown,) = events.alerts
         assert shown == fired and shown is not fired

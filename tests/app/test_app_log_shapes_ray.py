@@ -10,6 +10,7 @@ import time
 import pytest
 from app_helpers import MODELS, RUN_ID, PilotApp
 from miles_log_shapes import OOM_TRACEBACK, Shape, text
+from textual.widgets import Static
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
@@ -69,7 +70,7 @@ async def test_2026_04_log_fills_the_charts_and_a_cuda_oom_is_the_failed_header(
         )
         await until(
             pilot,
-            lambda: f"FAILED: {oom}" in str(run.query_one("#run-state").content),
+            lambda: f"FAILED: {oom}" in str(run.query_one("#run-state", Static).content),
             "the header naming the failure's cause",
             timeout=120,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app_helpers import make_app
+from rich.console import Group
 from textual.command import CommandList, CommandPalette
 from textual.widgets import ContentSwitcher, Static
 from waiting import until
@@ -56,7 +57,9 @@ async def test_help_lists_keys_and_ssh_tips(tmp_path):
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        text = str(app.screen.query_one("VerticalScroll > Static", Static).content.renderables[-1])
+        content = app.screen.query_one("VerticalScroll > Static", Static).content
+        assert isinstance(content, Group)
+        text = str(content.renderables[-1])
         for tip in ("COLORTERM", "escape-time", "Shift", "OSC 52"):
             assert tip in text
         await pilot.press("escape")
@@ -195,6 +198,7 @@ async def test_readonly_hides_every_mutating_key(tmp_path):
         assert {s.id for s in mutating} >= {"plan.launch"}
         for spec in mutating:
             scope = keymap.scope_of(spec.id)
+            assert scope is not None, spec.id
             if scope == "prepare":  # a screen of the plan view, not a view
                 from backend.plan.spec import build_spec
                 from console.widgets.prepare_screen import PrepareScreen

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from app_helpers import MODELS, RUN_ID, PilotApp
 from runhelp import cli, job_reaches, live_app
+from textual.widgets import Static
 from waiting import until
 
 from backend.cluster.dashboard import RayClient
@@ -77,13 +78,13 @@ async def test_simulated_cuda_oom_names_its_gpu_in_header_events_and_status(
         run = app.query_one(RunView)
 
         def said() -> str | None:
-            text = str(run.query_one("#run-state").content)
+            text = str(run.query_one("#run-state", Static).content)
             return text if "FAILED: CUDA out of memory on GPU 5" in text else None
 
         header = await until(
             pilot,
             said,
-            lambda: f"the header naming the OOM's GPU; it says {run.query_one('#run-state').content}",
+            lambda: f"the header naming the OOM's GPU; it says {run.query_one('#run-state', Static).content}",
             timeout=120,
         )
         assert "MegatronTrainRayActor" in header  # which actor, read from the 2026-04 prefix
@@ -115,7 +116,9 @@ async def test_unreadable_metric_lines_raise_the_blind_spot_within_one_rollout(
         run = app.query_one(RunView)
 
         def blind() -> bool:
-            return "metric line(s) in the log could not be read" in str(run.query_one("#run-state").content)
+            return "metric line(s) in the log could not be read" in str(
+                run.query_one("#run-state", Static).content
+            )
 
         await until(pilot, blind, "the blind-spot alert in the run header", timeout=150)
         seen = [line async for line in client.read_log(sid)]

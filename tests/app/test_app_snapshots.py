@@ -12,15 +12,25 @@ from app_helpers import edit_settled, make_app, write_audit
 from waiting import until
 
 from backend.severity import Severity
-from backend.signals.alerts import Alert
+from backend.signals.alerts import Alert, AlertEngine
 from console.messages import AlertsChanged
 from console.views.plan import PlanView
 from console.widgets.layout_form import LayoutForm
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
+
+
+def _stalled() -> Alert:
+    """What the run-stalled rule (configs/alerts.toml)
+    raises after 42 min without a metric, 5 min rollouts."""
+    alert = AlertEngine().check_stall(now=2520.0, last_metric_ts=0.0, median_step_s=300.0)
+    assert alert is not None
+    return alert
+
+
 ALERTS = [
     Alert("kl-spike", Severity.WARNING, "train/ppo_kl rose 8x over 3 steps", step=12),
-    Alert("rollout-stall", Severity.ERROR, "rollout phase is 6x its median", step=13),
+    _stalled(),
 ]
 
 

@@ -18,6 +18,7 @@ import miles_log_shapes as shapes
 import pytest
 from app_helpers import PilotApp, make_app
 from run_fixtures import T0, metrics_view, status
+from textual.widgets import Static
 from waiting import until
 
 from backend.demo import sample_log
@@ -129,7 +130,7 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
         drawn = "\n".join(chart("kl").render_line(y).text for y in range(chart("kl").size.height))
         assert "run-april.log" in drawn and "run-new.log" in drawn  # the legend names both
 
-        panel = str(run.query_one("#run-compare").content)
+        panel = str(run.query_one("#run-compare", Static).content)
         lines = panel.splitlines()
         assert lines[0].startswith("■ run-new.log SAVED  step 9  17.5 tok/s/GPU  KL 0  reward 0.325"), lines
         assert lines[1].startswith("■ run-april.log SAVED  step 7  16.5 tok/s/GPU"), lines
@@ -152,7 +153,7 @@ async def test_replay_a_b_overlays_two_shapes(tmp_path, two_logs, capsys):
             pilot, lambda: app.rollout_cursor == 2 and chart("reward").marker == 2, "the cursor on rollout 2"
         )
         assert chart("kl").marker == 4 and chart("throughput").marker == 2 and chart("time").marker == 2
-        panel = str(run.query_one("#run-compare").content)
+        panel = str(run.query_one("#run-compare", Static).content)
         cursor = panel.splitlines()[-1]
         assert "reward at rollout 2: run-new.log 0.225 · run-april.log 0.375" in cursor, cursor
         assert f"KL (ppo_kl) at step 4: run-new.log 0.001 · run-april.log {-3.1e-05 * 5:.4g}" in cursor
@@ -168,6 +169,7 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("2")
         run = app.view("run")
+        assert isinstance(run, RunView)
         await until(pilot, lambda: app.history_text == "" and run.metrics is not None, "the replay read")
         await pilot.press("C")
         await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt")
@@ -182,7 +184,7 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
             lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,
             "the run overlaid",
         )
-        assert re.search(r"run-april\.log SAVED", str(run.query_one("#run-compare").content))
+        assert re.search(r"run-april\.log SAVED", str(run.query_one("#run-compare", Static).content))
 
 
 def _scaled(snap: SeriesSetSnapshot, factor: float) -> SeriesSetSnapshot:
@@ -278,9 +280,10 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
                 assert [s.label for s in kl.series] == ["baseline.log", job.id]  # the live run last
                 assert [s.color for s in kl.series] == ["orange", "cyan"]
                 await until(pilot, lambda: len(kl.series[1].points) >= 4, "the live line growing", timeout=60)
-                live = dict(run.metrics.series.get("train/ppo_kl").finite_points())
+                assert run.metrics is not None
+                live = dict(run.metrics.series.by_key["train/ppo_kl"].finite_points())
                 assert all(live.get(s) == v for s, v in kl.series[1].points)  # the live run's own numbers
-                panel = str(run.query_one("#run-compare").content)
+                panel = str(run.query_one("#run-compare", Static).content)
                 assert panel.splitlines()[0].startswith(f"■ {job.id} RUNNING"), panel
                 argv = shlex.split(job.entrypoint)
                 said = {tok: argv[i + 1] for i, tok in enumerate(argv[:-1]) if tok in dump}

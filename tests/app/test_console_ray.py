@@ -7,6 +7,7 @@ import time
 
 import pytest
 from app_helpers import MODELS, RUN_ID, PilotApp
+from textual.widgets import Static
 from waiting import until
 
 from backend.cluster.controller import RunPhase
@@ -60,7 +61,7 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         await until(pilot, lambda: app.current_view == "run", "opened on an active run: the run view")
         await until(pilot, lambda: len(fleet.rows) == len(ray_cluster.node_ids), "a telemetry snapshot")
         assert all(r.gpus is not None and len(r.gpus) == 8 for r in fleet.rows if r.alive)
-        assert sid in str(run.query_one("#run-state").content)
+        assert sid in str(run.query_one("#run-state", Static).content)
         await pilot.press("3")
         logs = app.query_one(LogsView)
         await until(pilot, lambda: logs.lines.count > 20, "log lines")
@@ -72,21 +73,22 @@ async def test_attach_follow_telemetry_and_abort_to_stopped(ray_cluster, tmp_pat
         await pilot.press("2", "A")
         await until(pilot, lambda: isinstance(app.screen, AbortModal), "the abort modal")
         modal = app.screen
+        assert isinstance(modal, AbortModal)
         assert app.focused is modal.query_one("#abort-cancel")
         await pilot.press("right", "enter")  # graceful stop
         await until(pilot, lambda: modal.stage == "done", "graceful stop to finish", timeout=90)
-        assert app.controller.state is RunPhase.STOPPED
+        assert app.controller is not None and app.controller.state is RunPhase.STOPPED
         assert modal.result == "stopped"
-        body = str(modal.query_one("#abort-body").content)
+        body = str(modal.query_one("#abort-body", Static).content)
         assert "STOPPED" in body and "No leftover GPU processes" in body, (
             body
         )  # read on the node, after the end
         # under the modal the run view kept telling the truth: STOPPED, how long it ran, no ETA
         await until(
-            pilot, lambda: "STOPPED" in str(run.query_one("#run-state").content), "state line STOPPED"
+            pilot, lambda: "STOPPED" in str(run.query_one("#run-state", Static).content), "state line STOPPED"
         )
         assert app.screen is modal
-        line = str(run.query_one("#run-state").content)
+        line = str(run.query_one("#run-state", Static).content)
         assert "  ran " in line and "ETA" not in line, line
         await pilot.press("enter")
         await until(

@@ -164,7 +164,8 @@ def test_the_probe_names_the_processes_holding_gpus_and_a_node_without_nvml():
             {"k": "s", "n": other.node_id, "t": now, "nvml": "no NVML (or AMD SMI) answers"}
         ),
     }
-    merged = with_probe_readings(snap, readings, now).model_copy(
+    assert all(readings.values())
+    merged = with_probe_readings(snap, {k: r for k, r in readings.items() if r}, now).model_copy(
         update={"roles": {f"{head.node_id}:52001": "MegatronTrainRayActor"}}
     )
     _, lines = build_lines(fleet_rows(merged), 80, 10, fleet_header(merged))

@@ -7,6 +7,7 @@ import threading
 
 from app_helpers import make_app
 from run_fixtures import log_text, store
+from textual.widgets import Static
 from waiting import until
 
 from backend.signals import search
@@ -31,7 +32,7 @@ async def _show(app, pilot, st) -> LogsView:
 
 
 def _status(view: LogsView) -> str:
-    return str(view.query_one("#logs-status").content)
+    return str(view.query_one("#logs-status", Static).content)
 
 
 async def test_follow_pause_resume(tmp_path):

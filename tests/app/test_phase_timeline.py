@@ -7,7 +7,7 @@ import pytest
 from textual.app import App, ComposeResult
 from waiting import until
 
-from backend.cluster.stack_groups import StacksReport, Unreadable, parse_process
+from backend.cluster.stack_groups import ProcessStack, StacksReport, Unreadable, parse_process
 from backend.severity import Severity
 from backend.signals.dump_reader import PhaseEvent
 from backend.signals.rank_phases import PhaseView, RankPhases
@@ -127,8 +127,10 @@ def stacks_report() -> StacksReport:
             "threads": [{"name": "MainThread", "tid": pid, "frames": frames}],
         }
 
-    procs = [parse_process(f"n{p % 3}", f"node-{p % 3}", item(p, "allreduce"), {}) for p in range(100, 107)]
-    odd = parse_process("n2", "node-2", item(4411, "recv"), {4411: 97})
+    procs = [
+        _stack(parse_process(f"n{p % 3}", f"node-{p % 3}", item(p, "allreduce"), {})) for p in range(100, 107)
+    ]
+    odd = _stack(parse_process("n2", "node-2", item(4411, "recv"), {4411: 97}))
     return StacksReport.build(
         "raysubmit_1",
         NOW,
@@ -141,7 +143,12 @@ def stacks_report() -> StacksReport:
     )
 
 
-def parse_failure():  # type: ignore[no-untyped-def]
+def _stack(parsed: ProcessStack | Unreadable) -> ProcessStack:
+    assert isinstance(parsed, ProcessStack), parsed
+    return parsed
+
+
+def parse_failure():
     from backend.cluster.stack_groups import NodeFailure
 
     return NodeFailure("n3", "node-3", "no answer in 60 s (its stacks job was still PENDING; stopped)")

@@ -35,8 +35,14 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cfg
 
 
+def _started(*, address: str | None = None, python: str | None = None) -> plan_preview.Preview:
+    preview = plan_preview.start(address=address, python=python)
+    assert preview is not None, "no helper started"
+    return preview
+
+
 def test_helper_answers_what_the_console_computes(config: Path) -> None:
-    preview = plan_preview.start(address="127.0.0.1:7777")
+    preview = _started(address="127.0.0.1:7777")
     basics, start = preview.settings_answer(), preview.plan()
     assert isinstance(basics, plan_preview.PreviewBasics) and start is not None
     assert preview._proc.wait(timeout=10) == 0  # it exits by itself once both answers are out
@@ -61,7 +67,7 @@ def test_helper_answers_what_the_console_computes(config: Path) -> None:
 
 def test_bad_settings_come_back_as_one_line(config: Path) -> None:
     config.write_text("readonly = [\n")
-    preview = plan_preview.start()
+    preview = _started()
     answer = preview.settings_answer()
     assert isinstance(answer, plan_preview.PreviewRefused)
     assert answer.error.startswith("cannot read config file") and "\n" not in answer.error
@@ -76,37 +82,31 @@ def _script(tmp_path: Path, body: str) -> str:
 
 
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
-    assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
-    assert plan_preview.start(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
+    assert _started(python=str(tmp_path / "missing")) is None  # cannot start
+    assert _started(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
+    assert _started(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None  # garbage
+    assert _started(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None  # not an answer
     assert (
-        plan_preview.start(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None
-    )  # garbage
-    assert (
-        plan_preview.start(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None
-    )  # not an answer
-    assert (
-        plan_preview.start(
-            python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")
-        ).settings_answer()
+        _started(python=_script(tmp_path, """echo '{"settings": {}, "run_id": "r"}'""")).settings_answer()
         is None
     )  # not the shape the console reads
-    half = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
+    half = _started(python=_script(tmp_path, f"echo '{BASICS}'; exit 1"))
     assert half.settings_answer() == plan_preview.PreviewBasics("http://127.0.0.1:9", False, {}, "r")
     assert half.plan() is None  # died after the first answer
     keys_not_text = BASICS.replace('"keys": {}', '"keys": {"plan.preflight": 1}')
-    assert plan_preview.start(python=_script(tmp_path, f"echo '{keys_not_text}'")).settings_answer() is None
+    assert _started(python=_script(tmp_path, f"echo '{keys_not_text}'")).settings_answer() is None
 
 
 def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
-    assert plan_preview.start() is None  # the console computes the plan itself: nothing to overlap with
+    assert _started() is None  # the console computes the plan itself: nothing to overlap with
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
-    preview = plan_preview.start()
+    preview = _started()
     assert preview is not None and preview.settings_answer() is not None
 
 
 def test_a_slow_helper_is_given_up_and_killed(tmp_path: Path) -> None:
-    preview = plan_preview.start(python=_script(tmp_path, f"echo '{BASICS}'; exec sleep 30"))
+    preview = _started(python=_script(tmp_path, f"echo '{BASICS}'; exec sleep 30"))
     assert preview is not None and preview.settings_answer(timeout=10) is not None
     t0 = time.monotonic()
     assert preview.plan(timeout=0.5) is None
@@ -120,7 +120,7 @@ def _screen(app: UltraConsoleApp) -> list[str]:
 
 
 async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: Path, config: Path) -> None:
-    preview = plan_preview.start()
+    preview = _started()
     basics = preview.settings_answer()
     assert isinstance(basics, plan_preview.PreviewBasics)
     run_id = basics.run_id
@@ -134,7 +134,11 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
             await pilot.pause()
             screens.append(_screen(app))
             plan = app.query_one(PlanView)
-            await until(pilot, lambda plan=plan: plan.evaluation.spec is not None, "the spec object is built")
+
+            def built(plan: PlanView = plan) -> bool:
+                return plan.evaluation.spec is not None
+
+            await until(pilot, built, "the spec object is built")
             assert app.readonly and app.keymap_overrides == {"plan.preflight": "ctrl+t"}
         if app is from_preview:
             assert preview._proc.wait(timeout=10) == 0  # its plan was read to the end
@@ -142,6 +146,7 @@ async def test_the_first_frame_from_a_preview_equals_the_computed_one(tmp_path: 
     assert any("READ-ONLY" in line for line in screens[0])
     assert (
         from_preview._settings is not None
+        and from_preview.settings.token is not None
         and from_preview.settings.token.get_secret_value() == "tok-secret-123"
     )
 

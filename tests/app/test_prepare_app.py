@@ -4,9 +4,12 @@ from a loopback fake of the hub."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from app_helpers import make_app
 from fake_hub import DATASET_FILE, DATASET_REPO, MODEL_REPO, FakeHub, dataset_files, model_files, write_files
+from textual.app import App
 from textual.widgets import Log
 from waiting import until
 
@@ -17,6 +20,11 @@ from console.widgets.prepare_screen import PrepareScreen
 pytestmark = pytest.mark.ray
 
 
+def _prepare_screen(app: App[Any]) -> PrepareScreen:
+    assert isinstance(app.screen, PrepareScreen)
+    return app.screen
+
+
 async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster, tmp_path, monkeypatch):
     app = make_app(tmp_path / "state", address=ray_cluster.address)
     async with app.run_test(size=(140, 44)) as pilot:
@@ -25,7 +33,7 @@ async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster,
         await until(pilot, lambda: plan.evaluation.spec is not None or plan.evaluation.valid, "a plan")
         await pilot.press("P")
         await until(pilot, lambda: isinstance(app.screen, PrepareScreen), "the prepare screen")
-        screen = app.screen
+        screen = _prepare_screen(app)
         await until(
             pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120
         )
@@ -65,7 +73,7 @@ async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster,
                 lambda: isinstance(app.screen, PrepareScreen) and app.screen is not screen,
                 "a new screen",
             )
-            screen = app.screen
+            screen = _prepare_screen(app)
             await until(
                 pilot, lambda: not screen.running and screen.verdict.startswith("NOT READY"), "a verdict", 120
             )

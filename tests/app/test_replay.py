@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 from app_helpers import PilotApp
+from runhelp import job_reaches
 from waiting import until
 
 from backend.demo import sample_log as miles_sample_log
 from backend.settings import Settings
 from backend.signals.replay import ReplayError, ReplaySession, detect_source
 from console.app import UltraConsoleApp
+from console.views.events import EventsView
 from console.views.logs import LogsView
 from console.views.run import RunView
 from console.widgets.charts import LineChart
@@ -161,6 +163,7 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     assert at > 0 and (
         top == at or (top < at < top + height and top + height >= logs.lines.count)
     )  # on top, or all shown
+    assert app.session is not None
     store = app.session.store
     assert re.search(r"\bperf 1: \{", store.line(at - 1).text)  # the line before it closed rollout 1
     later = [store.line(i).text for i in range(at, len(store))]
@@ -200,6 +203,7 @@ async def test_replay_raises_the_alerts_the_run_would_have(tmp_path):
         await until(pilot, lambda: app.alert_count > 0, "an alert")
         await pilot.press("4")
         events = app.view("events")
+        assert isinstance(events, EventsView)
         ids = [str(getattr(a, "id", "")) for a in events.alerts]
         assert "loss-nonfinite" in ids, ids
 
@@ -247,11 +251,7 @@ async def test_replay_of_a_finished_job_on_the_cluster(ray_cluster, tmp_path):
     script = REPO / "backend" / "demo" / "sample_log.py"
     async with RayClient(ray_cluster.address, timeout=30.0) as client:
         await client.submit({"entrypoint": f"python3 {script} --rollouts 4", "submission_id": sid})
-
-        async def ended() -> bool:
-            return (await client.get_job(sid)).is_terminal
-
-        await until(None, ended, "the job to end", timeout=120, interval=0.5)
+        await job_reaches(client, sid, timeout=120)
     session = ReplaySession(ReplaySource("job", job_id=sid), tmp_path / "spool")
     app = PilotApp(
         Settings(state_dir=tmp_path / "state", address=ray_cluster.address), replay=session, watchdog=False
@@ -286,6 +286,7 @@ async def test_rollout_cursor_on_a_live_runs_store(tmp_path):
         store.append(path.read_bytes())
         await pilot.press("3", "right_square_bracket", "right_square_bracket")
         logs = app.view("logs")
+        assert isinstance(logs, LogsView)
         await until(
             pilot, lambda: app.rollout_cursor == 1 and logs.lines.cursor > 0, "the cursor on rollout 1"
         )

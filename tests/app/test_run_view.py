@@ -7,7 +7,7 @@ import asyncio
 
 from app_helpers import make_app
 from run_fixtures import JOB, T0, metrics_view, snapshot, status
-from textual.widgets import Button
+from textual.widgets import Button, Static
 from waiting import until
 
 from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
@@ -81,7 +81,7 @@ async def test_run_view_draws_backend_data_only_when_shown(tmp_path):
         }
         tput = app.query_one("#chart-throughput", LineChart)
         assert [len(s.points) for s in tput.series if s.label == "per GPU"] == [12]
-        assert "rollout 12/40" in str(app.query_one("#run-state").content)
+        assert "rollout 12/40" in str(app.query_one("#run-state", Static).content)
         builds = [c.builds for c in charts]
         app.post_message(MetricsArrived(metrics_view()))  # same numbers: no chart rebuilt
         await pilot.pause()
@@ -150,14 +150,14 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
     app = make_app(tmp_path)
     rec = _Actions(stop_ok=False)
     async with app.run_test(size=(100, 30)) as pilot:
-        results: list[str] = []
+        results: list[str | None] = []
         modal = AbortModal(JOB, "Will be lost: 7m30s of training since the last checkpoint.", rec.actions())
         app.push_screen(modal, results.append)
         await pilot.pause()
         # a fast operator: each step's press comes well within Textual's press animation of the last one
         modal.query_one("#abort-go", Button).active_effect_duration = 5.0
         assert app.focused is modal.query_one("#abort-cancel", Button)  # Cancel has focus
-        assert "7m30s" in str(modal.query_one("#abort-body").content)
+        assert "7m30s" in str(modal.query_one("#abort-body", Static).content)
         await _choose_go(modal, pilot)  # the operator moves to "Stop gracefully" on purpose
         await _wait_stage(modal, "force?", pilot)
         assert rec.calls == ["stop"]  # graceful only: force is NOT sent with it
@@ -166,7 +166,7 @@ async def test_abort_modal_escalates_in_separate_steps(tmp_path):
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "leftovers", pilot)
         assert rec.calls == ["stop", "force", "check", "leftovers"]
-        assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body").content)
+        assert "pid 4242 on node-03 GPU 2, 60000 MiB" in str(modal.query_one("#abort-body", Static).content)
         await _choose_go(modal, pilot)
         await _wait_stage(modal, "done", pilot)
         assert rec.calls[-1] == "cleanup 1"
@@ -179,7 +179,7 @@ async def test_abort_modal_cancel_sends_nothing(tmp_path):
     app = make_app(tmp_path)
     rec = _Actions(stop_ok=True)
     async with app.run_test(size=(100, 30)) as pilot:
-        results: list[str] = []
+        results: list[str | None] = []
         app.push_screen(AbortModal(JOB, "x", rec.actions()), results.append)
         await pilot.pause()
         await pilot.press("enter")  # Enter on the focused Cancel
@@ -210,18 +210,18 @@ async def test_history_rebuild_progress_is_visible(tmp_path):
         app.post_message(RunStateChanged(status()))
         app.post_message(HistoryProgress(JOB, 20_000, done=False))
         await pilot.pause()
-        assert "loading history 20,000 lines" in str(app.query_one("#run-state").content)
+        assert "loading history 20,000 lines" in str(app.query_one("#run-state", Static).content)
         await pilot.press("3")
         await pilot.pause()
         assert f"loading history of {JOB}… 20,000 lines" in str(
-            app.query_one(LogsView).query_one("#logs-status").content
+            app.query_one(LogsView).query_one("#logs-status", Static).content
         )
         app.post_message(HistoryProgress(JOB, 25_000, done=True))
         await pilot.pause()
-        assert "loading" not in str(app.query_one(LogsView).query_one("#logs-status").content)
+        assert "loading" not in str(app.query_one(LogsView).query_one("#logs-status", Static).content)
         await pilot.press("2")
         await pilot.pause()
-        assert "loading" not in str(app.query_one("#run-state").content)
+        assert "loading" not in str(app.query_one("#run-state", Static).content)
 
 
 def test_a_terminal_run_shows_how_long_it_ran_and_no_eta():
@@ -256,7 +256,7 @@ async def test_the_state_line_under_the_abort_modal_follows_the_run(tmp_path):
         view.clock = lambda: T0 + 30
         await pilot.press("2")
         app.post_message(RunStateChanged(status()))
-        await until(pilot, lambda: "RUNNING" in str(view.query_one("#run-state").content), "RUNNING")
+        await until(pilot, lambda: "RUNNING" in str(view.query_one("#run-state", Static).content), "RUNNING")
         modal = AbortModal(JOB, "x", AbortActions(stop, nothing, no_nodes, report, cleanup))
         app.push_screen(modal)
         await until(pilot, lambda: app.screen is modal and bool(modal.query("#abort-go")), "the modal drawn")
@@ -265,10 +265,10 @@ async def test_the_state_line_under_the_abort_modal_follows_the_run(tmp_path):
         app.post_message(RunStateChanged(RunStatus(JOB, "STOPPED", started_at=T0, ended_at=T0 + 14)))
         await until(
             pilot,
-            lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state").content),
+            lambda: "STOPPED  ran 14s" in str(view.query_one("#run-state", Static).content),
             "the state line under the modal to say STOPPED",
         )
-        assert app.screen is modal and "ETA" not in str(view.query_one("#run-state").content)
+        assert app.screen is modal and "ETA" not in str(view.query_one("#run-state", Static).content)
         release.set()
         await until(pilot, lambda: modal.stage == "done", "the modal to finish")
 
@@ -314,7 +314,7 @@ async def test_abort_modal_says_checking_n_nodes_until_they_answer_and_names_a_s
         app.push_screen(modal)
         await until(pilot, lambda: bool(modal.query("#abort-go")), "the modal drawn")
         await _choose_go(modal, pilot)
-        body = lambda: str(modal.query_one("#abort-body").content)  # noqa: E731
+        body = lambda: str(modal.query_one("#abort-body", Static).content)  # noqa: E731
         await until(pilot, lambda: "Checking 2 node(s) for GPU processes left behind" in body(), "checking…")
         assert "node-01, node-02" in body()
         answer.set()

@@ -104,6 +104,7 @@ async def test_charts_come_from_events_and_equal_the_logs(ray_cluster, tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         charts = await _charts(app, pilot, "events")
         view = app.query_one(RunView)
+        assert view.metrics is not None
         assert {view.metrics.sources[k] for k in COMPARED} == {"events"}
         assert charts["#chart-kl"].title == "KL / reward · from events"
         from_log = _log_only(log).metrics_snapshot()
@@ -126,6 +127,7 @@ async def test_without_a_dump_dir_the_charts_say_log(ray_cluster, tmp_path):
     async with app.run_test(size=(160, 48)) as pilot:
         await _charts(app, pilot, "log")
         view = app.query_one(RunView)
+        assert view.metrics is not None
         assert set(view.metrics.sources.values()) == {"log"}
         assert series_points(view.metrics, "train/ppo_kl") == series_points(
             _log_only(log).metrics_snapshot(), "train/ppo_kl"

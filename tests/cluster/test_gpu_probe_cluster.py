@@ -16,6 +16,8 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from raycluster import REPO, LocalRayCluster
+from waiting import until
 
 from backend.cluster.dashboard import RayClient
 from backend.cluster.gpu_probe import GpuProbe, is_probe
@@ -23,8 +25,6 @@ from backend.cluster.job_identity import latest_run
 from backend.cluster.preflight import preflight
 from backend.cluster.telemetry import TelemetryPoller
 from backend.plan.spec import build_spec
-from tests.support.raycluster import REPO, LocalRayCluster
-from tests.support.waiting import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 SHORT_LEASE_S = (

@@ -28,7 +28,7 @@ from runhelp import (
     spec_args,
     stop_quietly,
 )
-from waiting import until
+from waiting import holds, until
 
 from backend.cluster.audit import AuditLog
 from backend.cluster.controller import LaunchRefused, RunController, RunEvent, RunPhase
@@ -111,7 +111,7 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
 
         outcome = await ctl.abort()
         assert outcome.stop_sent and "SIGINT" in outcome.message and "15 s" in outcome.message
-        assert ctl.state is RunPhase.STOPPING
+        assert (stopping := ctl.state) is RunPhase.STOPPING, stopping
         final = await ctl.wait_terminal(60)
         assert final.status == "STOPPED" and ctl.state is RunPhase.STOPPED
         # where it ran was recorded while its actors were alive, and the nodes read after the end say clean
@@ -161,7 +161,11 @@ async def test_force_stop_kills_driver_tree_before_grace_ends(ray_client: RayCli
     try:
         await metric_lines(ray_client, job.id, want=1)  # the trainer has installed its signal handlers
         await ctl.abort()
-        await asyncio.sleep(3)
+
+        async def sigint_ignored() -> bool:
+            return any(["received SIGINT, ignoring it" in ln async for ln in ray_client.read_log(job.id)])
+
+        await until(None, sigint_ignored, "the trainer ignoring the stop's SIGINT", timeout=30, interval=0.5)
         assert (await ctl.refresh()).status == "RUNNING" and ctl.state is RunPhase.STOPPING
         t0 = time.monotonic()
         summary = await ctl.force_stop()
@@ -189,15 +193,17 @@ async def test_console_killed_midrun_then_status_and_logs_rebuild(ray_cluster, t
             env=cli_env(state),
             stdin=subprocess.DEVNULL,
         )
-        seen = []
-        assert follower.stdout is not None
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = follower.stdout.readline()
+        seen: list[str] = []
+        stdout = follower.stdout
+        assert stdout is not None
+
+        def two_metric_lines() -> bool:  # one line per look: the follower's output, read as it comes
+            line = stdout.readline()
             assert line, follower.stderr.read() if follower.stderr else "follower ended"
             seen.append(line.rstrip("\n"))
-            if sum(bool(METRIC_LINE.search(x)) for x in seen) >= 2:
-                break
+            return sum(bool(METRIC_LINE.search(x)) for x in seen) >= 2
+
+        await until(None, two_metric_lines, "two metric lines from `logs --follow`", timeout=90, interval=0)
         os.kill(follower.pid, signal.SIGKILL)  # the console dies mid-run
         follower.wait(10)
         assert sum(bool(METRIC_LINE.search(x)) for x in seen) >= 2
@@ -391,8 +397,11 @@ async def test_abort_while_pending_says_so_and_keeps_watching(
         assert any(e.kind == "notice" and "still watching" in e.text for e in events)
         forced = await ctl.force_stop()
         assert "no way to remove a PENDING job" in forced
-        await asyncio.sleep(3)
-        assert (await ctl.refresh()).status == "PENDING" and ctl.state is RunPhase.PENDING
+
+        async def still_pending() -> bool:
+            return (await ctl.refresh()).status == "PENDING" and ctl.state is RunPhase.PENDING
+
+        await holds(None, still_pending, "the job stays PENDING after the stop and the force-stop", 3.0)
         big = ray_cluster.add_node(gpus=16)
         try:
             final = await ctl.wait_terminal(90)

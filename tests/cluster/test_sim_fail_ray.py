@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from capture_sim_fail import sim_fail_payload
 from runhelp import cli, job_reaches, live_app
+from textual.widgets import Static
 from waiting import until
 
 from backend.signals.failures import load_catalog
@@ -64,7 +65,7 @@ class Timeline:
         size = len(store) if store is not None else 0
         if not self.lines or self.lines[-1][1] != size:
             self.lines.append((now, size))
-        text = str(run.query_one("#run-state").content)
+        text = str(run.query_one("#run-state", Static).content)
         if not self.headers or self.headers[-1][1] != text:
             self.headers.append((now, text))
 

@@ -168,7 +168,7 @@ async def test_sim_run_looks_like_miles_from_outside(ray_client, tmp_path):
     assert all(m["proc"] == "actor_cell0_rank0" for m in parsed if m["actor"] == TRAIN)
     assert any("np.float64(" in m["payload"] for m in parsed if m["file"] == "metrics.py")
     assert len({m["pid"] for m in parsed if m["actor"] == TRAIN}) == 1
-    train_pids = {re.search(r"pid=(\d+)", x)[1] for x in clean if x.startswith(f"({TRAIN} ")}
+    train_pids = {m[1] for x in clean if x.startswith(f"({TRAIN} ") and (m := re.search(r"pid=(\d+)", x))}
     assert len(train_pids) == 2  # one train actor per node
 
     last_step = [m["payload"] for m in parsed if m["kind"] == "step" and m["n"] == "5"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from runhelp import job_reaches
+from waiting import until
 
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.signals.monitor import RunMonitor
@@ -136,9 +137,13 @@ async def test_events_and_dashboard_streams_read_live(ray_cluster, ray_client, t
     monitor = RunMonitor()
     feed = StructuredFeed(monitor, str(dump))
     reads: list[int] = []
-    while not (job := await ray_client.get_job(sid)).is_terminal:
+
+    async def read_until_ended() -> bool:  # one read per poll: the feed is read while the run writes
         reads.append(feed.poll())
-        await asyncio.sleep(0.5)
+        return (await ray_client.get_job(sid)).is_terminal
+
+    await until(None, read_until_ended, "the run's end", timeout=120, interval=0.5)
+    job = await ray_client.get_job(sid)
     reads.append(feed.poll())
     assert job.status == "SUCCEEDED", job.message
     assert sum(1 for r in reads if r) >= 3  # read incrementally while it ran, not at the end
@@ -233,7 +238,7 @@ async def test_resumed_run_swaps_events_and_the_reader_counts_each_point_once(ra
     got = feed.poll()
     assert got == 2 * 2 + 2 * 3  # only rollouts 2 and 3: the restored copy of 0 and 1 is not counted again
     assert feed.state().repeated_lines == first and feed.state().swaps == 1
-    assert monitor.collector.series.get("train/ppo_kl").steps == list(range(8))
+    assert monitor.collector.series.by_key["train/ppo_kl"].steps == list(range(8))
 
 
 def _series(lines: list[str]) -> dict[str, list[list[float | None]]]:

@@ -121,9 +121,9 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(
         # reason; the others still answer within the bound
         fp = await record_footprint(ray_client, await ray_client.get_job(sid))
         ghost = "f" * 56
-        nodes = [(n, n[:8]) for n in fp.node_ids] + [(ghost, "ghost-node")]
+        asked = [(n, n[:8]) for n in fp.node_ids] + [(ghost, "ghost-node")]
         started = time.monotonic()
-        report = await collect_stacks(ray_client, fp, nodes, budget_s=3)
+        report = await collect_stacks(ray_client, fp, asked, budget_s=3)
         assert [(f.node_id, f.node_label) for f in report.failed_nodes] == [(ghost, "ghost-node")]
         assert report.failed_nodes[0].reason.startswith(
             "its stacks job ended FAILED without an answer: Job supervisor actor could not be scheduled"

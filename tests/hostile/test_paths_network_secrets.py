@@ -27,6 +27,7 @@ from app_helpers import PilotApp, make_app
 from fake_hub import MODEL_REPO, FakeHub, model_files
 from hostile_http import HostileServer
 from runhelp import REPO, cli, cli_env, one_line_error
+from textual.widgets import Static
 from waiting import until
 
 from backend.cluster.audit import AuditLog
@@ -174,7 +175,7 @@ async def test_an_http_error_body_reaches_the_app_banner_and_notices_clean(tmp_p
     settings = Settings(state_dir=tmp_path, address=f"http://{hostile_500.address}")
     app = PilotApp(settings, start_workers=True, watchdog=False, preview_run_id="260101-120000-000")
     async with app.run_test(size=(120, 40)) as pilot:
-        banner = app.query_one("#banner")
+        banner = app.query_one("#banner", Static)
         await until(pilot, lambda: banner.has_class("-shown"), "the dashboard-lost banner", timeout=30)
         shown = str(banner.content)
         assert "HTTP 500" in shown and "boom" in shown
@@ -331,7 +332,7 @@ async def test_the_dashboard_fault_is_reported_again_when_its_words_change(tmp_p
             raise DashboardUnreachable(f"Ray dashboard unreachable at {self.address}: {faults.pop(0)}")
 
     ctl = RunController(FlakyClient(), state_dir=tmp_path, poll_s=0.01)  # type: ignore[arg-type]
-    ctl.job = type("Job", (), {"id": "raysubmit_1"})()  # type: ignore[assignment]  # attached: watch() polls it
+    ctl.job = type("Job", (), {"id": "raysubmit_1"})()  # attached: watch() polls it
     said: list[str] = []
     ctl.subscribe(lambda e: said.append(e.text) if e.kind == "error" else None)
     with pytest.raises(Done):

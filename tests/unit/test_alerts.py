@@ -203,7 +203,7 @@ def test_controller_hooks_job_failed_node_dead() -> None:
     alert = engine.on_job_status(
         "FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM"
     )
-    assert alert.severity == "critical" and "exit code 1" in alert.message
+    assert alert is not None and alert.severity == "critical" and "exit code 1" in alert.message
     assert (
         engine.on_job_status(
             "FAILED", "Job entrypoint command failed with exit code 1, last available logs: OOM"
@@ -211,7 +211,12 @@ def test_controller_hooks_job_failed_node_dead() -> None:
         is None
     )
     node = engine.on_node_dead("abc123", "health check failed")
-    assert node.id == "node-dead" and "abc123" in node.message and "health check failed" in node.message
+    assert (
+        node is not None
+        and node.id == "node-dead"
+        and "abc123" in node.message
+        and "health check failed" in node.message
+    )
     assert engine.on_node_dead("abc123", "again") is None
 
 

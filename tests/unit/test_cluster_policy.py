@@ -4,6 +4,7 @@ abort escalation, durations, lost work, and the leftover report's sentences."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,14 @@ from backend.cluster.audit import AuditLog
 from backend.cluster.controller import LaunchRefused, RunController
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.durations import RunTiming, fmt_duration
-from backend.cluster.leftovers import JobFootprint, Leftover, LeftoverReport, NodeCheck, footprint_from_audit
+from backend.cluster.leftovers import (
+    Identity,
+    JobFootprint,
+    Leftover,
+    LeftoverReport,
+    NodeCheck,
+    footprint_from_audit,
+)
 from backend.cluster.lost_work import LostWork
 from backend.plan.spec import build_spec
 
@@ -32,7 +40,7 @@ async def test_launch_rechecks_the_spec_whatever_findings_the_caller_passes(tmp_
     assert entry.action == "launch" and entry.job is None and "refused" in entry.result
 
 
-def _job(env: dict[str, str] | None = None, **kw: object) -> JobInfo:
+def _job(env: dict[str, str] | None = None, **kw: Any) -> JobInfo:
     return JobInfo(
         submission_id="ultra-console-x", runtime_env={"env_vars": env} if env is not None else None, **kw
     )
@@ -89,10 +97,10 @@ def test_lost_work_arithmetic() -> None:
     assert LostWork(rollouts_done=3, last_checkpoint_rollout=5).rollouts == 0
 
 
-def _leftover(identity: str, pid: int) -> Leftover:
+def _leftover(identity: Identity, pid: int) -> Leftover:
     return Leftover(
         "n1" * 20, "node-1 (n1n1n1n1)", 2, pid, 12806, identity, f"why {pid}: detail {pid}", "python"
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_leftover_report_says_what_the_nodes_said() -> None:

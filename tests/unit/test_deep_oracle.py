@@ -21,6 +21,7 @@ MARKER = REPO / ".venv-deep" / ".ultra-console-deep-ok"
 MIN_TESTS = 27  # the deep suite's size; fewer ran means something was silently not collected
 
 
+@pytest.mark.deep
 def test_deep_suite_in_oracle_venv(tmp_path):
     if not (DEEP_PYTHON.exists() and MARKER.exists()):
         reason = "oracle venv .venv-deep is absent: run tests/deep/build_env.sh .venv-deep"
@@ -51,8 +52,9 @@ def test_deep_suite_in_oracle_venv(tmp_path):
     )
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, f"deep suite failed (exit {proc.returncode}):\n{tail}"
-    suite = ET.parse(report).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    root = ET.parse(report).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None, tail
     tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
     assert tests >= MIN_TESTS and skipped == 0, f"{tests} deep tests, {skipped} skipped:\n{tail}"
 

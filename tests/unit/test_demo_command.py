@@ -58,6 +58,7 @@ def test_demo_can_die_each_way_a_real_run_does(tmp_path):
     ],
 )
 def test_demo_bad_arguments_are_one_line(capsys, argv, message):
+    code: int | str | None
     try:
         code = main(argv)
     except SystemExit as exit_:  # argparse's usage error (status 1, one line)

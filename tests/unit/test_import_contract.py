@@ -1,4 +1,4 @@
-"""The headless core never imports Textual, nor the console above it.
+"""The headless core never imports Textual, nor the console above it; the unit tests never import Ray.
 
 Two checks over every file under backend/, found by walking the tree (so modules added later are covered):
 - statically, no file names `textual` or `console` in an import statement;
@@ -34,7 +34,7 @@ def _sources() -> list[Path]:
 
 
 def _imported_roots(tree: ast.Module) -> set[str]:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
@@ -92,3 +92,34 @@ def test_importing_every_backend_module_loads_neither_textual_nor_console() -> N
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+_UNIT_PROBE = """
+import importlib.util, json, sys
+sys.path.insert(0, sys.argv[1])  # tests/support, as tests/conftest.py puts it
+loaded = {}
+for path in json.loads(sys.argv[2]):
+    had = {m for m in sys.modules if m.split(".")[0] == "ray"}
+    spec = importlib.util.spec_from_file_location("unit_" + path.rsplit("/", 1)[-1][:-3], path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    new = sorted(m for m in sys.modules if m.split(".")[0] == "ray" and m not in had)
+    if new:
+        loaded[path.rsplit("/", 1)[-1]] = new[:3]
+print(json.dumps(loaded))
+"""
+
+
+def test_importing_every_unit_test_module_loads_no_ray() -> None:
+    """The unit tier is the fast one (`scripts/test --fast`): Ray's import alone takes seconds, and a unit
+    test that needs Ray belongs in tests/cluster."""
+    units = sorted(str(p) for p in (ROOT / "tests" / "unit").glob("test_*.py"))
+    assert len(units) > 20  # the walk found the tier
+    out = subprocess.run(
+        [sys.executable, "-c", _UNIT_PROBE, str(ROOT / "tests" / "support"), json.dumps(units)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}

@@ -71,7 +71,7 @@ def test_run_log_feeds_store_and_monitor(tmp_path) -> None:
 
     asyncio.run(feed())
     assert run_log.lines_in == 2 and len(run_log.store) == 2
-    assert monitor.collector.series.snapshot().get("train/loss").points() == ((0, 0.5),)
+    assert monitor.collector.series.snapshot().by_key["train/loss"].points() == ((0, 0.5),)
     run_log.close()
 
 
@@ -83,6 +83,6 @@ def test_a_saved_file_reads_through_a_scratch_spool(tmp_path) -> None:
         assert run_log.add_file(path) == 2
         spool = run_log.store.path
     assert not spool.exists()
-    assert monitor.collector.series.snapshot().get("train/loss").points() == ((3, 0.25),)
+    assert monitor.collector.series.snapshot().by_key["train/loss"].points() == ((3, 0.25),)
     with pytest.raises(ConsoleError, match="no such log file"), RunLog.scratch(monitor) as run_log:
         run_log.add_file(tmp_path / "missing.log")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
 
 import pytest
+from log_search import hits
 
 from backend.signals.store import LogStore
-from tests.support.log_search import hits
 
 WORDS = (
     "gen throughput",
@@ -26,7 +27,7 @@ WORDS = (
 
 
 @pytest.fixture(scope="module")
-def mixed(tmp_path_factory) -> tuple[LogStore, list[str]]:
+def mixed(tmp_path_factory) -> Iterator[tuple[LogStore, list[str]]]:
     """Lines with 0-4 words each (so some lines hit a needle
     several times), a dense stretch and a rare one."""
     rng = random.Random(7)

@@ -8,13 +8,13 @@ import threading
 import time
 
 import pytest
+from log_search import hits
 
 import backend.signals.store as store_module
 from backend.demo.sample_log import SampleRun, generate
 from backend.signals.filters import FilteredLines, LineFilter
 from backend.signals.search import SearchPatternError, search_batches
 from backend.signals.store import CancelToken, LogStore
-from tests.support.log_search import hits
 
 TRAIN = "\x1b[2m\x1b[36m(MegatronTrainRayActor pid=52001, ip=10.0.0.2)\x1b[0m "
 RM = "\x1b[2m\x1b[36m(RolloutManager pid=51234)\x1b[0m "

@@ -77,22 +77,22 @@ def test_sample_log_parses_to_one_point_per_step() -> None:
     collector.feed_text(clean(list(generate(run))))
     series = collector.series
     # `step N` twice per step -> one point per step, on train/step
-    loss = series.get("train/loss")
+    loss = series.by_key["train/loss"]
     assert loss is not None and loss.axis == "train/step" and loss.steps == list(range(8))
     # the second printing of each step dict is dropped, and counted
     assert collector.records["step"] == 8 and collector.duplicates == 8 and collector.last_step["step"] == 7
     # both perf kinds are told apart and land on rollout/step
     assert collector.records["perf-rollout"] == 4 and collector.records["perf-train"] == 4
-    assert series.get("perf/tokens_per_gpu_per_sec").values == [13.5, 14.5, 15.5, 16.5]
-    assert series.get("perf/train_time").steps == [0, 1, 2, 3]
+    assert series.by_key["perf/tokens_per_gpu_per_sec"].values == [13.5, 14.5, 15.5, 16.5]
+    assert series.by_key["perf/train_time"].steps == [0, 1, 2, 3]
     # rollout N carries no step key: N is the rollout id
-    assert series.get("rollout/raw_reward").steps == [0, 1, 2, 3]
-    assert series.get("rollout/raw_reward").values == pytest.approx([0.125, 0.175, 0.225, 0.275])
+    assert series.by_key["rollout/raw_reward"].steps == [0, 1, 2, 3]
+    assert series.by_key["rollout/raw_reward"].values == pytest.approx([0.125, 0.175, 0.225, 0.275])
     # np.float64 pass@k and np.int64 multi-turn maxima become plain numbers
-    assert series.get("passrate/pass@1").values == pytest.approx([0.25, 0.26, 0.27, 0.28])
-    assert series.get("multi_turn/multi_turn_metric/round_number_max").values == [3.0] * 4
+    assert series.by_key["passrate/pass@1"].values == pytest.approx([0.25, 0.26, 0.27, 0.28])
+    assert series.by_key["multi_turn/multi_turn_metric/round_number_max"].values == [3.0] * 4
     # eval N on eval/step
-    ev = series.get("eval/aime")
+    ev = series.by_key["eval/aime"]
     assert ev.axis == "eval/step" and ev.steps == [0, 2]
     # the recipe has no kl_loss
     assert series.get("train/kl_loss") is None
@@ -103,7 +103,7 @@ def test_nan_and_inf_are_points_not_errors() -> None:
     run = SampleRun(rollouts=2, nan_at_step=1)
     collector = MetricsCollector()
     collector.feed_text(clean(list(generate(run))))
-    loss = collector.series.get("train/loss")
+    loss = collector.series.by_key["train/loss"]
     assert math.isnan(loss.values[1]) and loss.freeze().points()[1] == (1, None)
     assert collector.problems == []
 
@@ -121,7 +121,7 @@ def test_lines_with_ip_prefix_and_ansi_and_out_of_order_arrival() -> None:
     )
     collector = MetricsCollector()
     collector.feed_text(text)
-    loss = collector.series.get("train/loss")
+    loss = collector.series.by_key["train/loss"]
     assert loss.steps == [4, 5] and loss.values == [0.4, 0.5]  # ordered on the step axis
     assert collector.latest()["train/loss"] == 0.5
 
@@ -188,6 +188,7 @@ def _event(metrics: dict, component: str = "actor", ts: str = "2026-08-21T10:20:
 
 def test_event_records_and_null_nan() -> None:
     rec = record_from_event(json.loads(_event({"train/loss": None, "train/grad_norm": 0.1, "train/step": 7})))
+    assert rec is not None
     assert (
         rec.kind == "step" and rec.n == 7 and math.isnan(rec.values["train/loss"]) and rec.source == "events"
     )
@@ -204,9 +205,10 @@ def test_log_and_events_never_count_twice_and_events_win() -> None:
     )
     collector.feed_text(clean([line, line.replace("log_utils.py:542", "model.py:854")]))
     rec = record_from_event(json.loads(_event({"train/loss": 0.2500001, "train/step": 0})))
+    assert rec is not None
     collector.add_record(rec)
     collector.feed_text(clean([line]))  # the log line again (a re-read): lower priority, ignored
-    loss = collector.series.get("train/loss")
+    loss = collector.series.by_key["train/loss"]
     assert loss.steps == [0] and loss.values == [0.2500001]
 
 

@@ -8,7 +8,10 @@ import itertools
 import json
 import random
 
+import failure_shapes
+import miles_log_shapes
 import pytest
+from miles_log_shapes import HEALTH_NOISE, Shape
 
 from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
@@ -18,8 +21,6 @@ from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureKind, defau
 from backend.signals.monitor import RunMonitor, monitor_needles
 from backend.signals.prefilter import Needles, Prefilter
 from shim import logline
-from tests.support import failure_shapes, miles_log_shapes
-from tests.support.miles_log_shapes import HEALTH_NOISE, Shape
 
 RULES = load_rules()
 CATALOG = default_catalog()

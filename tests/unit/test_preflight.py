@@ -108,6 +108,7 @@ def test_p2_leftover_pids_only_when_no_run_active() -> None:
 
 def test_p2_memory_held_without_a_process_list_is_info() -> None:
     held = node(1)
+    assert held.gpus is not None
     gpus = [g.model_copy(update={"mem_used_mb": 60000}) if g.index == 2 else g for g in held.gpus]
     snap_nodes = [node(0), held.model_copy(update={"gpus": gpus})]
     (p2,) = [f for f in check_cluster(spec(), facts(snap_nodes), exists=everything_exists) if f.rule == "P2"]
@@ -164,7 +165,7 @@ def test_job_identity() -> None:
         JobInfo(submission_id="x", status="RUNNING", entrypoint="sleep 9", start_time=99),
     ]
     assert [job_kind(j) for j in jobs] == ["ours", "miles", "ours", "other"]
-    assert latest_run(jobs).id == "b"
+    assert (latest := latest_run(jobs)) is not None and latest.id == "b"
     assert [j.id for j in active_runs(jobs)] == ["c"]
     cleanup = JobInfo(
         submission_id="k",
@@ -173,7 +174,8 @@ def test_job_identity() -> None:
         entrypoint="python3 -c ...",
         start_time=100,
     )
-    assert job_kind(cleanup) == "cleanup" and latest_run([*jobs, cleanup]).id == "b"
+    latest = latest_run([*jobs, cleanup])
+    assert job_kind(cleanup) == "cleanup" and latest is not None and latest.id == "b"
 
 
 def test_the_console_gpu_probe_is_no_run_and_no_reason_to_wait() -> None:

@@ -48,9 +48,15 @@ def test_rollout_starts_after_the_line_that_closed_the_previous_one():
 
 def test_cursor_steps_and_clamps():
     index = _index(_lines("newest"), 1000)
-    assert index.step(None, 1).n == 0 and index.step(None, -1).n == 3
-    assert index.step(3, 1).n == 3 and index.step(0, -1).n == 0
-    assert index.step(1, 1).n == 2 and index.step(2, -1).n == 1
+
+    def n(at: int | None, by: int) -> int:
+        mark = index.step(at, by)
+        assert mark is not None
+        return mark.n
+
+    assert n(None, 1) == 0 and n(None, -1) == 3
+    assert n(3, 1) == 3 and n(0, -1) == 0
+    assert n(1, 1) == 2 and n(2, -1) == 1
     assert RolloutIndex().step(None, 1) is None
 
 

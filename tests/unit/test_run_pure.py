@@ -32,7 +32,9 @@ def test_failure_reason_entrypoint_error_keeps_last_error_line() -> None:
         submission_id="j", status="FAILED", message=message, error_type="JOB_ENTRYPOINT_COMMAND_ERROR"
     )
     reason = failure_reason(job)
-    assert reason.startswith("JOB_ENTRYPOINT_COMMAND_ERROR: Job entrypoint command failed with exit code 1")
+    assert reason is not None and reason.startswith(
+        "JOB_ENTRYPOINT_COMMAND_ERROR: Job entrypoint command failed with exit code 1"
+    )
     assert "last error: ray.exceptions.ActorDiedError: The actor died because its node has died" in reason
     assert "\n" not in reason
     assert failure_reason(JobInfo(status="RUNNING")) is None
@@ -58,7 +60,7 @@ def test_failure_reason_names_the_dead_driver_node() -> None:
         ]
     )
     reason = failure_reason(job, snap)
-    assert reason.startswith("JOB_SUPERVISOR_ACTOR_DIED: Job supervisor actor died")
+    assert reason is not None and reason.startswith("JOB_SUPERVISOR_ACTOR_DIED: Job supervisor actor died")
     assert reason.endswith(
         "(driver node n5 (2e345500) is DEAD: health check failed due to missing too many heartbeats)"
     )

@@ -41,11 +41,9 @@ def test_reading_snapshots_while_a_thread_appends_for_seconds() -> None:
         while time.monotonic() < deadline:
             snap = monitor.metrics_snapshot()
             try:
-                first = {
-                    key: snap.series.get(key).points() for key in KEYS if snap.series.get(key) is not None
-                }
+                first = {key: snap.series.by_key[key].points() for key in KEYS if key in snap.series.by_key}
                 for _ in range(3):  # what the UI read once stays what it reads again
-                    again = {key: snap.series.get(key).points() for key in first}
+                    again = {key: snap.series.by_key[key].points() for key in first}
                     assert again == first
                 reads += 1
             except (ValueError, RuntimeError, AssertionError) as err:
@@ -56,4 +54,4 @@ def test_reading_snapshots_while_a_thread_appends_for_seconds() -> None:
         thread.join(5)
         sys.setswitchinterval(old)
     assert not errors, f"a reader saw the series change under it: {errors[0]!r}"
-    assert reads > 10 and len(monitor.metrics_snapshot().series.get("train/loss").points()) > 100
+    assert reads > 10 and len(monitor.metrics_snapshot().series.by_key["train/loss"].points()) > 100

@@ -23,6 +23,12 @@ ULTRA_PATTERN = (
 )
 
 
+def _parsed(line: str) -> logline.ShimLine:
+    parsed = logline.parse(line)
+    assert parsed is not None, line
+    return parsed
+
+
 def ultra_config(**changes) -> dict:
     """config.json of Nemotron-3-Ultra-550B-A55B as its Hugging Face checkpoint ships it."""
     cfg = {
@@ -154,11 +160,11 @@ def test_log_line_forms_round_trip():
     )
     mapped = logline.applied(fields, mapping_only=True)
     assert mapped.startswith(shim.APPLIED_PREFIX + "(mapping only; megatron.bridge not importable) {")
-    assert logline.parse(mapped).status == "mapping_only"
+    assert _parsed(mapped).status == "mapping_only"
     bad = logline.not_applied("bridge\nregistration failed")
     assert bad == "ultra-console shim: NOT applied: bridge registration failed"
     assert logline.parse(bad) == logline.ShimLine("not_applied", reason="bridge registration failed")
-    assert logline.parse(shim.APPLIED_PREFIX + "{truncated").status == "not_applied"
+    assert _parsed(shim.APPLIED_PREFIX + "{truncated").status == "not_applied"
     assert logline.parse("step 3: {'train/loss': 0.1}") is None
 
 
@@ -207,13 +213,13 @@ def test_runtime_env_additions_shape():
 
 def test_mapping_only_line(tmp_path):
     ckpt = write_checkpoint(tmp_path, ultra_config())
-    parsed = logline.parse(mapping_only_line({CHECKPOINT_ENV: str(ckpt)}))
+    parsed = _parsed(mapping_only_line({CHECKPOINT_ENV: str(ckpt)}))
     assert parsed.status == "mapping_only" and parsed.fields["moe_router_topk_scaling_factor"] == 5.0
     assert parsed.fields["mtp_num_layers"] is None
-    kept = logline.parse(mapping_only_line({CHECKPOINT_ENV: str(ckpt), "MILES_NEMOTRONH_KEEP_MTP": "1"}))
+    kept = _parsed(mapping_only_line({CHECKPOINT_ENV: str(ckpt), "MILES_NEMOTRONH_KEEP_MTP": "1"}))
     assert kept.fields["mtp_num_layers"] == 1
-    assert "is not set" in logline.parse(mapping_only_line({})).reason
-    assert "does not exist" in logline.parse(mapping_only_line({CHECKPOINT_ENV: str(tmp_path / "x")})).reason
+    assert "is not set" in _parsed(mapping_only_line({})).reason
+    assert "does not exist" in _parsed(mapping_only_line({CHECKPOINT_ENV: str(tmp_path / "x")})).reason
 
 
 def test_setup_hook_in_a_worker_without_megatron(tmp_path):
@@ -229,7 +235,7 @@ def test_setup_hook_in_a_worker_without_megatron(tmp_path):
         env={"PYTHONPATH": str(REPO), CHECKPOINT_ENV: str(ckpt)},
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith(shim.LINE_PREFIX)]
-    assert len(lines) == 1 and logline.parse(lines[0]).status == "mapping_only"
+    assert len(lines) == 1 and _parsed(lines[0]).status == "mapping_only"
     broken = write_checkpoint(tmp_path / "bad", "{")
     out = subprocess.run(
         run,
@@ -300,6 +306,6 @@ def test_setup_hook_reports_a_failed_registration(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[-1] == "worker alive"
-    shim_lines = [logline.parse(line) for line in lines if line.startswith(shim.LINE_PREFIX)]
+    shim_lines = [_parsed(line) for line in lines if line.startswith(shim.LINE_PREFIX)]
     assert len(shim_lines) == 1 and shim_lines[0].status == "not_applied"
     assert shim_lines[0].reason.startswith("bridge registration failed: ModuleNotFoundError")

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backend.cluster.stack_groups import StacksReport, parse_process
+from backend.cluster.stack_groups import ProcessStack, StacksReport, Unreadable, parse_process
 from backend.cluster.stacks import save_report
+
+
+def _stack(parsed: ProcessStack | Unreadable) -> ProcessStack:
+    assert isinstance(parsed, ProcessStack), parsed
+    return parsed
 
 
 def frames(*names: str, line: int = 10) -> list[dict[str, Any]]:
@@ -36,15 +41,17 @@ def item(
 
 def test_seven_in_one_function_and_the_odd_one_apart_smallest_first() -> None:
     procs = [
-        parse_process(
-            "n1" if pid < 4 else "n2",
-            "node-1" if pid < 4 else "node-2",
-            item(pid, "allreduce", tid=1000 + pid, line=pid),
-            {3: 3},
+        _stack(
+            parse_process(
+                "n1" if pid < 4 else "n2",
+                "node-1" if pid < 4 else "node-2",
+                item(pid, "allreduce", tid=1000 + pid, line=pid),
+                {3: 3},
+            )
         )  # tids and lines differ
         for pid in range(7)
     ]
-    odd = parse_process("n3", "node-3", item(4411, "recv", tid=9), {4411: 97})
+    odd = _stack(parse_process("n3", "node-3", item(4411, "recv", tid=9), {4411: 97}))
     report = StacksReport.build("job-1", 0.0, [*procs, odd], nodes_asked=3)
     assert [g.size for g in report.groups] == [1, 7]
     assert report.groups[0].processes[0].pid == 4411
@@ -59,7 +66,7 @@ def test_hostile_stack_text_is_sanitised_in_lines_json_and_the_saved_file(tmp_pa
     evil = item(5, "recv\x1b]52;c;cGF3bmVk\x07\x1b[2J")
     evil["cmd"] = "ray::X\x1b[31m.train"
     report = StacksReport.build(
-        "job/../../x", 0.0, [parse_process("n", "node\x9b1", evil, {})], nodes_asked=1
+        "job/../../x", 0.0, [_stack(parse_process("n", "node\x9b1", evil, {}))], nodes_asked=1
     )
     text = "\n".join(report.lines()) + str(report.to_json()) + report.full_text()
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text

@@ -59,7 +59,7 @@ def test_resumed_run_swaps_events_no_point_twice_none_lost(tmp_path):
     )  # step 6 and the new file from the trash, the resumed 4 and 5; the copied 0..3 skipped
     state = feed.state()
     assert (state.records, state.repeated_lines, state.swaps, state.bad_lines) == (10, 4, 1, 0)
-    assert monitor.collector.series.get("perf/rollout_time").steps == [3]
+    assert monitor.collector.series.by_key["perf/rollout_time"].steps == [3]
     loss = monitor.collector.series.get("train/loss")
     assert loss is not None
     assert loss.steps == [0, 1, 2, 3, 4, 5, 6]
@@ -85,7 +85,7 @@ def test_truncated_copy_without_a_dir_swap_is_not_counted_again(tmp_path):
     path.write_bytes(b"\n".join(head) + b"\n")
     events.metric({"perf/rollout_time": 9.0, "rollout/step": 3}, 3)
     assert feed.poll() == 1 and feed.state().repeated_lines == 3
-    assert monitor.collector.series.get("perf/rollout_time").values == [1.0, 2.0, 3.0, 9.0, 5.0]
+    assert monitor.collector.series.by_key["perf/rollout_time"].values == [1.0, 2.0, 3.0, 9.0, 5.0]
 
 
 def test_sources_per_chart(tmp_path):

@@ -55,7 +55,7 @@ def test_edit_unknown_key_is_a_field_error():
 
 def test_clean_edit_is_ok():
     result = edit_spec(load_preset_dict(DEFAULT_PRESET), {"train.pp": "2"})
-    assert result.ok and result.spec.train.pp == 2
+    assert result.ok and result.spec is not None and result.spec.train.pp == 2
 
 
 def test_a_preset_file_comes_first(tmp_path):
