@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from waiting import until
 
-pytestmark = [pytest.mark.tmux, pytest.mark.ray]
+pytestmark = [pytest.mark.tmux, pytest.mark.ray, pytest.mark.serial]
 
 BIN = Path(sys.executable).with_name("ultra-console")
 SESSION = f"uc-e2e-{os.getpid()}"

@@ -82,7 +82,7 @@ def _script(tmp_path: Path, body: str) -> str:
 
 
 def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
-    assert _started(python=str(tmp_path / "missing")) is None  # cannot start
+    assert plan_preview.start(python=str(tmp_path / "missing")) is None  # cannot start
     assert _started(python=_script(tmp_path, "exit 3")).settings_answer() is None  # died
     assert _started(python=_script(tmp_path, "echo '{not json'")).settings_answer() is None  # garbage
     assert _started(python=_script(tmp_path, "echo '[1, 2]'")).settings_answer() is None  # not an answer
@@ -99,7 +99,7 @@ def test_a_failing_helper_means_the_console_computes(tmp_path: Path) -> None:
 
 def test_no_helper_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
-    assert _started() is None  # the console computes the plan itself: nothing to overlap with
+    assert plan_preview.start() is None  # the console computes the plan itself: nothing to overlap with
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     preview = _started()
     assert preview is not None and preview.settings_answer() is not None
