@@ -7,7 +7,7 @@ import threading
 
 from app_helpers import make_app
 from run_fixtures import log_text, store
-from textual.widgets import Static
+from textual.widgets import ProgressBar, Static
 from waiting import until
 
 from backend.signals import search
@@ -172,10 +172,10 @@ async def test_search_shows_its_first_hit_and_progress_while_it_runs_and_esc_sto
         view = await _show(app, pilot, st)
         await pilot.press("slash", *"iteration", "enter")
         await until(pilot, lambda: view.matches, "the first block's hits")
-        bar = view.query_one("#logs-search-progress")
+        bar = view.query_one("#logs-search-progress", ProgressBar)
         assert view.searching and bar.has_class("visible") and "searching /iteration" in _status(view)
         assert view.lines.cursor == view.matches[0]  # following: the first hit, at once
-        assert 0 < bar.progress < bar.total == len(st)
+        assert bar.total == len(st) and 0 < bar.progress < len(st)
         await pilot.press("escape")
         assert not view.searching and not bar.has_class("visible")
         release.set()

@@ -127,16 +127,13 @@ async def _charts_filled(app: UltraConsoleApp, pilot, what: str) -> None:
 async def _loaded(app: UltraConsoleApp, pilot) -> LogsView:
     logs = app.view("logs")
     assert isinstance(logs, LogsView)
-    await until(
-        pilot,
-        lambda: (
-            "loading history" not in logs.history
-            and app.history_text == ""
-            and getattr(app, "session", None) is not None
-            and len(app.session.store) > 0
-        ),
-        "the replay to finish reading",
-    )
+
+    def read() -> bool:
+        store = None if app.session is None else app.session.store
+        done = "loading history" not in logs.history and app.history_text == ""
+        return done and store is not None and len(store) > 0
+
+    await until(pilot, read, "the replay to finish reading")
     return logs
 
 
@@ -165,6 +162,7 @@ async def _cursor_moves_charts_and_log(app: UltraConsoleApp, pilot, logs: LogsVi
     )  # on top, or all shown
     assert app.session is not None
     store = app.session.store
+    assert store is not None
     assert re.search(r"\bperf 1: \{", store.line(at - 1).text)  # the line before it closed rollout 1
     later = [store.line(i).text for i in range(at, len(store))]
     first_of_2 = next(i for i, t in enumerate(later) if re.search(r"\b(rollout|perf) 2: \{", t))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app_helpers import make_app, write_audit
+from textual.widgets import DataTable
 from waiting import until
 
 from backend.cluster.durations import fmt_duration
@@ -94,7 +95,7 @@ async def test_replay_shows_no_audit_log_of_this_machine(tmp_path):
         events = await shown(app, pilot, "4", "events")
         assert isinstance(events, EventsView)
         await app.workers.wait_for_complete()
-        audit = events.query_one("#audit")
+        audit = events.query_one("#audit", DataTable)
         assert not audit.display and not events.query_one("#audit-title").display
         assert len(events.audit) == 0 and audit.row_count == 0
 
@@ -108,4 +109,4 @@ async def test_a_live_console_shows_both(tmp_path):
         assert app.view("run").query_one(GpuFleet).display
         await pilot.press("4")
         events = app.view("events")
-        await until(pilot, lambda: events.query_one("#audit").row_count == 2, "the audit rows")
+        await until(pilot, lambda: events.query_one("#audit", DataTable).row_count == 2, "the audit rows")

@@ -104,7 +104,9 @@ async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_not
             assert node.gpus[0].power_w is not None and node.gpus[0].temp_c is not None
             # it reserves nothing a run could need, and is never taken for a run: a launch is still allowed
             status = await ray_client.cluster_status()
-            usage = status["loadMetricsReport"]["usageByNode"]
+            report = status["loadMetricsReport"]
+            assert isinstance(report, dict), status
+            usage = report["usageByNode"]
             assert all(u["GPU"][0] == 0 and u["CPU"][0] == 0 for u in usage.values()), usage
             jobs = await ray_client.list_jobs()
             assert latest_run(jobs) is None or not is_probe(latest_run(jobs))  # type: ignore[arg-type]

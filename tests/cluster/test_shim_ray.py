@@ -16,6 +16,7 @@ from waiting import until
 import shim
 from backend.cluster.controller import RunController
 from backend.cluster.dashboard import RayClient
+from backend.json_fields import Fields
 from backend.plan.submission import build_submission
 from shim import logline
 
@@ -50,24 +51,24 @@ def write_config(model_dir: Path, scaling: float) -> None:
     )
 
 
-async def train_actors(client: RayClient, job_id: str, want: int, timeout: float = 120) -> list[dict]:
+async def train_actors(client: RayClient, job_id: str, want: int, timeout: float = 120) -> list[Fields]:
     """The job's alive MegatronTrainRayActor rows from Ray's state API (pid, node_id)."""
-    alive: list[dict] = []
+    alive: list[Fields] = []
 
-    async def enough() -> list[dict]:
+    async def enough() -> list[Fields]:
         job = await client.get_job(job_id)
         assert not job.is_terminal, f"job ended {job.status}: {job.message}"
         alive.clear()
         if job.job_id:
             data = await client.get_json("/api/v0/actors", {"detail": 1, "limit": 1000})
-            rows = data.get("data", {}).get("result", {}).get("result", [])
+            rows = Fields.of(data).obj("data").obj("result").objs("result")
             alive.extend(
                 a
                 for a in rows
-                if str(a.get("class_name")).startswith("MegatronTrainRayActor")
-                and a.get("job_id") == job.job_id
-                and a.get("state") == "ALIVE"
-                and a.get("pid")
+                if a.text("class_name").startswith("MegatronTrainRayActor")
+                and a.value("job_id") == job.job_id
+                and a.value("state") == "ALIVE"
+                and a.has("pid")
             )
         return list(alive) if len(alive) >= want else []
 
@@ -113,8 +114,8 @@ async def test_every_train_actor_on_every_node_logs_the_shim_line(
     job = await launch_when_free(ctl, spec)
     try:
         actors = await train_actors(ray_client, job.id, NODES)
-        assert len({a["node_id"] for a in actors}) == NODES  # one per node: every node is covered
-        pids = {int(a["pid"]) for a in actors}
+        assert len({a.text("node_id") for a in actors}) == NODES  # one per node: every node is covered
+        pids = {a.integer("pid") for a in actors}
         lines = await shim_lines_by_pid(ray_client, job.id, pids)
         for pid in pids:
             assert len(lines[pid]) == 1, f"pid {pid} logged {len(lines[pid])} shim lines"

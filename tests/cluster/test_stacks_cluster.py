@@ -26,7 +26,7 @@ from backend.cluster.dashboard import RayClient
 from backend.cluster.leftovers import record_footprint
 from backend.cluster.stacks import collect_stacks, job_stacks
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
-from backend.signals.alerts import load_rules
+from backend.signals.alerts import AlertRule, load_rules
 from backend.signals.monitor import RunMonitor
 from backend.signals.structured import StructuredFeed
 
@@ -137,10 +137,10 @@ async def test_stacks_of_a_hung_run_show_the_odd_actor_apart(
             proc.wait(10)
 
 
-def _rules(**hang: float) -> list:
+def _rules(**hang: float) -> list[AlertRule]:
     """The shipped rules, the hang rule's floor lowered so a test need not wait five minutes."""
     return [
-        dataclasses.replace(r, params={**r.params, **hang}) if r.when == "no_progress" else r
+        dataclasses.replace(r, numbers={**r.numbers, **hang}) if r.when == "no_progress" else r
         for r in load_rules()
     ]
 

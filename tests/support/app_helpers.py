@@ -40,9 +40,7 @@ class PilotApp(UltraConsoleApp):
     after the first mount just after the first frame is drawn (the app's one path); a test queries them at
     once."""
 
-    CSS_PATH = Path(inspect.getfile(UltraConsoleApp)).with_name(
-        "app.tcss"
-    )  # Textual reads it beside the class
+    CSS_PATH = str(Path(inspect.getfile(UltraConsoleApp)).with_name("app.tcss"))  # beside the class
 
     async def on_mount(self) -> None:
         mounting = self.mount_later_views()

@@ -484,7 +484,7 @@ def test_finding_shape() -> None:
         "message": "msg",
         "fix": "fix",
     }
-    assert has_errors([f]) and not has_errors([dataclasses.replace(f, severity="warning")])
+    assert has_errors([f]) and not has_errors([dataclasses.replace(f, severity=Severity.WARNING)])
 
 
 def test_findings_sorted_errors_then_warnings_then_info_in_catalog_order() -> None:

@@ -117,11 +117,12 @@ def test_a_node_without_nvml_says_so() -> None:
 
 def test_the_probe_job_is_the_consoles_reserves_nothing_and_creates_no_cuda_context(tmp_path: Path) -> None:
     payload = probe_submission(HEAD, tmp_path / "leases", lease_timeout_s=45, interval_s=1, max_age_s=3600)
-    assert payload["submission_id"].startswith("ultra-console-gpu-probe-")
+    submission_id = payload["submission_id"]
+    assert isinstance(submission_id, str) and submission_id.startswith("ultra-console-gpu-probe-")
     assert payload["entrypoint_label_selector"] == {"ray.io/node-id": HEAD}
     assert not any(k.startswith("entrypoint_num") or k == "entrypoint_resources" for k in payload)
-    job = JobInfo(
-        submission_id=payload["submission_id"], entrypoint=payload["entrypoint"], metadata=payload["metadata"]
+    job = JobInfo.model_validate(
+        {"submission_id": submission_id, "entrypoint": payload["entrypoint"], "metadata": payload["metadata"]}
     )
     assert lease_dir_of(job) == tmp_path / "leases"
     # Sampler actors reserve nothing; NVML only: no CUDA library is ever imported by the probe
@@ -161,12 +162,12 @@ def test_one_probe_per_lease_dir_by_its_lock(tmp_path: Path) -> None:
 def test_a_reading_goes_out_at_once_on_a_change_else_once_an_interval() -> None:
     sampler = gpu_probe_job.NodeSampler.__new__(gpu_probe_job.NodeSampler)
     sampler._sent, sampler._sent_at = None, -float("inf")
-    idle = {"t": 1.0, "g": [[0, 3, 615, 143771, 90, 30, []]]}
+    idle: gpu_probe_job.Reading = {"t": 1.0, "g": [(0, 3, 615, 143771, 90, 30, [])]}
     assert sampler.due(idle, 1.0)  # the first one
     assert not sampler.due({**idle, "t": 1.25}, 1.0)  # nothing new within the interval
-    assert not sampler.due({"t": 1.5, "g": [[0, 6, 700, 143771, 95, 31, []]]}, 1.0)  # below the steps
-    assert sampler.due({"t": 1.5, "g": [[0, 97, 700, 143771, 95, 31, []]]}, 1.0)  # utilisation moved: at once
-    assert sampler.due({"t": 1.75, "g": [[0, 97, 700, 143771, 95, 31, [[4242, 40000]]]]}, 1.0)  # a new holder
+    assert not sampler.due({"t": 1.5, "g": [(0, 6, 700, 143771, 95, 31, [])]}, 1.0)  # below the steps
+    assert sampler.due({"t": 1.5, "g": [(0, 97, 700, 143771, 95, 31, [])]}, 1.0)  # utilisation moved: at once
+    assert sampler.due({"t": 1.75, "g": [(0, 97, 700, 143771, 95, 31, [[4242, 40000]])]}, 1.0)  # a new holder
     assert not gpu_probe_job.changed({"nvml": "x"}, {"nvml": "x"}) and gpu_probe_job.changed(
         {"nvml": "x"}, idle
     )

@@ -31,6 +31,7 @@ def test_reprs_literal_eval_cannot_read() -> None:
         "'g': tensor(0.1000), 'h': tensor(2.5, device='cuda:0', dtype=torch.float64), 'i': np.bool_(True), "
         "'j': numpy.int32(-4), 'k': -np.float64(2.0), 'l': 1e-06, 'm': [1, (2,)], 'n': None, 'o': 'it\\'s'}"
     )
+    assert isinstance(value, dict)
     assert math.isnan(value["a"]) and value["b"] == math.inf and value["c"] == -math.inf
     assert value["d"] == 0.4375 and value["e"] == 3 and isinstance(value["e"], int)
     assert (value["f"], value["g"], value["h"], value["i"], value["j"], value["k"]) == (

@@ -186,13 +186,15 @@ def test_the_console_gpu_probe_is_no_run_and_no_reason_to_wait() -> None:
     payload = probe_submission(
         "00" + "ab" * 27, Path("/tmp/leases"), lease_timeout_s=45, interval_s=1, max_age_s=3600
     )
-    probe = JobInfo(
-        submission_id=payload["submission_id"],
-        status="RUNNING",
-        entrypoint=payload["entrypoint"],
-        metadata=payload["metadata"],
-        start_time=5,
-        type="SUBMISSION",
+    probe = JobInfo.model_validate(
+        {
+            "submission_id": payload["submission_id"],
+            "status": "RUNNING",
+            "entrypoint": payload["entrypoint"],
+            "metadata": payload["metadata"],
+            "start_time": 5,
+            "type": "SUBMISSION",
+        }
     )
     assert job_kind(probe) == "probe" and latest_run([probe]) is None and active_runs([probe]) == []
     assert probe.id.startswith("ultra-console-gpu-probe-")  # visibly the console's in `ray job list`

@@ -82,6 +82,7 @@ def test_ultra_fields_carry_scaling_groups_latent_and_drop_mtp():
     assert fields["moe_latent_size"] == 2048 and fields["moe_shared_expert_overlap"] is False
     assert fields["moe_shared_expert_intermediate_size"] == 10240 and fields["moe_ffn_hidden_size"] == 5120
     freq = fields["moe_layer_freq"]
+    assert isinstance(freq, list)
     assert len(freq) == 108 and sum(freq) == 48 and freq[:3] == [0, 1, 0]
     assert fields["mtp_num_layers"] is None and fields["mtp_hybrid_override_pattern"] is None
     json.dumps(fields)  # JSON-able: it travels in the log line
@@ -149,7 +150,7 @@ def test_mismatches_catch_a_one_point_zero_scaling_factor():
 
 
 def test_log_line_forms_round_trip():
-    fields = {"moe_router_topk_scaling_factor": 5.0, "num_moe_experts": 512}
+    fields: dict[str, object] = {"moe_router_topk_scaling_factor": 5.0, "num_moe_experts": 512}
     line = logline.applied(fields)
     assert line == (
         "ultra-console shim: applied NemotronH provider fields "

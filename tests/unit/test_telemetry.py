@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from backend.cluster.dashboard import RayClient
 from backend.cluster.telemetry import ClusterSnapshot, GpuProcess, TelemetryPoller, parse_nodes_summary
 
 SAMPLES = Path(__file__).parents[1] / "data" / "ray_samples"
@@ -158,7 +160,8 @@ def test_garbage_payload_gives_empty_snapshot() -> None:
 
 
 class CountingClient:
-    """Serves captured payloads; counts requests by route (no network: the poller's budget logic)."""
+    """Serves captured payloads; counts requests by route (no network: the poller's budget logic).
+    Stands in for `RayClient` (`as_ray`): the poller reads only these three routes."""
 
     def __init__(self) -> None:
         self.summary = load("nodes_summary_fakegpu.json")["data"]
@@ -176,10 +179,13 @@ class CountingClient:
         self.calls["nodes"] += 1
         return []
 
+    def as_ray(self) -> RayClient:
+        return cast(RayClient, self)
+
 
 async def test_poller_reads_state_list_only_when_alive_set_changes() -> None:
     client = CountingClient()
-    poller = TelemetryPoller(client, dead_refresh_s=3600, min_request_interval_s=0)
+    poller = TelemetryPoller(client.as_ray(), dead_refresh_s=3600, min_request_interval_s=0)
     for _ in range(5):
         snap = await poller.poll_once()
     assert snap.ray_version == "2.60.0"
@@ -192,7 +198,7 @@ async def test_poller_reads_state_list_only_when_alive_set_changes() -> None:
 
 async def test_poller_never_asks_faster_than_ray_refreshes() -> None:
     client = CountingClient()
-    poller = TelemetryPoller(client, interval_s=0.5, min_request_interval_s=60)
+    poller = TelemetryPoller(client.as_ray(), interval_s=0.5, min_request_interval_s=60)
     first = await poller.poll_once()
     for _ in range(10):
         assert await poller.poll_once() is first  # served from the last snapshot, no request
