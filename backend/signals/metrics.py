@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from backend.signals.grammar import METRIC_LOOKING, METRIC_MESSAGE, METRIC_NEEDLES, parse_line
+from backend.signals.grammar import (
+    METRIC_LINE,
+    METRIC_LOOKING,
+    METRIC_MESSAGE,
+    METRIC_NEEDLES,
+    parse_line,
+)
 from backend.signals.pyliteral import LiteralError, parse_literal
 from backend.signals.series import AXES, STEP_KEYS, SeriesSet
 
@@ -231,8 +237,16 @@ class PayloadCache(OrderedDict[str, dict[str, float]]):
 def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
-    parsed = parse_line(line)
-    m = METRIC_MESSAGE.fullmatch(parsed.message)
+    fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
+    if fast is not None:  # the common shape, in one match
+        stamp, proc, m = fast["ts"], fast["proc"] or fast["actor"] or "", fast
+    else:
+        parsed = parse_line(line)
+        stamp, proc, m = (
+            parsed.ts,
+            parsed.proc or parsed.actor or "",
+            METRIC_MESSAGE.fullmatch(parsed.message),
+        )
     if m is None:
         if METRIC_LOOKING.search(line) is None:
             return None
@@ -243,9 +257,8 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
         )
         return Unreadable(why, _sample(line))
     n, kind = int(m["n"]), m["kind"]
-    ts = parse_ts(parsed.ts) if parsed.ts else math.nan
-    proc = parsed.proc or parsed.actor or ""
-    if m["reason"] is not None:
+    ts = parse_ts(stamp) if stamp else math.nan
+    if fast is None and m["reason"] is not None:
         reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
         return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
     payload = m["payload"]
