@@ -238,6 +238,7 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
     fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
+    m: re.Match[str] | None
     if fast is not None:  # the common shape, in one match
         stamp, proc, m = fast["ts"], fast["proc"] or fast["actor"] or "", fast
     else:
