@@ -17,12 +17,11 @@ from the log now and then), verified with `startswith`; the others through ancho
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from backend.signals.anchors import choose_anchors
+from backend.signals.anchors import anchors_of
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class Plan:
                 common.append(needle)
                 continue
             by_char.setdefault(ch, []).extend(_placed(needle, ch))
-        anchors = _anchors(tuple(common))
+        anchors = anchors_of(tuple(common))
         by_anchor: dict[str, list[tuple[str, int]]] = {a: [] for a in anchors}
         for needle in common:
             anchor = next(a for a in anchors if a in needle)
@@ -117,12 +116,6 @@ class Plan:
             if len(starts) > 1:
                 found[needle] = sorted(set(starts))
         return found
-
-
-@functools.lru_cache(maxsize=64)
-def _anchors(needles: tuple[str, ...]) -> list[str]:
-    """choose_anchors, once per set of needles (a plan is made again and again; choosing takes ms)."""
-    return choose_anchors(needles)
 
 
 def _placed(needle: str, piece: str) -> list[tuple[str, int]]:
