@@ -18,6 +18,7 @@ from the log now and then), verified with `startswith`; the others through ancho
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -65,30 +66,34 @@ class Scan:
 
 SAMPLE_CHARS = 1 << 16  # of a chunk's head, counted to learn which characters are rare in this log
 REPLAN_CHARS = 64 << 20  # text scanned between two countings (a log's mix changes: a run starts, trains)
-RARE_PER_MB = 1000  # a character seen less often than this is searched alone (memchr), else the needle
+# One pass of a needle over a MB of text (str.find, 0.3-0.9 ms) costs about as much as this many steps of
+# a search for one character (memchr) and checks of a needle where it occurs (0.15-0.3 us each, in Python).
+CHECKS_PER_PASS = 3000
 
 
 @dataclass(frozen=True)
 class Plan:
     """How to find a set of needles in text like the sample: each needle by its rarest character, where
-    that character is rare (`by_char`), else by an anchor, a piece it shares with other such needles
-    (`by_anchor`, backend.signals.anchors): both map what is searched to (needle, its offset)."""
+    that costs less than a pass of each needle on it (`by_char`), else by an anchor, a piece it shares with
+    other such needles (`by_anchor`, backend.signals.anchors): both map what is searched to (needle, its
+    offset)."""
 
     by_char: dict[str, list[tuple[str, int]]]
     by_anchor: dict[str, list[tuple[str, int]]]
 
     @classmethod
     def for_sample(cls, needles: Sequence[str], sample: str) -> Plan:
-        cap = max(1, RARE_PER_MB * len(sample) // 1_000_000)
-        seen = {ch: _count_upto(sample, ch, cap + 1) for ch in set("".join(needles))}
-        by_char: dict[str, list[tuple[str, int]]] = {}
-        common = []
-        for needle in needles:
-            ch = min(needle, key=lambda c: (seen[c], c))
-            if seen[ch] > cap:
-                common.append(needle)
-                continue
-            by_char.setdefault(ch, []).extend(_placed(needle, ch))
+        per_mb = 1_000_000 / max(1, len(sample))
+        seen = {ch: sample.count(ch) * per_mb for ch in set("".join(needles))}
+        rarest = {needle: min(needle, key=lambda c: (seen[c], c)) for needle in needles}
+        placed: dict[str, list[tuple[str, int]]] = {}
+        for needle, ch in rarest.items():
+            placed.setdefault(ch, []).extend(_placed(needle, ch))
+        # a character's needles are found through it where its steps and checks cost less than their passes
+        shared = Counter(rarest.values())
+        cheap = {ch for ch, n in shared.items() if seen[ch] * (1 + len(placed[ch])) <= CHECKS_PER_PASS * n}
+        by_char = {ch: found for ch, found in placed.items() if ch in cheap}
+        common = [needle for needle in needles if rarest[needle] not in cheap]
         anchors = anchors_of(tuple(common))
         by_anchor: dict[str, list[tuple[str, int]]] = {a: [] for a in anchors}
         for needle in common:
@@ -164,16 +169,6 @@ class Prefilter:
         lines = "".join(text[a : ends[a]] + "\n" for a in ends)
         flat = text.replace("\n", "")
         return Scan(text, flat, in_flat.find(flat), lines, frozenset(at))
-
-
-def _count_upto(text: str, ch: str, cap: int) -> int:
-    """How often `ch` occurs in `text`, counting no further than `cap` (memchr steps: cheap when rare)."""
-    n = 0
-    pos = text.find(ch)
-    while pos >= 0 and n < cap:
-        n += 1
-        pos = text.find(ch, pos + 1)
-    return n
 
 
 def _occurrences(text: str, needle: str, pos: int | None = None) -> list[int]:
