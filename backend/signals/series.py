@@ -61,8 +61,11 @@ class Series:
     def add(self, step: float, value: float, ts: float = math.nan, priority: int = 0) -> bool:
         """Insert or replace the point at `step`; True if the series changed."""
         steps = self.steps
-        if not steps or step > steps[-1]:
-            i = len(steps)
+        if not steps or step > steps[-1]:  # the usual case: a new newest step
+            steps.append(step)
+            self.values.append(value)
+            self.ts.append(ts)
+            self.rank.append(priority)
         else:
             i = bisect.bisect_left(steps, step)
             if i < len(steps) and steps[i] == step:
@@ -73,10 +76,10 @@ class Series:
                 self.values[i], self.ts[i], self.rank[i] = value, ts, priority
                 self.version += 1
                 return not same
-        steps.insert(i, step)
-        self.values.insert(i, value)
-        self.ts.insert(i, ts)
-        self.rank.insert(i, priority)
+            steps.insert(i, step)
+            self.values.insert(i, value)
+            self.ts.insert(i, ts)
+            self.rank.insert(i, priority)
         if len(steps) > self.max_points:
             self._thin()
         self.version += 1

@@ -373,3 +373,42 @@ def test_the_one_match_shape_reads_what_the_full_grammar_reads(head: str, monkey
             patched.setattr(metrics, "METRIC_LINE", __import__("re").compile(r"(?!)"))
             full = metrics.parse_metric_line(line)
         assert fast == full, line
+
+
+def test_stamps_summed_from_their_fields_equal_datetimes_reading() -> None:
+    """parse_ts sums the usual shape's fields itself: the same float as datetime's, and nan where datetime
+    refuses (no such day or hour)."""
+    import random
+    from datetime import UTC, datetime
+
+    from backend.signals.metrics import parse_ts
+
+    def reference(text: str) -> float:
+        try:
+            return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            return math.nan
+
+    rng = random.Random(7)
+    stamps = ["2026-02-29 10:00:00", "2024-02-29 23:59:59.999", "2026-13-01 00:00:00", "2026-08-21 24:00:00"]
+    stamps += [
+        "2026-08-21 10:60:00",
+        "2026-08-21 10:00:60",
+        "2026-08-21T10:20:05.112",
+        "2026-08-21 10:20:05,112",
+    ]
+    stamps += [
+        "2026-08-21 10:20:05.1",
+        "2026-08-21 10:20:05.123456",
+        "2026-08-21 1:20:05.112",
+        "٢٠٢٦-08-21 10:20:05",
+    ]
+    for _ in range(2000):
+        stamps.append(
+            f"{rng.randint(1, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 31):02d} "
+            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+            + rng.choice(["", f".{rng.randint(0, 999):03d}", f".{rng.randint(0, 999999):06d}"])
+        )
+    for stamp in stamps:
+        got, want = parse_ts(stamp), reference(stamp)
+        assert got == want or (math.isnan(got) and math.isnan(want)), stamp
