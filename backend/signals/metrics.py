@@ -20,7 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from backend.signals.grammar import (
@@ -151,47 +151,12 @@ def flat_payload(payload: str) -> dict[str, float] | None:
     return out
 
 
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_DAYS: dict[str, int] = {}  # `2026-08-21` -> days since 1970-01-01 (a run's log has a few dates)
-
-
 def parse_ts(text: str) -> float:
-    """miles' `2026-08-21 10:20:05.112` (node-local, no zone; read as UTC so order and gaps are right).
-    The usual shape is summed from its fields, to the float datetime's `timestamp()` gives (its microseconds
-    divided once); any other goes through datetime."""
-    if (
-        len(text) in (19, 23, 26)
-        and text.isascii()
-        and text[10] in " T"
-        and text[13] == ":" == text[16]
-        and text[19:20] in ("", ".")
-        and (clock := text[11:13] + text[14:16] + text[17:19] + text[20:]).isdigit()
-        and (days := _days(text[:10])) is not None
-    ):
-        h, m, sec = int(clock[:2]), int(clock[2:4]), int(clock[4:6])
-        if h < 24 and m < 60 and sec < 60:
-            micro = int(clock[6:].ljust(6, "0"))
-            return ((days * 86400 + h * 3600 + m * 60 + sec) * 1_000_000 + micro) / 1_000_000
+    """miles' `2026-08-21 10:20:05.112` (node-local, no zone; read as UTC so order and gaps are right)."""
     try:
         return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()  # C-fast, unlike strptime
     except ValueError:
         return math.nan
-
-
-def _days(day: str) -> int | None:
-    """Days since 1970-01-01 of a `YYYY-MM-DD` date, or None (another shape, no such day)."""
-    known = _DAYS.get(day)
-    if known is None:
-        if not (day[4] == "-" == day[7] and (day[:4] + day[5:7] + day[8:]).isdigit()):
-            return None
-        try:
-            known = date.fromisoformat(day).toordinal() - _EPOCH_ORDINAL
-        except ValueError:
-            return None
-        if len(_DAYS) >= 1024:
-            _DAYS.clear()
-        _DAYS[day] = known
-    return known
 
 
 def parse_iso(text: Any) -> float:
