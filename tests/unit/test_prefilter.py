@@ -242,3 +242,15 @@ def test_a_character_is_searched_alone_where_that_costs_less_than_its_needles_pa
     assert shared.by_anchor == {}
     text = "xx amaa aama ama"
     assert shared.find(text) == alone.find(text) | Plan.for_sample(["ama", "aama"], "").find(text)
+
+
+def test_a_two_character_piece_is_found_where_str_find_finds_it() -> None:
+    """Two-character pieces go through a regex (faster than str.find for them): the same first position,
+    regex metacharacters taken literally."""
+    from backend.signals.prefilter import _first
+
+    rng = random.Random(3)
+    for _ in range(300):
+        text = "".join(rng.choice("-.*[( a\n") for _ in range(rng.randint(0, 40)))
+        for piece in ("--", ".*", "[(", "a-", " ....", "-"):
+            assert _first(text, piece) == text.find(piece), (text, piece)
