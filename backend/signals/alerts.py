@@ -317,7 +317,7 @@ class AlertEngine:
                 continue
             alert = self._fire(
                 rule,
-                {"key": point.key, "step": point.step, "value": point.value, **fields},
+                {"key": point.key, "step": point.step, "value": point.value, **rule.numbers, **fields},
                 step=point.step,
                 key=point.key,
             )
@@ -327,8 +327,10 @@ class AlertEngine:
         return fired
 
     def _check(self, rule: AlertRule, point: Point, series: Series | None) -> tuple[bool, dict[str, object]]:
+        """Whether `rule` fires on `point`, and what the alert says besides the rule's numbers (a spike's
+        baseline); the fields are built only when it fires (this runs for every watched point)."""
         v = point.value
-        fields: dict[str, object] = dict(rule.numbers)
+        fields: dict[str, object] = {}
         if rule.when == "nonfinite":
             return not math.isfinite(v), fields
         if not math.isfinite(v):

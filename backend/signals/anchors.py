@@ -8,6 +8,7 @@ its anchor was found. The positions are exactly those `str.find` repeated after 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 MIN_ANCHOR = 5  # shorter anchors match too often in ordinary text
@@ -20,18 +21,32 @@ def choose_anchors(hints: Iterable[str], given: Sequence[str] = ()) -> list[str]
     chosen = list(given)
     left = [h for h in dict.fromkeys(hints) if h and not any(a in h for a in chosen)]
     while left:
+        # how many hints hold each candidate: every piece of MIN..MAX_ANCHOR characters is counted once per
+        # hint holding it (a hint holds such a piece iff it is one of its own pieces); a short hint, a
+        # candidate of its own, is looked for in every hint
         counts: dict[str, int] = {}
         for hint in left:
             if len(hint) < MIN_ANCHOR:
-                counts.setdefault(hint, 0)
+                counts.setdefault(hint, sum(hint in h for h in left))
                 continue
-            for i in range(len(hint) - MIN_ANCHOR + 1):
-                for j in range(i + MIN_ANCHOR, min(len(hint), i + MAX_ANCHOR) + 1):
-                    counts.setdefault(hint[i:j], 0)
-        best = max(counts, key=lambda sub: (sum(sub in h for h in left), len(sub)))
+            pieces = dict.fromkeys(
+                hint[i:j]
+                for i in range(len(hint) - MIN_ANCHOR + 1)
+                for j in range(i + MIN_ANCHOR, min(len(hint), i + MAX_ANCHOR) + 1)
+            )
+            for piece in pieces:
+                counts[piece] = counts.get(piece, 0) + 1
+        best = max(counts, key=lambda sub: (counts[sub], len(sub)))
         chosen.append(best)
         left = [h for h in left if best not in h]
     return chosen
+
+
+@functools.lru_cache(maxsize=64)
+def anchors_of(hints: tuple[str, ...]) -> list[str]:
+    """choose_anchors, once per set of hints (every monitor's failure scanner and prefilter plan asks again;
+    choosing takes tens of ms). The list is shared: not to be changed."""
+    return choose_anchors(hints)
 
 
 class AnchoredHints:
@@ -39,7 +54,7 @@ class AnchoredHints:
 
     def __init__(self, hints: Iterable[str]) -> None:
         self.hints = list(dict.fromkeys(h for h in hints if h))
-        self.anchors = choose_anchors(self.hints)
+        self.anchors = anchors_of(tuple(self.hints))
         # anchor -> (hint, offset of the anchor in the hint) for every place the anchor occurs in a hint
         self._at: dict[str, list[tuple[str, int]]] = {a: [] for a in self.anchors}
         for hint in self.hints:

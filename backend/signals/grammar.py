@@ -104,6 +104,16 @@ METRIC_MESSAGE = re.compile(
 METRIC_LOOKING = re.compile(
     r"(?:^|[-\]):>] )(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| skipped:)"
 )
+# The common shape of a metric line whole, in one match: `(Actor pid=N[, ip=A]) [TS[ proc]] file:N - kind N:
+# {...}` with no colour code, CR or repeat suffix (the caller checks). Every line it matches, parse_line and
+# METRIC_MESSAGE read to the same fields: each part is its layer's first shape (a proc starting in lower case
+# is no SGLang rank tag); any other line goes through them (tests/unit/test_metrics_parse.py compares).
+METRIC_LINE = re.compile(
+    r"(?:\((?:(?P<actor>[A-Za-z_][\w.]*) )?pid=\d+(?:, ip=[^()\s]+)?\) )?"
+    r"\[" + _TS + r"(?: (?P<proc>[a-z][^\]\s]*))?\] "
+    r"[\w./-]+\.\w+:\d+ - "
+    r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+): (?P<payload>\{.*\})"
+)
 # Literal pieces every metric line holds: found with str.find before any regex runs.
 METRIC_NEEDLES = (": {", " skipped: ")
 

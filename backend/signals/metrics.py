@@ -23,9 +23,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from backend.signals.grammar import METRIC_LOOKING, METRIC_MESSAGE, METRIC_NEEDLES, parse_line
+from backend.signals.grammar import (
+    METRIC_LINE,
+    METRIC_LOOKING,
+    METRIC_MESSAGE,
+    METRIC_NEEDLES,
+    parse_line,
+)
 from backend.signals.pyliteral import LiteralError, parse_literal
-from backend.signals.series import STEP_KEYS, SeriesSet, axis_for
+from backend.signals.series import AXES, STEP_KEYS, SeriesSet
 
 SOURCE_PRIORITY = {"log": 0, "dashboard": 1, "events": 2}
 MAX_PROBLEMS = 50
@@ -58,6 +64,7 @@ TRAIN_PERF_KEYS = frozenset(
 )
 STEP_KINDS = frozenset({"step", "critic-step"})
 _DEDUP_WINDOW = 64  # recent step dicts remembered to drop their second printing
+_SHAPES_REMEMBERED = 256  # distinct dict key tuples whose prefixes are remembered
 
 
 @dataclass
@@ -230,8 +237,17 @@ class PayloadCache(OrderedDict[str, dict[str, float]]):
 def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
-    parsed = parse_line(line)
-    m = METRIC_MESSAGE.fullmatch(parsed.message)
+    fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
+    m: re.Match[str] | None
+    if fast is not None:  # the common shape, in one match
+        stamp, proc, m = fast["ts"], fast["proc"] or fast["actor"] or "", fast
+    else:
+        parsed = parse_line(line)
+        stamp, proc, m = (
+            parsed.ts,
+            parsed.proc or parsed.actor or "",
+            METRIC_MESSAGE.fullmatch(parsed.message),
+        )
     if m is None:
         if METRIC_LOOKING.search(line) is None:
             return None
@@ -242,9 +258,8 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
         )
         return Unreadable(why, _sample(line))
     n, kind = int(m["n"]), m["kind"]
-    ts = parse_ts(parsed.ts) if parsed.ts else math.nan
-    proc = parsed.proc or parsed.actor or ""
-    if m["reason"] is not None:
+    ts = parse_ts(stamp) if stamp else math.nan
+    if fast is None and m["reason"] is not None:
         reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
         return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
     payload = m["payload"]
@@ -366,12 +381,17 @@ class MetricsCollector:
         self._payloads = PayloadCache()
         self._rollout = -1  # the newest rollout a rollout-side record named
         self._steps_of_rollout: OrderedDict[int, set[int]] = OrderedDict()
-        self._listeners: list[Callable[[Point], None]] = []
+        # each listener, and which keys it watches (None: all)
+        self._listeners: list[tuple[Callable[[Point], None], Callable[[str], bool] | None]] = []
+        self._prefixes_of: dict[tuple[str, ...], frozenset[str]] = {}  # a dict's keys -> their prefixes
         self.enrichers: list[Callable[[MetricRecord], None]] = []  # may add derived keys to a record
 
-    def subscribe(self, listener: Callable[[Point], None]) -> None:
-        """Called for every new or changed point (alerts evaluate here)."""
-        self._listeners.append(listener)
+    def subscribe(
+        self, listener: Callable[[Point], None], watches: Callable[[str], bool] | None = None
+    ) -> None:
+        """`listener` is called for every new or changed point (alerts evaluate here) of a key `watches`
+        accepts (every key without it): no point is built for a key nobody watches."""
+        self._listeners.append((listener, watches))
 
     def feed_text(self, text: str) -> int:
         """Parse a chunk of sanitised complete lines; returns how many metric records it held."""
@@ -420,22 +440,19 @@ class MetricsCollector:
             return None
         return max(set(done), key=lambda c: (done.count(c), c))
 
-    def add_records(self, records: Iterable[MetricRecord]) -> list[Point]:
-        # Within a batch, order by miles' timestamp: worker output arrives late and interleaved.
+    def add_records(self, records: Iterable[MetricRecord]) -> int:
+        """Store records (a batch in miles' timestamp order: worker output arrives late and interleaved);
+        returns how many points changed."""
         batch = sorted(records, key=lambda r: r.ts if math.isfinite(r.ts) else math.inf)
-        points: list[Point] = []
-        for rec in batch:
-            points.extend(self.add_record(rec))
-        return points
+        return sum(self.add_record(rec) for rec in batch)
 
-    def add_record(self, rec: MetricRecord) -> list[Point]:
+    def add_record(self, rec: MetricRecord) -> int:
+        """One record's points; listeners hear of each changed point they watch. Returns how many changed."""
         if rec.kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
             self.duplicates += 1
-            return []
+            return 0
         self._note_axes(rec)
-        admits = self.series.admits  # past the series cap, a new key's prefix is not remembered either
-        for prefix in {key.split("/", 1)[0] + "/" for key in rec.values if admits(key)}:
-            self.records_by_prefix[prefix] = self.records_by_prefix.get(prefix, 0) + 1
+        self._count_prefixes(rec.values)
         for enricher in self.enrichers:
             enricher(rec)
         priority = SOURCE_PRIORITY.get(rec.source, 0)
@@ -444,22 +461,38 @@ class MetricsCollector:
             self.last_step[rec.kind] = rec.n
         if math.isfinite(rec.ts) and not rec.ts <= self.last_ts:
             self.last_ts = rec.ts
-        points = []
-        for key, value in rec.values.items():
-            if key in STEP_KEYS:
-                continue
-            step = rec.values.get(axis_for(key), float(rec.n))
-            if not math.isfinite(
-                step
-            ):  # a NaN/Infinity step (a dump's `"train/step": Infinity`) has no place
-                self.bad_steps += 1
-                continue
-            if self.series.add(key, step, value, rec.ts, priority):
-                points.append(Point(key, step, value, rec.ts, rec.source))
-        for point in points:
-            for listener in self._listeners:
-                listener(point)
-        return points
+        changed, bad = self.series.add_record(rec.values, float(rec.n), rec.ts, priority)
+        self.bad_steps += bad
+        if changed and self._listeners:
+            steps = {axis: rec.values.get(axis, float(rec.n)) for axis in AXES}
+            for key in changed:  # a Point only for a key some listener watches (most have no rule)
+                point: Point | None = None
+                for listener, watches in self._listeners:
+                    if watches is None or watches(key):
+                        if point is None:
+                            step = steps[self.series.by_key[key].axis]
+                            point = Point(key, step, rec.values[key], rec.ts, rec.source)
+                        listener(point)
+        return len(changed)
+
+    def _count_prefixes(self, values: dict[str, float]) -> None:
+        """`records_by_prefix` for one record. Below the series cap every key is admitted, so a dict's
+        prefixes depend on its keys alone: remembered by its key tuple (miles repeats a few dict shapes)."""
+        series = self.series
+        if len(series.by_key) < series.max_series:
+            shape = tuple(values)
+            prefixes = self._prefixes_of.get(shape)
+            if prefixes is None:
+                prefixes = frozenset(key.split("/", 1)[0] + "/" for key in shape)
+                if len(self._prefixes_of) >= _SHAPES_REMEMBERED:
+                    self._prefixes_of.clear()
+                self._prefixes_of[shape] = prefixes
+        else:  # past the series cap, a new key's prefix is not remembered either
+            admits = series.admits
+            prefixes = frozenset(key.split("/", 1)[0] + "/" for key in values if admits(key))
+        counts = self.records_by_prefix
+        for prefix in prefixes:
+            counts[prefix] = counts.get(prefix, 0) + 1
 
     def latest(self) -> dict[str, float]:
         """Each series' value at its highest step."""

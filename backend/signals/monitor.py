@@ -99,7 +99,7 @@ class RunMonitor:
         self._shim_judged: tuple[int, bool] = (-1, False)  # the shim ledger's version last judged, and armed
         self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
         self.collector.enrichers.append(self.facts.note_checkpoint_metric)
-        self.collector.subscribe(self._on_point)
+        self.collector.subscribe(self._on_point, self.alerts.watches)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
         self.alerts.world_of = self._train_world
         # (node IP or "", pid) -> rank, from the log's prefixes (stacks)
@@ -109,8 +109,8 @@ class RunMonitor:
         )
 
     def _on_point(self, point: Point) -> None:
-        if self.alerts.watches(point.key):  # most keys have no rule: skip the call
-            self.alerts.on_point(point, self.collector.series.get(point.key))
+        """A changed point of a key some rule watches (the collector builds none for the others)."""
+        self.alerts.on_point(point, self.collector.series.get(point.key))
 
     # ------------------------------------------------------------------ inputs
 

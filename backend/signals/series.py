@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS = "train/step", "rollout/step", "eval/step"
-STEP_KEYS = frozenset({TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS})
+AXES = (TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS)
+STEP_KEYS = frozenset(AXES)
 
 
 def axis_for(key: str) -> str:
@@ -60,8 +61,11 @@ class Series:
     def add(self, step: float, value: float, ts: float = math.nan, priority: int = 0) -> bool:
         """Insert or replace the point at `step`; True if the series changed."""
         steps = self.steps
-        if not steps or step > steps[-1]:
-            i = len(steps)
+        if not steps or step > steps[-1]:  # the usual case: a new newest step
+            steps.append(step)
+            self.values.append(value)
+            self.ts.append(ts)
+            self.rank.append(priority)
         else:
             i = bisect.bisect_left(steps, step)
             if i < len(steps) and steps[i] == step:
@@ -72,10 +76,10 @@ class Series:
                 self.values[i], self.ts[i], self.rank[i] = value, ts, priority
                 self.version += 1
                 return not same
-        steps.insert(i, step)
-        self.values.insert(i, value)
-        self.ts.insert(i, ts)
-        self.rank.insert(i, priority)
+            steps.insert(i, step)
+            self.values.insert(i, value)
+            self.ts.insert(i, ts)
+            self.rank.insert(i, priority)
         if len(steps) > self.max_points:
             self._thin()
         self.version += 1
@@ -190,6 +194,35 @@ class SeriesSet:
                     return False
                 series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
             return series.add(step, value, ts, priority)
+
+    def add_record(
+        self, values: Mapping[str, float], n: float, ts: float, priority: int
+    ) -> tuple[list[str], int]:
+        """Every point of one metric record under one lock: each key (but the step keys) at its axis' step
+        in `values`, else `n`. Returns the keys whose series changed, in order, and how many points were
+        dropped for a non-finite step."""
+        steps = {axis: values.get(axis, n) for axis in AXES}
+        changed: list[str] = []
+        bad = 0
+        by_key = self.by_key
+        with self._lock:
+            for key, value in values.items():
+                if key in STEP_KEYS:
+                    continue
+                series = by_key.get(key)
+                axis = series.axis if series is not None else axis_for(key)
+                step = steps[axis]
+                if not math.isfinite(step):  # a NaN/Infinity step (a dump's `"train/step": Infinity`)
+                    bad += 1
+                    continue
+                if series is None:
+                    if len(by_key) >= self.max_series:
+                        self._note_dropped(key)
+                        continue
+                    series = by_key[key] = Series(key, axis, self.max_points)
+                if series.add(step, value, ts, priority):
+                    changed.append(key)
+        return changed, bad
 
     def admits(self, key: str) -> bool:
         """Whether a point of `key` would be kept (an existing series, or room for a new one)."""

@@ -337,3 +337,43 @@ def test_a_metric_line_with_a_ray_repeat_suffix_still_parses() -> None:
         " [repeated 2x across cluster]\n"
     )
     assert problems == [] and [(r.kind, r.n, r.values) for r in records] == [("step", 1, {"train/loss": 0.5})]
+
+
+_SHAPES = (
+    "(MegatronTrainRayActor pid=52001) [2026-08-21 10:02:00.000 actor_cell0_rank0] log_utils.py:542 - ",
+    "(MegatronTrainRayActor pid=52001, ip=10.0.0.3) [2026-03-02 10:00:05] log_utils.py:443 - ",
+    "(pid=7) [2026-03-02 10:00:05,123 rollout_manager] metrics.py:89 - ",
+    "[2026-10-02 10:00:05.120 actor_cell0_rank0] log_utils.py:544 - ",
+    "[2026-03-02 10:00:05 TP4 EP4] log_utils.py:1 - ",  # SGLang's tags: no process name
+    "[2026-03-02 10:00:05 Tp4] log_utils.py:1 - ",
+    "(raylet, ip=10.0.0.3) [2026-03-02 10:00:05] log_utils.py:1 - ",
+    "(a(b) pid=1) [2026-03-02 10:00:05] x.py:1 - ",
+    "[2026-03-02 10:00:05.1234567 p] x.py:1 - ",
+    "[2026-03-02 10:00:05] INFO x.py:1: ",
+    "^[[36m(A pid=1)^[[0m [2026-03-02 10:00:05] x.py:1 - ",
+    "",
+)
+_MESSAGES = (
+    "step 3: {'train/loss': 0.5, 'train/step': 3}",
+    "perf 2: {'perf/step_time': 4.0, 'perf/actor_train_mfu': np.float64(0.3)}",
+    "critic-step 1: {'critic/loss': nan}",
+    "rollout 4: {'rollout/raw_reward': 1.0} [repeated 3x across cluster]",
+    "eval 2 skipped: no data",
+    "step 3: {'train/loss': ^[[1m0.5}",
+    "step 3: {'train/loss': 0.5}\r",
+)
+
+
+@pytest.mark.parametrize("head", _SHAPES)
+def test_the_one_match_shape_reads_what_the_full_grammar_reads(head: str, monkeypatch) -> None:
+    """parse_metric_line reads the common shape with one regex (grammar.METRIC_LINE): every line gives the
+    record the layered grammar gives (the one-match regex switched off to compare)."""
+    from backend.signals import metrics
+
+    for message in _MESSAGES:
+        line = head + message
+        fast = metrics.parse_metric_line(line)
+        with monkeypatch.context() as patched:
+            patched.setattr(metrics, "METRIC_LINE", __import__("re").compile(r"(?!)"))
+            full = metrics.parse_metric_line(line)
+        assert fast == full, line

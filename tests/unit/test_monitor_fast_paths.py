@@ -39,6 +39,38 @@ def test_every_hint_holds_an_anchor_even_a_new_one() -> None:
     assert all(any(a in h for a in anchors) for h in hints)
 
 
+def _greedy_anchors(hints: list[str], given: list[str]) -> list[str]:
+    """The anchor choice as specified: greedily the piece (5..16 characters, or a short hint whole) held by
+    the most hints not yet covered, longer first, the first seen on a tie; hints counted one by one."""
+    chosen = list(given)
+    left = [h for h in dict.fromkeys(hints) if h and not any(a in h for a in chosen)]
+    while left:
+        cands: dict[str, None] = {}
+        for hint in left:
+            if len(hint) < 5:
+                cands[hint] = None
+                continue
+            for i in range(len(hint) - 4):
+                for j in range(i + 5, min(len(hint), i + 16) + 1):
+                    cands[hint[i:j]] = None
+        best = max(cands, key=lambda sub: (sum(sub in h for h in left), len(sub)))
+        chosen.append(best)
+        left = [h for h in left if best not in h]
+    return chosen
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_anchors_counted_once_per_hint_are_the_greedy_choice(seed: int) -> None:
+    rng = random.Random(seed)
+    assert choose_anchors(default_catalog().hints()) == _greedy_anchors(list(default_catalog().hints()), [])
+    for trial in range(100):
+        hints = [
+            "".join(rng.choice("abcd ") for _ in range(rng.randint(1, 24))) for _ in range(rng.randint(1, 9))
+        ]
+        given = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 3)))] if trial % 3 == 0 else []
+        assert choose_anchors(hints, given) == _greedy_anchors(hints, given), (hints, given)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_anchored_positions_equal_repeated_find(seed: int) -> None:
     rng = random.Random(seed)
