@@ -29,9 +29,3 @@ _.requests_made, _.malformed, _.bytes_read, _.duplicates, _.shim_lines_seen, _.b
 _.shim_reports, _.current_path, _.severity_of, _.installed
 _.load_preset  # the spec loader tests and the demo use (the console loads presets as dicts)
 _.kill_node, _.fake_gpu_dir, _.session_dir  # the loopback cluster's handles for tests and benches
-
-# Only tests call these; each is left to the issue-20 branch that owns its file (drop the line when it lands).
-_.is_train_actor, _.run_forever, _.cluster_metadata, _.node_detail, _.cluster_status, _.reset
-_.wait_for_lines, _.search_background
-_.redacted, _.sanitize_line
-_.from_spec  # RunFacts.from_spec: only RunMonitor.for_spec called it (gone: the product builds RunMonitor())

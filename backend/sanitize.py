@@ -62,11 +62,6 @@ def cap_line(line: str, cap: int = DEFAULT_LINE_CAP) -> str:
     return line[:cap] + TRUNCATION_MARK.format(n=len(line) - cap)
 
 
-def sanitize_line(line: str, cap: int = DEFAULT_LINE_CAP) -> str:
-    """One line in, one safe line out (any `\\n` inside is treated as a line break and removed)."""
-    return cap_line(sanitize_text(line).replace("\n", " "), cap)
-
-
 # ---------------------------------------------------------------- the bytes fast path for whole chunks
 #
 # Python's regex engine scans ~10 ns per character, too slow to run over every byte of a busy log. So a

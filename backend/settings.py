@@ -49,9 +49,6 @@ class Settings(BaseModel):
         """The dashboard token as the client sends it (None: no token configured)."""
         return self.token.get_secret_value() if self.token is not None else None
 
-    def redacted(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"token"}) | {"token": "***" if self.token else None}
-
 
 def check_address(address: str) -> None:
     """An http(s) URL with a host and, if any, a numeric port; else one line (its password hidden)."""

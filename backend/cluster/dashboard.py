@@ -162,9 +162,6 @@ class _LineSplitter:
             lines.pop()
         return lines
 
-    def reset(self) -> None:
-        self._partial = ""
-
 
 class RayClient:
     """One connection pool to one Ray dashboard; use as `async with RayClient(addr) as ray:`."""
@@ -504,16 +501,6 @@ class RayClient:
         """Raw `data` of `/nodes?view=summary`: `{"summary": [...alive nodes with gpus...],
         "nodeLogicalResources": {...}}` (cached 2 s by Ray)."""
         return self._data(await self.get_json("/nodes", {"view": "summary"}, what="the node summary"))
-
-    async def node_detail(self, node_id: str) -> Mapping[str, object]:
-        """Raw `data.detail` of `/nodes/{id}`: the summary keys plus `workers` and `actors`."""
-        return self._data(await self.get_json(f"/nodes/{node_id}", what=f"node {node_id!r}"), "detail")
-
-    async def cluster_status(self) -> Mapping[str, object]:
-        """Raw `data.clusterStatus` of `/api/cluster_status` (logical GPU use per node)."""
-        return self._data(
-            await self.get_json("/api/cluster_status", what="the cluster status"), "clusterStatus"
-        )
 
     def _data(self, payload: object, key: str | None = None) -> Mapping[str, object]:
         """`payload["data"]` (or `payload["data"][key]`, {} while Ray has none yet), checked."""

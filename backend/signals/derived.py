@@ -75,25 +75,6 @@ class RunFacts:
     last_log_ts: float = math.nan  # newest miles timestamp seen in the log
     pinned: set[str] = field(default_factory=set)  # facts given by the caller; the log does not override
 
-    @classmethod
-    def from_spec(cls, spec: object) -> RunFacts:
-        """Facts from a `backend.plan.spec.RunSpec` (duck-typed: only attributes that exist are read)."""
-        facts = cls()
-        for section, name, target in (
-            ("rollout", "num_rollout", "num_rollout"),
-            ("batch", "rollout_batch_size", "rollout_batch_size"),
-            ("batch", "n_samples_per_prompt", "n_samples_per_prompt"),
-            ("batch", "global_batch_size", "global_batch_size"),
-            ("checkpoint", "save_interval", "save_interval"),
-        ):
-            value = getattr(getattr(spec, section, None), name, None)
-            if isinstance(value, int):
-                facts.pin(target, value)
-        total = getattr(getattr(spec, "cluster", None), "total_gpus", None)
-        if isinstance(total, int):
-            facts.pin("rollout_num_gpus", total)  # colocate: rollout GPUs = actor GPUs
-        return facts
-
     def pin(self, name: str, value: int) -> None:
         setattr(self, name, value)
         self.pinned.add(name)

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from dashboard_raw import raw_data
 from raycluster import REPO, LocalRayCluster
 from waiting import until
 
@@ -103,7 +104,7 @@ async def test_two_consoles_share_one_probe_that_feeds_the_pane_and_reserves_not
             assert node.gpus is not None and [p.pid for p in node.gpus[2].processes] == [os.getpid()]
             assert node.gpus[0].power_w is not None and node.gpus[0].temp_c is not None
             # it reserves nothing a run could need, and is never taken for a run: a launch is still allowed
-            status = await ray_client.cluster_status()
+            status = await raw_data(ray_client, "/api/cluster_status", "clusterStatus")
             report = status["loadMetricsReport"]
             assert isinstance(report, dict), status
             usage = report["usageByNode"]

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from dashboard_raw import raw_data
 from runhelp import job_reaches
 from waiting import until
 
@@ -121,9 +122,9 @@ async def test_version_nodes_and_fake_gpus(ray_cluster, ray_client):
     )
     first = gpus[ray_cluster.node_ids[0]][0]
     assert first["name"] == "NVIDIA H200 (fake)" and first["memoryTotal"] == 143771
-    detail = await ray_client.node_detail(ray_cluster.node_ids[1])
+    detail = await raw_data(ray_client, f"/nodes/{ray_cluster.node_ids[1]}", "detail")
     assert detail["raylet"]["nodeId"] == ray_cluster.node_ids[1]
-    status = await ray_client.cluster_status()
+    status = await raw_data(ray_client, "/api/cluster_status", "clusterStatus")
     assert status["loadMetricsReport"]["usageByNode"]
 
 

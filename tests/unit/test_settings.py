@@ -35,7 +35,8 @@ def test_token_from_env_is_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("RAY_AUTH_TOKEN", "tok-123456")
     s = load_settings()
     assert s.token is not None and s.token.get_secret_value() == "tok-123456" == s.token_text()
-    assert "tok-123456" not in repr(s) and "tok-123456" not in str(s.redacted())
+    assert "tok-123456" not in repr(s) and "tok-123456" not in str(s)
+    assert "tok-123456" not in s.model_dump_json()
 
 
 @pytest.mark.parametrize(
