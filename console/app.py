@@ -27,10 +27,7 @@ from textual.widgets import ContentSwitcher, Static
 
 from backend.errors import SpecError
 from backend.plan.preview_process import PreviewBasics, PreviewRefused
-from backend.plan.submission import new_run_id
-from backend.plan.view_start import PlanStart
 from backend.redaction import public_line
-from backend.settings import load_settings
 from console import keymap
 from console.host import ConsoleHost
 from console.messages import (
@@ -56,6 +53,7 @@ if TYPE_CHECKING:
 
     from backend.cluster.controller import RunController
     from backend.plan.preview_process import Preview
+    from backend.plan.view_start import PlanStart
     from backend.settings import Settings
     from backend.signals.replay import ReplaySession
 
@@ -183,6 +181,8 @@ class UltraConsoleApp(ConsoleHost):
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
+            from backend.plan.submission import new_run_id  # lazy: pydantic and the spec (console_frame.py)
+
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
         self.current_view = "logs" if replay is not None else "plan"
@@ -210,6 +210,8 @@ class UltraConsoleApp(ConsoleHost):
     def settings(self) -> Settings:
         """The operator's settings (loaded on first use when the app started from a preview)."""
         if self._settings is None:
+            from backend.settings import load_settings  # lazy: pydantic (console_frame.py)
+
             self._settings = load_settings(**self._overrides)
         return self._settings
 

@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backend.errors import ConsoleError
-from backend.plan.checks import check
-from backend.plan.derived import LayoutFigures, layout_figures
+from backend.plan.derived import LayoutFigures
 from backend.plan.finding import Finding
-from backend.plan.spec_edit import edit_spec
-from backend.plan.submission import build_submission
 
 if TYPE_CHECKING:
     from backend.plan.spec import RunSpec
@@ -80,6 +77,10 @@ def evaluate_spec(
 ) -> PlanEvaluation:
     """A built spec checked, derived and turned into its submission. Never raises for a submission that
     cannot be built: `command` says why and `submission_error` holds the error."""
+    from backend.plan.checks import check  # lazy: not on the first frame (console_frame.py)
+    from backend.plan.derived import layout_figures
+    from backend.plan.submission import build_submission
+
     out = PlanEvaluation(
         spec, True, findings=check(spec), derived=layout_figures(spec), summary=summary_of(spec)
     )
@@ -97,6 +98,8 @@ def evaluate(
 ) -> PlanEvaluation:
     """`base` (a preset dict) with `edits` (dotted path -> text as typed) applied, checked and built.
     Never raises for bad input: bad values come back per field."""
+    from backend.plan.spec_edit import edit_spec  # lazy: not on the first frame (console_frame.py)
+
     result = edit_spec(base, dict(edits))
     if result.spec is None:
         return PlanEvaluation(None, False, dict(result.field_errors), result.error)

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 from backend.errors import ConsoleError
 from backend.json_fields import Fields
 from backend.plan.evaluation import PlanEvaluation, evaluate
-from backend.plan.spec import DEFAULT_PRESET, load_preset_dict
-from backend.plan.variants import list_variants
 
 if TYPE_CHECKING:
     from backend.plan.variants import Variant
@@ -64,6 +62,12 @@ def field_text(base: Mapping[str, Any], path: str) -> str:
 def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Variant], str, list[str]]:
     """(variants, the configured preset, notices): the presets plus checkpoints under `model_dir`
     (the configured preset's `paths.model_dir` when None)."""
+    from backend.plan.spec import (  # lazy: not on the first frame (console_frame.py)
+        DEFAULT_PRESET,
+        load_preset_dict,
+    )
+    from backend.plan.variants import list_variants
+
     preset = preset or DEFAULT_PRESET
     notices: list[str] = []
     try:
@@ -76,6 +80,8 @@ def list_choices(preset: str | None, model_dir: str | None) -> tuple[list[Varian
 
 def variant_base(variant: Variant) -> dict[str, Any]:
     """A variant's preset dict plus the overrides pointing at its checkpoint (raises ConsoleError)."""
+    from backend.plan.spec import load_preset_dict  # lazy: not on the first frame (console_frame.py)
+
     base = load_preset_dict(variant.preset)
     for path, value in variant.overrides:
         node = base

@@ -25,7 +25,6 @@ from backend.errors import ConsoleError
 from backend.plan.derived import LayoutFigures
 from backend.plan.evaluation import PlanEvaluation, evaluate
 from backend.plan.finding import Finding, has_errors
-from backend.plan.submission import new_run_id, phases_note, secrets_from_env
 from backend.plan.view_start import PlanStart, field_text, list_choices, plan_start, variant_base
 from backend.severity import Severity
 from console import keymap
@@ -216,6 +215,8 @@ class PlanView(ConsoleView):
         return notes
 
     def _draw(self) -> None:
+        from backend.plan.submission import phases_note  # lazy: pydantic and the spec (console_frame.py)
+
         ev = self.evaluation
         self.query_one(LayoutForm).mark(self._field_notes())
         self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
@@ -410,6 +411,8 @@ class PlanView(ConsoleView):
     @work(exclusive=True, group="launch", exit_on_error=False)
     async def _launch_worker(self, spec: RunSpec) -> None:
         """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
+        from backend.plan.submission import new_run_id, secrets_from_env  # lazy: as in _draw
+
         app = self.console
         controller = app.controller
         if controller is None:
