@@ -27,6 +27,7 @@ from textual.widgets import ContentSwitcher, Static
 
 from backend.errors import SpecError
 from backend.plan.preview_process import PreviewBasics, PreviewRefused
+from backend.plan.run_id import new_run_id
 from backend.redaction import public_line
 from console import keymap
 from console.host import ConsoleHost
@@ -181,8 +182,6 @@ class UltraConsoleApp(ConsoleHost):
         self._start_workers = start_workers
         self._watchdog = watchdog
         if preview_run_id is None:
-            from backend.plan.submission import new_run_id  # lazy: pydantic and the spec (console_frame.py)
-
             preview_run_id = new_run_id()
         self.preview_run_id = preview_run_id
         self.current_view = "logs" if replay is not None else "plan"

@@ -185,8 +185,7 @@ def helper_lines(address: str | None = None, readonly: bool | None = None) -> It
     # Imported here, in the helper process only: the CLI imports this module to start the helper, which
     # it must do before paying for the plan stack (~0.7 s), or the two would not overlap.
     from backend.errors import ConsoleError
-    from backend.plan.submission import new_run_id
-    from backend.plan.view_start import plan_start
+    from backend.plan.run_id import new_run_id
     from backend.settings import load_settings
 
     try:
@@ -199,6 +198,8 @@ def helper_lines(address: str | None = None, readonly: bool | None = None) -> It
         "settings": {"address": settings.address, "readonly": settings.readonly, "keys": settings.keys},
         "run_id": run_id,
     }
+    from backend.plan.view_start import plan_start  # after the first answer: it needs none of the stack
+
     yield {"start": plan_start(settings.preset, None, run_id=run_id, address=settings.address).to_json()}
 
 

@@ -17,7 +17,6 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +25,7 @@ from pydantic import BaseModel, Field
 import shim
 from backend.errors import SpecError
 from backend.json_fields import Fields
+from backend.plan.run_id import new_run_id
 from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
 from backend.redaction import SECRET_NAME
@@ -416,12 +416,6 @@ def probe_nvlink() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return bool(re.search(r"\bNV\d+", out))
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """`YYMMDD-HHMMSS-NNN` (UTC, NNN = milliseconds), like miles' create_run_id."""
-    now = now or datetime.now(timezone.utc)
-    return now.strftime("%y%m%d-%H%M%S-") + f"{now.microsecond // 1000:03d}"
 
 
 def submission_id_for(run_id: str) -> str:

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import LaunchRefused
+    from backend.plan.run_id import new_run_id
     from backend.plan.spec import build_spec
-    from backend.plan.submission import build_submission, new_run_id, secrets_from_env
+    from backend.plan.submission import build_submission, secrets_from_env
 
     refuse_if_readonly(settings_of(args), "launch")
     spec = build_spec(args.preset, args.overrides)

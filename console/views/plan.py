@@ -411,7 +411,8 @@ class PlanView(ConsoleView):
     @work(exclusive=True, group="launch", exit_on_error=False)
     async def _launch_worker(self, spec: RunSpec) -> None:
         """Submit through backend.cluster.controller.RunController (set on the app by console.workers)."""
-        from backend.plan.submission import new_run_id, secrets_from_env  # lazy: as in _draw
+        from backend.plan.run_id import new_run_id
+        from backend.plan.submission import secrets_from_env  # lazy: as in _draw
 
         app = self.console
         controller = app.controller

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from backend.errors import SpecError
+from backend.plan.run_id import new_run_id
 from backend.plan.spec import build_spec
-from backend.plan.submission import build_submission, new_run_id, redact, split_extra_args
+from backend.plan.submission import build_submission, redact, split_extra_args
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 SLICE = "nemotron-3-ultra-550b-a55b-4layer"
