@@ -121,6 +121,7 @@ class RolloutManager:
         )
         self.log.at("metrics.py:89", f"perf {rollout_id}: {perf}")
         self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
+        self.dashboard.drain()
         return a.rollout_batch_size * a.n_samples_per_prompt
 
     def run_eval(self, rollout_id: int) -> None:
@@ -128,6 +129,7 @@ class RolloutManager:
         values = metrics.eval_metrics(rollout_id, a.eval_name or "aime", a.log_passrate)
         self.log.at("metrics.py:53", f"eval {rollout_id}: {values}")
         self.events.metric({**values, "eval/step": rollout_id}, rollout_id)
+        self.dashboard.drain()
 
     def dispose(self) -> None:
         self.log.at("rollout_manager.py:131", "dispose: closing data source")
@@ -262,6 +264,8 @@ class MegatronTrainRayActor:
             self._metric_line("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
             self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
         self._set_util(0)
+        self.dashboard.drain()
+        self.phases.drain()
         self.log.at("structured_log.py:41", f"ft cls={cls} fn=train phase=end")
 
     def _rank_phases(self, name: str, t0: float, t1: float) -> None:

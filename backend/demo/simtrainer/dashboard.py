@@ -97,6 +97,8 @@ class DashboardStore:
         self._buffers: dict[str, list[Record]] = {s: [] for s in (*FLAT, *PARTITIONED)}
         self._lanes: dict[str, dict[str, list[object]]] = {}
         self._lock = threading.Lock()
+        # One flush at a time: the final flush (close) must not return while the periodic one still writes.
+        self._flush_lock = threading.Lock()
 
     def write_meta(self, run_name: str, start_ts: float, args: Record) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -109,6 +111,10 @@ class DashboardStore:
 
     def flush(self) -> int:
         """Append every buffered record to its file; returns how many were written."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
         with self._lock:
             buffers = {k: v for k, v in self._buffers.items() if v}
             self._buffers = {s: [] for s in self._buffers}
@@ -266,6 +272,11 @@ class GpuSampler:
         self._stop.set()
         self._thread.join(timeout=self.interval + 1)
         self.push()
+        if self._collector is not None:  # the last batch has landed before the driver's final flush
+            # ray: only inside the Ray job (a collector is only ever found there)
+            import ray
+
+            ray.get(self._collector.push.remote("gpu_util", []), timeout=30)
 
 
 def find_collector(timeout_s: float = 60.0) -> ActorHandle[DashboardCollector] | None:
@@ -307,6 +318,16 @@ class DashboardClient:
                 self.enabled = False
                 return
         self._collector.push.remote(stream, [record])
+
+    def drain(self) -> None:
+        """Wait until the collector has taken every push this client sent (an actor runs one caller's calls
+        in order, so an empty push returning means all before it landed). A deliberate difference from
+        miles, whose last pushes can be cut off at exit: the sim's final flush holds every record."""
+        if self._collector is not None:
+            # ray: only inside the Ray job (a collector is only ever found there)
+            import ray
+
+            ray.get(self._collector.push.remote("metrics", []), timeout=30)
 
     def metrics(self, metrics: Record) -> None:
         step_key = next((k for k in ("train/step", "eval/step", "rollout/step") if k in metrics), None)
