@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 import shim
 from backend.errors import SpecError
 from backend.json_fields import Fields
+from backend.plan.dashboard_flags import DASHBOARD_FLAGS
 from backend.plan.run_id import new_run_id
 from backend.plan.simulation import is_simulated
 from backend.plan.spec import RunSpec
@@ -83,8 +84,6 @@ class Submission(BaseModel):
 
 
 # --------------------------------------------------------------------------- argv groups
-
-DASHBOARD_FLAGS = ("--use-miles-dashboard", "--dashboard-flush-interval", "1")  # run.miles_dashboard
 
 
 def _flag(cond: bool, *tokens: str) -> list[str]:
@@ -354,18 +353,6 @@ def misc_args(spec: RunSpec, run_id: str) -> list[str]:
         f"{_run_dir(spec, run_id)}/dump_details",
         *_flag(spec.run.miles_dashboard, *DASHBOARD_FLAGS),
     ]
-
-
-def phases_note(command: str) -> str:
-    """What the plan view says about per-rank phases (the timeline, stragglers, the ranks a hang names): they
-    come from miles' dashboard stream, which `run.miles_dashboard` turns on with DASHBOARD_FLAGS."""
-    flags = " ".join(DASHBOARD_FLAGS)
-    if DASHBOARD_FLAGS[0] in command.split():
-        return f"per-rank phases: on (run.miles_dashboard adds {flags})"
-    return (
-        f"per-rank phases (timeline, stragglers, which ranks a hang holds) need run.miles_dashboard = true, "
-        f"which adds {flags} to argv; without it only rank 0's Timer lines in the log"
-    )
 
 
 def split_extra_args(text: str) -> list[str]:

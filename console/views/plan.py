@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from backend.errors import ConsoleError
+from backend.plan.dashboard_flags import phases_note
 from backend.plan.derived import LayoutFigures
 from backend.plan.evaluation import PlanEvaluation, evaluate
 from backend.plan.finding import Finding, has_errors
@@ -215,8 +216,6 @@ class PlanView(ConsoleView):
         return notes
 
     def _draw(self) -> None:
-        from backend.plan.submission import phases_note  # lazy: pydantic and the spec (console_frame.py)
-
         ev = self.evaluation
         self.query_one(LayoutForm).mark(self._field_notes())
         self.query_one(FindingsPanel).set_findings(ev.findings, ev.field_errors, ev.error)
