@@ -76,6 +76,9 @@ def search_options(text: str) -> tuple[str, bool]:
     return text, False
 
 
+TAB_SIZE = 8  # a terminal's tab stops
+
+
 class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     """Virtual view of `store` (optionally through `index`, the lines a filter kept)."""
 
@@ -185,7 +188,10 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
 
     def _render_record(self, pos: int, width: int) -> list[Segment]:
         rec = self.record(pos)
-        text = rec.text
+        # A tab reaching the terminal moves its cursor over cells it never writes, so what was drawn there
+        # before (another view's chart) stays on screen: tabs are drawn as the spaces a terminal would skip.
+        # Display only, like the compact prefix: search, filters and copy read the record's own text.
+        text = rec.text.expandtabs(TAB_SIZE) if "\t" in rec.text else rec.text
         segs: list[Segment] = []
         if (rec.actor or rec.pid is not None) and text.startswith("(") and ")" in text[:PREFIX_MAX]:
             end = text.index(")") + 1

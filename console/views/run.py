@@ -103,7 +103,8 @@ def state_line(
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
     eta = "" if terminal else fmt_duration(prog.eta_s if prog is not None else None)
-    ckpt = fmt_duration(d.checkpoint.since_s)
+    since = d.checkpoint.since_s
+    ckpt = "none" if since is None else fmt_duration(since)  # a dash with "ago" after it said nothing
     n_alerts = len(alerts)
     worst = ""
     if n_alerts:
@@ -119,7 +120,8 @@ def state_line(
         )
     return (
         f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  "
-        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt} ago  alerts {n_alerts}{worst}{said}"
+        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt}{'' if since is None else ' ago'}  "
+        f"alerts {n_alerts}{worst}{said}"
     )
 
 

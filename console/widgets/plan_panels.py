@@ -101,6 +101,11 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+# The longest figure name (optimizer_steps_per_rollout, host_grad_copies_gb_per_gpu) whole: at 26 their last
+# letters were cut ("optimizer steps per rollou").
+LABEL_CAP = 28
+
+
 class DerivedPanel(_Panel):
     DEFAULT_CSS = """
     DerivedPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
@@ -119,7 +124,7 @@ class DerivedPanel(_Panel):
                     )
                 else:
                     items.append((name, _fmt(value)))
-        width = min(max((len(k) for k, _ in items), default=0), 26) + 2
+        width = min(max((len(k) for k, _ in items), default=0), LABEL_CAP) + 2
         text = Text(
             no_wrap=True, overflow="ellipsis"
         )  # plain lines: a Rich Table re-measures on every render

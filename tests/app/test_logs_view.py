@@ -207,3 +207,22 @@ async def test_clearing_a_filter_while_it_scans_drops_the_scan(tmp_path, monkeyp
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert view.lines.index is None and view.lines.count == len(st) and "filter" not in _status(view)
+
+
+async def test_a_tab_in_a_log_line_is_drawn_as_spaces_and_copied_as_a_tab(tmp_path):
+    """Ray's ActorDiedError indents its fields with tabs; a tab sent to the terminal skips cells unwritten,
+    which left the Run view's chart axes on screen beside the log (seen in the demo)."""
+    app, st = await _logs_app(tmp_path, n=10)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await _show(app, pilot, st)
+        lines = view.lines
+        st.append("ray.exceptions.ActorDiedError: The actor died\n\tclass_name: MegatronTrainRayActor\n")
+        app.post_message(LogAppended(len(st)))
+        await pilot.pause()
+        assert lines.cursor == len(st) - 1 and lines.follow
+        bottom = lines.render_line(lines.cursor - int(lines.scroll_y))
+        assert all("\t" not in seg.text for seg in bottom)
+        assert bottom.text.startswith(" " * 8 + "class_name: MegatronTrainRayActor")
+        assert bottom.cell_length == lines.size.width  # every cell of the row is written
+        await pilot.press("y")
+        assert app.clipboard == "\tclass_name: MegatronTrainRayActor"  # the line as the run wrote it

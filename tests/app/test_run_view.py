@@ -25,6 +25,8 @@ def test_state_line_from_backend_numbers():
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
     assert state_line(status(), None, [Alert("stall", Severity.ERROR, "stalled")], T0).endswith("alerts 1!")
     assert "no run attached" in state_line(None, None, [], T0)
+    before_any = state_line(status(), None, [], T0 + 60)  # no checkpoint yet: said so, not "ckpt — ago"
+    assert "  ckpt none  alerts 0" in before_any and "ago" not in before_any
 
 
 def test_state_line_says_a_failed_runs_cause_and_a_blind_chart():
