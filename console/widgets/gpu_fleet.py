@@ -143,11 +143,16 @@ def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
 
 
 def _holders_line(holders: Sequence[str], width: int) -> list[Segment]:
-    """As many holders as `width` takes, then how many more."""
+    """As many holders as `width` takes, then how many more; the first one at least, cut short if it must be
+    (a bare "+32 more" named none of them)."""
     text = "GPU holders (probe): "
     for i, item in enumerate(holders):
         more = f" +{len(holders) - i} more"
         if len(text) + len(item) + 2 + (len(more) if i + 1 < len(holders) else 0) > width:
+            if i == 0:
+                rest = f" +{len(holders) - 1} more" if len(holders) > 1 else ""
+                room = width - len(text) - len(rest)
+                return [Segment(text + item[: max(0, room - 1)] + "…" + rest, _DIM)]
             return [Segment(text.rstrip(", ") + more, _DIM)]
         text += item + ", "
     return [Segment(text.rstrip(", "), _DIM)]

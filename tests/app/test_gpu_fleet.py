@@ -177,5 +177,12 @@ def test_the_probe_names_the_processes_holding_gpus_and_a_node_without_nvml():
     assert line_text(wide[-1]).endswith(
         "MegatronTrainRayActor 59G, node-00 g1 pid 52002 40G"
     )  # biggest first
+    longer = merged.model_copy(  # the name miles' train actor has in Ray with concurrency groups
+        update={"roles": {f"{head.node_id}:52001": "MegatronTrainRayActorWithConcurrencyGroups"}}
+    )
+    _, narrow = build_lines(fleet_rows(longer), 80, 10, fleet_header(longer))  # the first cut short, not gone
+    assert line_text(narrow[-1]) == (
+        "GPU holders (probe): node-00 g0 pid 52001 MegatronTrainRayActorWithConc… +1 more"
+    )
     _, tight = build_lines(fleet_rows(merged), 80, 5, fleet_header(merged))
     assert not any("GPU holders" in line_text(segs) for segs in tight)  # never at the cost of a node's row
