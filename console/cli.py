@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from backend.errors import ConsoleError
 from backend.plan import preview_process as plan_preview
@@ -30,13 +30,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     """The CLI's parser; `commands=False` leaves the subcommands out (their modules are not imported)."""
     parser = _Parser(prog=PROG, description="Run console for miles GRPO on Nemotron-3-Ultra (Ray).")
-    parser.add_argument(
-        "--address", default=None, help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)"
-    )
-    parser.add_argument("--token", default=None, help="Ray auth token (default $RAY_AUTH_TOKEN)")
-    parser.add_argument(
-        "--readonly", action="store_true", default=None, help="refuse every action that changes the cluster"
-    )
+    _global_options(parser, None)
     parser.add_argument("--job", default=None, help="attach the app to this job instead of the latest")
     if not commands:
         parser.set_defaults(command=None)
@@ -76,7 +70,37 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     )
     for command in (*in_help_order, replay, stacks):
         command.register(sub)
+    for command_parser in sub.choices.values():
+        # `ultra-console status --address URL` as well as `ultra-console --address URL status`: given after
+        # the command they win; left out there, they do not reset what was given before it.
+        _global_options(command_parser, argparse.SUPPRESS)
     return parser
+
+
+def _global_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """The cluster options every command takes (a command's own option of the same name is left as it is;
+    `--job` after a command is the command's own, `sub_job`: commands/_cluster.py)."""
+    adders: tuple[Callable[[], object], ...] = (
+        lambda: parser.add_argument(
+            "--address",
+            default=default,
+            help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)",
+        ),
+        lambda: parser.add_argument(
+            "--token", default=default, help="Ray auth token (default $RAY_AUTH_TOKEN)"
+        ),
+        lambda: parser.add_argument(
+            "--readonly",
+            action="store_true",
+            default=default,
+            help="refuse every action that changes the cluster",
+        ),
+    )
+    for add in adders:
+        try:
+            add()
+        except argparse.ArgumentError:  # the command has its own option of that name
+            continue
 
 
 def _open_app(args: argparse.Namespace) -> int:

@@ -45,3 +45,24 @@ def test_address_from_environment(monkeypatch, capsys) -> None:
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     assert main(["status"]) == 1
     assert "unreachable at http://127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_global_options_after_the_command_too(capsys) -> None:
+    """`ultra-console status --address URL` as an operator types it (argparse alone refused it)."""
+    from console.cli import parse
+
+    assert main(["status", "--address", DEAD]) == 1
+    assert "unreachable at http://127.0.0.1:1" in capsys.readouterr().err
+    assert main(["launch", "--yes", "--readonly"]) == 1
+    assert "launch refused: the console is read-only" in capsys.readouterr().err
+    before = parse(["--address", "http://a:1", "--token", "t0", "status"])
+    assert (before.address, before.token, before.readonly, before.job) == ("http://a:1", "t0", None, None)
+    after = parse(["--address", "http://a:1", "--readonly", "status", "--address", "http://b:1"])
+    assert (after.address, after.readonly) == ("http://b:1", True)  # given after the command, it wins
+
+
+def test_a_token_given_after_the_command_is_redacted_too(capsys) -> None:
+    secret = "tok-after-the-command-5e3f"
+    assert main(["status", "--address", f"http://user:{secret}@127.0.0.1:1", "--token", secret]) == 1
+    err = capsys.readouterr().err
+    assert "unreachable" in err and secret not in err
