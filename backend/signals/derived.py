@@ -363,11 +363,14 @@ def derive_run_signals(
     progress = None
     if done > 0 or facts.num_rollout:
         total = facts.num_rollout
-        remaining = max(0, total - done) if total else None
+        # Past num_rollout (a resumed run given a smaller one, or an earlier attempt's lines in the log): no
+        # fraction and no ETA rather than "1127/30, ETA 0s".
+        within = bool(total) and done <= total
+        remaining = total - done if within and total else None
         progress = Progress(
             done,
             total,
-            done / total if total else None,
+            done / total if within and total else None,
             collector.last_step.get("step", -1) + 1,
             collector.steps_per_rollout(),
             step_s,

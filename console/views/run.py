@@ -98,11 +98,14 @@ def state_line(
     d = _derived(metrics)
     prog = d.progress
     done, total = (prog.rollouts_done, prog.num_rollout) if prog is not None else (None, None)
-    if done is not None and total:
+    past = done is not None and bool(total) and done > (total or 0)  # no ETA to give past num_rollout
+    if past:
+        progress = f"rollout {int(done or 0)} (past num_rollout {int(total or 0)})"
+    elif done is not None and total:
         progress = f"rollout {int(done)}/{int(total)}"
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
-    eta = "" if terminal else fmt_duration(prog.eta_s if prog is not None else None)
+    eta = "" if terminal or past else fmt_duration(prog.eta_s if prog is not None else None)
     since = d.checkpoint.since_s
     ckpt = "none" if since is None else fmt_duration(since)  # a dash with "ago" after it said nothing
     n_alerts = len(alerts)

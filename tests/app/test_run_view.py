@@ -25,6 +25,8 @@ def test_state_line_from_backend_numbers():
     assert line == (f"job {JOB}  RUNNING  elapsed 1h02m  rollout 12/40  ETA 26m52s  ckpt 7m30s ago  alerts 1")
     assert state_line(status(), None, [Alert("stall", Severity.ERROR, "stalled")], T0).endswith("alerts 1!")
     assert "no run attached" in state_line(None, None, [], T0)
+    past = state_line(status(), metrics_view(rollouts=12, num_rollout=10), [], T0 + 3723)
+    assert "  rollout 12 (past num_rollout 10)  ckpt" in past and "ETA" not in past  # not "12/10, ETA 0s"
     before_any = state_line(status(), None, [], T0 + 60)  # no checkpoint yet: said so, not "ckpt — ago"
     assert "  ckpt none  alerts 0" in before_any and "ago" not in before_any
 

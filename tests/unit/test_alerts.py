@@ -290,6 +290,7 @@ def test_monitor_end_to_end_on_the_sample_log() -> None:
         "since_last_metric_s"
     ] == pytest.approx(603)
     assert derived["zero_std_frac"] == pytest.approx(0.25)
+
     # loss, pg_loss, grad_norm at step 9; and the NaN in the step dict is the failure catalog's divergence
     assert [a["id"] for a in snap["alerts"]] == ["loss-nonfinite"] * 3 + ["nan"]
     assert all(a["step"] == 9 for a in snap["alerts"][:3])
@@ -324,3 +325,13 @@ def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
     )
     assert set(engine.shim_reports) == {"MegatronTrainRayActor pid=1", "MegatronTrainRayActor pid=9"}
     assert engine.shim.missing() == []  # the 126 others are inside Ray's fold
+
+
+def test_a_log_past_its_num_rollout_has_no_fraction_and_no_eta() -> None:
+    """The sample log says num_rollout 30; 40 rollouts in it (a resumed run given a smaller num_rollout, or an
+    earlier attempt's lines) must not read "40/30, ETA 0s"."""
+    monitor = RunMonitor()
+    monitor.feed_text(sanitize_text("\n".join(generate(SampleRun(rollouts=40))) + "\n"))
+    progress = monitor.snapshot(now=monitor.end_of_log())["derived"]["progress"]
+    assert (progress["rollouts_done"], progress["num_rollout"]) == (40, 30)
+    assert progress["fraction"] is None and progress["eta_s"] is None
