@@ -365,12 +365,12 @@ def derive_run_signals(
         total = facts.num_rollout
         # Past num_rollout (a resumed run given a smaller one, or an earlier attempt's lines in the log): no
         # fraction and no ETA rather than "1127/30, ETA 0s".
-        within = bool(total) and done <= total
-        remaining = total - done if within and total else None
+        within = total is not None and 0 < total and done <= total
+        remaining = total - done if within and total is not None else None
         progress = Progress(
             done,
             total,
-            done / total if within and total else None,
+            done / total if within and total is not None else None,
             collector.last_step.get("step", -1) + 1,
             collector.steps_per_rollout(),
             step_s,
