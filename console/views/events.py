@@ -107,6 +107,11 @@ class EventsView(ConsoleView):
 
     # ------------------------------------------------------------------ audit
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("refresh", "copy_entry") and self.console.replay is not None:
+            return False  # both act on the audit log, which a replay does not show: not in the footer either
+        return super().check_action(action, parameters)
+
     def on_audit_changed(self, _message: AuditChanged) -> None:
         self.load_audit()
 

@@ -22,6 +22,7 @@ from console.app import UltraConsoleApp
 from console.views.events import EventsView
 from console.views.run import RunView
 from console.widgets.gpu_fleet import GpuFleet
+from console.widgets.key_bar import KeyBar
 
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})")
 A_YEAR_LATER = 365 * 86400.0
@@ -98,6 +99,9 @@ async def test_replay_shows_no_audit_log_of_this_machine(tmp_path):
         audit = events.query_one("#audit", DataTable)
         assert not audit.display and not events.query_one("#audit-title").display
         assert len(events.audit) == 0 and audit.row_count == 0
+        await pilot.pause()
+        keys = app.query_one(KeyBar).render().plain  # the audit's own keys go with it
+        assert "4 Events" in keys and "Copy entry" not in keys and "Refresh" not in keys
 
 
 async def test_a_live_console_shows_both(tmp_path):
@@ -110,3 +114,4 @@ async def test_a_live_console_shows_both(tmp_path):
         await pilot.press("4")
         events = app.view("events")
         await until(pilot, lambda: events.query_one("#audit", DataTable).row_count == 2, "the audit rows")
+        assert "Copy entry" in app.query_one(KeyBar).render().plain
