@@ -98,6 +98,8 @@ def _fmt(value: object) -> str:
         return f"{value:,}"
     if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value)
+    if value is None:  # a figure the layout does not define (dp of a grid that does not divide the GPUs)
+        return "—"
     return str(value)
 
 

@@ -12,7 +12,7 @@ from waiting import until
 from console.views.plan import PlanView
 from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import VARIANT, LayoutForm
-from console.widgets.plan_panels import FindingsPanel, LaunchStatus, PreflightPanel
+from console.widgets.plan_panels import DerivedPanel, FindingsPanel, LaunchStatus, PreflightPanel
 
 
 def _text(widget: Static) -> str:
@@ -41,6 +41,10 @@ async def test_edit_shows_finding_disables_launch_then_fix_enables(tmp_path):
         row = form_row(form, "cluster.nodes")  # drawn beside the field: label, value, note (cut to fit)
         assert row.label == "Nodes" and row.value == "13" and row.note.startswith("training grid TP·PP·CP")
         assert "does not divide" in _text(app.query_one(FindingsPanel))  # the whole finding
+        derived = _text(app.query_one(DerivedPanel))  # figures the grid leaves undefined: a dash, not None
+        assert "None" not in derived and any(line.split() == ["dp", "—"] for line in derived.splitlines()), (
+            derived
+        )
         assert plan.check_action("launch", ()) is None  # dimmed in the footer
         assert "Launch blocked" in _text(app.query_one(LaunchStatus))
         await pilot.press("escape", "L")
