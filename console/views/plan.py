@@ -39,6 +39,7 @@ from console.widgets.plan_panels import (
     FindingsPanel,
     LaunchStatus,
     PreflightPanel,
+    figure_text,
 )
 
 if TYPE_CHECKING:
@@ -392,8 +393,12 @@ class PlanView(ConsoleView):
         }.get(self.preflight_state, self.preflight_state)
         body = Text()
         body.append(self.evaluation.summary).append("\n\n")
-        figures = list(self.derived.to_json().items())[:8] if self.derived is not None else []
-        body.append("Derived: ", "bold").append(", ".join(f"{k}={v}" for k, v in figures))
+        figures = (
+            [(k, v) for k, v in self.derived.to_json().items() if k != "stages"][:8] if self.derived else []
+        )
+        body.append("Derived: ", "bold").append(  # as the Derived panel words them (no Python reprs)
+            ", ".join(f"{k.replace('_', ' ')} {figure_text(v)}" for k, v in figures)
+        )
         body.append("\nWarnings: ", "bold").append(
             str(len(warnings)) + "".join(f"\n  ! {w.message}" for w in warnings)
         )

@@ -89,7 +89,7 @@ class FindingsPanel(_Panel):
         self.show(key, text)
 
 
-def _fmt(value: object) -> str:
+def figure_text(value: object) -> str:
     """One figure of `LayoutFigures.to_json` (a number, a flag, a word, or a list of numbers) for a panel
     row."""
     if isinstance(value, float):
@@ -97,7 +97,7 @@ def _fmt(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, list):
-        return ", ".join(_fmt(v) for v in value)
+        return ", ".join(figure_text(v) for v in value)
     if value is None:  # a figure the layout does not define (dp of a grid that does not divide the GPUs)
         return "—"
     return str(value)
@@ -121,11 +121,14 @@ class DerivedPanel(_Panel):
             for name, value in derived.to_json().items():
                 if name == "stages":
                     items.extend(
-                        (f"stages[{s.stage}]", " ".join(f"{k}={_fmt(v)}" for k, v in s.to_json().items()))
+                        (
+                            f"stages[{s.stage}]",
+                            " ".join(f"{k}={figure_text(v)}" for k, v in s.to_json().items()),
+                        )
                         for s in derived.training.stages
                     )
                 else:
-                    items.append((name, _fmt(value)))
+                    items.append((name, figure_text(value)))
         width = min(max((len(k) for k, _ in items), default=0), LABEL_CAP) + 2
         text = Text(
             no_wrap=True, overflow="ellipsis"

@@ -79,6 +79,7 @@ async def test_launch_modal_cancel_focused_and_escape_cancels(tmp_path):
         assert isinstance(app.focused, Button) and app.focused.id == "cancel"
         body = _text(app.screen.query_one(".body", Static))
         assert "128 GPUs" in body and "Preflight" in body
+        assert "Derived: world size 128, dp " in body and "{" not in body  # figures in words, no Python reprs
         await pilot.press("tab")  # Tab stays inside the modal (view switching is off)
         assert app.current_view == "plan"
         await pilot.press("escape")
