@@ -116,6 +116,9 @@ def test_demo_plan_launch_metrics_search_abort(demo_session):
     _wait(r"is STOPPED", 120)
     _keys("Enter")
     _wait(r"ultra-console-\S+ STOPPED")
+    # The modal is gone once the footer offers the view keys again (a modal screen takes every key that is
+    # not its own: a `q` sent while Close was still being handled was swallowed, once in CI).
+    _wait(r"1 Plan\s+2 Run\s+3 Logs\s+4 Events\s+\? Help\s+q Quit")
     _keys("q")
     _wait(r"tearing down the local cluster", 30)
     _wait(r"DEMO-EXITED 0", 60)
