@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from backend.errors import ConsoleError
 from backend.plan import preview_process as plan_preview
@@ -77,28 +78,20 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+# The cluster options every command takes, before or after its name.
+_GLOBAL_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--address", {"help": "Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)"}),
+    ("--token", {"help": "Ray auth token (default $RAY_AUTH_TOKEN)"}),
+    ("--readonly", {"action": "store_true", "help": "refuse every action that changes the cluster"}),
+)
+
+
 def _global_options(parser: argparse.ArgumentParser, default: object) -> None:
-    """The cluster options every command takes (a command's own option of the same name is left as it is;
-    `--job` after a command is the command's own, `sub_job`: commands/_cluster.py)."""
-    adders: tuple[Callable[[], object], ...] = (
-        lambda: parser.add_argument(
-            "--address",
-            default=default,
-            help="Ray dashboard URL (default $RAY_ADDRESS, else http://127.0.0.1:8265)",
-        ),
-        lambda: parser.add_argument(
-            "--token", default=default, help="Ray auth token (default $RAY_AUTH_TOKEN)"
-        ),
-        lambda: parser.add_argument(
-            "--readonly",
-            action="store_true",
-            default=default,
-            help="refuse every action that changes the cluster",
-        ),
-    )
-    for add in adders:
+    """Add _GLOBAL_OPTIONS (a command's own option of the same name is left as it is; `--job` after a command
+    is the command's own, `sub_job`: commands/_cluster.py)."""
+    for flag, kwargs in _GLOBAL_OPTIONS:
         try:
-            add()
+            parser.add_argument(flag, default=default, **kwargs)
         except argparse.ArgumentError:  # the command has its own option of that name
             continue
 

@@ -33,6 +33,7 @@ from backend.signals.run_signals import (
     StreamsSummary,
     Throughput,
     TimePerRollout,
+    past_num_rollout,
 )
 
 FACT_KEYS = (
@@ -363,14 +364,12 @@ def derive_run_signals(
     progress = None
     if done > 0 or facts.num_rollout:
         total = facts.num_rollout
-        # Past num_rollout (a resumed run given a smaller one, or an earlier attempt's lines in the log): no
-        # fraction and no ETA rather than "1127/30, ETA 0s".
-        within = total is not None and 0 < total and done <= total
-        remaining = total - done if within and total is not None else None
+        end = total if total and not past_num_rollout(done, total) else None  # past it: no fraction, no ETA
+        remaining = end - done if end else None
         progress = Progress(
             done,
             total,
-            done / total if within and total is not None else None,
+            done / end if end else None,
             collector.last_step.get("step", -1) + 1,
             collector.steps_per_rollout(),
             step_s,

@@ -36,6 +36,16 @@ class Progress:
     median_rollout_s: float | None
     eta_s: float | None
 
+    @property
+    def past_end(self) -> bool:
+        """More rollouts done than num_rollout says (a resumed run given a smaller one, or an earlier
+        attempt's lines in the log): no fraction and no ETA then, rather than "1127/30, ETA 0s"."""
+        return past_num_rollout(self.rollouts_done, self.num_rollout)
+
+
+def past_num_rollout(done: int, total: int | None) -> bool:
+    return total is not None and 0 < total < done
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointState:

@@ -283,8 +283,9 @@ def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: 
     prog = signals.progress
     if prog is not None:
         eta = prog.eta_s
+        of = f"(past num_rollout {prog.num_rollout})" if prog.past_end else f"of {_fmt(prog.num_rollout)}"
         out.append(
-            f"  progress: rollout {prog.rollouts_done} of {_fmt(prog.num_rollout)}, "
+            f"  progress: rollout {prog.rollouts_done} {of}, "
             f"{prog.train_steps_done} train steps"
             + (f", ETA {eta / 60:.1f} min" if eta is not None and math.isfinite(eta) else "")
         )

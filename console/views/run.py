@@ -98,7 +98,7 @@ def state_line(
     d = _derived(metrics)
     prog = d.progress
     done, total = (prog.rollouts_done, prog.num_rollout) if prog is not None else (None, None)
-    past = done is not None and bool(total) and done > (total or 0)  # no ETA to give past num_rollout
+    past = prog is not None and prog.past_end  # no fraction and no ETA to give
     if past:
         progress = f"rollout {int(done or 0)} (past num_rollout {int(total or 0)})"
     elif done is not None and total:

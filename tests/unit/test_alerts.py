@@ -327,11 +327,19 @@ def test_shim_lines_folded_by_ray_dedup_still_count() -> None:
     assert engine.shim.missing() == []  # the 126 others are inside Ray's fold
 
 
-def test_a_log_past_its_num_rollout_has_no_fraction_and_no_eta() -> None:
+def test_a_log_past_its_num_rollout_has_no_fraction_and_no_eta(tmp_path, capsys) -> None:
     """The sample log says num_rollout 30; 40 rollouts in it (a resumed run given a smaller num_rollout, or an
-    earlier attempt's lines) must not read "40/30, ETA 0s"."""
+    earlier attempt's lines) must not read "40/30, ETA 0s", in the app or the CLI."""
+    from console.cli import main
+
+    text = sanitize_text("\n".join(generate(SampleRun(rollouts=40))) + "\n")
     monitor = RunMonitor()
-    monitor.feed_text(sanitize_text("\n".join(generate(SampleRun(rollouts=40))) + "\n"))
+    monitor.feed_text(text)
     progress = monitor.snapshot(now=monitor.end_of_log())["derived"]["progress"]
     assert (progress["rollouts_done"], progress["num_rollout"]) == (40, 30)
     assert progress["fraction"] is None and progress["eta_s"] is None
+    log = tmp_path / "past.log"
+    log.write_text(text, encoding="utf-8")
+    main(["metrics", "--from-log", str(log)])
+    out = capsys.readouterr().out
+    assert "  progress: rollout 40 (past num_rollout 30), " in out and "ETA" not in out

@@ -273,10 +273,17 @@ class GpuSampler:
         self._thread.join(timeout=self.interval + 1)
         self.push()
         if self._collector is not None:  # the last batch has landed before the driver's final flush
-            # ray: only inside the Ray job (a collector is only ever found there)
-            import ray
+            drain(self._collector)
 
-            ray.get(self._collector.push.remote("gpu_util", []), timeout=30)
+
+def drain(collector: ActorHandle[DashboardCollector]) -> None:
+    """Wait until `collector` has taken every push this process sent it (an actor runs one caller's calls in
+    order, so an empty push returning means all before it landed). A deliberate difference from miles, whose
+    last pushes can be cut off at exit: the sim's final flush holds every record."""
+    # ray: only inside the Ray job (a collector is only ever found there)
+    import ray
+
+    ray.get(collector.push.remote("metrics", []), timeout=30)
 
 
 def find_collector(timeout_s: float = 60.0) -> ActorHandle[DashboardCollector] | None:
@@ -320,14 +327,9 @@ class DashboardClient:
         self._collector.push.remote(stream, [record])
 
     def drain(self) -> None:
-        """Wait until the collector has taken every push this client sent (an actor runs one caller's calls
-        in order, so an empty push returning means all before it landed). A deliberate difference from
-        miles, whose last pushes can be cut off at exit: the sim's final flush holds every record."""
+        """Wait until the collector has taken every push this client sent (see `drain`)."""
         if self._collector is not None:
-            # ray: only inside the Ray job (a collector is only ever found there)
-            import ray
-
-            ray.get(self._collector.push.remote("metrics", []), timeout=30)
+            drain(self._collector)
 
     def metrics(self, metrics: Record) -> None:
         step_key = next((k for k in ("train/step", "eval/step", "rollout/step") if k in metrics), None)
