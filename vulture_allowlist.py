@@ -20,6 +20,7 @@ _.EventsView  # loaded by its module path in console/app.py (until views are imp
 # Fields of typed records, filled from what they parse and serialised whole (asdict / to_json / model_dump).
 _.stop_sent, _.driver_exit_code, _.cpu_s, _.read_at, _.seen_in, _.gpu_processes, _.examples, _.simulated
 _.family, _.total_params_b
+_.lease_timeout, _.max_age  # the GPU probe's Options (a TypedDict: read by key in its hub)
 _.tokens_per_gpu_per_sec, _.cluster_tokens_per_sec, _.effective_tokens_per_gpu_per_sec
 _.wait_time_ratio, _.rollout_over_train, _.fraction, _.train_steps_done, _.median_rollout_s
 _.util_mean, _.util_min, _.median_s, _.open_s
@@ -29,3 +30,13 @@ _.requests_made, _.malformed, _.bytes_read, _.duplicates, _.shim_lines_seen, _.b
 _.shim_reports, _.current_path, _.severity_of, _.installed
 _.load_preset  # the spec loader tests and the demo use (the console loads presets as dicts)
 _.kill_node, _.fake_gpu_dir, _.session_dir  # the loopback cluster's handles for tests and benches
+_.find_class, _.persistent_load  # pickle.Unpickler's hooks, called by pickle itself
+_.write_torch_zip, _.load_path  # rollout-file writer and reader (tests; the sim next)
+_.collective_cause  # the NCCL timeout's cause from dumps, for the failure diagnosis (fail26 plugs it in)
+_.clean_chunk  # the chunk sanitiser without its count, as the sanitiser tests call it (the store counts)
+
+# The rollout samples (issue 28): count_of is what the tests ask of a rollout's zero-std counts.
+_.count_of
+
+# reprlib.Repr's limits and its per-type hook, read by reprlib itself (rollout_data's bounded display).
+_.maxlevel, _.maxlist, _.maxtuple, _.maxdict, _.maxset, _.maxfrozenset, _.maxstring, _.maxother, _.repr_int

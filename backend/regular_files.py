@@ -63,12 +63,22 @@ def open_regular(path: str | os.PathLike[str], what: str = "file") -> BinaryIO:
         raise
 
 
-def read_regular_bytes(path: str | os.PathLike[str], what: str = "file", limit: int | None = None) -> bytes:
-    """A regular file's bytes (at most `limit`), refused by type first."""
+CONFIG_CAP = 4 << 20  # a config, preset or rules file is a few KiB; anything past this is no config
+
+
+class FileTooLargeError(NotRegularFileError):
+    """A file over the size its kind may have: refused by its size, before a byte is read."""
+
+
+def read_config_text(path: str | os.PathLike[str], what: str = "config file", cap: int = CONFIG_CAP) -> str:
+    """A config-like file's text, refused by type and then by size before it is read (a 1 GiB "config" is one
+    line at once, not a read of 1 GiB first); at most `cap` bytes are ever read, even from a growing file."""
     with open_regular(path, what) as fh:
-        return fh.read() if limit is None else fh.read(limit)
-
-
-def read_regular_text(path: str | os.PathLike[str], what: str = "file", limit: int | None = None) -> str:
-    """A regular file's text (UTF-8), refused by type first; raises UnicodeDecodeError for bad bytes."""
-    return read_regular_bytes(path, what, limit).decode("utf-8")
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(cap + 1) if size <= cap else b""
+    if size > cap or len(data) > cap:
+        raise FileTooLargeError(
+            f"{what} {path} is {max(size, len(data)) / (1 << 20):.0f} MiB: over the {cap >> 20} MiB such a "
+            "file may be, refused before reading"
+        )
+    return data.decode("utf-8")

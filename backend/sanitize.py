@@ -51,6 +51,20 @@ def one_line(text: str) -> str:
     return " ".join(sanitize_text(text).split())
 
 
+NAME_CAP = 96  # a name from the network (job id, node name) shown in at most this many characters
+# Controls and bidi overrides, plus the other invisible format characters a name could hide behind.
+_NAME_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def shown_name(name: str, cap: int = NAME_CAP) -> str:
+    """A name from the network (a job id, a node name) fit to show: every control, bidi override or
+    invisible character written visibly as an escape (so two ids never look alike and none moves the
+    cursor), and a long name cut to `cap` characters with a mark. The original stays the data: this is
+    only for eyes."""
+    shown = _NAME_UNSAFE.sub(lambda m: ascii(m.group(0))[1:-1], name)
+    return shown if len(shown) <= cap else shown[: cap - 1] + "…"
+
+
 def _has_c1_intro(text: str) -> bool:
     return any(c in text for c in "\x9b\x90\x98\x9d\x9e\x9f")
 
@@ -76,6 +90,12 @@ _UNSAFE_BYTES = frozenset((*range(0, 9), *range(11, 32), 0x7F))
 # UTF-8 of C1 controls (U+0080-U+009F) is 0xC2 0x80-0x9F; the bidi overrides start with 0xE2.
 _C1_LEAD, _BIDI_LEAD = 0xC2, 0xE2
 _BIDI_BYTES = tuple(chr(c).encode() for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+# all of them in one pass: 0xE2 leads every box and block character too (a tqdm bar), so a find per
+# override cost nine passes over nearly every real chunk
+_BIDI_ANY = re.compile(b"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")  # exactly _BIDI_BYTES
+# Controls a log holds by mistake (a binary blob, a torn write): counted as unreadable when dropped.
+STRAY_CONTROLS = frozenset(_UNSAFE_BYTES - {0x07, 0x0D, 0x1B})
+_NOT_STRAY = bytes(b for b in range(256) if b not in STRAY_CONTROLS)
 # Deleting every other byte leaves only the rare ones: one C-speed pass tells which are present.
 _SCAN_DELETE = bytes(b for b in range(256) if b not in _UNSAFE_BYTES | {_C1_LEAD, _BIDI_LEAD})
 
@@ -95,8 +115,7 @@ def _dirty_positions(data: bytes, present: set[int]) -> list[int]:
     if _C1_LEAD in present:
         found.extend(p for p in _find_all(data, b"\xc2") if p + 1 < len(data) and 0x80 <= data[p + 1] <= 0x9F)
     if _BIDI_LEAD in present:
-        for needle in _BIDI_BYTES:
-            found.extend(_find_all(data, needle))
+        found.extend(m.start() for m in _BIDI_ANY.finditer(data))
     return found
 
 
@@ -110,11 +129,22 @@ def _last_cr_state(line: bytes) -> bytes:
 
 def clean_chunk(data: bytes) -> bytes:
     """Sanitise a chunk of complete, valid UTF-8 lines (ends with a newline); line count is preserved."""
+    return clean_chunk_counted(data)[0]
+
+
+def clean_chunk_counted(data: bytes) -> tuple[bytes, int]:
+    """`clean_chunk`, and how many stray control bytes it dropped (`STRAY_CONTROLS`: not the tab, CR, ESC
+    and BEL that logs carry on purpose): counted from the few rare bytes the one scan found, at no cost."""
     if b"\x1b" in data:
         data = _SGR_BYTES.sub(b"", data)
     rare = data.translate(None, _SCAN_DELETE)
     if not rare:
-        return data
+        return data, 0
+    stray = len(rare.translate(None, _NOT_STRAY)) if rare.strip(b"\r") else 0
+    return _clean_rare(data, rare), stray
+
+
+def _clean_rare(data: bytes, rare: bytes) -> bytes:
     positions = _dirty_positions(data, set(rare))
     if not positions:
         return data

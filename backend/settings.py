@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from backend.errors import SpecError
+from backend.notify_settings import NotifySettings
 from backend.redaction import check_token, remember, shown_url, url_password
-from backend.regular_files import read_regular_text
-from backend.toml_input import TOMLDecodeError, parse_toml
+from backend.toml_input import read_toml_file
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+TerminalNotify = Literal["auto", "osc9", "osc777", "bell", "off"]  # console/terminal_alerts.py
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -44,6 +45,16 @@ class Settings(BaseModel):
     # stopped renewing its lease (SIGKILL, lost SSH session).
     gpu_probe: bool = True
     gpu_probe_lease_timeout_s: float = Field(default=45.0, ge=3.0, le=60.0)
+    # The run's watcher (backend.cluster.watcher): webhook channels it sends alerts, incidents and the cause
+    # of death to while no console is open (`[notify]`, `[[notify.channels]]`).
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    # Start the run's watcher with every launch and on attach (a --readonly console never does);
+    # `ULTRA_CONSOLE_WATCHER=0` or `watcher = false` turns it off.
+    watcher: bool = True
+    # A critical alert or a run's death rings the terminal's bell and sends a desktop notification (OSC 9,
+    # or OSC 777 where the terminal speaks that; passed through tmux): "auto", "osc9", "osc777", "bell"
+    # (the bell only) or "off".
+    terminal_notify: TerminalNotify = "auto"
 
     def token_text(self) -> str | None:
         """The dashboard token as the client sends it (None: no token configured)."""
@@ -68,32 +79,40 @@ def config_path() -> Path:
     )
 
 
+ENVIRONMENT = {  # setting -> the environment variable that sets it
+    "address": "RAY_ADDRESS",
+    "token": "RAY_AUTH_TOKEN",
+    "state_dir": "ULTRA_CONSOLE_STATE_DIR",
+    "gpu_probe": "ULTRA_CONSOLE_GPU_PROBE",
+    "watcher": "ULTRA_CONSOLE_WATCHER",
+}
+
+
 def load_settings(**overrides: Any) -> Settings:
     """File, then environment, then non-None `overrides` (the CLI flags)."""
     data: dict[str, Any] = {}
     path = config_path()
     if path.exists():  # a FIFO or device there is refused by its type, never opened (it would block)
-        try:
-            data = parse_toml(read_regular_text(path, "config file"))
-        except UnicodeDecodeError as err:
-            raise SpecError(f"cannot read config file {path}: not UTF-8 text (byte {err.start})") from None
-        except (OSError, TOMLDecodeError) as err:
-            raise SpecError(f"cannot read config file {path}: {err}") from None
-    env = {
-        "address": os.environ.get("RAY_ADDRESS"),
-        "token": os.environ.get("RAY_AUTH_TOKEN"),
-        "state_dir": os.environ.get("ULTRA_CONSOLE_STATE_DIR"),
-        "gpu_probe": os.environ.get("ULTRA_CONSOLE_GPU_PROBE"),
-    }
-    data.update({k: v for k, v in env.items() if v})
+        data = read_toml_file(path, "config file")
+    data.update({k: os.environ[name] for k, name in ENVIRONMENT.items() if os.environ.get(name)})
     data.update({k: v for k, v in overrides.items() if v is not None})
     if "address" in data and "://" not in str(data["address"]):
         data["address"] = f"http://{data['address']}"
+    _check_secrets(data)
+    return _validated(data, path)
+
+
+def _check_secrets(data: dict[str, Any]) -> None:
+    """Remember the token and the address's password for redaction, then refuse bad ones."""
     token = data.get("token")
     remember(str(token) if token is not None else None, url_password(str(data.get("address") or "")))
     check_token(str(token) if token is not None else None)
     if "address" in data:
         check_address(str(data["address"]))
+
+
+def _validated(data: dict[str, Any], path: Path) -> Settings:
+    """The settings, or one line naming the first bad one."""
     try:
         return Settings(**data)
     except ValidationError as err:

@@ -5,7 +5,11 @@ MAX_DEPTH is a decode error, not a RecursionError from the parser or from whatev
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
+
+from backend.errors import SpecError
+from backend.regular_files import read_config_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,3 +42,14 @@ def parse_toml(text: str) -> dict[str, Any]:
     if _too_deep(data):
         raise TOMLDecodeError(f"nested deeper than {MAX_DEPTH} levels")
     return data
+
+
+def read_toml_file(path: Path, what: str) -> dict[str, Any]:
+    """An operator's TOML file (`what`: "config file", "notify file"), refused by type before it is opened
+    (a FIFO would block); what is wrong with it is one SpecError line."""
+    try:
+        return parse_toml(read_config_text(path, what))  # size-capped before reading
+    except UnicodeDecodeError as err:
+        raise SpecError(f"cannot read {what} {path}: not UTF-8 text (byte {err.start})") from None
+    except (OSError, TOMLDecodeError) as err:
+        raise SpecError(f"cannot read {what} {path}: {err}") from None

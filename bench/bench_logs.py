@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from backend.demo.sample_log import SampleRun, generate  # noqa: E402
 from backend.sanitize import sanitize_text  # noqa: E402
 from backend.signals.monitor import RunMonitor  # noqa: E402
-from backend.signals.prefilter import Plan  # noqa: E402
+from backend.signals.pure_scan import Plan  # noqa: E402
+from backend.signals.scan_engine import HYPERSCAN, PURE, make_engine  # noqa: E402
 from backend.signals.search import search_batches  # noqa: E402
 from backend.signals.store import LogStore  # noqa: E402
 
@@ -82,6 +84,72 @@ def live_monitor_cpu(log: Path, rounds: int, lines: int = 60_000, per_chunk: int
     return {k: v / len(head) * 1e6 for k, v in best.items()}
 
 
+TQDM_BAR = "Rollout generation:  42%|████▎     | 27/64 [00:13<00:18,  2.0it/s]"
+BAR_EVERY = (
+    20  # lines: real rollout logs hold a tqdm bar this often, so nearly every 1 MiB chunk is non-ASCII
+)
+
+
+def make_real_shaped(sample: Path, path: Path) -> int:
+    """The sample log with a tqdm bar (block characters) on every BAR_EVERY-th line, as real rollout logs
+    hold them: Python holds such a chunk at two bytes a character and every pass over it costs double."""
+    n = 0
+    with (
+        open(sample, encoding="utf-8", newline="") as src,
+        open(path, "w", encoding="utf-8", newline="") as out,
+    ):
+        for n, line in enumerate(src, 1):
+            out.write(line if n % BAR_EVERY else line[:-1] + " " + TQDM_BAR + "\n")
+    return n
+
+
+def best_times(
+    runs: dict[str, Callable[[], object]], rounds: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each run's best wall-clock and CPU seconds over `rounds`, the runs interleaved (a shared machine's load
+    then moves them alike)."""
+    wall = {k: float("inf") for k in runs}
+    cpu = dict(wall)
+    for _ in range(rounds):
+        for key, fn in runs.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[key] = min(wall[key], time.perf_counter() - t)
+            cpu[key] = min(cpu[key], time.process_time() - c)
+    return wall, cpu
+
+
+def engine_ratios(logs: dict[str, Path], work: Path, rounds: int) -> None:
+    """Per log: the plain loop, the store, and store + monitor on each scan engine, interleaved, best of
+    `rounds`, as ratios to the plain loop by wall clock and by CPU time (issue 33's targets)."""
+    engines = [PURE] + ([HYPERSCAN] if _has_hyperscan() else [])
+    for name, log in logs.items():
+        n = sum(1 for _ in open(log, "rb"))
+        runs = {
+            "plain": lambda log=log: iterate(log),
+            "store": lambda log=log: ingest(log, work / "e0", False).close(),
+        }
+        for engine in engines:
+            runs[engine] = lambda log=log, e=engine: ingest(log, work / f"e-{e}", True, engine=e).close()
+        wall, cpu = best_times(runs, rounds)
+        print(f"{name} log: {n} lines, {log.stat().st_size / 1e6:.0f} MB")
+        for key in runs:
+            if key != "plain":
+                what = "store" if key == "store" else f"store + monitor, {key} scan"
+                print(
+                    f"  {what}: ratio to the plain loop {wall['plain'] / wall[key]:.3f} (wall), "
+                    f"{cpu['plain'] / cpu[key]:.3f} (CPU); {n / wall[key] / 1e6:.2f} M lines/s"
+                )
+
+
+def _has_hyperscan() -> bool:
+    try:
+        make_engine(HYPERSCAN)
+    except Exception:
+        return False
+    return True
+
+
 def ingest_ratios(log: Path, work: Path, n: int, rounds: int) -> None:
     """Plain loop, store, store + monitor with and without its prefilter: runs interleaved, best of
     `rounds` each, by wall clock and by this process's CPU time (a shared machine's load moves the first)."""
@@ -91,14 +159,7 @@ def ingest_ratios(log: Path, work: Path, n: int, rounds: int) -> None:
         "monitor": lambda: ingest(log, work / "r2", True).close(),
         "unfiltered": lambda: ingest(log, work / "r3", True, prefilter=False).close(),
     }
-    wall = {k: float("inf") for k in runs}
-    cpu = dict(wall)
-    for _ in range(rounds):
-        for key, fn in runs.items():
-            t, c = time.perf_counter(), time.process_time()
-            fn()
-            wall[key] = min(wall[key], time.perf_counter() - t)
-            cpu[key] = min(cpu[key], time.process_time() - c)
+    wall, cpu = best_times(runs, rounds)
     for key, label in (
         ("store", "LogStore.append"),
         ("monitor", "LogStore.append + metrics/alerts monitor (target >= 0.2)"),
@@ -174,10 +235,13 @@ def iterate(path: Path) -> None:
             pass
 
 
-def ingest(path: Path, spool: Path, with_monitor: bool, prefilter: bool = True) -> LogStore:
+def ingest(
+    path: Path, spool: Path, with_monitor: bool, prefilter: bool = True, engine: str | None = None
+) -> LogStore:
     store = LogStore(spool, run_id="bench")
     if with_monitor:
-        store.subscribe(RunMonitor(prefilter=prefilter).on_log_lines)
+        chosen = make_engine(engine) if engine is not None else None
+        store.subscribe(RunMonitor(prefilter=prefilter, engine=chosen).on_log_lines)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             store.append(chunk)
@@ -281,6 +345,11 @@ def main() -> int:
         "--old-rev", default=None, help="the signals package to compare the grammar with (git rev)"
     )
     ap.add_argument("--only-grammar", action="store_true", help="only the new-vs-old grammar figures")
+    ap.add_argument(
+        "--only-engines",
+        action="store_true",
+        help="only plain loop vs store vs store + monitor on each scan engine, sample and real-shaped log",
+    )
     ap.add_argument("--only-ingest", action="store_true", help="only plain loop vs store vs store + monitor")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the new-vs-old figures")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
@@ -295,6 +364,11 @@ def main() -> int:
         n = make_log(log, args.lines)
         size = log.stat().st_size
         print(f"sample log: {n} lines, {size / 1e6:.0f} MB ({size / n:.0f} B/line)")
+        if args.only_engines:
+            real = work / "real.log"
+            make_real_shaped(log, real)
+            engine_ratios({"sample": log, "real-shaped (non-ASCII chunks)": real}, work, args.rounds)
+            return 0
         if args.only_ingest:
             ingest_ratios(log, work, n, args.rounds)
             return 0

@@ -100,13 +100,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--log", type=Path, default=Path("/tmp/bench-replay-open.log"))
     ap.add_argument("--toolong", default=str(REPO / ".venv-toolong" / "bin" / "tl"))
+    ap.add_argument(
+        "--baseline-less",
+        action="store_true",
+        help="without toolong: `less -S` as the baseline (a pager's first page: harsher than toolong)",
+    )
     args = ap.parse_args()
-    if not shutil.which("tmux") or not Path(args.toolong).exists():
-        sys.exit("needs tmux and toolong (see the module docstring)")
+    if not shutil.which("tmux") or not (Path(args.toolong).exists() or args.baseline_less):
+        sys.exit("needs tmux and toolong (see the module docstring), or --baseline-less")
     n = make_log(args.log, args.lines)
     print(f"log: {n:,} lines, {args.log.stat().st_size / 1e6:.0f} MB")
     replay = [sys.executable, "-m", "console.cli", "replay", str(args.log)]
-    toolong = [args.toolong, str(args.log)]
+    toolong = [args.toolong, str(args.log)] if not args.baseline_less else ["less", "-S", str(args.log)]
+    print("baseline:", " ".join(toolong[:-1]))
     results: dict[str, list[dict[str, float]]] = {"replay": [], "toolong": []}
     for i in range(args.rounds):
         for name, cmd in (

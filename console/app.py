@@ -31,6 +31,7 @@ from backend.plan.run_id import new_run_id
 from backend.redaction import public_line
 from console import keymap
 from console.host import ConsoleHost
+from console.key_order import KeyHandled, KeyOrder
 from console.messages import (
     AlertsChanged,
     ConsoleMessage,
@@ -41,6 +42,8 @@ from console.messages import (
     Notice,
     RolloutCursor,
     RunStateChanged,
+    SinceLastLooked,
+    TerminalAlert,
 )
 from console.palette import KeymapCommands
 from console.views.base import ConsoleView
@@ -106,26 +109,36 @@ class StateLine(Static):
     def draw(self, app: UltraConsoleApp) -> None:
         text = Text()
         text.append("ultra-console", "bold")
-        if app.demo:
-            text.append(" DEMO ", "bold reverse magenta")
-        if app.replay is not None:
-            text.append(" REPLAY ", "bold reverse cyan")
-        elif app.readonly:
-            text.append(" READ-ONLY ", "bold reverse yellow")
+        _append_mode(text, app)
         text.append("  ")
         for i, (name, title) in enumerate(VIEW_TITLES.items(), 1):
             style = "bold reverse" if name == app.current_view else "dim"
             text.append(f" {i} {title} ", style)
-        text.append("  run: ", "dim").append(app.run_state_text or "none")
-        if app.history_text:
-            text.append(f"  {app.history_text}", "yellow")
-        if app.alert_count:
-            text.append("  alerts: ", "dim").append(str(app.alert_count), "bold red")
-        if app.dashboard_error is not None:
-            text.append("  dashboard: ", "dim").append("LOST", "bold red")
+        _append_run(text, app)
         if text.markup != self._drawn:  # Textual would resend an identical line
             self._drawn = text.markup
             self.update(text, layout=False)
+
+
+def _append_mode(text: Text, app: UltraConsoleApp) -> None:
+    """The badges that say this is not a writable console on a real cluster: demo, replay, read-only."""
+    if app.demo:
+        text.append(" DEMO ", "bold reverse magenta")
+    if app.replay is not None:
+        text.append(" REPLAY ", "bold reverse cyan")
+    elif app.readonly:
+        text.append(" READ-ONLY ", "bold reverse yellow")
+
+
+def _append_run(text: Text, app: UltraConsoleApp) -> None:
+    """The run's state, the history note, the alert count and a lost dashboard."""
+    text.append("  run: ", "dim").append(app.run_state_text or "none")
+    if app.history_text:
+        text.append(f"  {app.history_text}", "yellow")
+    if app.alert_count:
+        text.append("  alerts: ", "dim").append(str(app.alert_count), "bold red")
+    if app.dashboard_error is not None:
+        text.append("  dashboard: ", "dim").append("LOST", "bold red")
 
 
 class UltraConsoleApp(ConsoleHost):
@@ -198,6 +211,7 @@ class UltraConsoleApp(ConsoleHost):
         self._later_mounted = False
         self._first_view = self.current_view
         self._after_first_frame_done = False
+        self._key_order = KeyOrder(self, self._route_key)
 
     def preview_plan(self) -> PlanStart | None:
         """The preview helper's PlanStart (waited for here, when the plan view is composed), or None:
@@ -394,6 +408,25 @@ class UltraConsoleApp(ConsoleHost):
 
     # ------------------------------------------------------------------ worker messages
 
+    async def on_event(self, event: events.Event) -> None:
+        """A key from the terminal waits for the one before it to be handled (console/key_order.py)."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            await self._key_order.arrive(event)
+            return
+        await super().on_event(event)
+
+    async def _route_key(self, event: events.Key) -> Widget:
+        """As Textual routes a key (priority bindings, else the focused widget), the field committing first
+        when the key is a binding's; answers the widget it went to."""
+        self._key_order.commit_before_binding(event)
+        target = self.focused or self.screen
+        await super().on_event(event)
+        return target
+
+    def on_key_handled(self, message: KeyHandled) -> None:
+        message.stop()
+        self._key_order.marker(message.serial)
+
     async def _on_message(self, message: Message) -> None:
         """Worker messages still queued when the app shuts down are dropped (the views are gone)."""
         if isinstance(message, ConsoleMessage) and not self.is_running:
@@ -464,6 +497,35 @@ class UltraConsoleApp(ConsoleHost):
 
     def on_notice(self, message: Notice) -> None:
         self.notify(message.text, severity=message.severity.notice_level)
+
+    def on_since_last_looked(self, message: SinceLastLooked) -> None:
+        """On attach: what the run's watcher saw while nobody looked (the whole list is in Events)."""
+        causes = [line for line in message.lines if "cause of death" in line]
+        text = message.lines[0] + (f"; {causes[-1].strip()}" if causes else "") + " (4 Events)"
+        self.notify(text, severity=message.severity.notice_level, timeout=20)
+
+    def on_terminal_alert(self, message: TerminalAlert) -> None:
+        """A critical alert is news: the bell, and a desktop notification of our own words (never a line of
+        the log), only on a terminal of our own (console/terminal_alerts.py)."""
+        from console import terminal_alerts  # after the first frame (it imports the settings' pydantic)
+
+        mode = terminal_alerts.resolve(self.settings.terminal_notify, os.environ)
+        if mode == "off" or not self._terminal_is_ours():
+            return
+        self.bell()
+        title, body = terminal_alerts.message_for(list(message.ids), message.run)
+        sequence = terminal_alerts.notification(mode, title, body, os.environ)
+        if sequence:
+            self._write_terminal(sequence)
+
+    def _terminal_is_ours(self) -> bool:
+        """A real terminal the app drives (not a test's headless driver, not a browser through serve)."""
+        return not (self.is_headless or self.is_web) and bool(sys.__stdout__ and sys.__stdout__.isatty())
+
+    def _write_terminal(self, sequence: str) -> None:
+        driver = self._driver
+        if driver is not None:
+            driver.write(sequence)
 
     # ------------------------------------------------------------------ terminal watchdog
 

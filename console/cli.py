@@ -28,9 +28,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """`--version`: the package's version and the log scan engine chosen at start (hyperscan or pure),
+    worked out only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and the log scan engine")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from backend.signals.scan_engine import engine_name
+
+        try:
+            mine = version(PROG)
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            mine = "(not installed)"
+        print(f"{PROG} {mine}\nlog scan engine: {engine_name()}")  # on stdout, as --version goes
+        parser.exit(0)
+
+
 def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     """The CLI's parser; `commands=False` leaves the subcommands out (their modules are not imported)."""
     parser = _Parser(prog=PROG, description="Run console for miles GRPO on Nemotron-3-Ultra (Ray).")
+    parser.add_argument("--version", action=_Version)
     _global_options(parser, None)
     parser.add_argument("--job", default=None, help="attach the app to this job instead of the latest")
     if not commands:
@@ -41,7 +62,9 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     from console.commands import (
         abort,
         cleanup,
+        collectives,
         demo,
+        doctor,
         launch,
         logs,
         metrics,
@@ -49,15 +72,19 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
         plan,
         prepare,
         replay,
+        resume,
+        samples,
         serve,
         shim_check,
         stacks,
         status,
+        watch,
     )
 
     in_help_order = (
         plan,
         launch,
+        resume,
         status,
         logs,
         abort,
@@ -68,8 +95,10 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
         metrics,
         serve,
         prepare,
+        watch,
+        doctor,
     )
-    for command in (*in_help_order, replay, stacks):
+    for command in (*in_help_order, replay, stacks, collectives, samples):
         command.register(sub)
     for command_parser in sub.choices.values():
         # `ultra-console status --address URL` as well as `ultra-console --address URL status`: given after
@@ -119,11 +148,21 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(tokens)
 
 
+def _check_scan_engine() -> None:
+    """A forced log scan engine that cannot run is one line at start, before any worker makes a monitor
+    (only looked at when `ULTRA_CONSOLE_SCAN_ENGINE` is set: the default never fails)."""
+    if os.environ.get("ULTRA_CONSOLE_SCAN_ENGINE"):
+        from backend.signals.scan_engine import default_engine
+
+        default_engine()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     remember(args.token, url_password(args.address or ""))  # redacted from every line below, whatever fails
     func = getattr(args, "func", None) or _open_app
     try:
+        _check_scan_engine()
         return int(func(args) or 0)
     except ConsoleError as err:
         print(f"{PROG}: error: {public_line(str(err))}", file=sys.stderr)

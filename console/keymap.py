@@ -79,6 +79,7 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
         BindingSpec("plan.launch", "L", "launch", "Launch", mutates=True),
         BindingSpec("plan.preflight", "p", "preflight", "Preflight"),
         BindingSpec("plan.prepare", "P", "prepare", "Prepare nodes"),
+        BindingSpec("plan.doctor", "D", "doctor", "Doctor: check the head and every node", show=False),
         BindingSpec("plan.copy_command", "c", "copy_command", "Copy cmd"),
         BindingSpec("plan.reset", "ctrl+r", "reset", "Reset edits", show=False),
         BindingSpec("plan.next_field", "down", "next_field", "Next field", show=False),
@@ -88,9 +89,15 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     ),
     "run": (
         BindingSpec("run.abort", "A", "abort", "Abort run", mutates=True),
-        BindingSpec("run.compare", "C", "compare", "Compare with…", show=False),
+        BindingSpec("run.cause_line", "enter", "cause_line", "Go to the cause's line", show=False),
+        BindingSpec(
+            "run.compare", "C", "compare", "Compare with… (a resumed attempt: the one before)", show=False
+        ),
+        BindingSpec("run.resume", "R", "resume", "Resume: fix, last checkpoint, next attempt", show=False),
+        BindingSpec("run.compare_clear", "X", "compare_clear", "Clear the comparison", show=False),
         BindingSpec("run.stacks", "S", "stacks", "Stacks of every rank", show=False),
         BindingSpec("run.phases", "T", "phases", "Phase timeline", show=False),
+        BindingSpec("run.samples", "G", "samples", "Samples: GRPO groups of a rollout", show=False),
     ),
     "logs": (
         BindingSpec("logs.search", "slash", "search", "Search"),
@@ -113,14 +120,29 @@ TABLE: dict[str, tuple[BindingSpec, ...]] = {
     "events": (
         BindingSpec("events.refresh", "r", "refresh", "Refresh"),
         BindingSpec("events.copy_entry", "c", "copy_entry", "Copy entry"),
+        BindingSpec("events.open_alert", "o", "open_alert", "Open alert whole", show=False),
     ),
     "stacks": (  # the stacks screen the run view's S opens
         BindingSpec("stacks.open", "enter", "open_group", "Open the group's stack"),
         BindingSpec("stacks.again", "r", "again", "Dump again"),
         BindingSpec("stacks.close", "escape", "close", "Close"),
     ),
+    "samples": (  # the samples screen the run view's G opens
+        BindingSpec("samples.open", "enter", "open", "Open the group"),
+        BindingSpec("samples.zero", "z", "flip('zero')", "Zero-std only"),
+        BindingSpec("samples.truncated", "t", "flip('truncated')", "Truncated only"),
+        BindingSpec("samples.sort", "s", "flip('sort')", "Sort"),
+        BindingSpec("samples.plot", "p", "flip('plot')", "Plot", show=False),
+        BindingSpec("samples.prev", "left_square_bracket", "rollout(-1)", "Previous rollout"),
+        BindingSpec("samples.next", "right_square_bracket", "rollout(1)", "Next rollout"),
+        BindingSpec("samples.back", "escape", "back", "Back"),
+    ),
     "phases": (  # the full-screen timeline the run view's T opens
         BindingSpec("phases.close", "escape", "close", "Close"),
+    ),
+    "doctor": (  # the doctor screen the plan view's D opens
+        BindingSpec("doctor.recheck", "r", "recheck", "Check again"),
+        BindingSpec("doctor.close", "escape", "close", "Close"),
     ),
     "prepare": (  # the prepare screen the plan view's P opens
         BindingSpec("prepare.fetch", "F", "fetch", "Fetch what nodes lack", mutates=True),

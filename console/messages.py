@@ -22,10 +22,12 @@ from textual.message import Message
 from backend.severity import Severity
 
 if TYPE_CHECKING:
+    from backend.cluster.resume import Attempt, ResumePlan
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.plan.finding import Finding
     from backend.signals.alerts import Alert
     from backend.signals.compare import RunSide
+    from backend.signals.failures import Diagnosis
     from backend.signals.launch_flags import LaunchFlags
     from backend.signals.monitor import MetricsSnapshot
     from backend.signals.replay import RolloutMark
@@ -113,9 +115,10 @@ class RunStateChanged(ConsoleMessage):
 class AlertsChanged(ConsoleMessage):
     """The current alerts (copies of backend.signals.alerts' Alerts, which the engine goes on updating)."""
 
-    def __init__(self, alerts: Iterable[Alert]) -> None:
+    def __init__(self, alerts: Iterable[Alert], diagnosis: Diagnosis | None = None) -> None:
         super().__init__()
         self.alerts: tuple[Alert, ...] = tuple(alerts)
+        self.diagnosis = diagnosis  # why the run failed (frozen), for the Run view's diagnosis panel
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, AlertsChanged)  # the newer set is every current alert
@@ -150,6 +153,27 @@ class Notice(ConsoleMessage):
         self.severity: Severity = severity
 
 
+class TerminalAlert(ConsoleMessage):
+    """Critical alerts of the attached run that are news (`ids`: alert ids, data): the app rings the bell
+    and sends a desktop notification (console/terminal_alerts.py)."""
+
+    def __init__(self, ids: Iterable[str], run: str) -> None:
+        super().__init__()
+        self.ids: tuple[str, ...] = tuple(ids)
+        self.run = run
+
+
+class SinceLastLooked(ConsoleMessage):
+    """What the run's watcher wrote to its ledger since this operator last looked (backend.cluster.incidents):
+    `lines` as `status` prints them, `severity` the worst of them; shown on attach."""
+
+    def __init__(self, job_id: str, lines: Iterable[str], severity: Severity) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.lines: tuple[str, ...] = tuple(lines)
+        self.severity: Severity = severity
+
+
 class AuditChanged(ConsoleMessage):
     """The audit log gained entries (after a launch/abort); the events view re-reads it."""
 
@@ -179,6 +203,33 @@ class RolloutCursor(ConsoleMessage):
     def __init__(self, mark: RolloutMark) -> None:
         super().__init__()
         self.mark = mark
+
+
+class ResumePlanned(ConsoleMessage):
+    """A failed or stopped run's resume was read from Ray (its plan, the proposed diff, the checkpoint, the
+    advice: backend.cluster.resume.ResumePlan, frozen): the Plan view opens on it (R in the Run view)."""
+
+    def __init__(self, plan: ResumePlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+
+class AttemptsKnown(ConsoleMessage):
+    """The attempts of the attached run's chain, oldest first (Ray's job list, read once per job)."""
+
+    def __init__(self, job_id: str, attempts: tuple[Attempt, ...]) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.attempts = attempts
+
+
+class ShowLogLine(ConsoleMessage):
+    """Go to one line of the run's log (its number in the log store): the Logs view moves its cursor there
+    (the diagnosis panel's Enter: the cause's line)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
 
 
 class BaselineAdded(ConsoleMessage):

@@ -36,6 +36,7 @@ class OfflineSession(ConsoleSession):
         self.monitor = replay.monitor
         self.rollouts = replay.rollouts
         self.job_id = replay.source.name
+        self.live = False  # a replay's alerts are the log's, never news to say on the terminal
         self._alerts_posted = 0
         self._metrics_seen = 0
         self._metrics_posted_at = 0.0
@@ -118,6 +119,13 @@ def _done(session: OfflineSession) -> None:
         )
 
 
+def internal_error(what: str, err: Exception) -> str:
+    """One line for an operator: what stopped and the error's kind, never a traceback."""
+    text = " ".join(str(err).split())[:200]
+    detail = f": {text}" if text else ""
+    return f"{what}: internal error {type(err).__name__}{detail} (the log read so far is kept)"
+
+
 async def _load(session: OfflineSession) -> None:
     """Pieces are read and indexed in a thread; messages are posted from here (the app's own context, so
     they go to the views once and never bubble back)."""
@@ -126,6 +134,8 @@ async def _load(session: OfflineSession) -> None:
             session.progress()
     except ConsoleError as err:
         session.post(Notice(f"replay stopped: {err}", Severity.ERROR))
+    except Exception as err:  # a bug must say so, not leave "reading history" on screen for ever
+        session.post(Notice(internal_error("replay stopped", err), Severity.ERROR))
     await asyncio.to_thread(session.replay.finish)
     _done(session)
     await _compare_with(session)
@@ -159,6 +169,8 @@ async def _job(session: OfflineSession) -> None:
             await read_job_log(session.replay, client, job, session.progress)
     except ConsoleError as err:
         session.post(Notice(f"replay of job {job_id} incomplete: {err}", Severity.ERROR))
+    except Exception as err:  # as in _load
+        session.post(Notice(internal_error(f"replay of job {job_id} incomplete", err), Severity.ERROR))
     await asyncio.to_thread(session.replay.finish)
     _done(session)
     await _compare_with(session)

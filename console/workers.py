@@ -31,13 +31,16 @@ import time
 from pathlib import Path
 
 from backend.cluster.controller import NoRunFound, RunController, RunEvent
-from backend.cluster.dashboard import JobInfo, RayClient
+from backend.cluster.dashboard import JobInfo, RayClient, job_what
 from backend.cluster.gpu_probe import GpuProbe
+from backend.cluster.incidents import Entry, ledger_dir, since_last_looked, since_lines
 from backend.cluster.job_identity import active_runs
-from backend.cluster.leftovers import job_roles
-from backend.cluster.telemetry import TelemetryPoller
+from backend.cluster.leftovers import job_actors, job_roles
+from backend.cluster.telemetry import ClusterSnapshot, TelemetryPoller
+from backend.cluster.watcher import options_from
 from backend.errors import ConsoleError
 from backend.redaction import public_line
+from backend.sanitize import shown_name
 from backend.severity import Severity
 from backend.signals.clock import seconds_from_ms
 from backend.signals.ingest import LIVE_FLUSH_S, LogChunk, RunLog, text_chunks
@@ -58,8 +61,11 @@ from console.messages import (
     Notice,
     RunStateChanged,
     RunStatus,
+    SinceLastLooked,
     SnapshotArrived,
+    TerminalAlert,
 )
+from console.terminal_alerts import TerminalAlerts
 from shim.package import carries_shim
 
 TELEMETRY_INTERVAL_S = 1.0
@@ -67,6 +73,7 @@ METRICS_EVERY_S = 0.5
 TICK_S = 5.0
 STRUCTURED_POLL_S = 1.0
 ROLES_EVERY_S = 15.0  # the attached run's actors (one request), to name the GPU holders the probe lists
+ACTORS_EVERY_S = 20.0  # the job's actor list (one state API request) for the shim check
 
 
 def run_status(event: RunEvent) -> RunStatus | None:
@@ -76,7 +83,7 @@ def run_status(event: RunEvent) -> RunStatus | None:
     if job is None:
         return RunStatus(public_line(event.text.removeprefix("submitting ")) or "?", public_line(state))
     return RunStatus(
-        public_line(job.id),
+        public_line(shown_name(job.id)),  # escaped, bounded: an id with controls is shown, never mangled
         public_line(state),
         seconds_from_ms(job.start_time),
         seconds_from_ms(job.end_time),
@@ -95,7 +102,12 @@ class ConsoleSession:
         self.client = RayClient(settings.address, token)
         controller = app.controller
         if controller is None:
-            controller = RunController(self.client, state_dir=settings.state_dir, readonly=settings.readonly)
+            controller = RunController(
+                self.client,
+                state_dir=settings.state_dir,
+                readonly=settings.readonly,
+                watcher=options_from(settings),
+            )
             app.controller = controller
         self.controller: RunController = controller
         self.spool_dir = Path(settings.state_dir) / "logs"
@@ -105,6 +117,8 @@ class ConsoleSession:
         self.rollouts: RolloutIndex | None = None
         self.probe: GpuProbe | None = None
         self.job_id: str | None = None
+        self.terminal = TerminalAlerts()
+        self.live = False  # the attached run's history is read: what its monitor raises now is news
         self._alerts_posted = 0
         self._metrics_seen = 0
         self._metrics_posted_at = 0.0
@@ -128,9 +142,14 @@ class ConsoleSession:
         self.rollouts = RolloutIndex()  # the `[` / `]` rollout cursor works on a live run's log too
         self.store.subscribe(self.rollouts.on_lines)
         self.job_id = job_id
+        self.terminal, self.live = TerminalAlerts(), False
         self._metrics_seen = 0
         self._alerts_posted = 0
         self.post(LogStoreOpened(run_log.store))
+        # every view drops the last run's figures and alerts now, not when this run's first metric comes
+        if self.monitor is not None:
+            self.post(MetricsArrived(self.monitor.metrics_snapshot()))
+        self.post(AlertsChanged(self.monitor.alerts.snapshot() if self.monitor is not None else []))
         return run_log
 
     def maybe_post_metrics(self, force: bool = False) -> None:
@@ -152,7 +171,17 @@ class ConsoleSession:
         monitor = self.monitor
         if monitor is not None and monitor.alerts.version != self._alerts_posted:
             self._alerts_posted = monitor.alerts.version  # a new alert, or a blind spot's count moved
-            self.post(AlertsChanged(monitor.alerts.snapshot()))
+            alerts = monitor.alerts.snapshot()
+            self.post(AlertsChanged(alerts, monitor.diagnosis()))
+            news = self.terminal.news(alerts) if self.live else []
+            if news and self.job_id is not None:
+                self.post(TerminalAlert(news, self.job_id))
+
+    def history_read(self) -> None:
+        """The attached run's history is in: what it raised is old news (no bell), what comes next is not."""
+        if self.monitor is not None:
+            self.terminal.seen(self.monitor.alerts.snapshot())
+        self.live = True
 
 
 def start_workers(app: ConsoleHost) -> None:
@@ -203,25 +232,37 @@ def _start(app: ConsoleHost) -> ConsoleSession:
     return session
 
 
+def _on_state(session: ConsoleSession, event: RunEvent) -> None:
+    """A job state: the state line's status, the monitor's job status, and a new job's log worker."""
+    status = run_status(event)
+    if status is not None:
+        session.post(RunStateChanged(status))
+    job = event.job
+    if job is None:
+        return
+    if job.id != session.job_id:
+        _follow_new_job(session, job)
+    elif session.monitor is not None:
+        session.monitor.on_job_status(job.status, job.message)
+        session.maybe_post_alerts()
+
+
+def _follow_new_job(session: ConsoleSession, job: JobInfo) -> None:
+    """Claimed here, before the worker runs: one log worker (and one store) per job, even when several
+    state events of a new job arrive before its worker has started."""
+    session.job_id = job.id
+    session.app.run_worker(
+        _logs(session, job),
+        group="logs",
+        exclusive=True,
+        exit_on_error=False,
+        description=f"log of {job.id}",
+    )
+
+
 async def _on_run_event(session: ConsoleSession, event: RunEvent) -> None:
     if event.kind == "state":
-        status = run_status(event)
-        if status is not None:
-            session.post(RunStateChanged(status))
-        if event.job is not None and session.monitor is not None and event.job.id == session.job_id:
-            session.monitor.on_job_status(event.job.status, event.job.message)
-            session.maybe_post_alerts()
-        if event.job is not None and event.job.id != session.job_id:
-            # claimed here, before the worker runs: one log worker (and one store) per job, even when
-            # several state events of a new job arrive before its worker has started
-            session.job_id = event.job.id
-            session.app.run_worker(
-                _logs(session, event.job),
-                group="logs",
-                exclusive=True,
-                exit_on_error=False,
-                description=f"log of {event.job.id}",
-            )
+        _on_state(session, event)
     elif event.kind == "notice" and event.text:
         session.post(Notice(event.text))
     elif event.kind == "error":
@@ -248,15 +289,45 @@ async def _run(session: ConsoleSession, job: str | None) -> None:
             session.post(DashboardLost(str(err)))
             await asyncio.sleep(3.0)
     session.post(DashboardBack())
+    if controller.job is not None:
+        await _after_attach(session, controller.job)
     while True:
         with contextlib.suppress(ConsoleError):
             await controller.watch(until_terminal=False)
         await asyncio.sleep(controller.poll_s)
 
 
+async def _after_attach(session: ConsoleSession, job: JobInfo) -> None:
+    """The run's watcher (found, or started unless read-only: backend.cluster.watcher), then what it wrote
+    to the ledger since this operator last looked."""
+    with contextlib.suppress(ConsoleError):
+        await session.controller.start_watcher(job)
+    directory = ledger_dir(Path(session.app.settings.state_dir), job.id)
+    try:
+        entries = await asyncio.to_thread(since_last_looked, directory)
+    except OSError as err:
+        session.post(Notice(f"the run's incident ledger is unreadable: {err}", Severity.WARNING))
+        return
+    if entries:
+        session.post(SinceLastLooked(job.id, since_lines(entries, limit=12), _worst(entries)))
+
+
+def _worst(entries: list[Entry]) -> Severity:
+    values = {s.value: s for s in Severity}
+    found = [values[e.severity] for e in entries if e.severity in values]
+    return min(found, key=lambda s: s.rank, default=Severity.INFO)
+
+
 async def _logs(session: ConsoleSession, job: JobInfo) -> None:
-    """Rebuild `job`'s history into a fresh run log (with progress), then follow it live."""
-    run_log = session.new_run_log(job.id)
+    """Rebuild `job`'s history into a fresh run log (with progress), then follow it live. A spool that
+    cannot be created (a full or unwritable state dir, a FIFO at its path) is one notice and the history
+    marked done: never "loading history" without end."""
+    try:
+        run_log = session.new_run_log(job.id)
+    except ConsoleError as err:
+        session.post(Notice(f"the log of {job_what(job.id)} cannot be kept: {err}", Severity.ERROR))
+        session.post(HistoryProgress(job.id, 0, done=True))
+        return
     if session.monitor is not None:
         session.monitor.expect_shim(carries_shim(job.runtime_env))
     _start_structured(session, job)
@@ -266,12 +337,13 @@ async def _logs(session: ConsoleSession, job: JobInfo) -> None:
             await _append(session, run_log, chunk)
             session.post(HistoryProgress(job.id, run_log.lines_in, done=False))
     except ConsoleError as err:
-        session.post(Notice(f"log history of {job.id} incomplete: {err}", Severity.WARNING))
+        session.post(Notice(f"log history of {shown_name(job.id)} incomplete: {err}", Severity.WARNING))
     session.post(HistoryProgress(job.id, run_log.lines_in, done=True))
     if job.is_terminal and session.monitor is not None:
         # attached after the end: the state event came before this run's monitor existed
         session.monitor.on_job_status(job.status, job.message)
     session.maybe_post_metrics(force=True)
+    session.history_read()
     if job.is_terminal:
         return
     try:
@@ -280,7 +352,7 @@ async def _logs(session: ConsoleSession, job: JobInfo) -> None:
         ):
             await _append(session, run_log, chunk)
     except ConsoleError as err:
-        session.post(Notice(f"log follow of {job.id} stopped: {err}", Severity.WARNING))
+        session.post(Notice(f"log follow of {shown_name(job.id)} stopped: {err}", Severity.WARNING))
     session.maybe_post_metrics(force=True)
 
 
@@ -292,6 +364,13 @@ def _start_structured(session: ConsoleSession, job: JobInfo) -> None:
     # line, whichever source comes first; also without a dump dir
     # (NCCL's suspects are the ranks that did not time out).
     session.monitor.facts.scan_text(" " + job.entrypoint)
+    session.app.run_worker(
+        _train_actors(session, job.id),
+        group="actors",
+        exclusive=True,
+        exit_on_error=False,
+        description=f"train actors of {job.id}",
+    )
     path = dump_dir_of(job.entrypoint)
     if path is None:
         return
@@ -313,7 +392,9 @@ async def _structured(session: ConsoleSession, feed: StructuredFeed, job_id: str
         try:
             got = await asyncio.to_thread(feed.poll)
         except ConsoleError as err:
-            session.post(Notice(f"structured outputs of {job_id} unreadable: {err}", Severity.WARNING))
+            session.post(
+                Notice(f"structured outputs of {shown_name(job_id)} unreadable: {err}", Severity.WARNING)
+            )
             return
         if got:
             if not announced:
@@ -330,6 +411,22 @@ async def _structured(session: ConsoleSession, feed: StructuredFeed, job_id: str
             session.maybe_post_metrics(force=True)
             return
         await asyncio.sleep(STRUCTURED_POLL_S)
+
+
+async def _train_actors(session: ConsoleSession, job_id: str) -> None:
+    """Every ACTORS_EVERY_S while `job_id` is the attached run, and once after it ended: the job's actors
+    as Ray lists them, so that only a process Ray calls a train actor reports the shim (never a prefix)."""
+    while session.job_id == job_id and session.monitor is not None:
+        job = session.controller.job
+        if job is not None and job.id == job_id:
+            actors = await job_actors(session.client, job)
+            if actors:  # none yet (still starting) or Ray cannot say: the reports stay unverified
+                rows = [(a.pid, a.ip, a.class_name) for a in actors]
+                await asyncio.to_thread(session.monitor.verify_train_actors, rows)
+                session.maybe_post_alerts()
+            if job.is_terminal:
+                return
+        await asyncio.sleep(ACTORS_EVERY_S)
 
 
 async def _append(session: ConsoleSession, run_log: RunLog, chunk: LogChunk) -> None:
@@ -350,6 +447,26 @@ async def _ticks(session: ConsoleSession) -> None:
             session.maybe_post_alerts()
 
 
+async def _refresh_roles(session: ConsoleSession, poller: TelemetryPoller) -> bool:
+    """Name the PIDs holding GPUs by the live run's roles (with the probe only); False when there was
+    nothing to ask."""
+    job = session.controller.job
+    if session.probe is None or job is None or job.is_terminal:
+        return False
+    with contextlib.suppress(ConsoleError):
+        poller.set_roles(await job_roles(session.client, job))
+    return True
+
+
+def _on_snapshot(session: ConsoleSession, snap: ClusterSnapshot) -> None:
+    """Hand a snapshot to the fleet, and its dead nodes to the monitor's alerts."""
+    session.post(SnapshotArrived(snap))
+    if session.monitor is not None:
+        for node in snap.dead_nodes:
+            session.monitor.on_node_dead(node.node_id, node.death_reason)
+        session.maybe_post_alerts()
+
+
 async def _telemetry(session: ConsoleSession) -> None:
     """1 Hz snapshots while the fleet is visible; nothing at all while it is not."""
     poller = TelemetryPoller(session.client, interval_s=TELEMETRY_INTERVAL_S)
@@ -362,16 +479,8 @@ async def _telemetry(session: ConsoleSession) -> None:
             continue
         started = time.monotonic()
         poller.watch_job(session.controller.job)  # miles' own GPU streams first, where the run writes them
-        job = session.controller.job
-        if (
-            session.probe is not None
-            and job is not None
-            and not job.is_terminal
-            and started - roles_at >= ROLES_EVERY_S
-        ):
+        if started - roles_at >= ROLES_EVERY_S and await _refresh_roles(session, poller):
             roles_at = started
-            with contextlib.suppress(ConsoleError):  # the pane names the PIDs holding GPUs by the run's roles
-                poller.set_roles(await job_roles(session.client, job))
         try:
             snap = await poller.poll_once()
         except ConsoleError as err:
@@ -383,9 +492,5 @@ async def _telemetry(session: ConsoleSession) -> None:
         if lost is not None:
             lost = None
             session.post(DashboardBack())
-        session.post(SnapshotArrived(snap))
-        if session.monitor is not None:
-            for node in snap.dead_nodes:
-                session.monitor.on_node_dead(node.node_id, node.death_reason)
-            session.maybe_post_alerts()
+        _on_snapshot(session, snap)
         await poller.wait_next(max(0.1, TELEMETRY_INTERVAL_S - (time.monotonic() - started)))

@@ -103,6 +103,30 @@ def expected_provider_fields(config: HfConfig, *, keep_mtp: bool | None = None) 
 
     A dense NemotronH (no routed experts) needs nothing from the shim: returns {}.
     """
+    _require_nemotron_h(config)
+    experts = _int(config, "n_routed_experts") or _int(config, "num_experts") or 0
+    if experts <= 0:
+        return {}
+    fields: ProviderFields = {
+        "num_moe_experts": experts,
+        "moe_router_topk": _topk(config),
+        "moe_router_score_function": "sigmoid",
+        "moe_router_enable_expert_bias": True,
+        "moe_router_topk_scaling_factor": _float(config, "routed_scaling_factor", HF_SCALING_FACTOR),
+        "moe_router_num_groups": _int(config, "n_group", HF_DEFAULTS["n_group"]),
+        "moe_router_group_topk": _int(config, "topk_group", HF_DEFAULTS["topk_group"]),
+        **_expert_widths(config),
+        **_latent_fields(config),
+    }
+    pattern = hybrid_pattern(config)
+    if pattern:
+        fields["moe_layer_freq"] = [1 if symbol == "E" else 0 for symbol in pattern]
+    keep = keep_mtp_from_env() if keep_mtp is None else keep_mtp
+    return {**fields, **_mtp_fields(config, keep)}
+
+
+def _require_nemotron_h(config: HfConfig) -> None:
+    """Refuse a config.json that is not a JSON object of a NemotronH checkpoint."""
     if not isinstance(config, Mapping):
         raise ShimConfigError("config.json must hold a JSON object")
     if not is_nemotron_h(config):
@@ -110,50 +134,49 @@ def expected_provider_fields(config: HfConfig, *, keep_mtp: bool | None = None) 
             f"config.json is not a NemotronH checkpoint (model_type {config.get('model_type')!r}, "
             f"architectures {config.get('architectures')!r})"
         )
-    experts = _int(config, "n_routed_experts") or _int(config, "num_experts") or 0
-    if experts <= 0:
-        return {}
+
+
+def _topk(config: HfConfig) -> int:
+    """The experts each token is routed to: a MoE checkpoint must say."""
     topk = _int(config, "num_experts_per_tok")
     if topk is None or topk <= 0:
         raise ShimConfigError(
             "config.json num_experts_per_tok must be a positive integer for a MoE checkpoint"
         )
-    fields: ProviderFields = {
-        "num_moe_experts": experts,
-        "moe_router_topk": topk,
-        "moe_router_score_function": "sigmoid",
-        "moe_router_enable_expert_bias": True,
-        "moe_router_topk_scaling_factor": _float(config, "routed_scaling_factor", HF_SCALING_FACTOR),
-        "moe_router_num_groups": _int(config, "n_group", HF_DEFAULTS["n_group"]),
-        "moe_router_group_topk": _int(config, "topk_group", HF_DEFAULTS["topk_group"]),
-    }
+    return topk
+
+
+def _expert_widths(config: HfConfig) -> ProviderFields:
+    """The routed and shared experts' FFN widths (the shared one from the expert count where not given)."""
+    out: ProviderFields = {}
     ffn = _int(config, "moe_intermediate_size") or _int(config, "intermediate_size")
     if ffn is not None:
-        fields["moe_ffn_hidden_size"] = ffn
+        out["moe_ffn_hidden_size"] = ffn
     shared = _int(config, "moe_shared_expert_intermediate_size")
     n_shared = _int(config, "n_shared_experts") or 0
     if shared is None and n_shared and ffn is not None:
         shared = ffn * n_shared
     if shared is not None:
-        fields["moe_shared_expert_intermediate_size"] = shared
+        out["moe_shared_expert_intermediate_size"] = shared
+    return out
+
+
+def _latent_fields(config: HfConfig) -> ProviderFields:
+    """The latent projection's size; Megatron refuses the shared-expert overlap with it."""
     latent = _int(config, "moe_latent_size")
-    if latent is not None:
-        if latent <= 0:
-            raise ShimConfigError(f"config.json moe_latent_size must be positive, got {latent}")
-        fields["moe_latent_size"] = latent
-        fields["moe_shared_expert_overlap"] = False  # Megatron refuses the overlap with latent projections
-    pattern = hybrid_pattern(config)
-    if pattern:
-        fields["moe_layer_freq"] = [1 if symbol == "E" else 0 for symbol in pattern]
-    keep = keep_mtp_from_env() if keep_mtp is None else keep_mtp
+    if latent is None:
+        return {}
+    if latent <= 0:
+        raise ShimConfigError(f"config.json moe_latent_size must be positive, got {latent}")
+    return {"moe_latent_size": latent, "moe_shared_expert_overlap": False}
+
+
+def _mtp_fields(config: HfConfig, keep: bool) -> ProviderFields:
+    """The MTP layers when they are kept (set to None, so the provider builds none, otherwise)."""
     depth = _int(config, "num_nextn_predict_layers") or 0
     if keep and depth > 0:
-        fields["mtp_num_layers"] = depth
-        fields["mtp_hybrid_override_pattern"] = mtp_pattern(config)
-    else:
-        fields["mtp_num_layers"] = None
-        fields["mtp_hybrid_override_pattern"] = None
-    return fields
+        return {"mtp_num_layers": depth, "mtp_hybrid_override_pattern": mtp_pattern(config)}
+    return {"mtp_num_layers": None, "mtp_hybrid_override_pattern": None}
 
 
 def read_config(checkpoint_dir: str | os.PathLike[str]) -> dict[str, object]:

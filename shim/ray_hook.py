@@ -27,6 +27,9 @@ from shim import logline
 from shim.mapping import ShimConfigError, expected_provider_fields, read_config
 
 CHECKPOINT_ENV = "ULTRA_CONSOLE_SHIM_CHECKPOINT"
+FR_PREFIX_ENV = (
+    "TORCH_FR_DUMP_TEMP_FILE"  # `<run>/flight_recorder/rank_`: torch writes there, never creates it
+)
 WATCHED = ("megatron.bridge", "miles_plugins.megatron_bridge")
 
 
@@ -106,8 +109,25 @@ def mapping_only_line(environ: dict[str, str] | os._Environ[str] | None = None) 
     return logline.applied(fields, mapping_only=True)
 
 
+def make_dump_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+    """The flight recorder's dump folder on this node, made before any rank starts: torch writes a dump
+    (NCCL timeout, pipe trigger) into `<prefix><rank>` and silently writes nothing when the folder is
+    missing. Returns the folder, or None when none is set or it cannot be made (the line says why)."""
+    prefix = (os.environ if environ is None else environ).get(FR_PREFIX_ENV, "")
+    folder = os.path.dirname(prefix)
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+    except OSError as err:
+        _emit(f"ultra-console flight recorder: cannot make {folder}: {err.strerror or err}")
+        return None
+    return folder
+
+
 def setup() -> None:
     """The hook Ray calls in every worker process (runtime_env worker_process_setup_hook)."""
+    make_dump_dir()
     try:
         if not _bridge_importable():
             _emit(mapping_only_line())

@@ -4,7 +4,11 @@ One JSON object per line in `<state_dir>/audit.jsonl`: time (UTC ISO-8601), user
 command (already redacted by the caller, and scrubbed again here), result, details. Why a plain
 JSON-lines file: it survives the console being killed mid-write (one `write` per line, opened in
 append mode), `jq` reads it, and the app's events view re-reads it cheaply. The file is created
-0600 in a 0700 directory: commands carry paths and run ids an operator may not want to share.
+0600 in a 0700 directory: commands carry paths and run ids an operator may not want to share. It is opened
+through backend/safe_paths.py's rule (O_NOFOLLOW in a directory of this user's own, a regular file only):
+a FIFO, a device or a link at its path is one line, never a hang or a read without end; only its last
+READ_CAP bytes are ever read. Lines are written ASCII-only (json's \\u escapes): a job id or node name with
+control characters or bidi overrides is kept exact as data and never reaches the file raw.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 from backend.errors import ConsoleError
 from backend.plan.submission import REDACTED, SECRET_ENV, redact
 from backend.redaction import public_text
+from backend.safe_paths import UnsafePath, open_private, read_private_tail
 
 AUDIT_FILE = "audit.jsonl"
+READ_CAP = 8 << 20  # the newest 8 MiB of the log: ~30k entries, far more than any reader asks for
 # `--token X`, `Authorization: Bearer X`, `KEY=value` pairs whose name looks secret.
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
 _TOKEN_FLAG = re.compile(r"(--(?:token|wandb-key)[ =])\S+")
@@ -92,7 +98,7 @@ def parse_entry(line: str) -> AuditEntry:
     """The entry one line holds; BadAuditLine (one line, why) for a torn, foreign or hand-edited line."""
     try:
         data = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadAuditLine("not JSON (a write cut short?)") from None
     if not isinstance(data, dict):
         raise BadAuditLine("not a JSON object")
@@ -129,6 +135,20 @@ def current_user() -> str:
         return str(os.getuid())
 
 
+def _parse_lines(lines: list[str], first: int) -> tuple[list[AuditEntry], list[str]]:
+    """The entries, and each unreadable line named by its number (blank lines are no entry)."""
+    out: list[AuditEntry] = []
+    bad: list[str] = []
+    for number, line in enumerate(lines, start=first):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_entry(line))
+        except BadAuditLine as err:
+            bad.append(f"line {number}: {err}")
+    return out, bad
+
+
 class AuditLog:
     """`AuditLog(settings.state_dir).record("launch", job=..., command=..., result="submitted")`."""
 
@@ -155,10 +175,9 @@ class AuditLog:
             scrub(result, secrets),
             _scrub_obj(details or {}, secrets),
         )
-        line = json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = json.dumps(entry.to_json(), ensure_ascii=True, separators=(",", ":")) + "\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = open_private(self.path.parent, AUDIT_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -166,6 +185,8 @@ class AuditLog:
                 os.write(fd, line.encode("utf-8"))
             finally:
                 os.close(fd)
+        except UnsafePath as err:
+            raise AuditError(f"cannot write the audit log: {err}") from None
         except OSError as err:
             raise AuditError(f"cannot write the audit log {self.path}: {err.strerror or err}") from None
         return entry
@@ -177,21 +198,16 @@ class AuditLog:
     def read(self, limit: int | None = None) -> AuditRead:
         """`entries` and a one-line note naming the lines skipped (a torn write, a hand edit)."""
         try:
-            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+            data, cut = read_private_tail(self.path.parent, AUDIT_FILE, READ_CAP)
         except FileNotFoundError:
             return AuditRead(())
+        except UnsafePath as err:
+            raise AuditError(f"cannot read the audit log: {err}") from None
         except OSError as err:
             raise AuditError(f"cannot read the audit log {self.path}: {err.strerror or err}") from None
+        lines = data.decode("utf-8", errors="replace").splitlines()[1 if cut else 0 :]  # a cut first line
         first = max(0, len(lines) - limit) if limit else 0
-        out: list[AuditEntry] = []
-        bad: list[str] = []
-        for number, line in enumerate(lines[first:], start=first + 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(parse_entry(line))
-            except BadAuditLine as err:
-                bad.append(f"line {number}: {err}")
+        out, bad = _parse_lines(lines[first:], first + 1)
         note = ""
         if bad:
             more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""

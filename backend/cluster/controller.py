@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,9 +44,10 @@ from backend.cluster.abort_policy import (
     LEFTOVER_KILL_S,
     abort_policy,
 )
-from backend.cluster.audit import AuditLog
+from backend.cluster.audit import AuditLog, current_user
 from backend.cluster.dashboard import DashboardUnreachable, JobInfo, RayApiError, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, latest_run
+from backend.cluster.launch_claim import claimed
 from backend.cluster.leftovers import (
     JobFootprint,
     Leftover,
@@ -59,17 +61,33 @@ from backend.cluster.leftovers import (
 )
 from backend.cluster.preflight import preflight
 from backend.cluster.telemetry import snapshot
+from backend.cluster.watcher import WatcherOptions, WatcherStart, ensure_watcher
 from backend.errors import ConsoleError, RefusedError
 from backend.json_fields import Fields, as_int
+from backend.notify_settings import NotifySettings
 from backend.plan import checks
 from backend.plan.finding import Finding, has_errors
 from backend.plan.spec import RunSpec
-from backend.plan.submission import build_submission
+from backend.plan.submission import LINK_KEYS, Submission, build_submission
+from backend.sanitize import shown_name
 
+SUBMITTING = (
+    "submitting (written before the submit: no later entry means the console died before Ray answered)"
+)
 DEFAULT_POLL_S = 3.0  # job status; with telemetry and the log tail the console stays under 1 request/s
 PENDING_STOP_NOTE = (
     "the job is still PENDING: Ray's stop does not cancel a pending job (it stays queued until "
     "resources free up, then starts and is stopped at once); still watching it"
+)
+
+
+FORCE_PENDING_NOTE = (
+    "Ray offers no way to remove a PENDING job (stop only queues, delete refuses non-terminal "
+    "jobs): force cannot do more; free resources so it starts and the queued stop applies"
+)
+FORCE_NO_PID_NOTE = (
+    "Ray reports no driver PID for this job (its entrypoint never called ray.init): force can "
+    "only repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends"
 )
 
 
@@ -132,8 +150,11 @@ class RunController:
         state_dir: Path | str,
         readonly: bool = False,
         poll_s: float = DEFAULT_POLL_S,
+        watcher: WatcherOptions | None = None,
     ) -> None:
+        """`watcher`: where a run's watcher reports (None: this console starts none)."""
         self.client = client
+        self.watcher = watcher
         self.audit = AuditLog(state_dir)
         self.readonly = readonly
         self.poll_s = poll_s
@@ -293,7 +314,7 @@ class RunController:
             active = active_runs(await self.client.list_jobs())
             if active:
                 raise LaunchRefused(
-                    f"launch refused: run {active[0].id} is still {active[0].status} "
+                    f"launch refused: run {shown_name(active[0].id)} is still {active[0].status} "
                     "(abort it first or use --force)"
                 )
         return []
@@ -306,23 +327,62 @@ class RunController:
         secrets: dict[str, str] | None = None,
         run_id: str | None = None,
         check_cluster: bool = True,
-        findings: list[Finding] | None = None,
+        notify: NotifySettings | None = None,
+        links: dict[str, str] | None = None,
     ) -> JobInfo:
-        """Submit `spec` as a new run. Refuses error findings (rules and preflight) and a second
-        active run unless `force`. `findings` from an earlier `check()` spare a second preflight against
-        the cluster, never the rules: the rule engine runs on `spec` here whatever the caller found.
-        Returns the job as Ray reports it right after submission."""
+        """Submit `spec` as a new run, as one step: holding the cluster-wide launch claim
+        (backend.cluster.launch_claim), the rules run on `spec` and the cluster is read again (the active-run
+        check and preflight's verdict, whatever an earlier `check()` said: a confirmation prompt may have
+        waited minutes), then the job is submitted. Refuses error findings and a second active run unless
+        `force`. The audit entry is written before the submit and completed after it, so a console killed
+        in between leaves a trace. `notify`: this launch's notification settings (None: the console's). The
+        run's watcher starts with it (a notice says so, or why not; a watcher that cannot start never fails
+        the launch). `links`: a resumed attempt's metadata (its chain), also in its audit entry. Returns the
+        job as Ray reports it right after submission."""
         self._require_writable("launch")
-        if findings is None:
-            findings = await self.check(spec, force=force, check_cluster=check_cluster, record=True)
-        else:
-            try:
-                rules = self._rules(spec)
-            except LaunchRefused as err:
-                self._record_refusal(spec, err, force)
-                raise
-            findings = rules + [f for f in findings if f.rule.startswith("P")]
-        sub = build_submission(spec, run_id=run_id, secrets=secrets)
+        try:
+            rules = self._rules(spec)
+        except LaunchRefused as err:
+            self._record_refusal(spec, err, force)
+            raise
+        sub = build_submission(spec, run_id=run_id, secrets=secrets, links=links)
+        async with claimed(self.client, str(sub.metadata.get("run_id") or sub.submission_id), current_user()):
+            findings = rules + await self._checked_cluster(spec, rules, force, check_cluster)
+            sid = await self._submit(sub, secrets, force, findings)
+        job = await self.client.get_job(sid)
+        await self._set(job)
+        await self.start_watcher(job, notify)
+        return job
+
+    async def _checked_cluster(
+        self, spec: RunSpec, rules: list[Finding], force: bool, check_cluster: bool
+    ) -> list[Finding]:
+        try:
+            return await self._cluster_check(spec, rules, force=force, check_cluster=check_cluster)
+        except LaunchRefused as err:
+            self._record_refusal(spec, err, force)
+            raise
+
+    async def _submit(
+        self, sub: Submission, secrets: dict[str, str] | None, force: bool, findings: list[Finding]
+    ) -> str:
+        """Audit (intent), submit, audit (outcome): the first entry is written before anything reaches Ray,
+        and a launch whose intent cannot be written is refused."""
+        details = {
+            "run_id": sub.metadata.get("run_id"),
+            **{k: v for k, v in sub.metadata.items() if k in LINK_KEYS},
+            "forced": force,
+            "warnings": [f.message for f in findings if f.severity == "warning"],
+        }
+        command = sub.shell()
+        self.audit.record(
+            "launch",
+            job=sub.submission_id,
+            command=command,
+            result=SUBMITTING,
+            secrets=secrets,
+            details=details,
+        )
         self.job, self.state, self._stop_requested = None, RunPhase.SUBMITTING, False
         await self._emit(RunEvent("state", RunPhase.SUBMITTING, None, f"submitting {sub.submission_id}"))
         try:
@@ -332,27 +392,31 @@ class RunController:
             self.audit.record(
                 "launch",
                 job=sub.submission_id,
-                command=sub.shell(),
+                command=command,
                 result=f"refused by Ray: {err}",
                 secrets=secrets,
             )
             self.state = None
             raise
         self.audit.record(
-            "launch",
-            job=sid,
-            command=sub.shell(),
-            result="submitted",
-            secrets=secrets,
-            details={
-                "run_id": sub.metadata.get("run_id"),
-                "forced": force,
-                "warnings": [f.message for f in findings if f.severity == "warning"],
-            },
+            "launch", job=sid, command=command, result="submitted", secrets=secrets, details=details
         )
-        job = await self.client.get_job(sid)
-        await self._set(job)
-        return job
+        return sid
+
+    async def start_watcher(self, job: JobInfo, notify: NotifySettings | None = None) -> WatcherStart | None:
+        """The run's watcher, found or started (None: this console starts none: read-only, or no options);
+        a notice says what happened, unless it found the one that runs or the run ended (nothing to say)."""
+        if self.readonly or self.watcher is None:
+            return None
+        options = self.watcher if notify is None else dataclasses.replace(self.watcher, notify=notify)
+        try:
+            started = await ensure_watcher(self.client, job, options)
+        except ConsoleError as err:
+            await self._notice(f"no watcher for run {shown_name(job.id)}: {err}")
+            return None
+        if started.started or not (started.job or job.is_terminal):
+            await self._notice(started.text)
+        return started
 
     async def _upload_packages(self, runtime_env: Mapping[str, object]) -> None:
         """Upload the shim's `gcs://` py_modules package unless the cluster has it already (Ray's own
@@ -378,7 +442,9 @@ class RunController:
         self._require_writable("abort")
         job = await self.refresh()
         if job.is_terminal:
-            return AbortOutcome(job, False, f"job {job.id} already ended {job.status}; nothing to stop")
+            return AbortOutcome(
+                job, False, f"job {shown_name(job.id)} already ended {job.status}; nothing to stop"
+            )
         policy = abort_policy(job)
         self.footprint = await record_footprint(self.client, job)
         sent = await self.client.stop_job(job.id)
@@ -399,45 +465,35 @@ class RunController:
         await self._notice(message)
         return AbortOutcome(job, sent, message)
 
-    async def force_stop(self) -> str:
-        """The second step after abort: SIGKILL the driver's process tree now. Returns what was done."""
-        self._require_writable("force-stop")
-        job = await self.refresh()
-        if job.is_terminal:
-            return f"job {job.id} already ended {job.status}; nothing to force"
-        if job.status == "PENDING":
-            return (
-                "Ray offers no way to remove a PENDING job (stop only queues, delete refuses non-terminal "
-                "jobs): force cannot do more; free resources so it starts and the queued stop applies"
-            )
-        await self.client.stop_job(job.id)  # so the supervisor records STOPPED, not FAILED
-        self._stop_requested = True
-        pid = _driver_pid(job)
-        if pid is None or not job.driver_node_id:
-            return (
-                "Ray reports no driver PID for this job (its entrypoint never called ray.init): force can "
-                "only repeat the stop; Ray SIGKILLs the entrypoint when the grace period ends"
-            )
+    async def _kill_tree(self, job: JobInfo, node_id: str, pid: int) -> list[ReapResult]:
+        """SIGKILL `pid`'s process tree on its node; a failed kill job is one failed result."""
         try:
             answer = await run_reaper(
                 self.client,
-                job.driver_node_id,
+                node_id,
                 ["--tree", str(pid), "--job", job.id],
                 timeout_s=abort_policy(job).force_wait_s,
                 purpose="force",
             )
         except ConsoleError as err:
-            results = [ReapResult(job.driver_node_id, pid, "failed", reason=str(err))]
-        else:
-            results = answer.results(job.driver_node_id)
-        killed = [r.pid for r in results if r.action == "killed"]
-        summary = (
-            f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
-            f"{job.driver_node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and "
-            "kills its actors"
-            if killed
-            else f"killed nothing: {'; '.join(r.reason for r in results) or 'no result'}"
-        )
+            return [ReapResult(node_id, pid, "failed", reason=str(err))]
+        return answer.results(node_id)
+
+    async def force_stop(self) -> str:
+        """The second step after abort: SIGKILL the driver's process tree now. Returns what was done."""
+        self._require_writable("force-stop")
+        job = await self.refresh()
+        if job.is_terminal:
+            return f"job {shown_name(job.id)} already ended {job.status}; nothing to force"
+        if job.status == "PENDING":
+            return FORCE_PENDING_NOTE
+        await self.client.stop_job(job.id)  # so the supervisor records STOPPED, not FAILED
+        self._stop_requested = True
+        pid = _driver_pid(job)
+        if pid is None or not job.driver_node_id:
+            return FORCE_NO_PID_NOTE
+        results = await self._kill_tree(job, job.driver_node_id, pid)
+        summary = _force_summary(results, pid, job.driver_node_id)
         self.audit.record(
             "force-stop",
             job=job.id,
@@ -482,7 +538,9 @@ class RunController:
         if self.job is not None and not self.job.is_terminal:
             job = await self.refresh()
             if not job.is_terminal:
-                raise RefusedError(f"leftovers are read after the job ended: {job.id} is still {job.status}")
+                raise RefusedError(
+                    f"leftovers are read after the job ended: {shown_name(job.id)} is still {job.status}"
+                )
         nodes, gone = await self._leftover_scope()
         timeout = abort_policy(self.job).leftover_check_s if self.job is not None else LEFTOVER_CHECK_S
         return await read_leftovers(self.client, self.job_footprint(), nodes, timeout_s=timeout, gone=gone)
@@ -491,33 +549,58 @@ class RunController:
         """Kill exactly the job's leftover PIDs, one kill job pinned per node, each re-checking on the node
         that the PID still holds GPU memory and is the job's; refused while a run is active."""
         self._require_writable("cleanup")
-        jobs = await self.client.list_jobs()
-        busy = [j for j in jobs if not j.is_terminal and not is_console_tool(j) and j.type != "DRIVER"]
-        if busy:
-            raise RefusedError(
-                f"cleanup refused: job {busy[0].id} is still {busy[0].status}; its processes "
-                "hold GPU memory legitimately (abort it first)"
-            )
+        _refuse_cleanup_while_busy(await self.client.list_jobs())
         items = leftovers if leftovers is not None else list((await self.leftovers()).killable)
-        policy = abort_policy(self.job) if self.job is not None else None
+        grace_s, timeout_s = _leftover_kill_times(self.job)
         results = await kill_leftovers(
-            self.client,
-            self.job_footprint(),
-            items,
-            grace_s=policy.leftover_kill_grace_s if policy else LEFTOVER_KILL_GRACE_S,
-            timeout_s=policy.leftover_kill_s if policy else LEFTOVER_KILL_S,
+            self.client, self.job_footprint(), items, grace_s=grace_s, timeout_s=timeout_s
         )
         killed = sum(1 for r in results if r.action == "killed")
-        nodes = sorted({it.node_id for it in items})
         self.audit.record(
             "cleanup",
             job=self.job.id if self.job else None,
-            command="kill jobs pinned per node: "
-            + ", ".join(f"{n[:8]}: {' '.join(str(i.pid) for i in items if i.node_id == n)}" for n in nodes),
+            command=_cleanup_command(items),
             result=f"killed {killed} of {len(items)} process(es)",
             details={"results": [r.__dict__ for r in results]},
         )
         return results
+
+
+def _refuse_cleanup_while_busy(jobs: list[JobInfo]) -> None:
+    """A live job's processes hold GPU memory legitimately: cleanup waits for its abort."""
+    busy = [j for j in jobs if not j.is_terminal and not is_console_tool(j) and j.type != "DRIVER"]
+    if busy:
+        raise RefusedError(
+            f"cleanup refused: job {shown_name(busy[0].id)} is still {busy[0].status}; its processes "
+            "hold GPU memory legitimately (abort it first)"
+        )
+
+
+def _leftover_kill_times(job: JobInfo | None) -> tuple[float, float]:
+    """(grace, timeout) seconds for the leftover kill jobs: the job's abort policy, else the defaults."""
+    if job is None:
+        return LEFTOVER_KILL_GRACE_S, LEFTOVER_KILL_S
+    policy = abort_policy(job)
+    return policy.leftover_kill_grace_s, policy.leftover_kill_s
+
+
+def _cleanup_command(items: list[Leftover]) -> str:
+    """The audit log's command: the PIDs killed, per node."""
+    nodes = sorted({it.node_id for it in items})
+    return "kill jobs pinned per node: " + ", ".join(
+        f"{n[:8]}: {' '.join(str(i.pid) for i in items if i.node_id == n)}" for n in nodes
+    )
+
+
+def _force_summary(results: list[ReapResult], pid: int, node_id: str) -> str:
+    """What force-stop did, said for the operator and the audit log."""
+    killed = [r.pid for r in results if r.action == "killed"]
+    if not killed:
+        return f"killed nothing: {'; '.join(r.reason for r in results) or 'no result'}"
+    return (
+        f"SIGKILLed the driver (pid {pid}) and {max(len(killed) - 1, 0)} descendant(s) on node "
+        f"{node_id[:8]}; miles' own shutdown does not run; Ray marks the job STOPPED and kills its actors"
+    )
 
 
 def _driver_pid(job: JobInfo) -> int | None:

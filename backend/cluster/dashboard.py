@@ -19,8 +19,10 @@ import builtins
 import codecs
 import contextlib
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote
 
 import httpx
 from httpx_ws import (
@@ -35,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from backend.errors import ConsoleError
 from backend.json_fields import Fields
 from backend.redaction import check_token, public_line, remember, shown_url, url_password
+from backend.sanitize import shown_name
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 USER_AGENT = "ultra-console"  # never a browser UA: Ray refuses POSTs from "browser traffic" (405)
@@ -46,6 +49,7 @@ _EXC_GROUP: type[builtins.BaseExceptionGroup[BaseException]] | tuple[()] = getat
     builtins, "BaseExceptionGroup", ()
 )
 # How one websocket tail ended, or a frame of it: ("text", frame), ("closed", code), ("error", why or None).
+_READER_CLOSE_S = 2.0  # how long a cancelled tail may take to close its websocket
 TailItem = tuple[Literal["text", "closed", "error", "stale"], "str | int | RayApiError | None"]
 
 
@@ -115,6 +119,18 @@ _TRACE_NOISE = re.compile(r"^(Traceback|  File |    )")
 _EXC_PREFIX = re.compile(r"^(?:[\w.]+(?:Error|Exception)|ValueError|TypeError|RuntimeError):\s*")
 
 
+def job_path(job_id: str, tail: str = "") -> str:
+    """A job route with the id as one escaped path segment: a job id is the network's (or the operator's)
+    text, and a `/`, `?`, `#`, `%`, a space or a control character in it must neither change the route nor
+    make an invalid URL."""
+    return f"/api/jobs/{quote(job_id, safe='')}{tail}"
+
+
+def job_what(job_id: str) -> str:
+    """How a message names a job: its id shown (controls and bidi escaped, length bounded), never raw."""
+    return f"job '{shown_name(job_id)}'"
+
+
 def ray_error_sentence(body: str) -> str:
     """Ray's error bodies are text/plain tracebacks: keep the last meaningful line, minus the
     exception class, as one sentence (never a multi-line dump)."""
@@ -161,6 +177,32 @@ class _LineSplitter:
         if lines and lines[-1] == "":
             lines.pop()
         return lines
+
+
+@dataclass(slots=True)
+class _FollowState:
+    """A log follow across connections: lines delivered, failures in a row, the last line."""
+
+    delivered: int
+    failures: int = 0
+    last: str | None = None
+
+
+@dataclass(slots=True)
+class _Connection:
+    """One websocket tail: lines seen (Ray resends from byte 0) and how it ended (None: still open)."""
+
+    splitter: _LineSplitter = field(default_factory=_LineSplitter)
+    seen: int = 0
+    outcome: TailItem | None = None
+
+    def fresh(self, state: _FollowState, line: str) -> bool:
+        """Count `line`; True (and recorded as delivered) when the follow has not yielded it yet."""
+        self.seen += 1
+        if self.seen <= state.delivered:
+            return False
+        state.delivered, state.last = self.seen, line
+        return True
 
 
 class RayClient:
@@ -278,13 +320,13 @@ class RayClient:
     async def submit(self, payload: Mapping[str, object]) -> str:
         """POST /api/jobs/ (the trailing slash matters); returns the submission id."""
         sid = payload.get("submission_id")
-        what = f"job submission {sid!r}" if sid else "the job submission"
+        what = f"job submission '{shown_name(str(sid))}'" if sid else "the job submission"
         resp = await self._send("POST", "/api/jobs/", json=payload, what=what)
         data = Fields.of(resp.json())
         return data.text("submission_id") or str(data.value("job_id"))
 
     async def get_job(self, job_id: str) -> JobInfo:
-        data = await self.get_json(f"/api/jobs/{job_id}", what=f"job {job_id!r}")
+        data = await self.get_json(job_path(job_id), what=job_what(job_id))
         return self._job(data)
 
     async def list_jobs(self) -> list[JobInfo]:
@@ -305,12 +347,12 @@ class RayClient:
     async def stop_job(self, job_id: str) -> bool:
         """Ask Ray to stop the job; True if it was alive. Fire-and-forget on Ray's side: the
         caller must watch the status (a PENDING job is not cancelled by this)."""
-        resp = await self._send("POST", f"/api/jobs/{job_id}/stop", what=f"job {job_id!r}")
+        resp = await self._send("POST", job_path(job_id, "/stop"), what=job_what(job_id))
         return Fields.of(resp.json()).has("stopped")
 
     async def delete_job(self, job_id: str) -> bool:
         """Delete a terminal job's record (Ray refuses running ones; the log file stays)."""
-        resp = await self._send("DELETE", f"/api/jobs/{job_id}", what=f"job {job_id!r}")
+        resp = await self._send("DELETE", job_path(job_id), what=job_what(job_id))
         return Fields.of(resp.json()).has("deleted")
 
     # ---------------------------------------------------------------- logs
@@ -343,7 +385,7 @@ class RayClient:
             ) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
-                    self._raise_for(resp.status_code, body, f"the log of job {job.id!r}")
+                    self._raise_for(resp.status_code, body, f"the log of {job_what(job.id)}")
                 async for chunk in resp.aiter_bytes(1 << 20):
                     for line in splitter.feed(decoder.decode(chunk)):
                         yield line
@@ -382,70 +424,101 @@ class RayClient:
         connection is replaced. `max_reconnects` consecutive failures raise
         DashboardUnreachable.
         """
-        delivered = start_offset
-        failures = 0
-        last: str | None = None
+        state = _FollowState(start_offset)
         while True:
-            queue: asyncio.Queue[TailItem] = asyncio.Queue(maxsize=64)
-            reader = asyncio.create_task(self._tail_into(job_id, queue))
-            seen = 0
-            splitter = _LineSplitter()
-            outcome: TailItem = ("error", None)
-            try:
-                while True:
-                    try:
-                        kind, value = await asyncio.wait_for(queue.get(), idle_check_s)
-                    except asyncio.TimeoutError:
-                        if seen < delivered:
-                            continue
-                        try:
-                            moved_on = await self._log_moved_on(job_id, last, splitter._partial)
-                        except DashboardUnreachable as err:
-                            outcome = ("error", err)
-                            break
-                        if moved_on:
-                            outcome = ("stale", None)
-                            break
-                        continue
-                    if kind != "text" or not isinstance(value, str):
-                        outcome = (kind, value)
-                        break
-                    for line in splitter.feed(value):
-                        seen += 1
-                        if seen > delivered:
-                            delivered = seen
-                            failures = 0
-                            last = line
-                            yield line
-            finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
-            kind, value = outcome
-            if kind == "closed" and value == 1000:
-                # Ray closes normally only after the job is terminal and the file drained;
-                # confirm (a proxy can close too) before ending.
-                job = await self.get_job(job_id)
-                if job.is_terminal:
-                    for line in splitter.flush():
-                        seen += 1
-                        if seen > delivered:
-                            delivered = seen
-                            yield line
-                    return
-            elif isinstance(value, RayApiError) and not isinstance(value, DashboardUnreachable):
-                raise value
-            failures += 1
-            if failures >= 3 and await self._terminal_quietly(job_id):
-                return  # e.g. the driver's node died with its log file: nothing more to read
-            if failures > max_reconnects:
-                if isinstance(value, RayApiError):
-                    raise value
-                raise DashboardUnreachable(
-                    f"Ray dashboard unreachable at {self.address}: log follow of job {job_id!r} "
-                    f"dropped {failures} times in a row"
-                )
-            await asyncio.sleep(min(reconnect_delay_s * failures, 5.0))
+            conn = _Connection()
+            async with contextlib.aclosing(self._one_tail(job_id, state, conn, idle_check_s)) as lines:
+                async for line in lines:
+                    yield line
+            kind, value = conn.outcome or ("error", None)
+            if await self._ended_normally(job_id, kind, value):
+                for line in conn.splitter.flush():
+                    if conn.fresh(state, line):
+                        yield line
+                return
+            if await self._give_up_or_wait(job_id, value, state, max_reconnects, reconnect_delay_s):
+                return
+
+    async def _ended_normally(self, job_id: str, kind: str, value: object) -> bool:
+        """Ray closes normally only after the job is terminal and the file drained; a proxy can close
+        too, so the job's state confirms it."""
+        return kind == "closed" and value == 1000 and (await self.get_job(job_id)).is_terminal
+
+    async def _give_up_or_wait(
+        self, job_id: str, value: object, state: _FollowState, max_reconnects: int, delay_s: float
+    ) -> bool:
+        """After a failed connection: raise an API error, True when there is nothing more to read,
+        else wait before the next connection."""
+        if isinstance(value, RayApiError) and not isinstance(value, DashboardUnreachable):
+            raise value
+        state.failures += 1
+        if state.failures >= 3 and await self._terminal_quietly(job_id):
+            return True  # e.g. the driver's node died with its log file: nothing more to read
+        if state.failures > max_reconnects:
+            raise self._follow_gave_up(job_id, value, state.failures)
+        await asyncio.sleep(min(delay_s * state.failures, 5.0))
+        return False
+
+    async def _one_tail(
+        self, job_id: str, state: _FollowState, conn: _Connection, idle_check_s: float
+    ) -> AsyncGenerator[str, None]:
+        """One websocket connection's new lines, until `conn.outcome` says how it ended."""
+        queue: asyncio.Queue[TailItem] = asyncio.Queue(maxsize=64)
+        reader = asyncio.create_task(self._tail_into(job_id, queue))
+        try:
+            while conn.outcome is None:
+                text = await self._next_text(job_id, queue, state, conn, idle_check_s)
+                if text is None:
+                    continue
+                for line in conn.splitter.feed(text):
+                    if conn.fresh(state, line):
+                        state.failures = 0
+                        yield line
+        finally:
+            # Bounded: closing the websocket waits for a close frame Ray's tail may never send, and an
+            # unbounded wait here hangs whoever cancels the follow (an app quitting, a loop shutting down).
+            reader.cancel()
+            await asyncio.wait({reader}, timeout=_READER_CLOSE_S)
+            if reader.done() and not reader.cancelled():
+                reader.exception()  # retrieved: how the tail ended was already put on the queue
+
+    async def _next_text(
+        self,
+        job_id: str,
+        queue: asyncio.Queue[TailItem],
+        state: _FollowState,
+        conn: _Connection,
+        idle_check_s: float,
+    ) -> str | None:
+        """The next frame's text; None (with `conn.outcome` set when the connection is done) otherwise."""
+        try:
+            kind, value = await asyncio.wait_for(queue.get(), idle_check_s)
+        except asyncio.TimeoutError:
+            conn.outcome = await self._idle_outcome(job_id, state, conn)
+            return None
+        if kind != "text" or not isinstance(value, str):
+            conn.outcome = (kind, value)
+            return None
+        return value
+
+    async def _idle_outcome(self, job_id: str, state: _FollowState, conn: _Connection) -> TailItem | None:
+        """After a silent period: is the connection stale (None: keep waiting)?"""
+        if conn.seen < state.delivered:
+            return None  # still re-reading what was already delivered
+        try:
+            moved_on = await self._log_moved_on(job_id, state.last, conn.splitter._partial)
+        except DashboardUnreachable as err:
+            return ("error", err)
+        return ("stale", None) if moved_on else None
+
+    def _follow_gave_up(self, job_id: str, value: object, failures: int) -> RayApiError:
+        """The error a follow raises after too many failed connections in a row."""
+        if isinstance(value, RayApiError):
+            return value
+        return DashboardUnreachable(
+            f"Ray dashboard unreachable at {self.address}: log follow of {job_what(job_id)} "
+            f"dropped {failures} times in a row"
+        )
 
     async def _terminal_quietly(self, job_id: str) -> bool:
         try:
@@ -456,7 +529,7 @@ class RayClient:
     async def _tail_into(self, job_id: str, queue: asyncio.Queue[TailItem]) -> None:
         """Run one websocket tail in its own task (httpx-ws uses anyio task groups, which must
         not be suspended across a generator's `yield`) and report how it ended."""
-        url = f"{self.url}/api/jobs/{job_id}/logs/tail".replace("http", "ws", 1)
+        url = f"{self.url}{job_path(job_id, '/logs/tail')}".replace("http", "ws", 1)
         self.requests_made += 1
         ws: AsyncWebSocketSession
         try:
@@ -474,7 +547,7 @@ class RayClient:
             with contextlib.suppress(Exception):
                 body = (await resp.aread()).decode("utf-8", "replace")
             try:
-                self._raise_for(resp.status_code, body, f"job {job_id!r}")
+                self._raise_for(resp.status_code, body, job_what(job_id))
             except RayApiError as api_err:
                 await queue.put(("error", api_err))
         except (httpx.TransportError, HTTPXWSException, OSError) as err:

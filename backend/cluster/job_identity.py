@@ -15,11 +15,15 @@ from typing import Literal
 
 from backend.cluster.dashboard import JobInfo
 
-JobKind = Literal["ours", "miles", "cleanup", "probe", "other"]
+JobKind = Literal["ours", "miles", "cleanup", "probe", "watch", "claim", "other"]
 OURS_KEY = "ultra_console"
 CLEANUP_KEY = "ultra_console_cleanup"
 PROBE_KEY = "ultra_console_probe"
-CONSOLE_TOOLS: frozenset[JobKind] = frozenset({"cleanup", "probe"})
+WATCH_KEY = "ultra_console_watch"  # a run's watcher (backend.cluster.watcher): the value is the run's id
+CLAIM_KEY = (
+    "ultra_console_claim"  # the launch claim (backend.cluster.launch_claim): the value is the run's id
+)
+CONSOLE_TOOLS: frozenset[JobKind] = frozenset({"cleanup", "probe", "watch", "claim"})
 TRAIN_SCRIPTS = ("train.py", "train_async.py")
 # Flags only miles' train.py takes; two of them make a python3 train.py entrypoint a miles run.
 MILES_FLAGS = frozenset(
@@ -64,6 +68,10 @@ def job_kind(job: JobInfo) -> JobKind:
         return "cleanup"
     if meta.has(PROBE_KEY):
         return "probe"
+    if meta.has(WATCH_KEY):
+        return "watch"
+    if meta.has(CLAIM_KEY):
+        return "claim"
     if meta.has(OURS_KEY):
         return "ours"
     if is_miles_entrypoint(job.entrypoint or ""):

@@ -101,6 +101,47 @@ class JobFootprint:
         return cls(job.submission_id or job.id, job.job_id or "", job.driver_node_id, tuple(workers), listed)
 
 
+@dataclass(frozen=True)
+class ActorRow:
+    """One actor of a job as Ray's state API lists it."""
+
+    node_id: str
+    pid: int
+    ip: str
+    class_name: str
+
+
+async def job_actors(client: RayClient, job: JobInfo) -> list[ActorRow] | None:
+    """Every actor Ray lists for `job` (state API, dead ones too), or None when Ray cannot say."""
+    if not job.job_id:
+        return None
+    try:
+        data = await client.get_json(
+            "/api/v0/actors",
+            {
+                "detail": 1,
+                "limit": 10000,
+                "filter_keys": "job_id",
+                "filter_predicates": "=",
+                "filter_values": job.job_id,
+            },
+            what=f"the actors of job {job.id}",
+        )
+    except ConsoleError:
+        return None
+    rows = Fields.of(data).obj("data").obj("result").objs("result")
+    return [
+        ActorRow(
+            a.text("node_id"),
+            a.integer("pid"),
+            a.obj("address").text("ip_address"),
+            a.text("class_name", "actor"),
+        )
+        for a in rows
+        if a.has("node_id") and a.has("pid")
+    ]
+
+
 async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[str, int, str]], bool]:
     """(node id, pid, role) of the job's driver and of every actor Ray lists for it (state API), and whether
     Ray answered the actor list."""
@@ -108,28 +149,9 @@ async def _job_processes(client: RayClient, job: JobInfo) -> tuple[list[tuple[st
     driver = Fields.of((job.model_extra or {}).get("driver_info")).text("pid")
     if job.driver_node_id and driver.isdigit():
         found.append((job.driver_node_id, int(driver), "driver"))
-    listed = False
-    if job.job_id:
-        with contextlib.suppress(ConsoleError):
-            data = await client.get_json(
-                "/api/v0/actors",
-                {
-                    "detail": 1,
-                    "limit": 10000,
-                    "filter_keys": "job_id",
-                    "filter_predicates": "=",
-                    "filter_values": job.job_id,
-                },
-                what=f"the actors of job {job.id}",
-            )
-            rows = Fields.of(data).obj("data").obj("result").objs("result")
-            found += [
-                (a.text("node_id"), a.integer("pid"), a.text("class_name", "actor"))
-                for a in rows
-                if a.has("node_id") and a.has("pid")
-            ]
-            listed = True
-    return found, listed
+    actors = await job_actors(client, job)
+    found += [(a.node_id, a.pid, a.class_name) for a in actors or ()]
+    return found, actors is not None
 
 
 async def record_footprint(client: RayClient, job: JobInfo) -> JobFootprint:
@@ -326,31 +348,35 @@ async def read_leftovers(
                 raise answer
             checks.append(NodeCheck(node_id, label, False, str(answer)))
             continue
-        s = answer.summary
-        checks.append(
-            NodeCheck(
-                node_id,
-                label,
-                True,
-                nvml=s.has("nvml"),
-                unlisted=tuple(_int_pair(u) for u in s.items("unlisted")),
-                read_at=s.real("read_at") or None,
-            )
-        )
-        items += [
-            Leftover(
-                node_id,
-                label,
-                r.integer("gpu"),
-                r.integer("pid"),
-                r.integer("mem_mb"),
-                _identity(r.text("identity")),
-                r.text("reason"),
-                r.text("name"),
-            )
-            for r in answer.items
-        ]
+        checks.append(_node_check(node_id, label, answer.summary))
+        items += [_leftover(node_id, label, r) for r in answer.items]
     return LeftoverReport(fp.submission_id or None, tuple(checks), tuple(items))
+
+
+def _node_check(node_id: str, label: str, summary: Fields) -> NodeCheck:
+    """A node that answered: whether NVML read, the memory no process explains, when it read."""
+    return NodeCheck(
+        node_id,
+        label,
+        True,
+        nvml=summary.has("nvml"),
+        unlisted=tuple(_int_pair(u) for u in summary.items("unlisted")),
+        read_at=summary.real("read_at") or None,
+    )
+
+
+def _leftover(node_id: str, label: str, r: Fields) -> Leftover:
+    """One GPU holder as the node's list job reported it."""
+    return Leftover(
+        node_id,
+        label,
+        r.integer("gpu"),
+        r.integer("pid"),
+        r.integer("mem_mb"),
+        _identity(r.text("identity")),
+        r.text("reason"),
+        r.text("name"),
+    )
 
 
 async def kill_leftovers(

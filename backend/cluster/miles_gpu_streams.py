@@ -66,7 +66,7 @@ def parse_sample(line: str) -> MilesGpuSample | None:
         return MilesGpuSample(
             float(raw["ts"]), str(raw["node"]), int(raw["gpu"]), util_pct, int(raw.get("mem_mb") or 0)
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

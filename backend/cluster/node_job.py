@@ -34,11 +34,17 @@ _FUTURE = re.compile(r"^from __future__ import annotations$", re.MULTILINE)
 
 def script_source(script: Path) -> str:
     """`script` as it travels to the node: each `# inlined
-    on the node` import replaced by its module's code."""
+    on the node` import replaced by its module's code, the inlined modules' own such imports too (each
+    module once, where it is first imported)."""
+    seen: set[str] = set()
 
     def module_code(match: re.Match[str]) -> str:
-        path = REPO_ROOT.joinpath(*match.group(1).split(".")).with_suffix(".py")
-        return _FUTURE.sub("", path.read_text(encoding="utf-8"))
+        name = match.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        path = REPO_ROOT.joinpath(*name.split(".")).with_suffix(".py")
+        return _INLINED.sub(module_code, _FUTURE.sub("", path.read_text(encoding="utf-8")))
 
     return _INLINED.sub(module_code, script.read_text(encoding="utf-8"))
 
@@ -62,7 +68,7 @@ def _marked(lines: list[str], mark: str) -> list[Fields]:
             continue
         try:
             item = json.loads(line[pos + len(mark) :])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             out.append(Fields(item))

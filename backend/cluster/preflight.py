@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from backend.cluster.dashboard import JobInfo, RayClient
 from backend.cluster.job_identity import active_runs, is_console_tool, job_kind, run_id_of
-from backend.cluster.telemetry import ClusterSnapshot, snapshot
+from backend.cluster.telemetry import ClusterSnapshot, GpuProcess, GpuSnapshot, NodeSnapshot, snapshot
 from backend.json_fields import Fields
 from backend.natural_order import natural_key
 from backend.plan.checks import Finding
+from backend.plan.miles_flags import arguments_differ
 from backend.plan.spec import RunSpec
+from backend.sanitize import shown_name
 from backend.severity import Severity
 
 EXPECTED_RAY = (2, 60)
@@ -32,6 +34,7 @@ RULES: dict[str, str] = {
     "P6": "the dashboard runs Ray 2.60",
     "P7": "the train script exists on the head",
     "P8": "every alive node holds the whole checkpoint and the dataset (backend.cluster.prepare)",
+    "P9": "the head's miles arguments.py is the one the argv and the rules were checked against",
 }
 
 
@@ -44,7 +47,7 @@ class ClusterFacts:
     ray_version: str | None
 
 
-def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
+def node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
     need, per = spec.cluster.nodes, spec.cluster.gpus_per_node
     big = [n for n in snap.alive_nodes if n.logical_gpus_total >= per]
     free = [
@@ -85,65 +88,69 @@ def _node_capacity(spec: RunSpec, snap: ClusterSnapshot) -> list[Finding]:
 def _leftovers(snap: ClusterSnapshot, jobs: list[JobInfo]) -> list[Finding]:
     if any(not j.is_terminal and not is_console_tool(j) for j in jobs):
         return []  # memory held now may be that job's; P3 speaks about it
-    out: list[Finding] = []
-    for node_id, held in snap.gpu_holders().items():
-        node = snap.node(node_id)
-        label = node.label if node else node_id[:8]
-        age = snap.age_at(node, snap.taken_at) if node else None
-        listed = ", ".join(f"pid {p.pid} on GPU {idx} ({p.mem_mb} MiB)" for idx, p in held)
-        # Ray's reporter is seconds old: a hint to check, never
-        # a list to kill from (cleanup reads the node now)
-        out.append(
-            Finding(
-                rule="P2",
-                severity=Severity.WARNING,
-                fields=(),
-                message=(
-                    f"Ray's reporter lists GPU memory in use on {label} with no run active"
-                    f"{f' (a reading {age:.0f} s old)' if age is not None else ''}: {listed}"
-                ),
-                fix="run `ultra-console cleanup`: it reads each node now and kills only a run's own "
-                "leftover processes",
-            )
-        )
+    out = [_held_finding(snap, node_id, held) for node_id, held in snap.gpu_holders().items()]
     unlisted = snap.unlisted_memory()
     if unlisted:
-        nodes = sorted({n.label for n, _ in unlisted}, key=natural_key)
-        out.append(
-            Finding(
-                rule="P2",
-                severity=Severity.INFO,
-                fields=(),
-                message=(
-                    f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} "
-                    "show memory in use but Ray lists no process "
-                    "for them (its process list is unavailable here)"
-                ),
-                fix="check those hosts with nvidia-smi before launching",
-            )
-        )
+        out.append(_unlisted_finding(unlisted))
     return out
+
+
+def _held_finding(snap: ClusterSnapshot, node_id: str, held: list[tuple[int, GpuProcess]]) -> Finding:
+    """GPU memory Ray's reporter lists on a node with no run active. The reporter is seconds old: a hint
+    to check, never a list to kill from (cleanup reads the node now)."""
+    node = snap.node(node_id)
+    label = node.label if node else node_id[:8]
+    age = snap.age_at(node, snap.taken_at) if node else None
+    listed = ", ".join(f"pid {p.pid} on GPU {idx} ({p.mem_mb} MiB)" for idx, p in held)
+    return Finding(
+        rule="P2",
+        severity=Severity.WARNING,
+        fields=(),
+        message=(
+            f"Ray's reporter lists GPU memory in use on {label} with no run active"
+            f"{f' (a reading {age:.0f} s old)' if age is not None else ''}: {listed}"
+        ),
+        fix="run `ultra-console cleanup`: it reads each node now and kills only a run's own "
+        "leftover processes",
+    )
+
+
+def _unlisted_finding(unlisted: list[tuple[NodeSnapshot, GpuSnapshot]]) -> Finding:
+    """GPUs whose memory is in use while Ray lists no process for them."""
+    nodes = sorted({n.label for n, _ in unlisted}, key=natural_key)
+    return Finding(
+        rule="P2",
+        severity=Severity.INFO,
+        fields=(),
+        message=(
+            f"{len(unlisted)} GPU(s) on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} "
+            "show memory in use but Ray lists no process "
+            "for them (its process list is unavailable here)"
+        ),
+        fix="check those hosts with nvidia-smi before launching",
+    )
 
 
 def _active(jobs: list[JobInfo]) -> list[Finding]:
     out = []
     for job in active_runs(jobs):
-        run = run_id_of(job)
+        run, shown = run_id_of(job), shown_name(job.id)
         out.append(
             Finding(
                 rule="P3",
                 severity=Severity.ERROR,
                 fields=(),
                 message=(
-                    f"{job_kind(job)} run {job.id}{f' (run {run})' if run else ''} is still {job.status}"
+                    f"{job_kind(job)} run {shown}{f' (run {run})' if run else ''} is still {job.status}"
                 ),
-                fix=f"wait for it, abort it (`ultra-console abort --job {job.id}`), or launch with --force",
+                fix=f"wait for it, abort it (`ultra-console abort --job {shown}`), or launch with --force",
             )
         )
     return out
 
 
-def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
+def path_findings(spec: RunSpec, exists: Callable[[str], bool], where: str = "on the head") -> list[Finding]:
+    """P4/P5/P7: the checkpoint, the datasets and the train script exist `where` (doctor asks every node)."""
     out = []
     ckpt = f"{spec.paths.model_dir.rstrip('/')}/{spec.model.name}"
     if not exists(ckpt):
@@ -152,7 +159,7 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
                 rule="P4",
                 severity=Severity.ERROR,
                 fields=("paths.model_dir", "model.name"),
-                message=f"checkpoint directory {ckpt} does not exist on the head",
+                message=f"checkpoint directory {ckpt} does not exist {where}",
                 fix="download the checkpoint there or set paths.model_dir",
             )
         )
@@ -166,7 +173,7 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
                     rule="P5",
                     severity=Severity.ERROR,
                     fields=("paths.data_dir", field),
-                    message=f"dataset {path} does not exist on the head",
+                    message=f"dataset {path} does not exist {where}",
                     fix=f"download it there or set paths.data_dir / {field}",
                 )
             )
@@ -177,14 +184,14 @@ def _paths(spec: RunSpec, exists: Callable[[str], bool]) -> list[Finding]:
                 rule="P7",
                 severity=Severity.ERROR,
                 fields=("paths.miles_root", "paths.train_script"),
-                message=f"train script {script} does not exist on the head",
+                message=f"train script {script} does not exist {where}",
                 fix="set paths.miles_root to the miles checkout (or paths.train_script)",
             )
         )
     return out
 
 
-def _version(version: str | None) -> list[Finding]:
+def version_findings(version: str | None) -> list[Finding]:
     if not version:
         return [
             Finding(
@@ -213,16 +220,36 @@ def _version(version: str | None) -> list[Finding]:
     ]
 
 
-def check_cluster(
-    spec: RunSpec, facts: ClusterFacts, *, exists: Callable[[str], bool] = os.path.exists
-) -> list[Finding]:
-    """All preflight findings, pure over `facts` and `exists` (the head's filesystem)."""
+def _miles_checkout(spec: RunSpec, differs: Callable[[str], str | None]) -> list[Finding]:
+    why = differs(spec.paths.miles_root)
+    if why is None:
+        return []
     return [
-        *_node_capacity(spec, facts.snapshot),
+        Finding(
+            rule="P9",
+            severity=Severity.WARNING,
+            fields=("paths.miles_root",),
+            message=why,
+            fix="use the miles commit of configs/miles/args.toml, or regenerate it (scripts/miles_args.py)",
+        )
+    ]
+
+
+def check_cluster(
+    spec: RunSpec,
+    facts: ClusterFacts,
+    *,
+    exists: Callable[[str], bool] = os.path.exists,
+    differs: Callable[[str], str | None] = arguments_differ,
+) -> list[Finding]:
+    """All preflight findings, pure over `facts`, `exists` and `differs` (the head's filesystem)."""
+    return [
+        *node_capacity(spec, facts.snapshot),
         *_leftovers(facts.snapshot, facts.jobs),
         *_active(facts.jobs),
-        *_paths(spec, exists),
-        *_version(facts.ray_version),
+        *path_findings(spec, exists),
+        *_miles_checkout(spec, differs),
+        *version_findings(facts.ray_version),
     ]
 
 

@@ -363,30 +363,41 @@ async def prepare(
     return PrepareReport(spec.preset, checkpoint, dataset, verdicts, fetch, notes)
 
 
+def _cell(verdict: PathVerdict | None, *, shards: bool = False) -> str:
+    """One path's table cell: not asked, ok (with the checkpoint's shards and size), or its problem count."""
+    if verdict is None:
+        return "-"
+    if not verdict.ok:
+        return f"{len(verdict.problems)} problem(s)"
+    return f"ok, {verdict.files} shard(s), {human(verdict.bytes)}" if shards else "ok"
+
+
+def _row(n: NodeVerdict) -> tuple[str, str, str, str]:
+    """One node's row of the table."""
+    return n.label, _cell(n.checkpoint, shards=True), _cell(n.dataset), "READY" if n.ready else "NOT READY"
+
+
+def _problem_lines(n: NodeVerdict) -> list[str]:
+    """What is wrong on one node, each line naming it."""
+    out = [f"  {n.label}: cannot check: {n.error}"] if n.error else []
+    return out + [f"  {n.label}: {p.text()}" for p in n.problems]
+
+
 def table(report: PrepareReport) -> list[str]:
     """The per-node table and the verdict, as the CLI prints them (each problem named with its node)."""
-    rows = [("node", "checkpoint", "dataset", "verdict")]
-    for n in report.nodes:
-        ck = (
-            "-"
-            if n.checkpoint is None
-            else ("ok" if n.checkpoint.ok else f"{len(n.checkpoint.problems)} problem(s)")
-        )
-        if n.checkpoint is not None and n.checkpoint.ok:
-            ck = f"ok, {n.checkpoint.files} shard(s), {human(n.checkpoint.bytes)}"
-        ds = "-" if n.dataset is None else ("ok" if n.dataset.ok else f"{len(n.dataset.problems)} problem(s)")
-        rows.append((n.label, ck, ds, "READY" if n.ready else "NOT READY"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    rows = [("node", "checkpoint", "dataset", "verdict"), *map(_row, report.nodes)]
     out = [f"prepare {report.spec_preset}: checkpoint {report.checkpoint}, dataset {report.dataset}"]
-    out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    for n in report.nodes:
-        if n.error:
-            out.append(f"  {n.label}: cannot check: {n.error}")
-        for p in n.problems:
-            out.append(f"  {n.label}: {p.text()}")
+    out += _aligned(rows)
+    out += [line for n in report.nodes for line in _problem_lines(n)]
     out += [f"  note: {note}" for note in report.notes]
     ready = sum(1 for n in report.nodes if n.ready)
     out.append(
         f"verdict: {'READY' if report.ready else 'NOT READY'} ({ready} of {len(report.nodes)} node(s) ready)"
     )
     return out
+
+
+def _aligned(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    """The rows as indented columns, each as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from backend.cluster.node_tools import expand  # inlined on the node
 from backend.json_fields import Fields  # inlined on the node
 from backend.safe_paths import UnsafePath, all_inside, inside, lexically_inside  # inlined on the node
 
@@ -94,23 +95,12 @@ def emit(**event: object) -> None:
     print(MARK + json.dumps(event, sort_keys=True), flush=True)
 
 
-def expand(path: str, fields: dict[str, str]) -> str:
-    """A path may name the node ({node_id}, {node_ip},
-    {hostname}) where nodes keep files in node-specific places."""
-    if "{" not in path:
-        return path
-    try:
-        return path.format_map(fields)
-    except (KeyError, ValueError, IndexError):
-        return path
-
-
 def _problem(kind: str, path: str, detail: str = "") -> dict[str, str]:
     return {"kind": kind, "path": path, "detail": detail}
 
 
-def safetensors_size(path: str) -> int | None:
-    """The size a safetensors file must have, from its own header; None when the header cannot be read."""
+def _header(path: str) -> tuple[int, dict] | None:
+    """A safetensors file's header length and its JSON header; None when either cannot be read."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
@@ -122,16 +112,28 @@ def safetensors_size(path: str) -> int | None:
             header = json.loads(fh.read(n))
     except (OSError, ValueError):
         return None
-    if not isinstance(header, dict):
+    return (n, header) if isinstance(header, dict) else None
+
+
+def _data_end(header: dict) -> int:
+    """Where the tensor data ends: the largest `data_offsets` end of any tensor."""
+    ends = [
+        info.get("data_offsets", [None, None])
+        for name, info in header.items()
+        if name != "__metadata__" and isinstance(info, dict)
+    ]
+    return max(
+        (o[1] for o in ends if isinstance(o, list) and len(o) == 2 and isinstance(o[1], int)), default=0
+    )
+
+
+def safetensors_size(path: str) -> int | None:
+    """The size a safetensors file must have, from its own header; None when the header cannot be read."""
+    found = _header(path)
+    if found is None:
         return None
-    end = 0
-    for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict):
-            continue
-        offsets = info.get("data_offsets")
-        if isinstance(offsets, list) and len(offsets) == 2 and isinstance(offsets[1], int):
-            end = max(end, offsets[1])
-    return 8 + n + end
+    n, header = found
+    return 8 + n + _data_end(header)
 
 
 def read_manifest(directory: str) -> dict[str, int]:
@@ -139,104 +141,135 @@ def read_manifest(directory: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in files.items() if isinstance(v, int)}
 
 
-def check_checkpoint(directory: str) -> dict[str, object]:
-    """Verdict on one checkpoint directory: problems (kind, path, detail) and the files it holds."""
-    out: dict[str, object] = {"path": directory, "problems": [], "shards": 0, "bytes": 0}
-    problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
-    if not os.path.isdir(directory):
-        problems.append(_problem("missing", directory, "the checkpoint directory does not exist"))
-        return out
-    try:
-        os.listdir(directory)
-    except OSError as err:
-        problems.append(_problem("unreadable", directory, err.strerror or str(err)))
-        return out
-    manifest = read_manifest(directory)
+def _config_problem(directory: str) -> dict[str, str] | None:
+    """What is wrong with the checkpoint's config.json (missing, or not a JSON object), if anything."""
     config = os.path.join(directory, "config.json")
     if not os.path.isfile(config):
-        problems.append(_problem("missing", config))
-    else:
-        try:
-            with open(config, encoding="utf-8") as fh:
-                if not isinstance(json.load(fh), dict):
-                    raise ValueError("not a JSON object")
-        except (OSError, ValueError) as err:
-            problems.append(_problem("unreadable", config, f"does not parse: {err}"))
+        return _problem("missing", config)
+    try:
+        with open(config, encoding="utf-8") as fh:
+            if not isinstance(json.load(fh), dict):
+                raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        return _problem("unreadable", config, f"does not parse: {err}")
+    return None
+
+
+def _shards(directory: str) -> tuple[list[str], dict[str, str] | None]:
+    """The shard files the checkpoint's index names (or its single file); a problem when neither can say."""
     index = os.path.join(directory, INDEX)
-    shards: list[str] = []
     if os.path.isfile(index):
         try:
             with open(index, encoding="utf-8") as fh:
                 weight_map = json.load(fh).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
                 raise ValueError("no weight_map")
-            shards = sorted({str(v) for v in weight_map.values()})
         except (OSError, ValueError, AttributeError) as err:
-            problems.append(_problem("unreadable", index, f"does not parse: {err}"))
-            return out
-    elif os.path.isfile(os.path.join(directory, SINGLE)):
-        shards = [SINGLE]
-    else:
-        problems.append(_problem("missing", index, "no index: the shards cannot be checked"))
+            return [], _problem("unreadable", index, f"does not parse: {err}")
+        return sorted({str(v) for v in weight_map.values()}), None
+    if os.path.isfile(os.path.join(directory, SINGLE)):
+        return [SINGLE], None
+    return [], _problem("missing", index, "no index: the shards cannot be checked")
+
+
+def _shard_problem(path: str, size: int, listed: int | None) -> dict[str, str] | None:
+    """A shard whose size is not the hub's listing's (when this tool fetched it) or its own header's."""
+    want, source = listed, "the hub's listing"
+    if want is None:
+        want, source = safetensors_size(path), "its header"
+        if want is None:
+            return _problem("corrupt", path, f"{size} bytes, header unreadable")
+    if size < want:
+        return _problem("short", path, f"{size} of {want} bytes ({source})")
+    if size > want:
+        return _problem("size", path, f"{size} bytes, {source} says {want}")
+    return None
+
+
+def _size(path: str) -> tuple[int | None, dict[str, str] | None]:
+    """A file's size, or why it has none (missing, unreadable)."""
+    try:
+        return os.stat(path).st_size, None
+    except FileNotFoundError:
+        return None, _problem("missing", path)
+    except OSError as err:
+        return None, _problem("unreadable", path, err.strerror or str(err))
+
+
+def _directory_problem(directory: str) -> dict[str, str] | None:
+    """A checkpoint directory that is not there or cannot be listed."""
+    if not os.path.isdir(directory):
+        return _problem("missing", directory, "the checkpoint directory does not exist")
+    try:
+        os.listdir(directory)
+    except OSError as err:
+        return _problem("unreadable", directory, err.strerror or str(err))
+    return None
+
+
+def check_checkpoint(directory: str) -> dict[str, object]:
+    """Verdict on one checkpoint directory: problems (kind, path, detail) and the files it holds."""
+    out: dict[str, object] = {"path": directory, "problems": [], "shards": 0, "bytes": 0}
+    problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
+    unusable = _directory_problem(directory)
+    if unusable is not None:
+        problems.append(unusable)
+        return out
+    manifest = read_manifest(directory)
+    config = _config_problem(directory)
+    problems += [config] if config else []
+    shards, no_index = _shards(directory)
+    if no_index is not None:
+        problems.append(no_index)
         return out
     total = 0
     for name in shards:
         path = os.path.join(directory, name)
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            problems.append(_problem("missing", path))
-            continue
-        except OSError as err:
-            problems.append(_problem("unreadable", path, err.strerror or str(err)))
-            continue
-        total += size
-        want = manifest.get(name)
-        source = "the hub's listing"
-        if want is None:
-            want, source = safetensors_size(path), "its header"
-            if want is None:
-                problems.append(_problem("corrupt", path, f"{size} bytes, header unreadable"))
-                continue
-        if size < want:
-            problems.append(_problem("short", path, f"{size} of {want} bytes ({source})"))
-        elif size > want:
-            problems.append(_problem("size", path, f"{size} bytes, {source} says {want}"))
+        size, problem = _size(path)
+        if size is not None:
+            total += size
+            problem = _shard_problem(path, size, manifest.get(name))
+        problems += [problem] if problem else []
     out["shards"], out["bytes"] = len(shards), total
     return out
 
 
-def check_dataset(path: str, input_key: str, label_key: str) -> dict[str, object]:
-    out: dict[str, object] = {"path": path, "problems": []}
-    problems: list[dict[str, str]] = out["problems"]  # type: ignore[assignment]
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        problems.append(_problem("missing", path))
-        return out
-    except OSError as err:
-        problems.append(_problem("unreadable", path, err.strerror or str(err)))
-        return out
-    if size == 0:
-        problems.append(_problem("empty", path))
-        return out
+def _first_row(path: str) -> tuple[object, dict[str, str] | None]:
+    """The dataset's first line as JSON, or why it cannot be read as such."""
     try:
         with open(path, "rb") as fh:
             first = fh.readline(1 << 20)
         row = json.loads(first)
     except OSError as err:
-        problems.append(_problem("unreadable", path, err.strerror or str(err)))
-        return out
+        return None, _problem("unreadable", path, err.strerror or str(err))
     except ValueError:
-        problems.append(_problem("format", path, "the first line is not JSON"))
-        return out
+        return None, _problem("format", path, "the first line is not JSON")
     if not isinstance(row, dict):
-        problems.append(_problem("format", path, "the first line is not a JSON object"))
+        return None, _problem("format", path, "the first line is not a JSON object")
+    return row, None
+
+
+def _readable_rows(path: str) -> tuple[int, dict, dict[str, str] | None]:
+    """The dataset's size and first row; a problem when it is missing, empty or its first row no object."""
+    size, problem = _size(path)
+    if size is None or problem is not None:
+        return 0, {}, problem
+    if size == 0:
+        return 0, {}, _problem("empty", path)
+    row, problem = _first_row(path)
+    return size, row if isinstance(row, dict) else {}, problem
+
+
+def check_dataset(path: str, input_key: str, label_key: str) -> dict[str, object]:
+    out: dict[str, object] = {"path": path, "problems": []}
+    size, row, problem = _readable_rows(path)
+    if problem is not None:
+        out["problems"] = [problem]
         return out
     lacking = [k for k in (input_key, label_key) if k not in row]
     if lacking:
         keys = ", ".join(sorted(map(str, row))[:8])
-        problems.append(_problem("keys", path, f"first row lacks {', '.join(lacking)} (it has {keys})"))
+        out["problems"] = [_problem("keys", path, f"first row lacks {', '.join(lacking)} (it has {keys})")]
     out["bytes"] = size
     return out
 
@@ -403,62 +436,78 @@ def fetch(
     lock = _Lock(directory, token, node)
     holder = lock.take()
     if holder is not None:
-        if holder.value("token") != token:
-            emit(
-                event="error",
-                what=what,
-                message=f"another fetch (node {holder.value('node')}) holds {lock.path}",
-            )
-            return
-        deadline = time.monotonic() + wait_s  # a node of this same prepare fetches the shared directory
-        while os.path.exists(lock.path) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        emit(event="shared", what=what, node=holder.text("node"), path=directory)
+        _wait_for_holder(what, lock, holder, directory, wait_s)
         return
     try:
         before = read_json_object(os.path.join(directory, MANIFEST))
         if before.value("token") == token and before.value("node") != node:
             emit(event="shared", what=what, node=before.text("node"), path=directory)
             return  # another node of this prepare fetched this very directory already
-        try:
-            files = _listing(repo, repo_type, revision)
-        except Exception as err:  # network, auth, unknown repo: one line for the operator
-            emit(event="error", what=what, message=f"cannot list {repo_type} {repo}: {_one_line(err)}")
+        files = _wanted(what, repo, repo_type, revision, only)
+        if files is None or _refused(what, f"{repo_type} {repo}", directory, files):
             return
-        if only:
-            files = {k: v for k, v in files.items() if k in only}
-            missing = [k for k in only if k not in files]
-            if missing:
-                emit(event="error", what=what, message=f"{repo} has no {', '.join(missing)}")
-                return
-        refused = refused_entry(directory, list(files))
-        if refused is not None:
-            emit(event="error", what=what, message=f"{repo_type} {repo}: {refused}; nothing fetched")
-            return
+        manifest = {"repo": repo, "repo_type": repo_type, "revision": revision, "files": files}
         with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
-            json.dump(
-                {
-                    "repo": repo,
-                    "repo_type": repo_type,
-                    "revision": revision,
-                    "files": files,
-                    "node": node,
-                    "token": token,
-                },
-                fh,
-            )
-        moved = count = 0
-        for name, size in sorted(files.items()):
-            try:
-                got = _download(what, repo, repo_type, revision, directory, name, size)
-            except Exception as err:
-                emit(event="error", what=what, message=f"{name}: {_one_line(err)}")
-                return
-            moved += got
-            count += 1 if got else 0
-        emit(event="fetched", what=what, files=count, bytes=moved, path=directory)
+            json.dump({**manifest, "node": node, "token": token}, fh)
+        _download_all(what, repo, repo_type, revision, directory, files)
     finally:
         lock.release()
+
+
+def _wait_for_holder(what: str, lock: _Lock, holder: Fields, directory: str, wait_s: float) -> None:
+    """Another fetch holds the directory: a node of this same prepare (same token) fetches the shared
+    directory, so wait for it; another prepare's fetch is an error."""
+    if holder.value("token") != lock.token:
+        emit(
+            event="error", what=what, message=f"another fetch (node {holder.value('node')}) holds {lock.path}"
+        )
+        return
+    deadline = time.monotonic() + wait_s
+    while os.path.exists(lock.path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    emit(event="shared", what=what, node=holder.text("node"), path=directory)
+
+
+def _wanted(
+    what: str, repo: str, repo_type: str, revision: str, only: list[str] | None
+) -> dict[str, int] | None:
+    """The files to fetch with their sizes (every file, or `only` these); None, said, when it cannot be."""
+    try:
+        files = _listing(repo, repo_type, revision)
+    except Exception as err:  # network, auth, unknown repo: one line for the operator
+        emit(event="error", what=what, message=f"cannot list {repo_type} {repo}: {_one_line(err)}")
+        return None
+    if not only:
+        return files
+    missing = [k for k in only if k not in files]
+    if missing:
+        emit(event="error", what=what, message=f"{repo} has no {', '.join(missing)}")
+        return None
+    return {k: v for k, v in files.items() if k in only}
+
+
+def _refused(what: str, source: str, directory: str, files: dict[str, int]) -> bool:
+    """Whether the listing holds a name that cannot be written into `directory` (said when it does)."""
+    refused = refused_entry(directory, list(files))
+    if refused is not None:
+        emit(event="error", what=what, message=f"{source}: {refused}; nothing fetched")
+    return refused is not None
+
+
+def _download_all(
+    what: str, repo: str, repo_type: str, revision: str, directory: str, files: dict[str, int]
+) -> None:
+    """Every file in name order; the first that fails ends the fetch with one line."""
+    moved = count = 0
+    for name, size in sorted(files.items()):
+        try:
+            got = _download(what, repo, repo_type, revision, directory, name, size)
+        except Exception as err:
+            emit(event="error", what=what, message=f"{name}: {_one_line(err)}")
+            return
+        moved += got
+        count += 1 if got else 0
+    emit(event="fetched", what=what, files=count, bytes=moved, path=directory)
 
 
 def hub_unreachable() -> str | None:

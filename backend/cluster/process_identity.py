@@ -15,6 +15,7 @@ import json
 
 import psutil
 
+_UNKNOWN = "held by a process this node cannot identify as the job's"
 RAY_DAEMONS = (
     "raylet",
     "gcs_server",
@@ -58,30 +59,41 @@ def carries_job(env: dict[str, str], job_id: str, submission_id: str) -> str | N
 def identify(pid: int, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
     """(identity, why, process name, the psutil process or None) of `pid`: identity is "job", "unidentified"
     or "exempt". A signal goes to that same process object: psutil refuses it if the PID was reused since."""
-    unknown = "held by a process this node cannot identify as the job's"
     try:
         proc = psutil.Process(pid)
         name = proc.name()
     except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: pid {pid} is not visible in this node's PID namespace", "", None
+        return "unidentified", f"{_UNKNOWN}: pid {pid} is not visible in this node's PID namespace", "", None
     except psutil.AccessDenied:
         name = ""
     why = _protected(proc)
     if why:
         return "exempt", f"refused: {why}", name, proc
+    identity, why, kept = _by_environment(proc, job_id, submission_id, worker_pids)
+    return identity, why, name, kept
+
+
+def _by_environment(proc, job_id: str, submission_id: str, worker_pids: set[int]):  # type: ignore[no-untyped-def]
+    """(identity, why, the process or None when it exited): the job's ids in its environment, else an
+    ancestor among the job's workers."""
     try:
         env = proc.environ()
     except psutil.NoSuchProcess:
-        return "unidentified", f"{unknown}: it exited while being checked", name, None
+        return "unidentified", f"{_UNKNOWN}: it exited while being checked", None
     except (psutil.AccessDenied, OSError) as err:
-        return "unidentified", f"{unknown}: its environment cannot be read ({type(err).__name__})", name, proc
+        return "unidentified", f"{_UNKNOWN}: its environment cannot be read ({type(err).__name__})", proc
     carried = carries_job(env, job_id, submission_id)
     if carried:
-        return "job", carried, name, proc
-    try:
-        ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
-    except psutil.NoSuchProcess:
-        ancestor = None
+        return "job", carried, proc
+    ancestor = _worker_ancestor(proc, worker_pids)
     if ancestor is not None:
-        return "job", f"it descends from the job's worker pid {ancestor}", name, proc
-    return "unidentified", f"{unknown}: no job id in its environment", name, proc
+        return "job", f"it descends from the job's worker pid {ancestor}", proc
+    return "unidentified", f"{_UNKNOWN}: no job id in its environment", proc
+
+
+def _worker_ancestor(proc, worker_pids: set[int]) -> int | None:  # type: ignore[no-untyped-def]
+    """The nearest ancestor that is one of the job's worker processes, if any."""
+    try:
+        return next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
+    except psutil.NoSuchProcess:
+        return None

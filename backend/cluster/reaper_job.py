@@ -171,37 +171,71 @@ def kill_tree(pid: int, submission_id: str) -> list[dict[str, object]]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    pids: list[int] = []
-    workers: set[int] = set()
-    grace = 5.0
-    tree_of: int | None = None
-    listing = False
-    job_id = submission_id = ""
+class _Request:
+    """What the console asked of this node: kill a tree, list holders, or reap PIDs."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.workers: set[int] = set()
+        self.grace = 5.0
+        self.tree_of: int | None = None
+        self.listing = False
+        self.job_id = self.submission_id = ""
+
+    def set_pid(self, value: str) -> None:
+        self.pids.append(int(value))
+
+    def set_worker(self, value: str) -> None:
+        self.workers.add(int(value))
+
+    def set_grace(self, value: str) -> None:
+        self.grace = float(value)
+
+    def set_tree(self, value: str) -> None:
+        self.tree_of = int(value)
+
+    def set_submission(self, value: str) -> None:
+        self.submission_id = value
+
+    def set_job(self, value: str) -> None:
+        self.job_id = value
+
+
+_VALUED = {  # each flag that takes a value: what it sets
+    "--pid": _Request.set_pid,
+    "--worker-pid": _Request.set_worker,
+    "--grace": _Request.set_grace,
+    "--tree": _Request.set_tree,
+    "--job": _Request.set_submission,
+    "--submission-id": _Request.set_submission,
+    "--job-id": _Request.set_job,
+}
+
+
+def _parse(argv: list[str]) -> _Request:
+    """The request in `argv` (unknown words ignored)."""
+    request = _Request()
     it = iter(argv)
     for arg in it:
-        if arg == "--pid":
-            pids.append(int(next(it)))
-        elif arg == "--worker-pid":
-            workers.add(int(next(it)))
-        elif arg == "--grace":
-            grace = float(next(it))
-        elif arg == "--tree":
-            tree_of = int(next(it))
-        elif arg in ("--job", "--submission-id"):
-            submission_id = next(it)
-        elif arg == "--job-id":
-            job_id = next(it)
+        if arg in _VALUED:
+            _VALUED[arg](request, next(it))
         elif arg == "--list":
-            listing = True
+            request.listing = True
+    return request
+
+
+def _answer(r: _Request) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The per-process items and the summary's extra fields."""
+    if r.tree_of is not None:
+        return kill_tree(r.tree_of, r.submission_id), {}
+    if r.listing:
+        return list_holders(r.job_id, r.submission_id, r.workers)
+    return reap(r.pids, r.grace, r.job_id, r.submission_id, r.workers), {}
+
+
+def main(argv: list[str]) -> int:
     started = time.time()
-    summary: dict[str, object] = {}
-    if tree_of is not None:
-        items = kill_tree(tree_of, submission_id)
-    elif listing:
-        items, summary = list_holders(job_id, submission_id, workers)
-    else:
-        items = reap(pids, grace, job_id, submission_id, workers)
+    items, summary = _answer(_parse(argv))
     for item in items:
         print(MARK + json.dumps(item, sort_keys=True), flush=True)
     print(

@@ -138,16 +138,21 @@ class ProcessStack:
         }
 
 
+def _own_functions(thread: ThreadStack) -> list[str]:
+    """The thread's functions outside the frameworks (and not a module's top level), innermost first."""
+    return [
+        f.function
+        for f in thread.frames
+        if not f.file.startswith(FRAMEWORK_FILES) and f.function != "<module>"
+    ]
+
+
 def headline(thread: ThreadStack | None) -> str:
     """`innermost ← next ← … ← the task's own outermost frame`, in one line."""
     if thread is None or not thread.frames:
         return "no Python frame"
     names = [f.function for f in thread.frames]
-    own = [
-        f.function
-        for f in thread.frames
-        if not f.file.startswith(FRAMEWORK_FILES) and f.function != "<module>"
-    ]
+    own = _own_functions(thread)
     shown = names[:SHOWN_FRAMES]
     if own and own[-1] not in shown:
         shown += ["…", own[-1]] if names.index(own[-1]) > SHOWN_FRAMES else [own[-1]]
@@ -254,6 +259,14 @@ def parse_process(
     return ProcessStack(node_id, node_label, pid, command, tuple(threads), ranks.get(pid))
 
 
+def _not_python_line(other: list[Unreadable]) -> list[str]:
+    """One line naming the job's processes that have no Python stack (by program name)."""
+    if not other:
+        return []
+    names = sorted({u.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "?" for u in other})
+    return [f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}"]
+
+
 @dataclass(frozen=True)
 class StacksReport:
     """Every readable stack of the job's processes, what could not be read, and where nothing answered."""
@@ -291,12 +304,7 @@ class StacksReport:
         what could not be read and which nodes failed."""
         out = [g.line() for g in self.groups]
         out += [f"unreadable: {u.line()}" for u in self.unreadable if u.kind != "not_python"]
-        other = [u for u in self.unreadable if u.kind == "not_python"]
-        if other:
-            names = sorted({u.command.split(" ", 1)[0].rsplit("/", 1)[-1] or "?" for u in other})
-            out.append(
-                f"not Python (no Python stack): {len(other)} process(es) of the job: {', '.join(names[:6])}"
-            )
+        out += _not_python_line([u for u in self.unreadable if u.kind == "not_python"])
         out += [f"failed: {n.line()}" for n in self.failed_nodes]
         out += [f"note: {n}" for n in self.notes]
         return out

@@ -4,7 +4,7 @@ dumps the Python stack of every process of a job there.
 Self-contained on purpose (stdlib + psutil, which every Ray node has, and py-spy, which `ray[default]` puts
 next to the node's python): the console sends this file's source as `python3 -c <source> --stacks ...`
 through backend/cluster/node_job.py. Which processes: every process of this node that the reaper's rule
-(backend/cluster/process_identity.py, inlined here) says is the job's; nothing else is ever attached to.
+(backend/cluster/job_processes.py, inlined here) says is the job's; nothing else is ever attached to.
 Each is dumped with `py-spy dump --json` (several at once, each bounded, the whole node bounded by a budget),
 and a process that cannot be read says why in one field: ptrace refused, not a Python process, gone, slow.
 One result line per process: `ULTRA_CONSOLE_STACKS {"pid": ..., ...}`; the last line (`pid` -1) sums up,
@@ -13,91 +13,21 @@ with `problem` set when nothing could be dumped here at all (py-spy missing).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import psutil
-
-from backend.cluster.process_identity import identify  # inlined on the node
+from backend.cluster.job_processes import job_args, job_processes  # inlined on the node
+from backend.cluster.node_tools import classify, find_py_spy  # inlined on the node
 from backend.json_fields import objects  # inlined on the node
 
 MARK = "ULTRA_CONSOLE_STACKS "
 MAX_THREADS = 128  # per process, so one line of the job log stays bounded
 MAX_FRAMES = 96  # per thread (the innermost kept)
 PARALLEL = 8
-PTRACE_WORDS = ("Operation not permitted", "Permission denied", "ptrace", "EPERM")
-NOT_PYTHON_WORDS = (
-    "Failed to find python version",
-    "Failed to get python version",
-    "Failed to find a python",
-    "not a python",
-)
-GONE_WORDS = ("No such process", "No such file or directory (os error 2)", "process exited")
-
-
-def find_py_spy() -> str | None:
-    """py-spy next to this node's python (where `ray[default]` installs it), else on PATH."""
-    for base in (os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))):
-        candidate = os.path.join(base, "py-spy")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("py-spy")
-
-
-def raylet_of(proc) -> str | None:  # type: ignore[no-untyped-def]
-    """The raylet a process works for: `RAY_RAYLET_PID` in its own environment or its nearest ancestor's
-    (a job's driver and its shell carry none, their JobSupervisor does); None when no ancestor says."""
-    try:
-        for p in [proc, *proc.parents()]:
-            with contextlib.suppress(psutil.AccessDenied, OSError):
-                found = p.environ().get("RAY_RAYLET_PID")
-                if found:
-                    return str(found)
-    except psutil.Error:
-        return None
-    return None
-
-
-def job_processes(job_id: str, submission_id: str, workers: set[int]) -> list[tuple[int, str, str]]:
-    """(pid, command line, why) of every process of this node that is the job's: by the reaper's rule
-    (backend/cluster/process_identity.py), or listed by Ray as one of the job's actors on this node a moment
-    ago (an actor in a worker Ray started before the job keeps `RAY_JOB_ID=ffffffff` in the environment the
-    kernel shows). A process of another raylet (another node sharing this host's PIDs, as in a test cluster)
-    is that node's to dump."""
-    mine = raylet_of(psutil.Process())
-    out = []
-    for proc in psutil.process_iter():
-        identity, why, _name, found = identify(proc.pid, job_id, submission_id, workers)
-        if identity == "unidentified" and found is not None and proc.pid in workers:
-            identity, why = "job", "Ray lists it as an actor of the job on this node"
-        if identity != "job" or found is None:
-            continue
-        theirs = raylet_of(found)
-        if mine and theirs and theirs != mine:
-            continue
-        try:
-            cmd = " ".join(found.cmdline())
-        except (psutil.Error, OSError):
-            cmd = ""
-        out.append((proc.pid, cmd[:400], why))
-    return out
-
-
-def classify(stderr: str) -> str:
-    """Why py-spy could not read a process, as a kind: ptrace, not_python, gone or error."""
-    if any(w in stderr for w in NOT_PYTHON_WORDS):
-        return "not_python"
-    if any(w in stderr for w in GONE_WORDS):
-        return "gone"
-    if any(w in stderr for w in PTRACE_WORDS):
-        return "ptrace"
-    return "error"
 
 
 def _threads(raw: object) -> list[dict[str, object]]:
@@ -148,24 +78,10 @@ def dump(py_spy: str, pid: int, cmd: str, native: bool, timeout_s: float) -> dic
 
 
 def main(argv: list[str]) -> int:
-    workers: set[int] = set()
-    job_id = submission_id = ""
-    native = False
-    per_process_s, budget_s = 10.0, 40.0
-    it = iter(argv)
-    for arg in it:
-        if arg == "--worker-pid":
-            workers.add(int(next(it)))
-        elif arg == "--submission-id":
-            submission_id = next(it)
-        elif arg == "--job-id":
-            job_id = next(it)
-        elif arg == "--native":
-            native = True
-        elif arg == "--per-process-s":
-            per_process_s = float(next(it))
-        elif arg == "--budget-s":
-            budget_s = float(next(it))
+    job_id, submission_id, workers, rest = job_args(argv)
+    native = "--native" in rest
+    per_process_s = float(rest.get("--per-process-s") or 10.0)
+    budget_s = float(rest.get("--budget-s") or 40.0)
     started = time.time()
     deadline = time.monotonic() + budget_s
     summary: dict[str, object] = {"pid": -1, "host": os.uname().nodename, "read_at": started}

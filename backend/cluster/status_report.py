@@ -19,18 +19,22 @@ def failure_reason(job: JobInfo, snap: ClusterSnapshot | None = None) -> str | N
     node it ran on when telemetry knows it."""
     if job.status != "FAILED":
         return None
-    message = (job.message or "").strip()
-    head = message.splitlines()[0] if message else "no message from Ray"
-    if "last available logs" in head:
-        tail = [ln for ln in message.splitlines()[1:] if ln.strip()]
-        errors = [ln for ln in tail if "Error" in ln or "error" in ln]
-        head = head.split(",")[0] + (f"; last error: {errors[-1].strip()[:300]}" if errors else "")
+    head = _message_head((job.message or "").strip())
     reason = f"{job.error_type}: {head}" if job.error_type else head
-    if snap is not None and job.driver_node_id:
-        node = snap.node(job.driver_node_id)
-        if node is not None and not node.alive:
-            reason += f" (driver node {node.label} is {node.state}: {node.death_reason})"
+    node = snap.node(job.driver_node_id) if snap is not None and job.driver_node_id else None
+    if node is not None and not node.alive:
+        reason += f" (driver node {node.label} is {node.state}: {node.death_reason})"
     return reason
+
+
+def _message_head(message: str) -> str:
+    """Ray's message in one line; when it quotes the last logs, their last error line instead of them."""
+    head = message.splitlines()[0] if message else "no message from Ray"
+    if "last available logs" not in head:
+        return head
+    tail = [ln for ln in message.splitlines()[1:] if ln.strip()]
+    errors = [ln for ln in tail if "Error" in ln or "error" in ln]
+    return head.split(",")[0] + (f"; last error: {errors[-1].strip()[:300]}" if errors else "")
 
 
 def describe(

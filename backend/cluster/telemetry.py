@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -40,10 +41,12 @@ from backend.cluster.miles_gpu_streams import MilesGpuStreams, dump_details_dir
 from backend.errors import ConsoleError
 from backend.json_fields import Fields
 from backend.natural_order import natural_key
+from backend.node_names import NodeNames, display_name
+from backend.node_names import label as node_label
 
 if TYPE_CHECKING:
     from backend.cluster.dashboard import JobInfo, RayClient
-    from backend.cluster.gpu_probe import GpuProbe, ProbeReading
+    from backend.cluster.gpu_probe import GpuProbe, ProbeGpu, ProbeReading
     from backend.cluster.miles_gpu_streams import MilesGpuSample, MilesGpuStreams
 
 REPORTER_PERIOD_S = 5.0  # Ray's reporter agent reads NVML this often
@@ -98,6 +101,8 @@ class NodeSnapshot(BaseModel):
     name: str = ""
     ip: str = ""
     hostname: str = ""
+    # another node has this hostname too (one machine, a test cluster): the hostname alone names neither
+    shares_host: bool = False
     alive: bool = True
     state: str = "ALIVE"
     death_reason: str | None = None
@@ -111,14 +116,15 @@ class NodeSnapshot(BaseModel):
     gpu_note: str = ""  # why there are no GPU readings (e.g. the probe found no NVML there)
 
     @property
-    def short_id(self) -> str:
-        return self.node_id[:8]
+    def display_name(self) -> str:
+        """The node's name in every view (backend/node_names.py)."""
+        return display_name(self)
 
     @property
     def label(self) -> str:
-        """How the console names a node to an operator: its name plus a short id (names repeat)."""
-        base = self.name or self.hostname or self.ip or "node"
-        return f"{base} ({self.short_id})"
+        """How the console names a node to an operator where there is room: its name and its IP (its short
+        id where the name is the IP: nodes on one host share it)."""
+        return node_label(self)
 
 
 class ClusterSnapshot(BaseModel):
@@ -131,6 +137,11 @@ class ClusterSnapshot(BaseModel):
     ray_version: str | None = None
     gpu_source: str = GPU_SOURCE
     roles: dict[str, str] = Field(default_factory=dict)  # "<node id>:<pid>" -> the attached job's role for it
+
+    @property
+    def names(self) -> NodeNames:
+        """IP and node id -> the node's name, for the messages that name a node by what the log said."""
+        return NodeNames.of(self.nodes)
 
     def role_of(self, node_id: str, pid: int) -> str:
         return self.roles.get(f"{node_id}:{pid}", "")
@@ -275,6 +286,33 @@ def _summary_data(raw: object) -> Fields:
     return Fields.of(payload.raw["data"]) if "data" in payload.raw else payload
 
 
+def _merge_listed(by_id: dict[str, NodeSnapshot], listed: NodeSnapshot) -> None:
+    """Fold one node of the state API's list into the summary's nodes: it adds the nodes whose agent has
+    not reported yet and says which are dead."""
+    known = by_id.get(listed.node_id)
+    if known is None:
+        by_id[listed.node_id] = listed
+    elif not listed.alive:
+        by_id[listed.node_id] = known.model_copy(
+            update={
+                "alive": False,
+                "state": listed.state,
+                "death_reason": listed.death_reason,
+                "logical_gpus_used": 0.0,
+                # the summary's entry of a dead node lost its node name (Ray's death notice carries none)
+                "name": known.name or listed.name,
+                "ip": known.ip or listed.ip,
+            }
+        )
+
+
+def _host_sharing(nodes: list[NodeSnapshot]) -> list[NodeSnapshot]:
+    """The nodes, each knowing whether another one has its hostname: then the hostname alone names none of
+    them (backend/node_names.py adds the node's short id)."""
+    counts = Counter(n.hostname for n in nodes if n.hostname)
+    return [n.model_copy(update={"shares_host": True}) if counts[n.hostname] > 1 else n for n in nodes]
+
+
 def parse_nodes_summary(
     raw: object,
     state_nodes: Sequence[object] | None = None,
@@ -293,25 +331,11 @@ def parse_nodes_summary(
         if node is not None:
             by_id[node.node_id] = node
     for item in map(Fields.of, state_nodes or []):
-        if not item.has("node_id"):
-            continue
-        listed = _state_node(item)
-        known = by_id.get(listed.node_id)
-        if known is None:
-            # Alive per the state list but not yet in the summary: its agent has not reported.
-            by_id[listed.node_id] = listed
-        elif not listed.alive:
-            by_id[listed.node_id] = known.model_copy(
-                update={
-                    "alive": False,
-                    "state": listed.state,
-                    "death_reason": listed.death_reason,
-                    "logical_gpus_used": 0.0,
-                }
-            )
+        if item.has("node_id"):
+            _merge_listed(by_id, _state_node(item))
     nodes = sorted(
-        by_id.values(),
-        key=lambda n: (not n.alive, not n.is_head, natural_key(n.name or n.hostname or n.ip), n.node_id),
+        _host_sharing(list(by_id.values())),
+        key=lambda n: (not n.alive, not n.is_head, natural_key(n.display_name), n.node_id),
     )
     return ClusterSnapshot(nodes=nodes, taken_at=taken, ray_version=ray_version)
 
@@ -322,43 +346,45 @@ def with_probe_readings(
     """`snap` with each alive node's GPUs from the console's probe (by node id) wherever its reading is fresh:
     utilisation, memory, power, temperature and the processes holding each GPU as NVML read them a moment ago.
     A node where the probe found no NVML says so. Pure."""
-    nodes = []
-    for node in snap.nodes:
-        mine = readings.get(node.node_id) if node.alive else None
-        age = max(0.0, now - mine.ts) if mine is not None else None
-        if mine is None or age is None or age > STALE_LIMITS_S["probe"]:
-            nodes.append(node)
-            continue
-        gpus = (
-            None
-            if mine.gpus is None
-            else [
-                GpuSnapshot(
-                    index=g.index,
-                    name=known.name if (known := _gpu(node, g.index)) else "",
-                    uuid=known.uuid if known else "",
-                    utilization_pct=g.util,
-                    mem_used_mb=g.mem_used_mb,
-                    mem_total_mb=g.mem_total_mb,
-                    processes=[GpuProcess(p.pid, p.mem_mb) for p in g.processes],
-                    power_w=g.power_w,
-                    temp_c=g.temp_c,
-                )
-                for g in mine.gpus
-            ]
-        )
-        nodes.append(
-            node.model_copy(
-                update={
-                    "gpus": gpus or None,
-                    "telemetry_age_s": age,
-                    "stale": False,
-                    "gpu_source": "probe",
-                    "gpu_note": f"no NVML: {mine.nvml}" if mine.gpus is None else "",
-                }
-            )
-        )
+    nodes = [
+        _with_probe(node, readings.get(node.node_id) if node.alive else None, now) for node in snap.nodes
+    ]
     return snap.model_copy(update={"nodes": nodes, "taken_at": now})
+
+
+def _with_probe(node: NodeSnapshot, mine: ProbeReading | None, now: float) -> NodeSnapshot:
+    """One node with the probe's GPUs when its reading is fresh; as it was otherwise."""
+    if mine is None:
+        return node
+    age = max(0.0, now - mine.ts)
+    if age > STALE_LIMITS_S["probe"]:
+        return node
+    gpus = None if mine.gpus is None else [_probe_gpu(node, g) for g in mine.gpus]
+    return node.model_copy(
+        update={
+            "gpus": gpus or None,
+            "telemetry_age_s": age,
+            "stale": False,
+            "gpu_source": "probe",
+            "gpu_note": f"no NVML: {mine.nvml}" if mine.gpus is None else "",
+        }
+    )
+
+
+def _probe_gpu(node: NodeSnapshot, g: ProbeGpu) -> GpuSnapshot:
+    """One GPU as NVML read it, named as Ray's reporter knows it."""
+    known = _gpu(node, g.index)
+    return GpuSnapshot(
+        index=g.index,
+        name=known.name if known else "",
+        uuid=known.uuid if known else "",
+        utilization_pct=g.util,
+        mem_used_mb=g.mem_used_mb,
+        mem_total_mb=g.mem_total_mb,
+        processes=[GpuProcess(p.pid, p.mem_mb) for p in g.processes],
+        power_w=g.power_w,
+        temp_c=g.temp_c,
+    )
 
 
 def _gpu(node: NodeSnapshot, index: int) -> GpuSnapshot | None:
@@ -371,30 +397,36 @@ def with_miles_samples(
     """`snap` with each alive node's GPUs from miles' samples (matched by IP) wherever those are fresh and no
     fresher source (the probe) has the node (one source per node, so the pane never flips between them); Ray's
     memory totals and process lists are kept. Pure."""
-    nodes = []
-    for node in snap.nodes:
-        mine = samples.get(node.ip) if node.alive and node.ip and node.gpu_source == "ray" else None
-        if not mine:
-            nodes.append(node)
-            continue
-        age = max(0.0, now - min(s.ts for s in mine.values()))
-        if age > STALE_LIMITS_S["miles"]:  # miles' samples stopped: Ray's reporter, with its own age
-            nodes.append(node)
-            continue
-        known = {g.index: g for g in node.gpus or []}
-        gpus = [
-            known[i].model_copy(update={"utilization_pct": s.util, "mem_used_mb": s.mem_mb})
-            if i in known
-            else GpuSnapshot(index=i, utilization_pct=s.util, mem_used_mb=s.mem_mb)
-            for i, s in sorted(mine.items())
-        ]
-        gpus += [g for i, g in sorted(known.items()) if i not in mine]
-        nodes.append(
-            node.model_copy(
-                update={"gpus": gpus, "telemetry_age_s": age, "stale": False, "gpu_source": "miles"}
-            )
-        )
+    nodes = [_with_miles(node, _miles_of(node, samples), now) for node in snap.nodes]
     return snap.model_copy(update={"nodes": nodes, "taken_at": now})
+
+
+def _miles_of(node: NodeSnapshot, samples: dict[str, dict[int, MilesGpuSample]]) -> dict[int, MilesGpuSample]:
+    """miles' samples for an alive node no fresher source has ({} otherwise)."""
+    if not (node.alive and node.ip and node.gpu_source == "ray"):
+        return {}
+    return samples.get(node.ip) or {}
+
+
+def _with_miles(node: NodeSnapshot, mine: dict[int, MilesGpuSample], now: float) -> NodeSnapshot:
+    """One node with miles' utilisation and memory when its samples are fresh; as it was otherwise
+    (samples that stopped leave Ray's reporter, with its own age)."""
+    if not mine:
+        return node
+    age = max(0.0, now - min(s.ts for s in mine.values()))
+    if age > STALE_LIMITS_S["miles"]:
+        return node
+    known = {g.index: g for g in node.gpus or []}
+    gpus = [
+        known[i].model_copy(update={"utilization_pct": s.util, "mem_used_mb": s.mem_mb})
+        if i in known
+        else GpuSnapshot(index=i, utilization_pct=s.util, mem_used_mb=s.mem_mb)
+        for i, s in sorted(mine.items())
+    ]
+    gpus += [g for i, g in sorted(known.items()) if i not in mine]
+    return node.model_copy(
+        update={"gpus": gpus, "telemetry_age_s": age, "stale": False, "gpu_source": "miles"}
+    )
 
 
 # --------------------------------------------------------------------------- I/O

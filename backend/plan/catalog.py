@@ -758,6 +758,27 @@ _CATALOG: tuple[LayoutRule, ...] = (
         ),
         "miles scripts/run_nemotron_3_ultra_550b_a55b.py:113-143, 211-212",
     ),
+    LayoutRule(
+        "H13",
+        "run.extra_args: only flags and values miles' parser knows",
+        ERR,
+        ("run.extra_args",),
+        "miles utils/arguments.py:2664 parse_args (allow_abbrev=False); configs/miles/args.toml",
+    ),
+    LayoutRule(
+        "H14",
+        "run.extra_args repeats a flag the plan sets (the last one wins)",
+        WARN,
+        ("run.extra_args",),
+        "argparse: a repeated option keeps its last value; the extra args come last in the argv",
+    ),
+    LayoutRule(
+        "H15",
+        "micro batch size is ignored under dynamic batch size (miles uses 1)",
+        WARN,
+        ("train.micro_batch_size", "train.use_dynamic_batch_size"),
+        "miles utils/arguments.py:1107 (reset to 1, 'ignored if use_dynamic_batch_size is set')",
+    ),
     # ---------------------------------------------------------------- M: ours — memory (backend.plan.sizing)
     LayoutRule(
         "M1",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from backend.plan import sizing
-from backend.plan.checks.context import LayoutContext
+from backend.plan.checks.context import LayoutContext, TrainMemory
 
 if TYPE_CHECKING:
     from backend.plan.spec import RunSpec
@@ -253,12 +253,10 @@ class LayoutFigures:
         )
 
 
-def layout_figures(spec: RunSpec) -> LayoutFigures:
-    """The numbers a layout implies; answers for a layout that breaks rules too (None where not whole)."""
-    c = LayoutContext(spec)
-    mem = c.memory()
+def _stages(c: LayoutContext, mem: TrainMemory) -> tuple[StageFigures, ...]:
+    """Each pipeline stage: its layers by kind and its parameters (billions)."""
     slices = sizing.stage_slices(c.pattern, c.layers, c.pp)
-    stages = tuple(
+    return tuple(
         StageFigures(
             sl.index,
             sl.first_layer,
@@ -271,12 +269,11 @@ def layout_figures(spec: RunSpec) -> LayoutFigures:
         )
         for sl, sp in zip(slices, mem.stages, strict=True)
     )
-    hbm = c.hbm_need()
-    adam = mem.max_sharded(c.cp) * sizing.ADAM_BYTES / sizing.GB
-    copies = mem.max_sharded(c.cp) * sizing.FP32 / sizing.GB
-    samples = c.rbs * c.n
-    rollout_gb = c.rollout_weights_gb()
-    training = TrainingLayout(
+
+
+def _training(c: LayoutContext, mem: TrainMemory) -> TrainingLayout:
+    """The training side's parallel layout."""
+    return TrainingLayout(
         world_size=c.W,
         dp=c.dp,
         edp=c.edp,
@@ -284,20 +281,59 @@ def layout_figures(spec: RunSpec) -> LayoutFigures:
         sequence_parallel=c.sp,
         experts_per_rank=c.experts // c.ep if c.experts % c.ep == 0 else None,
         layers_per_stage=c.layers // c.pp,
-        stages=stages,
+        stages=_stages(c, mem),
         ep_group_nodes=max(1, c.etp * c.ep // c.gpn),
     )
-    rollout = RolloutLayout(
+
+
+def _rollout(c: LayoutContext) -> RolloutLayout:
+    """The rollout side: its engines and their parallelism."""
+    engines, processes = c.rollout_engines()
+    return RolloutLayout(
         gpus=c.R,
-        engines=c.R // c.g if c.R is not None else None,
+        engines=engines,
         nodes_per_engine=c.nn,
-        engine_processes=c.R // min(c.g, c.gpn) if c.R is not None else None,
+        engine_processes=processes,
         attn_tp=c.attn_tp,
         moe_tp=c.g // c.rep if c.g % c.rep == 0 else None,
         experts_per_rank=c.experts // c.rep if c.experts % c.rep == 0 else None,
     )
-    batch = BatchFigures(samples, c.steps if c.steps is not None else samples // c.gbs)
-    memory = MemoryFigures(
+
+
+def _batch(c: LayoutContext) -> BatchFigures:
+    """Samples per rollout and optimizer steps per rollout."""
+    samples = c.rbs * c.n
+    gbs = samples // c.steps if c.steps is not None else c.gbs  # miles sets it so (arguments.py:3431-3439)
+    return BatchFigures(samples, samples // gbs if gbs else 0)
+
+
+def _host_memory(c: LayoutContext, adam: float, copies: float) -> dict[str, float]:
+    """Host memory of an offloaded optimizer (Adam's state and the fp32 grad copies); none on the GPU path."""
+    if not c.offload:
+        return dict.fromkeys(
+            (
+                "host_adam_gb_per_gpu",
+                "host_adam_gb_per_node",
+                "host_grad_copies_gb_per_gpu",
+                "host_gb_per_node",
+            ),
+            0.0,
+        )
+    return {
+        "host_adam_gb_per_gpu": _r3(adam),
+        "host_adam_gb_per_node": _r3(adam * c.gpn),
+        "host_grad_copies_gb_per_gpu": _r3(copies),
+        "host_gb_per_node": _r3((adam + copies) * c.gpn),
+    }
+
+
+def _memory(c: LayoutContext, mem: TrainMemory) -> MemoryFigures:
+    """Memory per GPU and per node, on the GPU and (with the optimizer offloaded) on the host."""
+    hbm = c.hbm_need()
+    adam = c.optimizer_gb()
+    copies = c.optimizer_params() * sizing.FP32 / sizing.GB
+    rollout_gb = c.rollout_weights_gb()
+    return MemoryFigures(
         params_per_gpu=tuple(round(s.total) for s in mem.stages),
         params_per_gpu_max_b=_r3(mem.worst.total / 1e9),
         weights_gb_per_gpu=_r3(hbm.weights),
@@ -306,11 +342,16 @@ def layout_figures(spec: RunSpec) -> LayoutFigures:
         optimizer_gb_per_gpu=_r3(adam),
         optimizer_location="host" if c.offload else "gpu",
         train_hbm_gb_per_gpu=_r3(hbm.total),
-        host_adam_gb_per_gpu=_r3(adam) if c.offload else 0.0,
-        host_adam_gb_per_node=_r3(adam * c.gpn) if c.offload else 0.0,
-        host_grad_copies_gb_per_gpu=_r3(copies) if c.offload else 0.0,
-        host_gb_per_node=_r3((adam + copies) * c.gpn) if c.offload else 0.0,
+        **_host_memory(c, adam, copies),
         rollout_weights_gb_per_gpu=_r3(rollout_gb) if rollout_gb is not None else None,
         rollout_static_gb_per_gpu=_r3(c.mem_fraction * c.hbm),
     )
-    return LayoutFigures(training, rollout, batch, memory, _r3(sizing.total_params(c.m) / 1e9))
+
+
+def layout_figures(spec: RunSpec) -> LayoutFigures:
+    """The numbers a layout implies; answers for a layout that breaks rules too (None where not whole)."""
+    c = LayoutContext(spec)
+    mem = c.memory()
+    return LayoutFigures(
+        _training(c, mem), _rollout(c), _batch(c), _memory(c, mem), _r3(sizing.total_params(c.m) / 1e9)
+    )

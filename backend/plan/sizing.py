@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 GB = 1e9
 BF16, FP32 = 2, 4
 ADAM_BYTES = 12  # fp32 master + Adam m + v per parameter
+SGD_BYTES = 8  # fp32 master + momentum per parameter
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -29,8 +30,9 @@ from pydantic import (
 )
 
 from backend.errors import SpecError
+from backend.plan.miles_flags import spec_choices
 from backend.plan.run_modes import RunMode
-from backend.regular_files import NotRegularFileError, read_regular_text, refuse_special
+from backend.regular_files import NotRegularFileError, read_config_text, refuse_special
 from backend.toml_input import parse_toml
 
 if sys.version_info >= (3, 11):
@@ -61,6 +63,20 @@ def _as_number_text(value: Any) -> str:
 
 NumberText = Annotated[str, BeforeValidator(_as_number_text)]
 """A finite number kept as the text miles receives (so `1e-6` stays `1e-6`, not `1e-06`)."""
+
+
+def _choice(path: str) -> AfterValidator:
+    """The value must be one miles' parser accepts for the field's flag (configs/miles/choices.toml)."""
+    choices = spec_choices()[path]
+
+    def check(value: str | None) -> str | None:
+        problem = None if value is None else choices.problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
 
 # Caps on what a value can be: no real cluster or recipe is bigger, and every rule's arithmetic (divisors,
 # legal-value lists, stage splits) stays bounded -- a keystroke in the plan form never runs for seconds.
@@ -162,7 +178,9 @@ class Train(_Strict):
     recompute_granularity: Literal["full", "selective"] | None = "full"
     recompute_method: Literal["uniform", "block"] | None = "uniform"
     recompute_num_layers: int | None = 1
-    attention_backend: str = Field(default="auto", description="Megatron's --attention-backend")
+    attention_backend: Annotated[str, _choice("train.attention_backend")] = Field(
+        default="auto", description="Megatron's --attention-backend"
+    )
     micro_batch_size: int = Field(default=1, gt=0)
     use_dynamic_batch_size: bool = True
     log_probs_chunk_size: int = Field(default=128, gt=0)
@@ -185,7 +203,7 @@ class Rollout(_Strict):
     max_response_len: int = Field(default=8192, gt=0)
     debug_max_response_len: int = Field(default=256, gt=0)
     temperature: NumberText = "1"
-    sglang_attention_backend: str | None = Field(
+    sglang_attention_backend: Annotated[str | None, _choice("rollout.sglang_attention_backend")] = Field(
         default=None, description="--sglang-attention-backend; None = SGLang picks"
     )
 
@@ -214,9 +232,9 @@ class Data(_Strict):
 
 
 class Grpo(_Strict):
-    advantage_estimator: str = "grpo"
+    advantage_estimator: Annotated[str, _choice("grpo.advantage_estimator")] = "grpo"
     kl_loss_coef: NumberText = "0.00"
-    kl_loss_type: str = "low_var_kl"
+    kl_loss_type: Annotated[str, _choice("grpo.kl_loss_type")] = "low_var_kl"
     entropy_coef: NumberText = "0.00"
     eps_clip: NumberText = "0.2"
     eps_clip_high: NumberText = "0.28"
@@ -225,7 +243,7 @@ class Grpo(_Strict):
 class Optimizer(_Strict):
     name: Literal["adam", "sgd"] = "adam"
     lr: NumberText = "1e-6"
-    lr_decay_style: str = "constant"
+    lr_decay_style: Annotated[str, _choice("optimizer.lr_decay_style")] = "constant"
     weight_decay: NumberText = "0.1"
     adam_beta1: NumberText = "0.9"
     adam_beta2: NumberText = "0.98"
@@ -246,6 +264,12 @@ class Checkpoint(_Strict):
     save_interval: int = Field(default=50, gt=0)
     skip_saving: bool = False
     save_optim: bool = False
+    load: str | None = Field(
+        default=None, description="--load: a save dir to resume from (None: a fresh start)"
+    )
+    load_step: int | None = Field(
+        default=None, gt=0, description="--ckpt-step: the iteration of `load` (None: its tracker's)"
+    )
 
 
 class Paths(_Strict):
@@ -319,7 +343,7 @@ def preset_dir() -> Path:
 def _parsed_toml(path: Path, _stamp: tuple[int, int]) -> dict[str, Any]:
     """One parse per file version (`_stamp` = mtime, size): listing the variants reads every preset
     several times, and the plan form's first frame waits for that."""
-    return parse_toml(read_regular_text(path, "preset"))
+    return parse_toml(read_config_text(path, "preset"))
 
 
 def _read_toml(path: Path, *, copied: bool = True) -> dict[str, Any]:
@@ -356,7 +380,7 @@ def _format_error(err: ValidationError, source: str) -> str:
         return f"{source}: missing key {where!r}"
     value = first.get("input")
     shown = f" (got {_cut(repr(value))})" if not isinstance(value, (dict, list)) else ""
-    return f"{source}: {where}: {first['msg']}{shown}"
+    return f"{source}: {where}: {first['msg'].removeprefix('Value error, ')}{shown}"
 
 
 def spec_from_dict(data: dict[str, Any], source: str = "spec") -> RunSpec:
@@ -428,17 +452,8 @@ def apply_overrides(data: dict[str, Any], pairs: list[str] | list[tuple[str, Any
     """Apply `key=value` (or (key, value)) overrides to a preset dict; returns a new dict."""
     out = copy.deepcopy(data)
     for pair in pairs:
-        if isinstance(pair, tuple):
-            key, value = pair
-        else:
-            if "=" not in pair:
-                raise SpecError(f"--set expects KEY=VALUE, got {pair!r}")
-            key, raw = pair.split("=", 1)
-            key, value = key.strip(), _parse_value(raw.strip())
-        if key not in SETTABLE_KEYS:
-            close = [k for k in SETTABLE_KEYS if k.split(".")[-1] == key.split(".")[-1]]
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise SpecError(f"unknown key {key!r}{hint}")
+        key, value = pair if isinstance(pair, tuple) else _split_pair(pair)
+        _check_settable(key)
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
@@ -447,6 +462,23 @@ def apply_overrides(data: dict[str, Any], pairs: list[str] | list[tuple[str, Any
             value = str(value)
         node[parts[-1]] = value
     return out
+
+
+def _split_pair(pair: str) -> tuple[str, Any]:
+    """`KEY=VALUE` as the key and its parsed value."""
+    if "=" not in pair:
+        raise SpecError(f"--set expects KEY=VALUE, got {pair!r}")
+    key, raw = pair.split("=", 1)
+    return key.strip(), _parse_value(raw.strip())
+
+
+def _check_settable(key: str) -> None:
+    """Refuse a key no spec field has, naming the keys that end the same way."""
+    if key in SETTABLE_KEYS:
+        return
+    close = [k for k in SETTABLE_KEYS if k.split(".")[-1] == key.split(".")[-1]]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise SpecError(f"unknown key {key!r}{hint}")
 
 
 def build_spec(preset: str | None = None, overrides: list[str] | None = None) -> RunSpec:
@@ -458,25 +490,27 @@ def build_spec(preset: str | None = None, overrides: list[str] | None = None) ->
 
 def dump_toml(spec: RunSpec) -> str:
     """A spec as TOML (for saving an edited layout as a new preset)."""
-    lines: list[str] = []
     data = spec.model_dump(mode="json")
-    top = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    for key, value in top.items():
-        if value is not None:
-            lines.append(f"{key} = {_toml_value(value)}")
+    lines = _plain_items({k: v for k, v in data.items() if not isinstance(v, dict)})
     for section, body in data.items():
-        if not isinstance(body, dict):
-            continue
-        lines.append(f"\n[{section}]")
-        nested = {k: v for k, v in body.items() if isinstance(v, dict)}
-        for key, value in body.items():
-            if value is None or key in nested:
-                continue
-            lines.append(f"{key} = {_toml_value(value)}")
-        for key, value in nested.items():
+        if isinstance(body, dict):
+            lines += _section_lines(section, body)
+    return "\n".join(lines) + "\n"
+
+
+def _plain_items(body: dict[str, Any]) -> list[str]:
+    """`key = value` for each value that is set and not a table."""
+    return [f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None and not isinstance(v, dict)]
+
+
+def _section_lines(section: str, body: dict[str, Any]) -> list[str]:
+    """One table: its plain values, then each nested table whole."""
+    lines = [f"\n[{section}]", *_plain_items(body)]
+    for key, value in body.items():
+        if isinstance(value, dict):
             lines.append(f"\n[{section}.{key}]")
             lines.extend(f"{k} = {_toml_value(v)}" for k, v in value.items())
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _toml_value(value: Any) -> str:

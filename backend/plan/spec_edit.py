@@ -45,30 +45,41 @@ def edit_spec(base: dict[str, Any], edits: dict[str, str]) -> EditResult:
     errors: dict[str, str] = {}
     good: dict[str, str] = {}
     for key, text in edits.items():
-        try:
-            apply_overrides({}, [f"{key}={text}"])
-        except SpecError as err:
-            errors[key] = str(err)
-            continue
-        if not text.strip():
-            errors[key] = "enter a value"
-            continue
-        good[key] = text
+        problem = _edit_problem(key, text)
+        if problem is None:
+            good[key] = text
+        else:
+            errors[key] = problem
     for _ in range(len(good) + 1):
         data = apply_overrides(base, [f"{k}={v}" for k, v in good.items()])
         try:
             return EditResult(RunSpec.model_validate(data), errors)
         except ValidationError as err:
-            blamed = False
-            for item in err.errors():
-                owner = _owner(_loc_path(item["loc"]), set(good))
-                if owner is not None:
-                    errors[owner] = item["msg"]
-                    good.pop(owner, None)
-                    blamed = True
-            if not blamed:
-                try:
-                    spec_from_dict(data)
-                except SpecError as whole:
-                    return EditResult(None, errors, str(whole))
+            if _blame(err, good, errors):
+                continue
+            try:
+                spec_from_dict(data)
+            except SpecError as whole:
+                return EditResult(None, errors, str(whole))
     return EditResult(None, errors, "the edited values do not form a valid spec")
+
+
+def _edit_problem(key: str, text: str) -> str | None:
+    """Why one edit cannot apply on its own (an unknown key, a value that does not parse, none typed)."""
+    try:
+        apply_overrides({}, [f"{key}={text}"])
+    except SpecError as err:
+        return str(err)
+    return None if text.strip() else "enter a value"
+
+
+def _blame(err: ValidationError, good: dict[str, str], errors: dict[str, str]) -> bool:
+    """Move each edit the validation errors point at from `good` to `errors`; False when none is to blame."""
+    blamed = False
+    for item in err.errors():
+        owner = _owner(_loc_path(item["loc"]), set(good))
+        if owner is not None:
+            errors[owner] = item["msg"]
+            good.pop(owner, None)
+            blamed = True
+    return blamed

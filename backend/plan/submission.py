@@ -34,10 +34,21 @@ from shim.logline import LINE_PREFIX as SHIM_LINE_PREFIX
 
 SECRET_ENV = SECRET_NAME  # one pattern for every secret-looking name (backend.redaction)
 FORBIDDEN_EXTRA = ("--wandb-key",)
+# A flag that names a secret (`--hf-token`, `--api-key`, `--password`; not `--max-tokens-per-gpu` nor miles'
+# `--input-key`), or a value shaped like a known token: argv is shown in previews, `ps` and Ray's metadata.
+SECRET_FLAG = re.compile(
+    r"^--?(?:[\w-]*[-_])?(?:token|secret|password|passwd|credentials?|api[-_]?key|access[-_]?key|"
+    r"private[-_]?key|auth|wandb[-_]?key)$",
+    re.IGNORECASE,
+)
+SECRET_VALUE = re.compile(
+    r"^(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-\S{10,})"
+)
 INHERITED_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
 WANDB_PROJECT = "miles-run_nemotron_3_ultra_550b_a55b"
 REDACTED = "***"
 SECRET_NAMES = ("WANDB_API_KEY",)
+MILES_GPUS_PER_NODE = 8  # miles' --num-gpus-per-node default (configs/miles/args.toml; a test pins it)
 
 
 class Submission(BaseModel):
@@ -167,7 +178,16 @@ def ckpt_args(spec: RunSpec, run_id: str) -> list[str]:
             str(spec.checkpoint.save_interval),
         ]
         args += _flag(not spec.checkpoint.save_optim, "--no-save-optim")
-    return args
+    return args + load_args(spec)
+
+
+def load_args(spec: RunSpec) -> list[str]:
+    """`--load` (and `--ckpt-step`) of a resumed run: Megatron reads the iteration from the tracker unless
+    `--ckpt-step` names one (the one before a partial save)."""
+    c = spec.checkpoint
+    if c.load is None:
+        return []
+    return ["--load", c.load, *(["--ckpt-step", str(c.load_step)] if c.load_step is not None else [])]
 
 
 def rollout_args(spec: RunSpec) -> list[str]:
@@ -293,7 +313,19 @@ def perf_args(spec: RunSpec) -> list[str]:
     if b.max_tokens_per_gpu is not None:
         args += ["--max-tokens-per-gpu", str(b.max_tokens_per_gpu)]
     args += ["--log-probs-chunk-size", str(t.log_probs_chunk_size)]
-    return args + _flag(spec.sequence_parallel, "--sequence-parallel")
+    return args + _flag(spec.sequence_parallel, "--sequence-parallel") + moe_runtime_args(spec)
+
+
+def moe_runtime_args(spec: RunSpec) -> list[str]:
+    """The dispatcher and shared-expert overlap, where the flag changes what miles runs.
+
+    Without the flag Megatron's default `allgather` reaches miles, which turns it into `alltoall` (always
+    variable sequence lengths; utils/arguments.py:2715-2720): the plan's default `alltoall` needs no flag
+    (so the argv stays the launcher's), `flex` does; `allgather` ends as `alltoall` whatever is passed
+    (rule B10 says so)."""
+    t = spec.train
+    args = ["--moe-token-dispatcher-type", "flex"] if t.moe_token_dispatcher == "flex" else []
+    return args + _flag(t.moe_shared_expert_overlap, "--moe-shared-expert-overlap")
 
 
 def eval_args(spec: RunSpec) -> list[str]:
@@ -349,10 +381,19 @@ def misc_args(spec: RunSpec, run_id: str) -> list[str]:
         str(c.gpus_per_node),
         "--rollout-num-gpus",
         str(r.num_gpus or c.total_gpus),
+        *gpus_per_node_args(spec),
         "--dump-details",
         f"{_run_dir(spec, run_id)}/dump_details",
         *_flag(spec.run.miles_dashboard, *DASHBOARD_FLAGS),
     ]
+
+
+def gpus_per_node_args(spec: RunSpec) -> list[str]:
+    """miles places rollout engines by --num-gpus-per-node (default 8, utils/arguments.py:134), not by the
+    actor flags: passed whenever the cluster's differs, so the engines and nodes per engine the plan shows
+    are what runs (miles' launcher omits it; on 8-GPU nodes the argv stays the launcher's)."""
+    gpn = spec.cluster.gpus_per_node
+    return [] if gpn == MILES_GPUS_PER_NODE else ["--num-gpus-per-node", str(gpn)]
 
 
 def split_extra_args(text: str) -> list[str]:
@@ -362,12 +403,24 @@ def split_extra_args(text: str) -> list[str]:
     except ValueError as err:
         raise SpecError(f"run.extra_args cannot be split into arguments: {err}") from None
     for token in tokens:
-        name = token.split("=", 1)[0]
-        if name in FORBIDDEN_EXTRA:
-            raise SpecError(f"run.extra_args must not carry {name}: put the key in WANDB_API_KEY instead")
-        if "\x00" in token or any(ord(ch) < 32 for ch in token):
-            raise SpecError("run.extra_args contains control characters")
+        _check_extra_token(token)
     return tokens
+
+
+def _check_extra_token(token: str) -> None:
+    """Refuse a secret on the command line (named by the flag only: the value is never repeated)."""
+    name, _, value = token.partition("=")
+    if name in FORBIDDEN_EXTRA:
+        raise SpecError(f"run.extra_args must not carry {name}: put the key in WANDB_API_KEY instead")
+    if "\x00" in token or any(ord(ch) < 32 for ch in token):
+        raise SpecError("run.extra_args contains control characters")
+    if SECRET_FLAG.match(name):
+        raise SpecError(
+            f"run.extra_args must not carry {name[:60]}: a secret on the command line is shown in previews, "
+            "`ps` and Ray's job metadata (pass it in run.extra_env under a *_TOKEN / *_KEY name)"
+        )
+    if SECRET_VALUE.match(value or token):
+        raise SpecError("run.extra_args holds a value shaped like an access token: pass it in run.extra_env")
 
 
 def train_argv(spec: RunSpec, run_id: str, *, wandb: bool = False) -> list[str]:
@@ -431,8 +484,8 @@ def runtime_env(
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
         "NCCL_NVLS_ENABLE": "1" if nv else "0",
+        **_inherited(inherit),
     }
-    env.update({k: inherit[k] for k in INHERITED_ENV if inherit and inherit.get(k)})
     env.update(
         {
             "no_proxy": f"127.0.0.1,{master}",
@@ -450,12 +503,56 @@ def runtime_env(
     env.update(secrets or {})
     out: dict[str, Any] = {"env_vars": env}
     if with_shim:
-        for key, value in _shim_runtime_env(spec).items():
-            if key == "env_vars":
-                env.update(value)
-            else:
-                out[key] = value
+        shim_env = _shim_runtime_env(spec)
+        env.update(shim_env.pop("env_vars", {}))
+        out.update(shim_env)
     return out
+
+
+def _inherited(inherit: Mapping[str, str] | None) -> dict[str, str]:
+    """The variables the run takes from the console's environment, where set there."""
+    return {k: inherit[k] for k in INHERITED_ENV if inherit and inherit.get(k)}
+
+
+FR_DIR = "flight_recorder"
+FR_DUMP_WAIT_MS = 30000  # the first dump with stacks took 4-12 s (lazy imports); the watchdog waits this long
+
+
+def flight_recorder_env(spec: RunSpec, run_id: str) -> dict[str, str]:
+    """PyTorch Flight Recorder settings for every rank, so an NCCL timeout leaves one dump per rank under
+    the run's output dir (`<run>/flight_recorder/rank_<r>`) and a byte written to `pipe_rank_<r>.pipe`
+    dumps a rank that hangs (read by `ultra-console collectives`)."""
+    prefix = f"{_run_dir(spec, run_id)}/{FR_DIR}"
+    return {
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": f"{prefix}/rank_",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{prefix}/pipe_rank_",
+        "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": str(FR_DUMP_WAIT_MS),
+    }
+
+
+def _with_flight_recorder(env: dict[str, Any], spec: RunSpec, run_id: str) -> dict[str, Any]:
+    """The flight recorder's variables added where the operator's extra_env did not set them."""
+    env_vars = env.setdefault("env_vars", {})
+    for key, value in flight_recorder_env(spec, run_id).items():
+        env_vars.setdefault(key, value)
+    return env
+
+
+# A resumed attempt's metadata: its chain (attempt 1's run id), its number, the job before it, what that one
+# died of, the checkpoint it loads, and the work the failure lost (s): backend/cluster/resume.py writes them.
+LINK_KEYS = ("chain", "attempt", "resume_of", "resumed_cause", "resumed_from", "resumed_lost_s")
+SPEC_KEY = "spec"  # the whole spec as JSON, so a resume starts from what ran, not from the preset
+
+
+def spec_metadata(spec: RunSpec) -> str:
+    """The spec as compact JSON for the job's metadata; an extra_env variable whose name looks secret is
+    left out (its value would be in Ray's job list for anyone to read)."""
+    data = spec.model_dump(mode="json")
+    env = data["run"]["extra_env"]
+    data["run"]["extra_env"] = {k: v for k, v in env.items() if not SECRET_ENV.search(k)}
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def build_submission(
@@ -466,8 +563,10 @@ def build_submission(
     nvlink: bool | None = None,
     inherit: Mapping[str, str] | None = None,
     with_shim: bool = True,
+    links: Mapping[str, str] | None = None,
 ) -> Submission:
-    """The job for `spec`. `secrets` (e.g. {"WANDB_API_KEY": ...}) go only into the runtime env."""
+    """The job for `spec`. `secrets` (e.g. {"WANDB_API_KEY": ...}) go only into the runtime env. `links`: more
+    metadata (a resumed attempt's chain: its first run's id, the attempt number, the job before)."""
     run_id = run_id or spec.run.id or new_run_id()
     secrets = dict(secrets or {})
     wandb = bool(secrets.get("WANDB_API_KEY"))
@@ -485,6 +584,8 @@ def build_submission(
         f" | engine {r.gpus_per_engine} ep{r.ep} dp{r.dp}",
         "num_rollout": str(spec.batch.num_rollout),
         "save_interval": str(spec.checkpoint.save_interval),
+        SPEC_KEY: spec_metadata(spec),
+        **dict(links or {}),
     }
     if spec.paths.train_script:
         metadata["train_script"] = spec.paths.train_script
@@ -493,7 +594,11 @@ def build_submission(
     return Submission(
         entrypoint=shlex.join(argv),
         argv=argv,
-        runtime_env=runtime_env(spec, nvlink=nvlink, secrets=secrets, inherit=inherit, with_shim=with_shim),
+        runtime_env=_with_flight_recorder(
+            runtime_env(spec, nvlink=nvlink, secrets=secrets, inherit=inherit, with_shim=with_shim),
+            spec,
+            run_id,
+        ),
         submission_id=submission_id_for(run_id),
         metadata=metadata,
         secret_env=sorted(secrets),

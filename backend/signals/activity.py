@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from backend.signals.grammar import STAMP
 from backend.signals.metrics import parse_ts
+
+if TYPE_CHECKING:
+    from backend.signals.prefilter import Scan
 
 
 class LogActivity:
@@ -29,31 +33,33 @@ class LogActivity:
         self.noise_sample = ""
         self.active_at = math.nan  # wall clock of the last chunk holding a real line
 
-    def note(self, text: str) -> None:
-        """A chunk of sanitised complete lines."""
-        count = text.count("\n") + (0 if text.endswith("\n") else 1)
+    def note(self, text: str, scan: Scan | None = None) -> None:
+        """A chunk of sanitised complete lines; `scan`: the monitor's, which found the noise needles."""
+        breaks = scan.numbers.total if scan is not None else text.count("\n")  # counted once, shared
+        count = breaks + (0 if text.endswith("\n") else 1)
         if count <= 0 or not text:
             return
         now = self._clock()
-        if math.isnan(self.first_seen):
-            self.first_seen = now
-        if math.isnan(self.first_ts):
-            stamp = STAMP.search(text[:8192])
-            if stamp is not None:
-                self.first_ts = parse_ts(stamp.group(1))
+        self._note_start(text, now)
         self.lines += count
-        end = len(text)
-        while end and text[end - 1] == "\n":
-            end -= 1
-        last = text[text.rfind("\n", 0, end) + 1 : end]  # no copy of the chunk (rstrip/rsplit made two)
+        last = _last_line(text)
         self.last_line = last
-        noisy = sum(text.count(needle) for needle in self.noise) if self.noise else 0
+        noisy = sum(_count(text, needle, scan) for needle in self.noise) if self.noise else 0
         if noisy >= count:
             self.noise_lines += count
             self.noise_sample = last
         else:
             self.noise_lines = 0
             self.active_at = now
+
+    def _note_start(self, text: str, now: float) -> None:
+        """When the log began: the first chunk's arrival, and the oldest bracket stamp."""
+        if math.isnan(self.first_seen):
+            self.first_seen = now
+        if math.isnan(self.first_ts):
+            stamp = STAMP.search(text[:8192])
+            if stamp is not None:
+                self.first_ts = parse_ts(stamp.group(1))
 
     def logged_s(self, miles_now: float) -> float:
         """How long the run has logged: by miles' stamps where it has them, else since the first line came."""
@@ -66,3 +72,22 @@ class LogActivity:
         if self.noise_lines == 0 or math.isnan(self.active_at):
             return math.nan
         return self._clock() - self.active_at
+
+
+def _last_line(text: str) -> str:
+    """The text's last non-empty line, without a copy of the chunk (rstrip/rsplit made two)."""
+    end = len(text)
+    while end and text[end - 1] == "\n":
+        end -= 1
+    return text[text.rfind("\n", 0, end) + 1 : end]
+
+
+def _count(text: str, needle: str, scan: Scan | None) -> int:
+    """`text.count(needle)` (non-overlapping), from the scan's starts where there is one."""
+    if scan is None:
+        return text.count(needle)
+    count, end = 0, -1
+    for start in scan.at.get(needle, ()):
+        if start >= end:
+            count, end = count + 1, start + len(needle)
+    return count

@@ -21,25 +21,34 @@ def choose_anchors(hints: Iterable[str], given: Sequence[str] = ()) -> list[str]
     chosen = list(given)
     left = [h for h in dict.fromkeys(hints) if h and not any(a in h for a in chosen)]
     while left:
-        # how many hints hold each candidate: every piece of MIN..MAX_ANCHOR characters is counted once per
-        # hint holding it (a hint holds such a piece iff it is one of its own pieces); a short hint, a
-        # candidate of its own, is looked for in every hint
-        counts: dict[str, int] = {}
-        for hint in left:
-            if len(hint) < MIN_ANCHOR:
-                counts.setdefault(hint, sum(hint in h for h in left))
-                continue
-            pieces = dict.fromkeys(
-                hint[i:j]
-                for i in range(len(hint) - MIN_ANCHOR + 1)
-                for j in range(i + MIN_ANCHOR, min(len(hint), i + MAX_ANCHOR) + 1)
-            )
-            for piece in pieces:
-                counts[piece] = counts.get(piece, 0) + 1
+        counts = _holders(left)
         best = max(counts, key=lambda sub: (counts[sub], len(sub)))
         chosen.append(best)
         left = [h for h in left if best not in h]
     return chosen
+
+
+def _holders(left: list[str]) -> dict[str, int]:
+    """How many hints hold each candidate: every piece of MIN..MAX_ANCHOR characters is counted once per
+    hint holding it (a hint holds such a piece iff it is one of its own pieces); a short hint, a candidate
+    of its own, is looked for in every hint."""
+    counts: dict[str, int] = {}
+    for hint in left:
+        if len(hint) < MIN_ANCHOR:
+            counts.setdefault(hint, sum(hint in h for h in left))
+            continue
+        for piece in _pieces(hint):
+            counts[piece] = counts.get(piece, 0) + 1
+    return counts
+
+
+def _pieces(hint: str) -> dict[str, None]:
+    """The hint's distinct substrings of MIN..MAX_ANCHOR characters, in first-seen order."""
+    return dict.fromkeys(
+        hint[i:j]
+        for i in range(len(hint) - MIN_ANCHOR + 1)
+        for j in range(i + MIN_ANCHOR, min(len(hint), i + MAX_ANCHOR) + 1)
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,32 +5,24 @@ Step-aligned, as wandb and LEET overlay runs: every run's series of a metric on 
 step 12. From the overlays: a header per run (its state, last step, throughput, and its KL and reward against
 the first run's at the latest step both logged), the first step where two runs diverge beyond a threshold, and
 what changed between their launches (backend.signals.launch_flags). The metrics, the header's keys and the
-thresholds are data (`configs/compare.toml`). Pure: snapshots in, frozen dataclasses out, for the app's charts
-and `metrics --compare --json` alike, so both show the same numbers.
+thresholds are data (the `compare` tables of `configs/charts.toml`). Pure: snapshots in, frozen dataclasses
+out, for the app's charts and `metrics --compare --json` alike, so both show the same numbers.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from backend.errors import ConsoleError
-from backend.json_fields import Fields
 from backend.sanitize import one_line
+from backend.signals.chart_specs import ZERO_BASED, ChartSpec, axis_word, load_charts
 from backend.signals.launch_flags import FlagDiff, LaunchFlags, diff_flags
 from backend.signals.series import TRAIN_AXIS, SeriesSetSnapshot, axis_for
 
 Point = tuple[float, float]
-
-
-class CompareConfigError(ConsoleError):
-    """configs/compare.toml cannot be read (one line)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +35,7 @@ class ComparedMetric:
     abs: float = 0.0
     rel: float = 0.0
     sustain: int = 1
+    zero: bool = False  # a count, rate or duration: its chart's axis starts at zero
 
     @property
     def axis(self) -> str:
@@ -60,46 +53,23 @@ class CompareConfig:
     throughput: str = "perf/tokens_per_gpu_per_sec"
 
 
-def default_config_path() -> Path:
-    return Path(str(resources.files("configs").joinpath("compare.toml")))
-
-
 def load_config(path: str | Path | None = None) -> CompareConfig:
-    path = Path(path) if path is not None else default_config_path()
-    try:
-        data = Fields(tomllib.loads(path.read_text(encoding="utf-8")))
-        head = data.obj("headline")
-        metrics = tuple(_compared_metric(m) for m in data.objs("metric"))
-        return CompareConfig(
-            metrics, **{k: head.text(k) for k in ("kl", "reward", "throughput") if head.has(k)}
-        )
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as err:
-        raise CompareConfigError(f"cannot read the comparison settings {path}: {err}") from None
-
-
-def _compared_metric(m: Fields) -> ComparedMetric:
-    """One `[[metric]]` table; a missing key or chart, or a threshold not a number, is one clear error."""
-    key, chart = m.string("key"), m.string("chart")
-    if not key or not chart:
-        raise ValueError("each [[metric]] needs a key and a chart")
-    return ComparedMetric(
-        key,
-        chart,
-        m.string("title") or key,
-        _threshold(m, "abs", 0.0),
-        _threshold(m, "rel", 0.0),
-        max(1, int(_threshold(m, "sustain", 1))),
+    """The compared metrics (one per chart with a `compare` table) and the header's keys, from
+    configs/charts.toml (or `path`); a bad file is one ChartConfigError line."""
+    charts = load_charts(path)
+    return CompareConfig(
+        tuple(_compared_metric(spec) for spec in charts.compared),
+        charts.headline.kl,
+        charts.headline.reward,
+        charts.headline.throughput,
     )
 
 
-def _threshold(m: Fields, name: str, default: float) -> float:
-    """The number `name` (numeric text too, as float() reads it); anything else is a ValueError."""
-    value = m.value(name)
-    if value is None:
-        return default
-    if not isinstance(value, int | float | str):
-        raise ValueError(f"{name} of metric {m.text('key')!r} must be a number")
-    return float(value)
+def _compared_metric(spec: ChartSpec) -> ComparedMetric:
+    c = spec.compare
+    assert c is not None  # charts.compared holds only charts with a compare table
+    zero = spec.kind_of(c.key) in ZERO_BASED
+    return ComparedMetric(c.key, spec.id, c.title, c.abs, c.rel, c.sustain, zero)
 
 
 @dataclass(frozen=True)
@@ -139,7 +109,7 @@ class Divergence:
     other: float
 
     def text(self) -> str:
-        return f"{self.key} from {_axis_word(self.axis)} {_num(self.step)}"
+        return f"{self.key} from {axis_word(self.axis)} {_num(self.step)}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -287,10 +257,6 @@ def _delta(delta: Delta | None) -> str:
     return f" (Δ {delta.diff:+.3g} at {_num(delta.step)})" if delta is not None else ""
 
 
-def _axis_word(axis: str) -> str:
-    return "step" if axis == TRAIN_AXIS else axis.split("/")[0]
-
-
 def unique_labels(labels: Sequence[str]) -> list[str]:
     """Labels made unique in order (`a.log`, `a.log (2)`), so a legend never names two runs alike."""
     out: list[str] = []
@@ -345,40 +311,56 @@ def _last_step(side: RunSide) -> float | None:
 def compare(sides: Sequence[RunSide], config: CompareConfig) -> Comparison:
     """Compare every run with the first one (`sides[0]`, the one being looked at)."""
     labels = unique_labels([s.label for s in sides])
-    first = sides[0]
-    overlays = []
-    for metric in config.metrics:
-        lines = tuple(
-            RunLine(label, side.points(metric.key), i == 0, side.live)
-            for i, (label, side) in enumerate(zip(labels, sides, strict=True))
-        )
-        overlays.append(
-            MetricOverlay(
-                metric,
-                lines,
-                tuple(divergence(metric, ln.label, lines[0].points, ln.points) for ln in lines[1:]),
-            )
-        )
-    heads = []
-    for i, (label, side) in enumerate(zip(labels, sides, strict=True)):
-        others = i > 0
-        heads.append(
-            RunHeadline(
-                label,
-                side.state,
-                not others,
-                side.live,
-                _last_step(side),
-                _last(side, config.throughput),
-                _last(side, config.kl),
-                _last(side, config.reward),
-                latest_common(first.points(config.kl), side.points(config.kl)) if others else None,
-                latest_common(first.points(config.reward), side.points(config.reward)) if others else None,
-                tuple(d for o in overlays if (d := o.divergences[i - 1]) is not None) if others else (),
-            )
-        )
+    overlays = tuple(_overlay(metric, labels, sides) for metric in config.metrics)
+    others = (
+        _other_headline(labels[i], sides[i], sides[0], config, tuple(o.divergences[i - 1] for o in overlays))
+        for i in range(1, len(sides))
+    )
+    heads = (_headline(labels[0], sides[0], config), *others)
     changes = tuple(
-        (label, diff_flags(side.flags, first.flags))
+        (label, diff_flags(side.flags, sides[0].flags))
         for label, side in zip(labels[1:], sides[1:], strict=True)
     )
-    return Comparison(tuple(heads), tuple(overlays), changes)
+    return Comparison(heads, overlays, changes)
+
+
+def _overlay(metric: ComparedMetric, labels: Sequence[str], sides: Sequence[RunSide]) -> MetricOverlay:
+    """Every run's line of `metric` and where each other run diverged from the first."""
+    lines = tuple(
+        RunLine(label, side.points(metric.key), i == 0, side.live)
+        for i, (label, side) in enumerate(zip(labels, sides, strict=True))
+    )
+    found = tuple(divergence(metric, ln.label, lines[0].points, ln.points) for ln in lines[1:])
+    return MetricOverlay(metric, lines, found)
+
+
+def _headline(label: str, side: RunSide, config: CompareConfig) -> RunHeadline:
+    """The first run's header: its own latest numbers."""
+    return RunHeadline(
+        label,
+        side.state,
+        True,
+        side.live,
+        _last_step(side),
+        _last(side, config.throughput),
+        _last(side, config.kl),
+        _last(side, config.reward),
+    )
+
+
+def _other_headline(
+    label: str,
+    side: RunSide,
+    first: RunSide,
+    config: CompareConfig,
+    divergences: tuple[Divergence | None, ...],
+) -> RunHeadline:
+    """Another run's header: its latest numbers, their difference to the first run's, where it diverged."""
+    own = _headline(label, side, config)
+    return replace(
+        own,
+        first=False,
+        kl_delta=latest_common(first.points(config.kl), side.points(config.kl)),
+        reward_delta=latest_common(first.points(config.reward), side.points(config.reward)),
+        divergences=tuple(d for d in divergences if d is not None),
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from backend.json_fields import Fields
 from backend.natural_order import natural_key
-from backend.signals.dump_reader import DumpBatch
+from backend.signals.dump_reader import DumpBatch, PhaseEvent
 from backend.signals.grammar import STAMP, parse_line
 from backend.signals.metrics import MetricRecord, MetricsCollector, lines_containing, parse_ts
 from backend.signals.rank_phases import RankPhases
@@ -35,6 +35,7 @@ from backend.signals.run_signals import (
     TimePerRollout,
     past_num_rollout,
 )
+from backend.signals.series import Series
 
 FACT_KEYS = (
     "num_rollout",
@@ -57,7 +58,8 @@ _CHECKPOINT = re.compile(
 )
 CHECKPOINT_MERGE_S = 120.0
 # Literal pieces of the lines scan_text reads (the monitor's prefilter keeps the lines holding them).
-FACT_NEEDLES = ("--", " ....", "save_model end", "saved checkpoint from")
+_SAVE_NEEDLES = ("save_model end", "saved checkpoint from")
+FACT_NEEDLES = ("--", " ....", *_SAVE_NEEDLES)
 
 
 @dataclass
@@ -97,33 +99,24 @@ class RunFacts:
             dump = _ARG_DUMP.search(line)
             if dump is not None:
                 self.learn(dump.group(1), int(dump.group(2)))
-        saves = []  # (position, miles ts or nan, iteration): one save prints several lines, merged below
-        for needle in ("save_model end", "saved checkpoint from"):
-            pos = text.find(needle)
-            while pos >= 0:
-                start = text.rfind("\n", 0, pos) + 1
-                end = text.find("\n", pos)
-                line = text[start : len(text) if end < 0 else end]
-                save = _CHECKPOINT.search(line)
-                if save is not None:
-                    stamp = parse_line(line).ts
-                    saves.append(
-                        (
-                            start,
-                            parse_ts(stamp) if stamp else math.nan,
-                            int(save["iteration"]) if save["iteration"] else None,
-                        )
-                    )
-                pos = -1 if end < 0 else text.find(needle, end)
-        saves.sort()
+        saves = _saves(text)
+        if saves:
+            self._add_saves(saves)
+        self._note_stamp((text if whole is None else whole)[-4096:])
+
+    def _add_saves(self, saves: list[tuple[int, float, int | None]]) -> None:
+        """Each save line in log order; one without a stamp takes the next stamped one's (or the newest)."""
         for i, (_pos, ts, iteration) in enumerate(saves):
             if math.isnan(ts):  # Megatron's print has no bracket: take the stamp of the save's Timer line
                 later = [t for _p, t, _it in saves[i + 1 :] if math.isfinite(t)]
                 ts = later[0] if later else self.last_log_ts
             self._add_checkpoint(ts, iteration)
-        tail = STAMP.findall((text if whole is None else whole)[-4096:])
-        if tail:
-            newest = max(map(parse_ts, tail))
+
+    def _note_stamp(self, tail: str) -> None:
+        """The newest miles timestamp in the chunk's tail, if newer than the one known."""
+        stamps = STAMP.findall(tail)
+        if stamps:
+            newest = max(map(parse_ts, stamps))
             if not newest <= self.last_log_ts:
                 self.last_log_ts = newest
 
@@ -155,6 +148,32 @@ class RunFacts:
                 self.checkpoints.append((rec.ts, None))
 
 
+def _saves(text: str) -> list[tuple[int, float, int | None]]:
+    """(line start, miles ts or nan, iteration) of each checkpoint line, in log order: one save prints
+    several lines (merged by RunFacts._add_checkpoint)."""
+    saves = []
+    for needle in _SAVE_NEEDLES:
+        pos = text.find(needle)
+        while pos >= 0:
+            start = text.rfind("\n", 0, pos) + 1
+            end = text.find("\n", pos)
+            save = _save(text[start : len(text) if end < 0 else end])
+            if save is not None:
+                saves.append((start, *save))
+            pos = -1 if end < 0 else text.find(needle, end)
+    saves.sort()
+    return saves
+
+
+def _save(line: str) -> tuple[float, int | None] | None:
+    """(miles ts or nan, iteration or None) of a checkpoint line, None for another line holding a needle."""
+    save = _CHECKPOINT.search(line)
+    if save is None:
+        return None
+    stamp = parse_line(line).ts
+    return parse_ts(stamp) if stamp else math.nan, int(save["iteration"]) if save["iteration"] else None
+
+
 def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float | None:
     """Fraction of GRPO groups whose rewards are all equal, from a rollout-side perf dict.
 
@@ -167,18 +186,34 @@ def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float |
     if not counts and zero_pct is None and one_pct is None:
         return None
     if n_groups is None:
-        for count_key, pct in (
-            ("rollout/zero_std/count_0.0", zero_pct),
-            ("rollout/zero_std/count_1.0", one_pct),
-        ):
-            if count_key in counts and pct and pct > 0:
-                n_groups = round(counts[count_key] / pct)
-                break
+        n_groups = _groups_from_percentages(counts, zero_pct, one_pct)
     if n_groups:
         return min(1.0, sum(counts.values()) / n_groups)
+    return _fraction_from_percentages(counts, zero_pct, one_pct)
+
+
+def _fraction_from_percentages(
+    counts: dict[str, float], zero_pct: float | None, one_pct: float | None
+) -> float | None:
+    """The zero-std fraction when the group count is unknown: miles' two percentages, where they can hold."""
     if not counts:
         return 0.0
+    if sum(counts.values()) > 0 and not (zero_pct or one_pct):
+        # miles' percentages look the counts up under "0.0"/"1.0": with integer rewards (`count_0`,
+        # `count_1`) they read 0.0 while zero-std groups exist. Unknown, never a wrong 0 (the samples tell).
+        return None
     return (zero_pct or 0.0) + (one_pct or 0.0)
+
+
+def _groups_from_percentages(
+    counts: dict[str, float], zero_pct: float | None, one_pct: float | None
+) -> int | None:
+    """The group count a count and its percentage imply (either spelling of the reward: `0.0` or `0`)."""
+    for reward, pct in (("0", zero_pct), ("1", one_pct)):
+        for count_key in (f"rollout/zero_std/count_{reward}.0", f"rollout/zero_std/count_{reward}"):
+            if count_key in counts and pct and pct > 0:
+                return round(counts[count_key] / pct)
+    return None
 
 
 # Engine gauges that are fractions or per-request latencies: a mean over an engine's dp ranks, then over the
@@ -226,32 +261,40 @@ class DashboardStreams:
 
     def add(self, batch: DumpBatch) -> None:
         for g in batch.gpu_util:
-            index = g.reading("gpu")
-            gpu = (g.text("node", "None"), int(index) if math.isfinite(index) else -1)
-            self.gpus[gpu] = {
-                "util": g.reading("util"),
-                "mem_mb": g.reading("mem_mb"),
-                "power_w": g.reading("power_w"),
-                "ts": g.reading("ts"),
-            }
-            self._seen(g.reading("ts"))
+            self._add_gpu(g)
         for p in batch.phases:
-            name, t0, t1 = p.name, p.t0, p.t1
-            phase = (p.node, p.rank, p.role, name)
-            self.ranks.add_event(p)
-            if p.is_open:
-                if t0 > self._closed_t0.get(phase, -math.inf):  # not an open whose close came first
-                    self.open_phases[phase] = t0
-                self._seen(t0)
-            elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
-                if self.open_phases.get(phase) == t0:  # the close of this open, not of an earlier one
-                    del self.open_phases[phase]
-                self._closed_t0[phase] = max(t0, self._closed_t0.get(phase, -math.inf))
-                self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
-                self._seen(t1)
+            self._add_phase(p)
         for e in batch.engine_series:
             self.engines[(e.addr, e.metric, e.labels)] = e.value
             self._seen(e.ts)
+
+    def _add_gpu(self, g: Fields) -> None:
+        """The newest reading of one GPU (an unreadable index is -1)."""
+        index = g.reading("gpu")
+        gpu = (g.text("node", "None"), int(index) if math.isfinite(index) else -1)
+        self.gpus[gpu] = {
+            "util": g.reading("util"),
+            "mem_mb": g.reading("mem_mb"),
+            "power_w": g.reading("power_w"),
+            "ts": g.reading("ts"),
+        }
+        self._seen(g.reading("ts"))
+
+    def _add_phase(self, p: PhaseEvent) -> None:
+        """An open marker opens its phase; a close ends the open of the same t0 and records the duration."""
+        name, t0, t1 = p.name, p.t0, p.t1
+        phase = (p.node, p.rank, p.role, name)
+        self.ranks.add_event(p)
+        if p.is_open:
+            if t0 > self._closed_t0.get(phase, -math.inf):  # not an open whose close came first
+                self.open_phases[phase] = t0
+            self._seen(t0)
+        elif math.isfinite(t0) and math.isfinite(t1) and t1 >= t0:
+            if self.open_phases.get(phase) == t0:  # the close of this open, not of an earlier one
+                del self.open_phases[phase]
+            self._closed_t0[phase] = max(t0, self._closed_t0.get(phase, -math.inf))
+            self.phase_durations.setdefault(name, deque(maxlen=self._history)).append(t1 - t0)
+            self._seen(t1)
 
     def _seen(self, ts: float) -> None:
         if math.isfinite(ts) and not ts <= self.last_ts:
@@ -262,30 +305,38 @@ class DashboardStreams:
         return statistics.median(durations) if durations else None
 
     def summary(self, now: float) -> StreamsSummary:
-        gpu = phases = engines = None
-        if self.gpus:
-            utils = [g["util"] for g in self.gpus.values() if math.isfinite(g["util"])]
-            per_node: dict[str, list[float]] = {}
-            for (node, _gpu), g in self.gpus.items():
-                if math.isfinite(g["util"]):
-                    per_node.setdefault(node, []).append(g["util"])
-            gpu = GpuSummary(
-                len(self.gpus),
-                statistics.fmean(utils) if utils else None,
-                min(utils) if utils else None,
-                {n: statistics.fmean(per_node[n]) for n in sorted(per_node, key=natural_key)},
-            )
-        if self.phase_durations or self.open_phases:
-            phases = PhaseSummary(
-                {n: PhaseStat(len(d), statistics.median(d)) for n, d in sorted(self.phase_durations.items())},
-                tuple(
-                    OpenPhase(node, rank, role, name, now - t0 if math.isfinite(now) else None)
-                    for (node, rank, role, name), t0 in sorted(self.open_phases.items())
-                ),
-            )
+        engines = None
         if self.engines:
             engines = EngineSummary(len({k[0] for k in self.engines}), engine_totals(self.engines))
-        return StreamsSummary(gpu, phases, engines)
+        return StreamsSummary(self._gpu_summary(), self._phase_summary(now), engines)
+
+    def _gpu_summary(self) -> GpuSummary | None:
+        """GPUs seen, mean and min utilisation over those with a reading, the mean per node."""
+        if not self.gpus:
+            return None
+        utils = [g["util"] for g in self.gpus.values() if math.isfinite(g["util"])]
+        per_node: dict[str, list[float]] = {}
+        for (node, _gpu), g in self.gpus.items():
+            if math.isfinite(g["util"]):
+                per_node.setdefault(node, []).append(g["util"])
+        return GpuSummary(
+            len(self.gpus),
+            statistics.fmean(utils) if utils else None,
+            min(utils) if utils else None,
+            {n: statistics.fmean(per_node[n]) for n in sorted(per_node, key=natural_key)},
+        )
+
+    def _phase_summary(self, now: float) -> PhaseSummary | None:
+        """Each phase's count and median duration, and the phases open now (with their age)."""
+        if not self.phase_durations and not self.open_phases:
+            return None
+        return PhaseSummary(
+            {n: PhaseStat(len(d), statistics.median(d)) for n, d in sorted(self.phase_durations.items())},
+            tuple(
+                OpenPhase(node, rank, role, name, now - t0 if math.isfinite(now) else None)
+                for (node, rank, role, name), t0 in sorted(self.open_phases.items())
+            ),
+        )
 
 
 def enrich(rec: MetricRecord, facts: RunFacts) -> None:
@@ -309,89 +360,99 @@ def _median(values: list[float]) -> float | None:
 def median_step_seconds(collector: MetricsCollector) -> float | None:
     """Typical wall time of one rollout: `perf/step_time`, else the spacing of rollout-level records, else
     that of train steps times the steps per rollout the log shows (never an assumed count)."""
-    series = collector.series.get("perf/step_time")
-    if series is not None and len(series) > 0:
-        return _median(series.tail(32))
-    per_rollout = 1
-    series = next(
-        (
-            s
-            for s in (collector.series.get(k) for k in ("rollout/raw_reward", "perf/rollout_time"))
-            if s is not None and len(s) > 2
-        ),
-        None,
-    )
-    if series is None:
-        series = collector.series.get("train/loss")
-        per_rollout = collector.steps_per_rollout() or 0
-        if not per_rollout:
-            return None
-    if series is not None and len(series) > 2:
-        ts = [t for t in series.ts[-33:] if math.isfinite(t)]
-        gaps = [b - a for a, b in itertools.pairwise(ts) if b > a]
-        median = _median(gaps)
-        return median * per_rollout if median is not None else None
-    return None
+    series = collector.series
+    step_time = series.get("perf/step_time")
+    if step_time is not None and len(step_time) > 0:
+        return _median(step_time.tail(32))
+    for key in ("rollout/raw_reward", "perf/rollout_time"):
+        rollout_level = series.get(key)
+        if rollout_level is not None and len(rollout_level) > 2:
+            return _median_spacing(rollout_level)
+    return _train_rollout_seconds(collector)
+
+
+def _train_rollout_seconds(collector: MetricsCollector) -> float | None:
+    """The spacing of train steps times the steps per rollout, when the log shows that count."""
+    per_rollout = collector.steps_per_rollout() or 0
+    train = collector.series.get("train/loss")
+    if not per_rollout or train is None or len(train) <= 2:
+        return None
+    median = _median_spacing(train)
+    return median * per_rollout if median is not None else None
+
+
+def _median_spacing(series: Series) -> float | None:
+    """The median gap between a series' newest (up to 33) finite, increasing timestamps."""
+    ts = [t for t in series.ts[-33:] if math.isfinite(t)]
+    return _median([b - a for a, b in itertools.pairwise(ts) if b > a])
 
 
 def derive_run_signals(
     collector: MetricsCollector, facts: RunFacts, telemetry: DashboardStreams | None, now: float
 ) -> RunSignals:
     """The derived signals of a snapshot. `now` is epoch seconds on miles' clock (nan = unknown)."""
-    series = collector.series
-    throughput = None
-    tpgs = series.latest("perf/tokens_per_gpu_per_sec")
-    if tpgs is not None:
-        gpus = facts.rollout_num_gpus
-        throughput = Throughput(
-            tpgs, gpus, tpgs * gpus if gpus else None, series.latest("perf/effective_tokens_per_gpu_per_sec")
-        )
-    timing = None
-    rollout_s, train_s = series.latest("perf/rollout_time"), series.latest("perf/train_time")
-    if rollout_s is not None or train_s is not None:
-        timing = TimePerRollout(
-            rollout_s,
-            train_s,
-            series.latest("perf/step_time"),
-            series.latest("perf/wait_time_ratio"),
-            rollout_s / train_s if rollout_s is not None and train_s else None,
-        )
-    done = (
-        max((collector.last_step.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1)
-        + 1
-    )
-    step_s = median_step_seconds(collector)
-    progress = None
-    if done > 0 or facts.num_rollout:
-        total = facts.num_rollout
-        end = total if total and not past_num_rollout(done, total) else None  # past it: no fraction, no ETA
-        remaining = end - done if end else None
-        progress = Progress(
-            done,
-            total,
-            done / end if end else None,
-            collector.last_step.get("step", -1) + 1,
-            collector.steps_per_rollout(),
-            step_s,
-            remaining * step_s if remaining is not None and step_s else None,
-        )
-    if facts.checkpoints:
-        last_ts, iteration = max(facts.checkpoints, key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf)
-        checkpoint = CheckpointState(
-            len(facts.checkpoints),
-            iteration,
-            now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None,
-        )
-    else:
-        checkpoint = CheckpointState(0, None, None, facts.save_interval)
     has_last = math.isfinite(collector.last_ts)
     return RunSignals(
-        checkpoint=checkpoint,
-        throughput=throughput,
-        time_per_rollout=timing,
-        progress=progress,
-        zero_std_frac=series.latest("derived/zero_std_frac"),
+        checkpoint=_checkpoint_state(facts, now),
+        throughput=_throughput(collector, facts),
+        time_per_rollout=_time_per_rollout(collector),
+        progress=_progress(collector, facts),
+        zero_std_frac=collector.series.latest("derived/zero_std_frac"),
         has_last_metric=has_last,
         since_last_metric_s=now - collector.last_ts if has_last and math.isfinite(now) else None,
         streams=telemetry.summary(now) if telemetry is not None else StreamsSummary(),
     )
+
+
+def _throughput(collector: MetricsCollector, facts: RunFacts) -> Throughput | None:
+    """Tokens per GPU per second, and over the rollout GPUs when their count is known."""
+    tpgs = collector.series.latest("perf/tokens_per_gpu_per_sec")
+    if tpgs is None:
+        return None
+    gpus = facts.rollout_num_gpus
+    effective = collector.series.latest("perf/effective_tokens_per_gpu_per_sec")
+    return Throughput(tpgs, gpus, tpgs * gpus if gpus else None, effective)
+
+
+def _time_per_rollout(collector: MetricsCollector) -> TimePerRollout | None:
+    series = collector.series
+    rollout_s, train_s = series.latest("perf/rollout_time"), series.latest("perf/train_time")
+    if rollout_s is None and train_s is None:
+        return None
+    return TimePerRollout(
+        rollout_s,
+        train_s,
+        series.latest("perf/step_time"),
+        series.latest("perf/wait_time_ratio"),
+        rollout_s / train_s if rollout_s is not None and train_s else None,
+    )
+
+
+def _progress(collector: MetricsCollector, facts: RunFacts) -> Progress | None:
+    """Rollouts done of num_rollout, with the fraction and ETA only while the run is within it."""
+    last = collector.last_step
+    done = max((last.get(k, -1) for k in ("perf-rollout", "rollout", "perf-train")), default=-1) + 1
+    total = facts.num_rollout
+    if done <= 0 and not total:
+        return None
+    step_s = median_step_seconds(collector)
+    end = total if total and not past_num_rollout(done, total) else None  # past it: no fraction, no ETA
+    remaining = end - done if end else None
+    return Progress(
+        done,
+        total,
+        done / end if end else None,
+        last.get("step", -1) + 1,
+        collector.steps_per_rollout(),
+        step_s,
+        remaining * step_s if remaining is not None and step_s else None,
+    )
+
+
+def _checkpoint_state(facts: RunFacts, now: float) -> CheckpointState:
+    """Saves seen, the newest one's iteration and age; none yet: the interval they are due at."""
+    if not facts.checkpoints:
+        return CheckpointState(0, None, None, facts.save_interval)
+    last_ts, iteration = max(facts.checkpoints, key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf)
+    age = now - last_ts if math.isfinite(now) and math.isfinite(last_ts) else None
+    return CheckpointState(len(facts.checkpoints), iteration, age)

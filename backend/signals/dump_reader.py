@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,50 +55,90 @@ class JsonlTail:
         self.refused = ""  # why the file itself was not read (a FIFO, a device, a socket)
         self.skipped = 0  # lines seen before (a restored copy), not returned
         self.ident: tuple[int, int] | None = None  # (device, inode) of the file last read
+        self._in_long = False  # inside a line longer than MAX_READ, skipping to its end
+        self.size = 0  # the file's size at the last read
         self._seen: set[bytes] | None = set() if dedup else None
 
     def read_new(self, path: Path | None = None) -> list[dict[str, Any]]:
         """What the file gained since the last read; `path` reads the same file where it was moved to."""
+        data = self._read(path)
+        if data is None:
+            return []
+        data = self._past_long_line(data)
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) >= MAX_READ:  # a line longer than one read: skipped and counted, never a wall
+                self._bad(f"a line over {MAX_READ >> 20} MiB, skipped", data)
+                self.offset += len(data)
+                self._in_long = True
+            return []
+        self.offset += cut + 1
+        objects = (self._object(raw) for raw in data[:cut].split(b"\n"))
+        return [obj for obj in objects if obj is not None]
+
+    def _read(self, path: Path | None) -> bytes | None:
+        """Up to MAX_READ bytes from the offset (0 again for a file replaced or truncated); None when the
+        file cannot be read, is not a regular file (said in `refused`) or, moved, is not the one we read."""
         try:
             with open_regular(path or self.path, "dump file") as fh:
                 st = os.fstat(fh.fileno())
                 ident = (st.st_dev, st.st_ino)
                 if path is not None and self.ident is not None and ident != self.ident:
-                    return []  # not the file we were reading
+                    return None  # not the file we were reading
                 if ident != self.ident or st.st_size < self.offset:  # replaced or truncated: start over
-                    self.offset = 0
+                    self.offset, self._in_long = 0, False
                 self.ident = ident
                 fh.seek(self.offset)
-                data = fh.read(min(MAX_READ, st.st_size - self.offset))
+                self.size = st.st_size
+                return fh.read(min(MAX_READ, st.st_size - self.offset))
         except NotRegularFileError as err:
             self.refused = str(err)
-            return []
+            return None
         except OSError:
-            return []
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            return []
-        self.offset += cut + 1
-        out = []
-        for raw in data[:cut].split(b"\n"):
-            if not raw.strip():
-                continue
-            if self._seen is not None:
-                digest = hashlib.blake2b(raw.strip(), digest_size=16).digest()
-                if digest in self._seen:
-                    self.skipped += 1
-                    continue
-                self._seen.add(digest)
-            try:
-                obj = bounded_loads(raw, DUMP_LINE)
-            except JsonLimitError as err:
-                self._bad(str(err), raw)
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-            else:
-                self._bad("not a JSON object", raw)
-        return out
+            return None
+
+    def _object(self, raw: bytes) -> dict[str, Any] | None:
+        """One line's JSON object; None for a blank line, one read before (dedup) or a bad one (counted)."""
+        if not raw.strip() or self._repeated(raw):
+            return None
+        try:
+            obj = bounded_loads(raw, DUMP_LINE)
+        except JsonLimitError as err:
+            self._bad(str(err), raw)
+            return None
+        if isinstance(obj, dict):
+            return obj
+        self._bad("not a JSON object", raw)
+        return None
+
+    def _repeated(self, raw: bytes) -> bool:
+        """With dedup: whether this line was read before (counted in `skipped`); else never."""
+        if self._seen is None:
+            return False
+        digest = hashlib.blake2b(raw.strip(), digest_size=16).digest()
+        if digest in self._seen:
+            self.skipped += 1
+            return True
+        self._seen.add(digest)
+        return False
+
+    @property
+    def remaining(self) -> int:
+        """Bytes the file held at the last read beyond what was consumed (a poll reads at most MAX_READ);
+        an unterminated last line of a live file counts until its newline comes."""
+        return max(0, self.size - self.offset)
+
+    def _past_long_line(self, data: bytes) -> bytes:
+        """While an oversize line is being skipped: the bytes after its end (none while it goes on)."""
+        if not self._in_long:
+            return data
+        end = data.find(b"\n")
+        if end < 0:
+            self.offset += len(data)
+            return b""
+        self._in_long = False
+        self.offset += end + 1
+        return data[end + 1 :]
 
     def _bad(self, why: str, raw: bytes) -> None:
         self.bad += 1
@@ -170,6 +210,15 @@ class DumpBatch:
     engine_series: list[EngineGauge] = field(default_factory=list)
     meta: Fields | None = None  # the dashboard's meta.json, when it changed
 
+    def extend(self, other: DumpBatch) -> None:
+        """Add a later poll's findings to this one."""
+        self.records += other.records
+        self.gpu_util += other.gpu_util
+        self.gpu_processes += other.gpu_processes
+        self.phases += other.phases
+        self.engine_series += other.engine_series
+        self.meta = other.meta or self.meta
+
 
 class DumpReader:
     """Poll a `--dump-details` directory for new records; call `poll()` as often as you like."""
@@ -207,6 +256,26 @@ class DumpReader:
     def refused(self) -> list[str]:
         """The files not read because of their type (a FIFO, a device, a socket), one line each."""
         return [t.refused for t in self._tails.values() if t.refused]
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(bytes read, bytes known) over every file read so far."""
+        return sum(t.offset for t in self._tails.values()), sum(t.size for t in self._tails.values())
+
+    def poll_whole(self, progress: Callable[[int, int], None] | None = None) -> DumpBatch:
+        """Poll until every file is read to its end as it stood (a one-shot reader: `metrics`, a replay),
+        never stopping at one poll's MAX_READ; `progress(read, total)` after each poll that left more."""
+        batch = self.poll()
+        while True:
+            read, total = self.progress
+            if read >= total:
+                return batch
+            if progress is not None:
+                progress(read, total)
+            more = self.poll()
+            if self.progress[0] == read:  # nothing consumed (an unterminated last line): done
+                return batch
+            batch.extend(more)
 
     @property
     def repeated_lines(self) -> int:
@@ -261,15 +330,7 @@ class DumpReader:
             self._resolve()
         if not self.present:
             return batch
-        for obj in self._event_objects():
-            rec = record_from_event(obj)
-            if rec is not None:
-                batch.records.append(rec)
-        for path in self._files("metrics"):
-            for item in self._tail(path).read_new():
-                rec = record_from_dashboard(item)
-                if rec is not None:
-                    batch.records.append(rec)
+        batch.records.extend(self._records())
         for stream in ("gpu_util", "gpu_processes"):
             for path in self._files(stream):
                 getattr(batch, stream).extend(map(Fields, self._tail(path).read_new()))
@@ -279,6 +340,16 @@ class DumpReader:
             batch.engine_series.extend(map(EngineGauge.from_json, self._tail(path).read_new()))
         batch.meta = self._read_meta()
         return batch
+
+    def _records(self) -> list[MetricRecord]:
+        """The metric records of the event files, then of the dashboard's metrics stream."""
+        records = [record_from_event(obj) for obj in self._event_objects()]
+        records += [
+            record_from_dashboard(item)
+            for path in self._files("metrics")
+            for item in self._tail(path).read_new()
+        ]
+        return [rec for rec in records if rec is not None]
 
     def _read_meta(self) -> Fields | None:
         path = self.root / "dashboard" / "meta.json"

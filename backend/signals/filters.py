@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from backend.signals.actors import ROLES, role_of
 from backend.signals.grammar import LEVEL_CODES, LEVEL_HINTS, LEVEL_NAMES, level_of
@@ -71,6 +72,10 @@ class FilterSyntaxError(ValueError):
     """What the operator typed is not a filter; the message says what would be."""
 
 
+# what a filter key's value becomes on the LineFilter (a name: the text as typed)
+_VALUE_OF: dict[str, Callable[[str], Any]] = {"rank": int, "pid": int, "min_level": str.lower}
+
+
 def parse_filter(text: str) -> LineFilter:
     """Operator input `actor:X rank:3 node:IP pid:N proc:NAME level:warning` -> a LineFilter."""
     flt = LineFilter()
@@ -79,25 +84,19 @@ def parse_filter(text: str) -> LineFilter:
         if not sep:
             key, value = "actor", token
         key = _KEY_ALIASES.get(key.lower(), key.lower())
-        if key not in _FIELD_KEYS or not value:
-            raise FilterSyntaxError(f"unknown filter {token!r}: use {FILTER_HELP}")
-        if key in ("rank", "pid") and not value.isdigit():
-            raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
-        if key == "min_level" and value.lower() not in LEVEL_NAMES:
-            raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
-        if key == "rank":
-            flt = replace(flt, rank=int(value))
-        elif key == "pid":
-            flt = replace(flt, pid=int(value))
-        elif key == "min_level":
-            flt = replace(flt, min_level=value.lower())
-        elif key == "node":
-            flt = replace(flt, node=value)
-        elif key == "proc":
-            flt = replace(flt, proc=value)
-        else:
-            flt = replace(flt, actor=value)
+        _check_filter_value(token, key, value)
+        flt = replace(flt, **{key: _VALUE_OF.get(key, str)(value)})
     return flt
+
+
+def _check_filter_value(token: str, key: str, value: str) -> None:
+    """A known key with a value of its kind, else the error that says what would be one."""
+    if key not in _FIELD_KEYS or not value:
+        raise FilterSyntaxError(f"unknown filter {token!r}: use {FILTER_HELP}")
+    if key in ("rank", "pid") and not value.isdigit():
+        raise FilterSyntaxError(f"{key} must be a number, not {value!r}")
+    if key == "min_level" and value.lower() not in LEVEL_NAMES:
+        raise FilterSyntaxError(f"level must be one of {', '.join(LEVEL_NAMES)}, not {value!r}")
 
 
 def level_lines(block: bytes, first: int) -> dict[int, int]:

@@ -99,9 +99,10 @@ async def _timed_chunks(lines: AsyncIterable[str], max_lines: int, flush_s: floa
         if failure:
             raise failure[0]
     finally:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
+        reader.cancel()  # bounded: a follow that cannot close must never hang whoever stops reading
+        await asyncio.wait({reader}, timeout=5.0)
+        if reader.done() and not reader.cancelled():
+            reader.exception()  # retrieved: its failure was already passed on above
 
 
 def _chunk(batch: list[str]) -> LogChunk:
@@ -141,7 +142,13 @@ class RunLog:
     @contextlib.contextmanager
     def scratch(cls, monitor: RunMonitor, run_id: str = "run") -> Iterator[RunLog]:
         """A run log in a spool that is deleted afterwards (the CLI reads a log once, for its metrics)."""
-        with tempfile.TemporaryDirectory(prefix="uc-log-") as spool:
+        try:
+            spool_dir = tempfile.TemporaryDirectory(prefix="uc-log-", ignore_cleanup_errors=True)
+        except OSError as err:  # a full or unwritable temp dir: one line, never an internal error
+            raise ConsoleError(
+                f"cannot create a scratch spool in {tempfile.gettempdir()}: {err.strerror}"
+            ) from None
+        with spool_dir as spool:
             run_log = cls.open(spool, run_id, monitor)
             try:
                 yield run_log
@@ -153,13 +160,17 @@ class RunLog:
         if isinstance(chunk, LogChunk):
             self.lines_in += chunk.lines
             chunk = chunk.text
-        return self.store.append(chunk)
+        stored = self.store.append(chunk)
+        self._say_unreadable()
+        return stored
 
     async def add_async(self, chunk: LogChunk) -> int:
         """`add`, off the event loop for a big chunk (parsing a history batch takes tens of ms)."""
         if chunk.lines >= THREAD_AT_LINES:
             self.lines_in += chunk.lines
-            return await asyncio.to_thread(self.store.append, chunk.text)
+            stored = await asyncio.to_thread(self.store.append, chunk.text)
+            self._say_unreadable()
+            return stored
         return self.add(chunk)
 
     def add_file(self, path: Path) -> int:
@@ -167,8 +178,14 @@ class RunLog:
         for piece in file_chunks(path):
             self.store.append(piece)
         self.store.flush()
+        self._say_unreadable()
         self.lines_in = len(self.store)
         return self.lines_in
+
+    def _say_unreadable(self) -> None:
+        """The store's count of what it could not read as text, to the monitor (an alert, the JSON)."""
+        if self.monitor is not None and self.store.unreadable:
+            self.monitor.note_unreadable(self.store.unreadable)
 
     def close(self) -> None:
         self.store.close()

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+from backend.argv_tokens import flag_groups
 from backend.redaction import SECRET_NAME, shown_value
 from backend.sanitize import one_line
 
 FlagSource = Literal["argv", "audit", "args-dump"]
 BOOL_FLAG = "True"  # a bare `--use-kl-loss` is what the dump prints as `use_kl_loss ... True`
-# `  name ....... value` (Megatron's print_args), behind a Ray prefix or none.
-_DUMP_LINE = re.compile(r"^(?:\([^)\n]*\) ?)?\s+([A-Za-z_][A-Za-z0-9_]*) \.{3,} ?([^\n]*)$", re.MULTILINE)
+# `  name ....... value` (Megatron's print_args), behind a Ray prefix or none. Blanks, not `\s`: `\s+` ran
+# over line breaks, so k blank lines before a line that is no argument cost k^2 steps (40k lines: 25 s).
+_DUMP_LINE = re.compile(r"^(?:\([^)\n]*\) ?)?[ \t]+([A-Za-z_][A-Za-z0-9_]*) \.{3,} ?([^\n]*)$", re.MULTILINE)
 _DUMP_HINT = " arguments ---"
 _DUMP_START = re.compile(r"-{3,} arguments -{3,}")
 _DUMP_END = "end of arguments"
@@ -133,21 +135,7 @@ def argv_pairs(tokens: list[str]) -> list[tuple[str, str]]:
         if env is not None:
             pairs.append((env.group(1), env.group(2)))
     rest = tokens[script + 1 :] if script is not None else tokens
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        i += 1
-        if not tok.startswith("--") or tok == "--":
-            continue
-        name, eq, value = tok.partition("=")
-        if eq:
-            pairs.append((name, value))
-            continue
-        values = []
-        while i < len(rest) and not rest[i].startswith("--"):
-            values.append(rest[i])
-            i += 1
-        pairs.append((name, " ".join(values) if values else BOOL_FLAG))
+    pairs += [(name, " ".join(values) if values else BOOL_FLAG) for name, values in flag_groups(rest)]
     return pairs
 
 
@@ -202,10 +190,20 @@ def diff_flags(before: LaunchFlags | None, after: LaunchFlags | None) -> FlagDif
     mixed = (before.source == "args-dump") != (after.source == "args-dump")
     names = set(before.flags) | set(after.flags)
     shared = set(before.flags) & set(after.flags)
-    changes = []
-    for name in sorted(shared if mixed else names):
-        a, b = before.flags.get(name), after.flags.get(name)
-        if a is not None and b is not None and a.same_as == b.same_as:
-            continue
-        changes.append(FlagChange(name, a.shown if a else None, b.shown if b else None))
-    return FlagDiff(before.source, after.source, tuple(changes), len(names - shared) if mixed else 0)
+    changes = (
+        _change(name, before.flags.get(name), after.flags.get(name))
+        for name in sorted(shared if mixed else names)
+    )
+    return FlagDiff(
+        before.source,
+        after.source,
+        tuple(c for c in changes if c is not None),
+        len(names - shared) if mixed else 0,
+    )
+
+
+def _change(name: str, a: FlagValue | None, b: FlagValue | None) -> FlagChange | None:
+    """How a flag changed (its value before and after, None where absent); None where it did not."""
+    if a is not None and b is not None and a.same_as == b.same_as:
+        return None
+    return FlagChange(name, a.shown if a else None, b.shown if b else None)

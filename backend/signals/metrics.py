@@ -15,13 +15,14 @@ dashboard > log) so a dict seen twice is counted once.
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from backend.signals.grammar import (
     METRIC_LINE,
@@ -31,9 +32,9 @@ from backend.signals.grammar import (
     parse_line,
 )
 from backend.signals.pyliteral import LiteralError, parse_literal
-from backend.signals.series import AXES, STEP_KEYS, SeriesSet
+from backend.signals.series import STEP_KEYS, PointRun, Series, SeriesSet
 
-SOURCE_PRIORITY = {"log": 0, "dashboard": 1, "events": 2}
+SOURCE_PRIORITY = {"log": 0, "dashboard": 1, "events": 2, "samples": 3}  # samples: a rollout's own file
 MAX_PROBLEMS = 50
 SAMPLE_CHARS = 160
 
@@ -79,6 +80,7 @@ class MetricRecord:
     proc: str  # bracket name / event source
     values: dict[str, float]
     source: str = "log"
+    cut: str = ""  # the line (sanitised, cut) when its dict was cut off and only its complete pairs read
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,69 @@ class PayloadCache(OrderedDict[str, dict[str, float]]):
             self.popitem(last=False)
 
 
+_PAIR_ENDS = 16  # `, ` boundaries tried from the right of a cut dict before it is given up
+_CUT_HEAD = re.compile(r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+): (?=\{)")
+
+
+def complete_pairs(payload: str) -> dict[str, float] | None:
+    """The pairs of a dict cut off mid-way (`{'a': 1, 'b': 2, 'c` pasted at a terminal's width) that are
+    whole: the dict closed after the last `, ` that leaves one that parses; None when not one pair is whole.
+    A pair is whole only with a `, ` after it: `'b': 0.2` at the cut may be `0.21` cut."""
+    end = len(payload)
+    for _ in range(_PAIR_ENDS):
+        end = payload.rfind(", ", 0, end)
+        if end <= 0:
+            return None
+        head = payload[:end] + "}"
+        flat = flat_payload(head)
+        if flat is not None:
+            return flat
+        try:
+            raw = parse_payload(head)
+        except LiteralError:
+            continue
+        if isinstance(raw, dict):
+            return _scalars(raw)
+    return None
+
+
+def _labelled(line: str, found: re.Match[str]) -> re.Match[str] | None:
+    """A metric message behind a label (`[EVAL RESULT] eval 3: {...}`): the kind where METRIC_LOOKING
+    found it, read whole from there."""
+    start = found.end() - len(found.group().lstrip("-]):> "))
+    return METRIC_MESSAGE.fullmatch(line, start)
+
+
+def _cut_record(line: str, found: re.Match[str], stamp: str | None, proc: str) -> MetricRecord | None:
+    """A metric line whose dict was cut: its complete pairs, marked cut (counted as a blind spot)."""
+    start = found.end() - len(found.group().lstrip("-]):> "))
+    head = _CUT_HEAD.match(line, start)
+    if head is None:
+        return None
+    values = complete_pairs(line[head.end() :])
+    if not values:
+        return None
+    kind, n = head["kind"], int(head["n"])
+    ts = parse_ts(stamp) if stamp else math.nan
+    return MetricRecord(perf_kind(values) if kind == "perf" else kind, n, ts, proc, values, cut=_sample(line))
+
+
+def _not_whole(line: str, stamp: str | None, proc: str) -> MetricRecord | Unreadable | None:
+    """A line that is no whole metric line: a labelled or cut one read as far as it goes, else an
+    Unreadable if it looks like a metric, else None."""
+    found = METRIC_LOOKING.search(line)
+    if found is None:
+        return None
+    labelled = _labelled(line, found)
+    if labelled is not None:
+        return _record(labelled, line, stamp, proc, None)
+    cut = "{" in line and not line.rstrip().endswith("}")
+    if cut and (record := _cut_record(line, found, stamp, proc)) is not None:
+        return record
+    why = "unreadable metric line (cut off?)" if cut else "metric line of an unknown shape"
+    return Unreadable(why, _sample(line))
+
+
 def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
@@ -249,17 +314,17 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
             METRIC_MESSAGE.fullmatch(parsed.message),
         )
     if m is None:
-        if METRIC_LOOKING.search(line) is None:
-            return None
-        why = (
-            "unreadable metric line (cut off?)"
-            if "{" in line and not line.rstrip().endswith("}")
-            else "metric line of an unknown shape"
-        )
-        return Unreadable(why, _sample(line))
+        return _not_whole(line, stamp, proc)
+    return _record(m, line, stamp, proc, cache)
+
+
+def _record(
+    m: re.Match[str], line: str, stamp: str | None, proc: str, cache: PayloadCache | None
+) -> MetricRecord | Unreadable:
+    """The record of a whole metric message (`m`: METRIC_LINE's or METRIC_MESSAGE's match)."""
     n, kind = int(m["n"]), m["kind"]
     ts = parse_ts(stamp) if stamp else math.nan
-    if fast is None and m["reason"] is not None:
+    if m.groupdict().get("reason") is not None:
         reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
         return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
     payload = m["payload"]
@@ -362,6 +427,28 @@ def _event_kind(step_key: str, values: dict[str, float]) -> str:
     return "rollout"
 
 
+class Judge(Protocol):
+    """Who hears of a batch's changed points (backend.signals.alerts' engine): judged as they come, acted
+    on at the end of the batch in the points' order, `(record's place in the batch, key's place in it)`,
+    so a batch's alerts are those and in the order that record by record would give."""
+
+    def watches(self, key: str) -> bool:
+        """Whether points of `key` are judged at all (none is built for the others)."""
+        ...
+
+    def judge_point(self, point: Point, order: tuple[int, int], series: Series) -> None:
+        """One point, right after it changed `series` (added one by one)."""
+        ...
+
+    def judge_run(self, run: PointRun, order: list[tuple[int, int]], point: Callable[[int], Point]) -> None:
+        """A run appended in one go at `run.start` of its series; `point(i)` builds the i-th point."""
+        ...
+
+    def settle(self) -> object:
+        """The end of a batch: act on what its points said (what it returns is the judge's own)."""
+        ...
+
+
 class MetricsCollector:
     """Series of every metric of one run, fed from log text, event records, or both."""
 
@@ -372,6 +459,8 @@ class MetricsCollector:
         ] = {}  # kind -> records seen (for the summary), second printings not counted
         self.problems: list[Unreadable] = []
         self.problem_count = 0  # metric-looking lines that could not be read
+        self.cut_count = 0  # metric lines cut mid-dict, read as far as their complete pairs
+        self.cut_sample = ""  # the first of them
         self.duplicates = 0  # step dicts printed a second time, dropped
         self.bad_steps = 0  # points dropped for a non-finite step
         self.records_by_prefix: dict[str, int] = {}  # "train/" -> records holding a key with that prefix
@@ -381,23 +470,24 @@ class MetricsCollector:
         self._payloads = PayloadCache()
         self._rollout = -1  # the newest rollout a rollout-side record named
         self._steps_of_rollout: OrderedDict[int, set[int]] = OrderedDict()
-        # each listener, and which keys it watches (None: all)
-        self._listeners: list[tuple[Callable[[Point], None], Callable[[str], bool] | None]] = []
+        self._judge: Judge | None = None  # who hears of changed points (the alert rules)
         self._prefixes_of: dict[tuple[str, ...], frozenset[str]] = {}  # a dict's keys -> their prefixes
         self.enrichers: list[Callable[[MetricRecord], None]] = []  # may add derived keys to a record
 
-    def subscribe(
-        self, listener: Callable[[Point], None], watches: Callable[[str], bool] | None = None
-    ) -> None:
-        """`listener` is called for every new or changed point (alerts evaluate here) of a key `watches`
-        accepts (every key without it): no point is built for a key nobody watches."""
-        self._listeners.append((listener, watches))
+    def subscribe(self, judge: Judge) -> None:
+        """`judge` hears of every new or changed point of a key it `watches` (alerts evaluate there): no
+        point is built for a key nobody watches."""
+        self._judge = judge
 
     def feed_text(self, text: str) -> int:
         """Parse a chunk of sanitised complete lines; returns how many metric records it held."""
         records, problems = parse_metric_text(text, self._payloads)
         for problem in problems:
             self.note_problem(problem)
+        for rec in records:
+            if rec.cut:
+                self.cut_count += 1
+                self.cut_sample = self.cut_sample or rec.cut
         self.add_records(records)
         return len(records)
 
@@ -442,38 +532,63 @@ class MetricsCollector:
 
     def add_records(self, records: Iterable[MetricRecord]) -> int:
         """Store records (a batch in miles' timestamp order: worker output arrives late and interleaved);
-        returns how many points changed."""
+        returns how many points changed. The batch's points go into each series in one run, and the judge
+        (the alert rules) hears of each series' run once: the same points, series and alerts as record by
+        record (tests/unit/test_metric_batches.py compares), without the per-point calls."""
         batch = sorted(records, key=lambda r: r.ts if math.isfinite(r.ts) else math.inf)
-        return sum(self.add_record(rec) for rec in batch)
+        runs: dict[str, PointRun | None] = {}
+        kept: list[MetricRecord] = []
+        for rec in batch:
+            if self._admit(rec):
+                self.bad_steps += self.series.group(rec.values, float(rec.n), len(kept), runs)
+                kept.append(rec)
+        places: dict[int, dict[str, int]] = {}  # a kept record's keys -> their places, built once each
+        changed = sum(self._apply(key, run, kept, places) for key, run in runs.items() if run is not None)
+        if self._judge is not None:
+            self._judge.settle()
+        return changed
+
+    def _apply(
+        self, key: str, run: PointRun, kept: list[MetricRecord], places: dict[int, dict[str, int]]
+    ) -> int:
+        """One series' run of the batch into its series, the judge told of what changed. A point's order in
+        the batch (`Judge`): (its record's place in the batch, its key's place in the record)."""
+        axis, recs = run.series.axis, [kept[i] for i in run.records]
+        run.steps = [rec.values.get(axis, float(rec.n)) for rec in recs]
+        run.ts = [rec.ts for rec in recs]
+        run.ranks = [SOURCE_PRIORITY.get(rec.source, 0) for rec in recs]
+        judge = self._judge if self._judge is not None and self._judge.watches(key) else None
+        if judge is None:
+            return self.series.apply(run)
+
+        def point(i: int) -> Point:
+            return Point(key, run.steps[i], run.values[i], recs[i].ts, recs[i].source)
+
+        order = [(i, _place(places, i, rec, key)) for i, rec in zip(run.records, recs, strict=True)]
+        changed = self.series.apply(run, lambda i: judge.judge_point(point(i), order[i], run.series))
+        if run.start >= 0:
+            judge.judge_run(run, order, point)
+        return changed
 
     def add_record(self, rec: MetricRecord) -> int:
-        """One record's points; listeners hear of each changed point they watch. Returns how many changed."""
+        """One record's points (a batch of one)."""
+        return self.add_records((rec,))
+
+    def _admit(self, rec: MetricRecord) -> bool:
+        """A record's own bookkeeping before its points are stored; False for a second printing (dropped)."""
         if rec.kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
             self.duplicates += 1
-            return 0
+            return False
         self._note_axes(rec)
         self._count_prefixes(rec.values)
         for enricher in self.enrichers:
             enricher(rec)
-        priority = SOURCE_PRIORITY.get(rec.source, 0)
         self.records[rec.kind] = self.records.get(rec.kind, 0) + 1
         if rec.n > self.last_step.get(rec.kind, -1):
             self.last_step[rec.kind] = rec.n
         if math.isfinite(rec.ts) and not rec.ts <= self.last_ts:
             self.last_ts = rec.ts
-        changed, bad = self.series.add_record(rec.values, float(rec.n), rec.ts, priority)
-        self.bad_steps += bad
-        if changed and self._listeners:
-            steps = {axis: rec.values.get(axis, float(rec.n)) for axis in AXES}
-            for key in changed:  # a Point only for a key some listener watches (most have no rule)
-                point: Point | None = None
-                for listener, watches in self._listeners:
-                    if watches is None or watches(key):
-                        if point is None:
-                            step = steps[self.series.by_key[key].axis]
-                            point = Point(key, step, rec.values[key], rec.ts, rec.source)
-                        listener(point)
-        return len(changed)
+        return True
 
     def _count_prefixes(self, values: dict[str, float]) -> None:
         """`records_by_prefix` for one record. Below the series cap every key is admitted, so a dict's
@@ -499,7 +614,19 @@ class MetricsCollector:
         return {key: s.values[-1] for key, s in self.series.by_key.items() if s.values}
 
 
+def _place(places: dict[int, dict[str, int]], i: int, rec: MetricRecord, key: str) -> int:
+    """`key`'s place among the keys of the batch's record `i` (its order for the judge), from one index of
+    the record's keys built on the first ask (`places`, the batch's): `list(values).index(key)` for every
+    watched key was quadratic in the keys."""
+    known = places.get(i)
+    if known is None:
+        known = places[i] = dict(zip(rec.values, itertools.count()))  # C speed
+    return known[key]
+
+
 def _same_values(a: dict[str, float], b: dict[str, float]) -> bool:
+    if a == b:  # C speed; each pair compared `is` first, so the same NaN object is equal to itself too
+        return True
     return a.keys() == b.keys() and all(
         x == y or (math.isnan(x) and math.isnan(y)) for x, y in ((a[k], b[k]) for k in a)
     )

@@ -9,22 +9,19 @@ Readers of single lines get only the lines holding a line needle; the failure sc
 traceback's context, gets the whole chunk and where its hints are, found in the chunk with its line breaks
 removed (as it reads it), so a hint a terminal hard-wrapped in two is still found.
 
-How, measured: one `str.find` of a needle costs a pass over the chunk (0.2-0.8 ms per MB), a regex
-alternation of all needles three times the sum of those passes, but a find of one character is memchr
-(15 us per MB). So each needle is found through its rarest character where this log makes it rare (counted
-from the log now and then), verified with `startswith`; the others through anchors they share.
+What is looked for is the reader registry's (backend.signals.readers); how, the scan engine's
+(backend.signals.scan_engine: hyperscan, or the pure plan of backend.signals.pure_scan, which learns from
+samples of the log this module hands it).
 """
 
 from __future__ import annotations
 
-import functools
+import bisect
 import itertools
-import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from backend.signals.anchors import anchors_of
+from backend.signals.scan_engine import Engine, Finder, default_engine
 
 
 @dataclass(frozen=True)
@@ -44,18 +41,48 @@ def unique_needles(needles: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass
 class Scan:
-    """What one scan of a chunk found: the lines holding a line needle, and each flat needle's start
-    positions in `flat` (the chunk without its line breaks), every occurrence, overlapping ones too."""
+    """What one scan of a chunk found: each line needle's starts in `text` (`at`), and each flat needle's
+    starts in `flat` (the chunk without its line breaks), every occurrence, overlapping ones too."""
 
     text: str
     flat: str
     found: dict[str, list[int]]
-    lines: str  # the lines holding any line needle, in order, each once, newline-terminated ("" if none)
-    in_lines: frozenset[str]  # the line needles found
+    at: dict[str, list[int]]  # line needle -> its starts in `text`
+    searched: frozenset[str] = frozenset()  # the line needles looked for (found or not)
+    _lines: dict[tuple[str, ...], str] = field(default_factory=dict)
+    _numbers: LineNumbers | None = None
+
+    @property
+    def numbers(self) -> LineNumbers:
+        """The chunk's line numbers, counted once for every reader that asks (backend.signals.failures'
+        progress and Timer lines, the activity's line count)."""
+        if self._numbers is None:
+            self._numbers = LineNumbers(self.text)
+        return self._numbers
+
+    @property
+    def lines(self) -> str:
+        """The lines holding any line needle, in order, each once, newline-terminated ("" if none)."""
+        return self.lines_of(tuple(self.at))
+
+    def lines_of(self, needles: tuple[str, ...]) -> str:
+        """The lines holding any of `needles` (line needles), in order, each once, newline-terminated: what
+        a line reader of those needles gets (asked again, the same string)."""
+        known = self._lines.get(needles)
+        if known is None:
+            starts = [self.at[n] for n in needles if n in self.at]
+            known = _lines_at(self.text, sorted(itertools.chain.from_iterable(starts)) if starts else [])
+            self._lines[needles] = known
+        return known
+
+    def starts(self, needle: str) -> list[int] | None:
+        """A line needle's starts in `text` (every one, in order), or None when the scan did not look for it
+        (the reader then searches itself)."""
+        return self.at.get(needle, []) if needle in self.searched else None
 
     def has(self, needle: str) -> bool:
         """Whether `needle` is in the chunk (a flat needle: maybe across a line break, as a wrap puts it)."""
-        return needle in self.in_lines or needle in self.found
+        return needle in self.at or needle in self.found
 
     def positions(self, needle: str) -> list[int]:
         """A flat needle's starts in `flat`, non-overlapping, in order (as repeated `str.find` gives them)."""
@@ -66,133 +93,91 @@ class Scan:
         return kept
 
 
+class LineNumbers:
+    """How many line breaks a text holds before a position, each stretch of it counted once however many
+    readers ask: every answer is remembered, and a question is counted on from the nearest one before it
+    (`str.count`, C speed). Three readers each counting a chunk's lines cost three passes over it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._at = [0]  # positions answered, ascending
+        self._count = [0]  # line breaks before each
+        self._total: int | None = None
+
+    def before(self, pos: int) -> int:
+        """`text.count("\\n", 0, pos)`."""
+        i = bisect.bisect_right(self._at, pos) - 1
+        known = self._at[i]
+        if known == pos:
+            return self._count[i]
+        count = self._count[i] + self.text.count("\n", known, pos)
+        self._at.insert(i + 1, pos)
+        self._count.insert(i + 1, count)
+        return count
+
+    @property
+    def total(self) -> int:
+        """`text.count("\\n")`."""
+        if self._total is None:
+            self._total = self.before(len(self.text))
+        return self._total
+
+
 SAMPLE_CHARS = 1 << 16  # of a chunk's head, counted to learn which characters are rare in this log
 REPLAN_CHARS = 64 << 20  # text scanned between two countings (a log's mix changes: a run starts, trains)
-# One pass of a needle over a MB of text (str.find, 0.3-0.9 ms) costs about as much as this many steps of
-# a search for one character (memchr) and checks of a needle where it occurs (0.15-0.3 us each, in Python).
-CHECKS_PER_PASS = 3000
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How to find a set of needles in text like the sample: each needle by its rarest character, where
-    that costs less than a pass of each needle on it (`by_char`), else by an anchor, a piece it shares with
-    other such needles (`by_anchor`, backend.signals.anchors): both map what is searched to (needle, its
-    offset)."""
-
-    by_char: dict[str, list[tuple[str, int]]]
-    by_anchor: dict[str, list[tuple[str, int]]]
-
-    @classmethod
-    def for_sample(cls, needles: Sequence[str], sample: str) -> Plan:
-        per_mb = 1_000_000 / max(1, len(sample))
-        seen = {ch: sample.count(ch) * per_mb for ch in set("".join(needles))}
-        rarest = {needle: min(needle, key=lambda c: (seen[c], c)) for needle in needles}
-        placed: dict[str, list[tuple[str, int]]] = {}
-        for needle, ch in rarest.items():
-            placed.setdefault(ch, []).extend(_placed(needle, ch))
-        # a character's needles are found through it where its steps and checks cost less than their passes
-        shared = Counter(rarest.values())
-        cheap = {ch for ch, n in shared.items() if seen[ch] * (1 + len(placed[ch])) <= CHECKS_PER_PASS * n}
-        by_char = {ch: found for ch, found in placed.items() if ch in cheap}
-        common = [needle for needle in needles if rarest[needle] not in cheap]
-        anchors = anchors_of(tuple(common))
-        by_anchor: dict[str, list[tuple[str, int]]] = {a: [] for a in anchors}
-        for needle in common:
-            anchor = next(a for a in anchors if a in needle)
-            by_anchor[anchor].extend(_placed(needle, anchor))
-        return cls(by_char, by_anchor)
-
-    def find(self, text: str) -> dict[str, list[int]]:
-        """Each needle found -> its starts, every occurrence (overlapping ones too), in order."""
-        found: dict[str, list[int]] = {}
-        for piece, placed in itertools.chain(self.by_char.items(), self.by_anchor.items()):
-            pos = _first(text, piece)  # one character: memchr, many times faster than a longer piece
-            if pos < 0:
-                continue
-            if len(placed) == 1 and placed[0][0] == piece:  # the piece is the needle
-                found[piece] = _occurrences(text, piece, pos)
-                continue
-            while pos >= 0:
-                for needle, off in placed:
-                    start = pos - off
-                    if start >= 0 and text.startswith(needle, start):
-                        found.setdefault(needle, []).append(start)
-                pos = text.find(piece, pos + 1)
-        for needle, starts in found.items():
-            if len(starts) > 1:
-                found[needle] = sorted(set(starts))
-        return found
-
-
-@functools.lru_cache(maxsize=64)
-def _pair(piece: str) -> re.Pattern[str]:
-    return re.compile(re.escape(piece))
-
-
-def _first(text: str, piece: str) -> int:
-    """`text.find(piece)`; a piece of two characters through a regex, which measured 0.55 ms per MB against
-    str.find's 0.85 (its search steps through the first character; str.find's skip table has nothing to skip
-    by for so short a needle). Longer pieces: str.find is the faster."""
-    if len(piece) != 2:
-        return text.find(piece)
-    m = _pair(piece).search(text)
-    return m.start() if m is not None else -1
-
-
-def _placed(needle: str, piece: str) -> list[tuple[str, int]]:
-    """(needle, offset) for every place `piece` occurs in `needle`."""
-    return [(needle, off) for off in _occurrences(needle, piece)]
 
 
 class Prefilter:
-    """The needles of every reader, each found once per chunk. How (by a rare character, or whole) is
-    learnt from the log itself, now and then; what is found does not depend on it."""
+    """The needles of every reader, each found once per chunk by the engine (backend.signals.scan_engine).
+    The pure engine's way (by a rare character, or whole) is learnt from the log itself, now and then;
+    what is found depends on neither."""
 
-    def __init__(self, needles: Needles) -> None:
+    def __init__(self, needles: Needles, engine: Engine | None = None) -> None:
         self.needles = needles
-        self._plans: tuple[Plan, Plan] = self._plan("")
+        self.engine = engine if engine is not None else default_engine()
+        self._finders: tuple[Finder, Finder] = self._plan("")
+        self._searched = frozenset(needles.lines)
         self._sampled = 0  # chars of the sample the plans were made from
         self._since = 0  # chars scanned since
         self._recent: list[str] = []  # small chunks since, pooled into a sample (a live tail's)
 
-    def _plan(self, sample: str) -> tuple[Plan, Plan]:
-        return Plan.for_sample(self.needles.lines, sample), Plan.for_sample(self.needles.flat, sample)
+    def _plan(self, sample: str) -> tuple[Finder, Finder]:
+        make = self.engine.finder
+        return make(self.needles.lines, sample), make(self.needles.flat, sample)
 
-    def scan(self, text: str) -> Scan:
+    def _learn(self, text: str) -> None:
+        """Plan again from the log's recent text where the engine plans from samples (the pure one)."""
         self._since += len(text)
         if len(text) >= SAMPLE_CHARS:
             if self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
-                self._plans, self._sampled, self._since = self._plan(text[:SAMPLE_CHARS]), SAMPLE_CHARS, 0
+                self._finders, self._sampled, self._since = self._plan(text[:SAMPLE_CHARS]), SAMPLE_CHARS, 0
         elif self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
             self._recent.append(text)
             if self._since >= 2 * self._sampled:  # learn again from twice the text (at most a sample)
                 sample = "".join(self._recent)[-SAMPLE_CHARS:]
-                self._plans, self._sampled, self._since = self._plan(sample), len(sample), 0
+                self._finders, self._sampled, self._since = self._plan(sample), len(sample), 0
                 self._recent = []
             elif len(self._recent) > 1 and self._since - len(self._recent[0]) >= SAMPLE_CHARS:
                 del self._recent[0]  # the pool keeps no more than a sample's worth of text
-        in_text, in_flat = self._plans
-        at = in_text.find(text)
-        ends: dict[int, int] = {}  # line start -> its end, for every line holding a line needle
-        end = -1
-        for pos in sorted(itertools.chain.from_iterable(at.values())):
-            if pos < end:
-                continue
-            start = text.rfind("\n", 0, pos) + 1
-            end = text.find("\n", pos)
-            end = len(text) if end < 0 else end
-            ends[start] = end
-        lines = "".join(text[a : ends[a]] + "\n" for a in ends)
-        flat = text.replace("\n", "")
-        return Scan(text, flat, in_flat.find(flat), lines, frozenset(at))
+
+    def scan(self, text: str) -> Scan:
+        if self.engine.adapts:
+            self._learn(text)
+        in_text, in_flat = self._finders
+        flat = text.replace("\n", "") if self.needles.flat else ""
+        found = in_flat.find(flat) if flat else {}
+        return Scan(text, flat, found, in_text.find(text), searched=self._searched)
 
 
-def _occurrences(text: str, needle: str, pos: int | None = None) -> list[int]:
-    """Every start of `needle` in `text`, overlapping ones too (from `pos`, a known first one)."""
-    out = []
-    pos = text.find(needle) if pos is None else pos
-    while pos >= 0:
-        out.append(pos)
-        pos = text.find(needle, pos + 1)
-    return out
+def _lines_at(text: str, positions: list[int]) -> str:
+    """The lines of `text` holding these (ascending) positions, each once, newline-terminated."""
+    out: list[str] = []
+    end = -1
+    for pos in positions:
+        if pos < end:
+            continue
+        start = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        out.append(text[start:end])
+    return "\n".join(out) + "\n" if out else ""

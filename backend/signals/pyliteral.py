@@ -98,16 +98,28 @@ class _Parser:
         if kind == "str":
             return _string(text)
         if kind == "name":
-            if text in _NAMES:
-                return _NAMES[text]
-            if text in _CALLS and self.peek() == ("op", "("):
-                return self.call(_CALLS[text], depth)
-            raise LiteralError(f"unknown name {text!r}")
+            return self._name(text, depth)
         if text in "+-":
-            inner = self.value(depth + 1)
-            if isinstance(inner, bool) or not isinstance(inner, int | float):
-                raise LiteralError(f"sign before a non-number {inner!r}")
-            return -inner if text == "-" else inner
+            return self._signed(text, depth)
+        return self._opened(text, depth)
+
+    def _name(self, text: str, depth: int) -> object:
+        """A constant (`True`, `nan`, ...) or a known call (`np.float64(...)`, `tensor(...)`)."""
+        if text in _NAMES:
+            return _NAMES[text]
+        if text in _CALLS and self.peek() == ("op", "("):
+            return self.call(_CALLS[text], depth)
+        raise LiteralError(f"unknown name {text!r}")
+
+    def _signed(self, sign: str, depth: int) -> object:
+        """A number after its sign (nothing else takes one)."""
+        inner = self.value(depth + 1)
+        if isinstance(inner, bool) or not isinstance(inner, int | float):
+            raise LiteralError(f"sign before a non-number {inner!r}")
+        return -inner if sign == "-" else inner
+
+    def _opened(self, text: str, depth: int) -> object:
+        """A dict, list or tuple its opening bracket starts."""
         if text == "{":
             return self.container("}", depth, is_dict=True)
         if text == "[":

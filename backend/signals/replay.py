@@ -10,6 +10,7 @@ cursor work on it the same way; its metrics reach the monitor from the dump itse
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import re
@@ -67,9 +68,10 @@ def detect_source(path: str | os.PathLike[str]) -> ReplaySource:
         except DumpError as err:
             raise ReplayError(str(err)) from None
         inner = p / "dump_details"
-        if not any((d / sub).is_dir() for d in (p, inner) for sub in ("events", "dashboard")):
+        if not any((d / sub).is_dir() for d in (p, inner) for sub in ("events", "dashboard", "rollout_data")):
             raise ReplayError(
-                f"{p} is a directory but not a --dump-details directory (no events/ or dashboard/)"
+                f"{p} is a directory but not a --dump-details directory "
+                "(no events/, dashboard/ or rollout_data/)"
             )
         return ReplaySource("dump", p)
     if not p.exists():
@@ -143,15 +145,17 @@ class RolloutIndex:
         """The mark `delta` rollouts from `current` (None: the
         first or the last), clamped; None if none known."""
         known = self.rollouts
-        if not known:
-            return None
-        if current is None:
-            return self.mark(known[0] if delta > 0 else known[-1])
-        if delta > 0:
-            after = [r for r in known if r > current]
-            return self.mark(after[0] if after else known[-1])
-        before = [r for r in known if r < current]
-        return self.mark(before[-1] if before else known[0])
+        return self.mark(_stepped(known, current, delta)) if known else None
+
+
+def _stepped(known: list[int], current: int | None, delta: int) -> int:
+    """The rollout after (delta > 0) or before `current` in the sorted `known`, clamped to its ends; with no
+    current, the first (forward) or the last."""
+    if current is None:
+        return known[0] if delta > 0 else known[-1]
+    if delta > 0:
+        return known[min(bisect.bisect_right(known, current), len(known) - 1)]
+    return known[max(bisect.bisect_left(known, current) - 1, 0)]
 
 
 def read_first(path: Path, size: int = FIRST_CHUNK) -> bytes:
@@ -222,10 +226,10 @@ class ReplaySession:
         if path is None or self._done:
             return False
         if self.source.kind == "dump":
-            records = DumpReader(path).poll().records
+            records = DumpReader(path).poll_whole().records  # every file whole, never one poll's 64 MiB
             if self.monitor is not None:
                 self.monitor.attach_dump(path)
-                self.monitor.poll_dump()
+                self.monitor.poll_dump(whole=True)
             self.store.append(dump_log_text(records))
             self._done = True
             return False
@@ -244,7 +248,12 @@ class ReplaySession:
             return False
         self._offset += len(chunk)
         self.store.append(chunk)
+        self._say_unreadable()
         return True
+
+    def _say_unreadable(self) -> None:
+        if self.monitor is not None and self.store.unreadable:
+            self.monitor.note_unreadable(self.store.unreadable)
 
     def read_all(self) -> None:
         """Read a log file or dump to its end and finish (blocking: a worker thread or the CLI)."""
@@ -256,10 +265,12 @@ class ReplaySession:
         """Lines of a job's log read from the cluster."""
         if lines:
             self.store.append("\n".join(lines) + "\n")
+            self._say_unreadable()
 
     def finish(self) -> None:
         """End of input: the last partial line, and the time-based alerts as of the log's end."""
         self.store.flush()
+        self._say_unreadable()
         monitor = self.monitor
         if monitor is None:
             return

@@ -50,8 +50,6 @@ def search_batches(
     if not pattern:
         return
     finder = make_finder(pattern, regex, ignore_case)
-    by_source = flt is not None and flt.by_source
-    min_level = flt.min_level_code if flt is not None else 0
     stop = len(store) if stop is None else min(stop, len(store))
     a = max(0, start)
     while a < stop:
@@ -59,13 +57,21 @@ def search_batches(
             return
         b = store.block_end(a, stop, block_bytes)
         hits = finder(store.spool_bytes(a, b), a)
-        if by_source and hits and flt is not None:
-            allowed, ids = flt.allowed_sources(store, b), store.source_ids(a, b)
-            hits = array("I", [i for i in hits if ids[i - a] in allowed])
-        if min_level and hits:
-            hits = array("I", [i for i in hits if level_of(store.text(i)) >= min_level])
+        if flt is not None and hits:
+            hits = _filtered(hits, store, a, b, flt)
         yield SearchBatch(hits, b, stop)
         a = b
+
+
+def _filtered(hits: array, store: LogStore, a: int, b: int, flt: LineFilter) -> array:
+    """The hits among lines [a, b) that the filter keeps: by their source, then by their level."""
+    if flt.by_source:
+        allowed, ids = flt.allowed_sources(store, b), store.source_ids(a, b)
+        hits = array("I", [i for i in hits if ids[i - a] in allowed])
+    min_level = flt.min_level_code
+    if min_level and hits:
+        hits = array("I", [i for i in hits if level_of(store.text(i)) >= min_level])
+    return hits
 
 
 # The dense-hit pass (see `_dense_lines`): a hit becomes one NUL (sanitised spool text holds none), then

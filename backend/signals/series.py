@@ -19,8 +19,9 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
 
 TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS = "train/step", "rollout/step", "eval/step"
@@ -39,6 +40,21 @@ def axis_for(key: str) -> str:
 
 def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+@dataclass(slots=True)
+class PointRun:
+    """One batch's points of one series, in the batch's order (backend.signals.metrics adds a chunk's
+    records this way: a series and its rules are handled once per chunk, not once per record). `start`:
+    where they landed in the series when appended in one go (-1: added one by one)."""
+
+    series: Series
+    values: list[float] = field(default_factory=list)
+    records: list[int] = field(default_factory=list)  # each point's record: its place in the batch
+    steps: list[float] = field(default_factory=list)  # each point's step, ts and source rank: the records'
+    ts: list[float] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    start: int = -1
 
 
 @dataclass
@@ -83,6 +99,22 @@ class Series:
         if len(steps) > self.max_points:
             self._thin()
         self.version += 1
+        return True
+
+    def extend(self, run: PointRun) -> bool:
+        """Append a run's points in one go where point by point would only have appended them (each step
+        after the last, no thinning on the way): True and `run.start` set, else False and nothing done."""
+        steps, new = self.steps, run.steps
+        if (steps and new[0] <= steps[-1]) or len(steps) + len(new) > self.max_points:
+            return False
+        if any(b <= a for a, b in pairwise(new)):
+            return False
+        run.start = len(steps)
+        steps.extend(new)
+        self.values.extend(run.values)
+        self.ts.extend(run.ts)
+        self.rank.extend(run.ranks)
+        self.version += len(new)
         return True
 
     def _thin(self, bucket: int = 4) -> None:
@@ -195,34 +227,83 @@ class SeriesSet:
                 series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
             return series.add(step, value, ts, priority)
 
-    def add_record(
-        self, values: Mapping[str, float], n: float, ts: float, priority: int
-    ) -> tuple[list[str], int]:
-        """Every point of one metric record under one lock: each key (but the step keys) at its axis' step
-        in `values`, else `n`. Returns the keys whose series changed, in order, and how many points were
-        dropped for a non-finite step."""
-        steps = {axis: values.get(axis, n) for axis in AXES}
-        changed: list[str] = []
-        bad = 0
-        by_key = self.by_key
+    def group(
+        self, values: Mapping[str, float], n: float, index: int, runs: dict[str, PointRun | None]
+    ) -> int:
+        """One metric record's points added to `runs` (a batch's points, by key, in order; applied by
+        `apply`), each point as its value and `index`, its record's place in the batch: its step is the
+        record's on the key's axis (the axis' key in `values`, else `n`). A new key's series is made here,
+        in the batch's order, so the series cap admits the same keys as point by point (a step key maps to
+        None). Returns how many points were dropped for a non-finite step."""
+        if not all(math.isfinite(values.get(axis, n)) for axis in AXES):
+            return self._group_checked(values, n, index, runs)
         with self._lock:
             for key, value in values.items():
+                run = runs.get(key)
+                if run is None and key not in runs:
+                    run = self._start(key, runs)
+                if run is not None:
+                    run.values.append(value)
+                    run.records.append(index)
+        return 0
+
+    def _group_checked(
+        self, values: Mapping[str, float], n: float, index: int, runs: dict[str, PointRun | None]
+    ) -> int:
+        """`group` for a record with a NaN/Infinity step (a dump's `"train/step": Infinity`): its points on
+        that axis are dropped, counted."""
+        bad = 0
+        with self._lock:
+            for key, value in values.items():
+                run = runs.get(key)
                 if key in STEP_KEYS:
                     continue
-                series = by_key.get(key)
-                axis = series.axis if series is not None else axis_for(key)
-                step = steps[axis]
-                if not math.isfinite(step):  # a NaN/Infinity step (a dump's `"train/step": Infinity`)
+                series = run.series if run is not None else self.by_key.get(key)
+                if not math.isfinite(values.get(series.axis if series is not None else axis_for(key), n)):
                     bad += 1
                     continue
-                if series is None:
-                    if len(by_key) >= self.max_series:
-                        self._note_dropped(key)
-                        continue
-                    series = by_key[key] = Series(key, axis, self.max_points)
-                if series.add(step, value, ts, priority):
-                    changed.append(key)
-        return changed, bad
+                run = run if run is not None else self._start(key, runs)
+                if run is not None:
+                    run.values.append(value)
+                    run.records.append(index)
+        return bad
+
+    def _start(self, key: str, runs: dict[str, PointRun | None]) -> PointRun | None:
+        """A key's run in a batch: None for a step key (remembered) and for a key past the cap (counted,
+        not remembered: each of its points is refused as it comes)."""
+        if key in STEP_KEYS:
+            runs[key] = None
+            return None
+        series = self.by_key.get(key)
+        if series is None:
+            series = self._new(key)
+            if series is None:
+                return None
+        run = runs[key] = PointRun(series)
+        return run
+
+    def _new(self, key: str) -> Series | None:
+        """A new key's series, or None past the cap (counted)."""
+        if len(self.by_key) >= self.max_series:
+            self._note_dropped(key)
+            return None
+        series = self.by_key[key] = Series(key, axis_for(key), self.max_points)
+        return series
+
+    def apply(self, run: PointRun, changed: Callable[[int], None] | None = None) -> int:
+        """A run's points into its series under the lock (`run.steps`, `run.ts`, `run.ranks` filled in): in
+        one extend when they all come after its newest step (`run.start` says where they landed), else one
+        by one, `changed(i)` right after point `i` changed the series. Returns how many points changed it."""
+        with self._lock:
+            if run.series.extend(run):
+                return len(run.steps)
+            add, count = run.series.add, 0
+            for i, point in enumerate(zip(run.steps, run.values, run.ts, run.ranks, strict=True)):
+                if add(*point):
+                    count += 1
+                    if changed is not None:
+                        changed(i)
+            return count
 
     def admits(self, key: str) -> bool:
         """Whether a point of `key` would be kept (an existing series, or room for a new one)."""

@@ -16,6 +16,14 @@ it came from, never by its text alone:
   knows the job), or whose log holds any shim line (the hook ran somewhere, so it runs in every worker). A
   miles run launched without the console has no shim line at all and is not called missing.
 
+Text alone proves nothing, though: the driver can print a train actor's prefix around a shim line. So where
+Ray can be asked (a live run, `metrics --job`), the job's actors from Ray's state API are the train actors
+(`verify_with`): a report counts only from a (pid, ip) Ray lists as a train actor class of this job, an actor
+Ray lists that never reported is missing whether or not it logged, and a prefix Ray does not list is nobody.
+Where it cannot (a saved log, a replay), reports are judged by their prefixes as above and said unverified.
+(A line forged with the exact pid and ip of a real train actor still reads as that actor's: only its own
+worker log file could tell.)
+
 Ray may fold identical lines into `[repeated Nx across cluster]` under one process's prefix when its dedup is
 on (the console's runs allow-list the shim line, older ones may not): N reports then name no process, and an
 actor is only called missing when more actors lack a report than such folded lines could account for.
@@ -39,7 +47,8 @@ TRAIN_NEEDLE = "TrainRayActor"  # every train actor class's name holds it
 # slower), and the chunk's first line on its own.
 _TRAIN_PREFIX = (
     r"\((?P<actor>"
-    + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True))
+    # only the classes the needle finds (miles' own): the prefilter hands on just the lines that hold it
+    + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True) if TRAIN_NEEDLE in n)
     + r") pid=(?P<pid>\d{1,10})(?:, ip=(?P<ip>[^()\s]+))?\) (?!"
     + re.escape(LINE_PREFIX)
     + ")"
@@ -64,10 +73,39 @@ class ShimLedger:
             ProcessKey, str
         ] = {}  # process -> its prefix text, e.g. "MegatronTrainRayActor pid=1"
         self.reports: dict[ProcessKey, ShimReport] = {}
-        self.folded = 0  # reports Ray folded into a "[repeated Nx]" line: processes it does not name
+        self.folded: dict[ProcessKey, int] = {}  # reports Ray folded into a "[repeated Nx]" line, by the
+        # process whose prefix the fold carries: processes it does not name
         self.alerted: set[ProcessKey] = set()
         self.expected = False  # the job's runtime env runs the shim's setup hook (the run carries the shim)
         self.version = 0  # bumped when a train actor or a report arrives
+        # pid -> ips of the job's train actors as Ray's state API lists them; None: Ray was not asked
+        self.ray_train: dict[int, set[str]] | None = None
+        self.ray_labels: dict[ProcessKey, str] = {}
+
+    @property
+    def verified(self) -> bool:
+        """Whether reports are checked against Ray's own list of the job's train actors."""
+        return self.ray_train is not None
+
+    def verify_with(self, actors: list[tuple[int, str, str]]) -> None:
+        """The job's actors as Ray lists them, (pid, ip, class name): from now on only its train actors
+        report, and each of them that never did is missing."""
+        train = [(pid, ip, name) for pid, ip, name in actors if TRAIN_NEEDLE in name][:MAX_PROCESSES]
+        ray_train: dict[int, set[str]] = {}
+        self.ray_labels = {}
+        for pid, ip, name in train:
+            ray_train.setdefault(pid, set()).add(ip)
+            self.ray_labels[(pid, ip)] = f"{name[:60]} pid={pid}" + (f", ip={ip}" if ip else "")
+        self.ray_train = ray_train
+        self.version += 1
+
+    def _is_train(self, key: ProcessKey) -> bool:
+        """A prefix's process is one Ray lists as a train actor (a prefix without an ip: Ray omits it on the
+        driver's node). True when Ray was not asked: then the prefixes are all there is."""
+        if self.ray_train is None:
+            return True
+        ips = self.ray_train.get(key[0])
+        return ips is not None and (not key[1] or key[1] in ips)
 
     def note_lines(self, text: str) -> None:
         """Learn the train actors from a chunk of sanitised lines (their ordinary, non-shim lines)."""
@@ -91,22 +129,56 @@ class ShimLedger:
         if key not in self.reports and len(self.reports) >= MAX_PROCESSES:
             return
         self.reports.setdefault(key, ShimReport(line.status, dict(line.fields)))
-        self.folded += max(0, repeats - 1)
+        if repeats > 1:  # a fold under a prefix Ray does not list counts for nobody once Ray is asked
+            self.folded[key] = self.folded.get(key, 0) + repeats - 1
         self.version += 1
 
     def trusted(self) -> dict[str, dict[str, object]]:
         """Train actor -> the provider fields it reported (only reports a train actor's process made)."""
-        return {
-            label: dict(self.reports[key].fields) for key, label in self.train.items() if key in self.reports
-        }
+        found = ((label, self._report_of(key)) for key, label in self._train().items())
+        return {label: dict(report.fields) for label, report in found if report is not None}
 
-    def missing(self) -> list[str]:
-        """Train actors that never reported and were not named before; each is named once."""
+    def _train(self) -> dict[ProcessKey, str]:
+        """The train actors: those Ray lists when it was asked, else the prefixes' processes."""
+        return self.train if self.ray_train is None else self.ray_labels
+
+    def _report_of(self, key: ProcessKey) -> ShimReport | None:
+        """The report of a train actor: under its own prefix, or under its pid with no ip (Ray omits the ip
+        of a process on the driver's node)."""
+        found = self.reports.get(key)
+        if found is not None or self.ray_train is None:
+            return found
+        return next(
+            (r for (pid, ip), r in self.reports.items() if pid == key[0] and not (ip and key[1])), None
+        )
+
+    def _folded(self) -> int:
+        """Reports Ray folded; once Ray is asked, only those under a train actor's prefix Ray lists."""
+        return sum(n for key, n in self.folded.items() if self._is_train(key))
+
+    def missing(self, *, ended: bool = False) -> list[str]:
+        """Train actors that never reported and were not named before; each is named once. Of those Ray
+        lists, only the ones the log has reached (it holds their ordinary lines), until the input `ended`: the
+        structured outputs can count train steps before the log's first lines are read."""
         if not (self.expected or self.reports):
             return []  # a run without the console's shim: nothing was meant to report
-        lacking = [key for key in self.train if key not in self.reports]
-        if len(lacking) <= self.folded:
+        train = self._train() if ended else self._reached()
+        lacking = [key for key in train if self._report_of(key) is None]
+        if len(lacking) <= self._folded():
             return []  # Ray's fold may hold their lines
-        new = [key for key in lacking if key not in self.alerted]
+        return self._name_once(lacking, train)
+
+    def _name_once(self, lacking: list[ProcessKey], train: dict[ProcessKey, str]) -> list[str]:
+        """The labels of the lacking actors not named before, remembered as named now."""
+        named = {pid for pid, _ in self.alerted}  # by pid: the log's key and Ray's may differ in the ip
+        new = [key for key in lacking if key[0] not in named]
         self.alerted.update(new)
-        return [self.train[key] for key in new]
+        return [train[key] for key in new]
+
+    def _reached(self) -> dict[ProcessKey, str]:
+        """The train actors the log has reached: of those Ray lists, the ones with ordinary lines."""
+        train = self._train()
+        if self.ray_train is None:
+            return train
+        logged = {pid for pid, _ in self.train}
+        return {key: label for key, label in train.items() if key[0] in logged}

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.errors import ConsoleError
-from backend.safe_paths import UnsafePath, inside
-from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk, sanitize_text
+from backend.safe_paths import PrivateDir, UnsafePath, safe_name
+from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk_counted, sanitize_text
 from backend.signals import grammar
 from backend.signals.grammar import HEAD_NODE, LEVEL_NAMES, level_of
 
@@ -38,6 +38,10 @@ _FIRST = operator.itemgetter(0)
 _INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
 _MAX_SOURCES = 65535
 _LEARN_CHUNKS = 4
+# A log with no line feed in its first CR_SNIFF bytes but carriage returns is CR-only (old Mac line ends, some
+# Windows tools' logs): its lines are split on CR, not kept as one line rewritten by `\r` (issue 36).
+CR_SNIFF = 8 << 10
+_BAD_UTF8 = re.compile("[\udc80-\udcff]")  # what `surrogateescape` makes of each invalid byte
 # Offsets are kept in 32-bit words; the spool passes 4 GiB every ~30M lines, and the line where each further
 # 4 GiB starts is listed (a handful of entries) so an offset is its word plus 4 GiB per wrap before it.
 _WRAP = 1 << 32
@@ -98,10 +102,59 @@ class LogLine:
     tags: str | None = None  # SGLang's rank tags (`DP0 TP0 EP3`)
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadableBytes:
+    """What of a log could not be read as text, counted, never a reason to refuse the log: crashed nodes
+    leave NUL-padded tails, a torn write leaves invalid UTF-8, a binary blob stray controls."""
+
+    nul: int = 0  # NUL bytes, dropped (a NUL-padded tail, a sparse head after copytruncate)
+    invalid_utf8: int = 0  # bytes that are no UTF-8, each run shown as one U+FFFD
+    controls: int = 0  # stray control bytes (not tab, LF, CR, ESC, BEL), dropped
+    long_lines: int = 0  # lines over the store's cap, cut and marked
+
+    @property
+    def bytes(self) -> int:
+        return self.nul + self.invalid_utf8 + self.controls
+
+    def __bool__(self) -> bool:
+        return bool(self.bytes or self.long_lines)
+
+    def text(self) -> str:
+        """One line: how much and of what ("" when everything was read)."""
+        parts = [
+            f"{n:,} {what}"
+            for n, what in (
+                (self.nul, "NUL"),
+                (self.invalid_utf8, "invalid UTF-8"),
+                (self.controls, "control"),
+            )
+            if n
+        ]
+        said = f"{self.bytes:,} unreadable byte(s) dropped ({', '.join(parts)})" if parts else ""
+        if self.long_lines:
+            cut = f"{self.long_lines:,} line(s) over the line cap cut"
+            said = f"{said}; {cut}" if said else cut
+        return said
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "bytes": self.bytes,
+            "nul": self.nul,
+            "invalid_utf8": self.invalid_utf8,
+            "controls": self.controls,
+            "long_lines": self.long_lines,
+        }
+
+
 def default_spool_dir() -> Path:
     from backend.settings import load_settings
 
     return load_settings().state_dir / "spool"
+
+
+def _cr_lines(data: bytes) -> bytes:
+    """A CR-only log's bytes with every line end a line feed (a CRLF among them stays one line end)."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def _cap_bytes(line: bytes, cap: int) -> bytes:
@@ -131,6 +184,25 @@ class _SourceIds(dict):
 Listener = Callable[[int, int, str], None]
 
 
+def _open_spool(directory: Path, name: str) -> int:
+    """The spool `directory/name`, created empty, through safe_paths' rule (the directory this user's own
+    and 0700, the file O_NOFOLLOW and regular): anything else is one LogStoreError line."""
+    try:
+        folder = PrivateDir(directory)
+    except (OSError, UnsafePath) as err:
+        raise LogStoreError(f"cannot create the log spool in {directory}: {_why(err)}") from None
+    try:
+        return folder.open(name, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    except (OSError, UnsafePath) as err:
+        raise LogStoreError(f"cannot create the log spool {directory / name}: {_why(err)}") from None
+    finally:
+        folder.close()
+
+
+def _why(err: Exception) -> str:
+    return (err.strerror if isinstance(err, OSError) and err.strerror else str(err)).replace("\n", " ")
+
+
 class LogStore:
     """Append-only, thread-safe (one writer, many readers) scrollback of one run's log."""
 
@@ -143,19 +215,11 @@ class LogStore:
         cache_lines: int = 4096,
     ) -> None:
         directory = Path(spool_dir) if spool_dir is not None else default_spool_dir()
-        safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", run_id) or "run"
-        self.path = directory / f"{safe_id}.log"
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            inside(str(directory), self.path.name)  # a job id names it: never outside the spool directory
-            self._fd = os.open(
-                self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600
-            )
-        except UnsafePath as err:
-            raise LogStoreError(f"cannot create the log spool: {err}") from None
-        except OSError as err:
-            raise LogStoreError(f"cannot create the log spool {self.path}: {err.strerror}") from None
+        self.path = directory / safe_name(run_id or "run", ".log")  # bounded; two ids never share a spool
+        self._fd = _open_spool(directory, self.path.name)
         self.line_cap = line_cap
+        self.unreadable = UnreadableBytes()
+        self._cr_only: bool | None = None  # undecided until a line feed, or CR_SNIFF bytes without one
         self._pending = b""
         self._pending_dropped = 0
         self._caret_codes = False  # the log spells colour codes as text (`^[[36m`)
@@ -192,6 +256,13 @@ class LogStore:
         if not data:
             return 0
         with self._write_lock:
+            if b"\x00" in data:  # memchr: dropped before lines are cut, so a NUL run never hides a line
+                self._count(nul=data.count(b"\x00"))
+                data = data.replace(b"\x00", b"")
+            if self._cr_only is None:
+                data = self._line_ends(data)
+            elif self._cr_only:
+                data = _cr_lines(data)
             cut = data.rfind(b"\n")
             if cut < 0:
                 self._hold(data)
@@ -208,9 +279,35 @@ class LogStore:
         with self._write_lock:
             if not self._pending and not self._pending_dropped:
                 return 0
+            if self._cr_only is None and not self._pending_dropped and b"\r" in self._pending.rstrip(b"\r"):
+                self._cr_only = True  # a short log with carriage returns and never a line feed
+                lines = _cr_lines(self._pending)
+                self._pending = b""
+                return self._ingest(lines if lines.endswith(b"\n") else lines + b"\n")
             head = self._join_pending(b"\n")
             self._pending = b""
             return self._ingest(head)
+
+    def _count(self, **more: int) -> None:
+        u = self.unreadable
+        self.unreadable = UnreadableBytes(
+            u.nul + more.get("nul", 0),
+            u.invalid_utf8 + more.get("invalid_utf8", 0),
+            u.controls + more.get("controls", 0),
+            u.long_lines + more.get("long_lines", 0),
+        )
+
+    def _line_ends(self, data: bytes) -> bytes:
+        """Decide, once, whether the log ends its lines with CR alone; returns `data` as lines to cut."""
+        if b"\n" in data:
+            self._cr_only = False  # LF or CRLF: a CR inside a line is a progress bar's redraw
+            return data
+        held = len(self._pending) + len(data)
+        if held < CR_SNIFF or (self._pending.count(b"\r") + data.count(b"\r")) < 2:
+            return data
+        self._cr_only = True
+        data, self._pending = _cr_lines(self._pending + data), b""
+        return data
 
     def _hold(self, data: bytes) -> None:
         """Keep a partial line, bounded: a progress bar keeps its last state, anything else its head."""
@@ -241,24 +338,7 @@ class LogStore:
     def _ingest(self, data: bytes) -> int:
         """Store complete lines (`data` ends with a newline). Per line, only split, len and accumulate run;
         everything else works on the whole chunk at C speed (see `backend.sanitize.clean_chunk`)."""
-        if not data.isascii():  # ASCII (most logs) is valid UTF-8; isascii scans a word at a time, no copy
-            try:
-                data.decode("utf-8")  # the UTF-8 check
-            except UnicodeDecodeError:
-                data = data.decode("utf-8", errors="replace").encode("utf-8")
-        clean = clean_chunk(data)
-        # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
-        # and once a log has shown them every chunk is checked whole.
-        if grammar.LITERAL_COLOUR_HINT in (clean if self._caret_codes else clean[:65536]):
-            self._caret_codes = True
-            clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
-        lines = clean.split(b"\n")
-        lines.pop()  # the empty remainder after the final newline
-        lens = list(map(len, lines))
-        if max(lens, default=0) > self.line_cap:
-            lines = [_cap_bytes(b, self.line_cap) for b in lines]
-            clean = b"\n".join(lines) + b"\n"
-            lens = list(map(len, lines))
+        clean, lines, lens = self._cut(self._cleaned(data))
         base, nlines = len(self._cum) - 1, len(lines)
         try:
             self._write(clean)
@@ -274,6 +354,41 @@ class LogStore:
             for listener in list(self._listeners):
                 listener(base, nlines, text)
         return nlines
+
+    def _cleaned(self, data: bytes) -> bytes:
+        """A chunk of complete lines as valid UTF-8, sanitised, Ray's colour codes spelt as text gone."""
+        if not data.isascii():  # ASCII (most logs) is valid UTF-8; isascii scans a word at a time, no copy
+            try:
+                data.decode("utf-8")  # the UTF-8 check
+            except UnicodeDecodeError:
+                data = self._readable(data)
+        clean, stray = clean_chunk_counted(data)
+        if stray:
+            self._count(controls=stray)
+        # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
+        # and once a log has shown them every chunk is checked whole.
+        if grammar.LITERAL_COLOUR_HINT in (clean if self._caret_codes else clean[:65536]):
+            self._caret_codes = True
+            clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
+        return clean
+
+    def _cut(self, clean: bytes) -> tuple[bytes, list[bytes], list[int]]:
+        """(the chunk, its lines, their lengths), lines over the cap cut and marked (counted)."""
+        lines = clean.split(b"\n")
+        lines.pop()  # the empty remainder after the final newline
+        lens = list(map(len, lines))
+        if max(lens, default=0) > self.line_cap:
+            self._count(long_lines=sum(1 for n in lens if n > self.line_cap))
+            lines = [_cap_bytes(b, self.line_cap) for b in lines]
+            clean = b"\n".join(lines) + b"\n"
+            lens = list(map(len, lines))
+        return clean, lines, lens
+
+    def _readable(self, data: bytes) -> bytes:
+        """Invalid UTF-8 counted byte by byte, each byte one U+FFFD (the text around it kept)."""
+        text, bad = _BAD_UTF8.subn("\ufffd", data.decode("utf-8", errors="surrogateescape"))
+        self._count(invalid_utf8=bad)
+        return text.encode("utf-8")
 
     def _index(self, lens: list[int]) -> None:
         """Extend the offsets by these line lengths: one C-level accumulate unless 4 GiB is crossed."""
@@ -295,12 +410,17 @@ class LogStore:
         self._total = end
 
     def _write(self, data: bytes) -> None:
+        """Write at the spool's end; a full disk or a failing device is one line (LogStoreError), never an
+        OSError that ends a reader silently (the app would show "loading history" forever)."""
         view = memoryview(data)
         pos = self._offset(len(self._cum) - 1)
-        while view:
-            written = os.pwrite(self._fd, view, pos)
-            view = view[written:]
-            pos += written
+        try:
+            while view:
+                written = os.pwrite(self._fd, view, pos)
+                view = view[written:]
+                pos += written
+        except OSError as err:
+            raise LogStoreError(f"cannot write the log spool {self.path}: {err.strerror or err}") from None
 
     def _offset(self, i: int) -> int:
         """Byte offset of line i in the spool (i == len: the end)."""

@@ -19,4 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "prepare",
     "replay",
     "stacks",
+    "watch",
+    "samples",
+    "doctor",
 )

@@ -11,9 +11,10 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from backend.errors import RefusedError
+from backend.errors import ConsoleError, RefusedError
 from backend.redaction import public_text
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` and the other commands never pay for httpx
@@ -32,6 +33,16 @@ def add_job_arg(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="ID",
         help="submission id or Ray job id (default: the latest run, ours or miles')",
+    )
+
+
+def add_notify_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--notify",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the run's notification settings (TOML, as the config's [notify]); default: the config's",
     )
 
 
@@ -56,6 +67,7 @@ def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings],
     # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
+    from backend.cluster.watcher import options_from
 
     settings = settings_of(args)
 
@@ -67,6 +79,7 @@ def run_with(args: argparse.Namespace, body: Callable[[RunController, Settings],
                 state_dir=settings.state_dir,
                 readonly=settings.readonly,
                 poll_s=min(settings.poll_interval_s * 2, 5.0),
+                watcher=options_from(settings),
             )
             return await body(ctl, settings)
 
@@ -84,6 +97,21 @@ def confirm(question: str, yes: bool, action: str) -> bool:
     except EOFError:
         answer = ""
     return answer.strip().lower() in ("y", "yes")
+
+
+LOG_TAIL = 20000  # lines of the job log read to learn which process is which rank
+
+
+async def log_ranks(ctl: RunController, job_id: str) -> dict[tuple[str, int], int]:
+    """(node IP or "", pid) -> training rank from the job log's tail; empty when the log cannot be read
+    (the caller's answer then names processes by node and pid only)."""
+    # lazy: only the subcommands that name ranks pay for it
+    from backend.signals.rank_map import process_ranks
+
+    try:
+        return process_ranks([line async for line in ctl.client.read_log(job_id, tail=LOG_TAIL)])
+    except ConsoleError:
+        return {}
 
 
 def say(text: str, *, err: bool = False) -> None:

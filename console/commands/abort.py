@@ -13,6 +13,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING
 
+from backend.sanitize import shown_name
 from console.commands._cluster import (
     add_job_arg,
     confirm,
@@ -25,6 +26,7 @@ from console.commands._cluster import (
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController, RunEvent
+    from backend.cluster.dashboard import JobInfo
     from backend.settings import Settings
 
 
@@ -55,6 +57,17 @@ def _printer(event: RunEvent) -> None:
         say(f"   {event.text}")
 
 
+def _still_running(ctl: RunController, job: JobInfo, timeout: float) -> str:
+    """The error for a job not ended after the wait, with what to do next for its state."""
+    state = ctl.state.value if ctl.state else "unknown"
+    hint = (
+        "; Ray will start it when resources free up and stop it then"
+        if state == "PENDING"
+        else f"; to kill it now: ultra-console abort --job {shown_name(job.id)} --force"
+    )
+    return f"ultra-console: error: job {shown_name(job.id)} is still {state} after {timeout:.0f} s{hint}"
+
+
 def run(args: argparse.Namespace) -> int:
     # lazy: only this subcommand pays for it (see console/commands/__init__.py)
     from backend.cluster.abort_policy import abort_policy
@@ -64,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
     async def body(ctl: RunController, settings: Settings) -> int:
         job = await ctl.attach(job_of(args))
         if job.is_terminal:
-            say(f"job {job.id} already ended {job.status}; nothing to stop")
+            say(f"job {shown_name(job.id)} already ended {job.status}; nothing to stop")
             return 0
         policy = abort_policy(job, wait_s=args.timeout)
         signal, grace = policy.signal, policy.grace_s
         if args.force:
             question = (
-                f"FORCE-stop {job.id} ({job.status}): SIGKILL its driver process tree now, without "
-                "a clean shutdown?"
+                f"FORCE-stop {shown_name(job.id)} ({job.status}): SIGKILL its driver process tree now, "
+                "without a clean shutdown?"
             )
             if not confirm(question, args.yes, "abort --force"):
                 say("abort cancelled", err=True)
@@ -80,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
             say(await ctl.force_stop())
         else:
             if not confirm(
-                f"Abort {job.id} ({job.status}) with {signal}, grace {grace} s?", args.yes, "abort"
+                f"Abort {shown_name(job.id)} ({job.status}) with {signal}, grace {grace} s?",
+                args.yes,
+                "abort",
             ):
                 say("abort cancelled", err=True)
                 return 1
@@ -93,16 +108,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             final = await ctl.wait_terminal(timeout)
         except asyncio.TimeoutError:
-            state = ctl.state.value if ctl.state else "unknown"
-            hint = (
-                "; Ray will start it when resources free up and stop it then"
-                if state == "PENDING"
-                else f"; to kill it now: ultra-console abort --job {job.id} --force"
-            )
-            say(f"ultra-console: error: job {job.id} is still {state} after {timeout:.0f} s{hint}", err=True)
+            say(_still_running(ctl, job, timeout), err=True)
             return 1
         say(
-            f"job {final.id} ended {final.status}"
+            f"job {shown_name(final.id)} ended {final.status}"
             + (
                 "; to check its nodes for leftover GPU processes: ultra-console cleanup"
                 if final.is_terminal

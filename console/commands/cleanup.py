@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from console.commands._cluster import (
@@ -28,6 +29,7 @@ from console.commands._cluster import (
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
+    from backend.cluster.leftovers import LeftoverReport, ReapResult
     from backend.settings import Settings
 
 
@@ -40,49 +42,68 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
-    from backend.cluster.controller import NoRunFound
-
     refuse_if_readonly(settings_of(args), "cleanup")
 
     async def body(ctl: RunController, settings: Settings) -> int:
-        try:
-            await ctl.attach(job_of(args))
-        except NoRunFound:
-            say("no run found: no GPU holder can be identified as a run's, so none will be signalled")
-        nodes = await ctl.leftover_nodes()
-        if not args.json:
-            say(f"checking {len(nodes)} node(s) for GPU processes left behind…")
-        report = await ctl.leftovers()
-        doc = {
-            "job": report.job,
-            "leftovers": [dataclasses.asdict(i) for i in report.killable],
-            "unidentified": [dataclasses.asdict(i) for i in report.unidentified],
-            "silent_nodes": [n.node_label for n in report.silent],
-            "results": [],
-        }
+        report = await _read_leftovers(ctl, args)
+        doc = _doc(report)
         if not args.json:
             for line in report.lines():
                 say(line)
         problems = bool(report.unidentified or report.silent)
         if not report.killable:
-            if args.json:
-                print(json.dumps(doc))
-            else:
-                say(report.summary() + ("" if report.clean else "; nothing of the job's to clean up"))
-            return 1 if problems else 0
+            return _nothing_to_kill(report, doc, problems, as_json=args.json)
         if not confirm(f"Kill these {len(report.killable)} process(es) of the job?", args.yes, "cleanup"):
             say("cleanup cancelled", err=True)
             return 1
         results = await ctl.cleanup(list(report.killable))
         doc["results"] = [dataclasses.asdict(r) for r in results]
-        if args.json:
-            print(json.dumps(doc))
-        else:
-            for r in results:
-                why = f" ({r.signal})" if r.signal else (f": {r.reason}" if r.reason else "")
-                say(f"  pid {r.pid} on {r.node_id[:8]}: {r.action}{why}")
-        failed = [r for r in results if r.action in ("failed", "error")]
-        return 1 if failed or problems else 0
+        _print_results(doc, results, as_json=args.json)
+        return 1 if problems or any(r.action in ("failed", "error") for r in results) else 0
 
     return run_with(args, body)
+
+
+async def _read_leftovers(ctl: RunController, args: argparse.Namespace) -> LeftoverReport:
+    """The run's GPU holders on every node it ran on (without a run, none can be shown to be its)."""
+    # lazy: only this subcommand pays for it (see console/commands/__init__.py)
+    from backend.cluster.controller import NoRunFound
+
+    try:
+        await ctl.attach(job_of(args))
+    except NoRunFound:
+        say("no run found: no GPU holder can be identified as a run's, so none will be signalled")
+    nodes = await ctl.leftover_nodes()
+    if not args.json:
+        say(f"checking {len(nodes)} node(s) for GPU processes left behind…")
+    return await ctl.leftovers()
+
+
+def _doc(report: LeftoverReport) -> dict[str, object]:
+    """The `--json` object before any kill (its `results` filled after)."""
+    return {
+        "job": report.job,
+        "leftovers": [dataclasses.asdict(i) for i in report.killable],
+        "unidentified": [dataclasses.asdict(i) for i in report.unidentified],
+        "silent_nodes": [n.node_label for n in report.silent],
+        "results": [],
+    }
+
+
+def _nothing_to_kill(report: LeftoverReport, doc: dict[str, object], problems: bool, *, as_json: bool) -> int:
+    """Nothing of the job's holds a GPU: said (or the JSON printed); 1 when a holder or node is unknown."""
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        say(report.summary() + ("" if report.clean else "; nothing of the job's to clean up"))
+    return 1 if problems else 0
+
+
+def _print_results(doc: dict[str, object], results: Sequence[ReapResult], *, as_json: bool) -> None:
+    """What each kill did: the JSON object, or a line per process."""
+    if as_json:
+        print(json.dumps(doc))
+        return
+    for r in results:
+        why = f" ({r.signal})" if r.signal else (f": {r.reason}" if r.reason else "")
+        say(f"  pid {r.pid} on {r.node_id[:8]}: {r.action}{why}")

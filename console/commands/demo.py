@@ -181,9 +181,10 @@ def _say(text: str) -> None:
 async def _launch(settings: Settings, spec: RunSpec) -> str:
     from backend.cluster.controller import RunController
     from backend.cluster.dashboard import RayClient
+    from backend.cluster.watcher import options_from
 
     async with RayClient(settings.address, settings.token_text()) as client:
-        controller = RunController(client, state_dir=settings.state_dir)
+        controller = RunController(client, state_dir=settings.state_dir, watcher=options_from(settings))
         job = await controller.launch(spec)
         return job.id
 

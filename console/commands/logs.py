@@ -12,11 +12,12 @@ import collections
 import sys
 from typing import TYPE_CHECKING
 
-from backend.sanitize import sanitize_text
+from backend.sanitize import sanitize_text, shown_name
 from console.commands._cluster import add_job_arg, job_of, run_with, say
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
+    from backend.cluster.dashboard import JobInfo, RayClient
     from backend.settings import Settings
 
 
@@ -35,6 +36,30 @@ def _out(text: str) -> None:
         sys.stdout.flush()
 
 
+async def _running(ctl: RunController, job: JobInfo) -> JobInfo:
+    """The job once it is no longer PENDING (said while it waits for resources)."""
+    if job.status == "PENDING":
+        say(
+            f"job {shown_name(job.id)} is PENDING (waiting for resources); following starts when it runs",
+            err=True,
+        )
+    while job.status == "PENDING":
+        await asyncio.sleep(ctl.poll_s)
+        job = await ctl.refresh()
+    return job
+
+
+async def _print_tail(client: RayClient, job: JobInfo, tail: int) -> int:
+    """The log's last `tail` lines printed (none for 0); the line count read, where following starts."""
+    offset = 0
+    last: collections.deque[str] = collections.deque(maxlen=tail or 1)
+    async for line in client.read_log(job.id):
+        offset += 1
+        last.append(line)
+    _out("".join(f"{line}\n" for line in last) if tail else "")
+    return offset
+
+
 def run(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         say("ultra-console: error: --tail must be 0 or more", err=True)
@@ -50,25 +75,15 @@ def run(args: argparse.Namespace) -> int:
             async for chunk in text_chunks(client.read_log(job.id, tail=args.tail), max_lines=10_000):
                 _out(chunk.text)
             if job.status == "PENDING":
-                say(f"job {job.id} is PENDING: no driver log yet", err=True)
+                say(f"job {shown_name(job.id)} is PENDING: no driver log yet", err=True)
             return 0
-        if job.status == "PENDING":
-            say(f"job {job.id} is PENDING (waiting for resources); following starts when it runs", err=True)
-            while job.status == "PENDING":
-                await asyncio.sleep(ctl.poll_s)
-                job = await ctl.refresh()
-        offset = 0
-        if args.tail is not None:
-            last: collections.deque[str] = collections.deque(maxlen=args.tail or 1)
-            async for line in client.read_log(job.id):
-                offset += 1
-                last.append(line)
-            _out("".join(f"{line}\n" for line in last) if args.tail else "")
+        job = await _running(ctl, job)
+        offset = await _print_tail(client, job, args.tail) if args.tail is not None else 0
         # a pipe is block-buffered: each chunk is flushed, and a live chunk waits at most LIVE_FLUSH_S
         async for chunk in text_chunks(client.follow_log(job.id, start_offset=offset), flush_s=LIVE_FLUSH_S):
             _out(chunk.text)
         final = await client.get_job(job.id)
-        say(f"-- job {final.id} ended {final.status}", err=True)
+        say(f"-- job {shown_name(final.id)} ended {final.status}", err=True)
         return 0
 
     return run_with(args, body)

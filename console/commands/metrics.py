@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backend.sanitize import one_line, sanitize_text
+from backend.sanitize import one_line, sanitize_text, shown_name
 from backend.signals.compare import Comparison, RunSide, compare, load_config
 from backend.signals.ingest import RunLog, text_chunks
 from backend.signals.launch_flags import ArgumentDump, flags_from_command
@@ -117,6 +117,13 @@ def _monitor(args: argparse.Namespace) -> RunMonitor:
     return monitor
 
 
+def _dump_progress(read: int, total: int) -> None:
+    """A dump bigger than one poll is read whole; on a terminal, say how far (never on a pipe: JSON there)."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"reading the dump: {read >> 20} of {total >> 20} MiB\r")
+        sys.stderr.flush()
+
+
 def read_log_file(monitor: RunMonitor, path: Path, arguments: ArgumentDump | None = None) -> int:
     """Stream a saved log through a throw-away run log (the same sanitising path as a live run); `arguments`
     collects its Megatron argument dump on the way."""
@@ -141,45 +148,32 @@ def _from_job(args: argparse.Namespace, monitor: RunMonitor) -> tuple[str, float
             async for chunk in text_chunks(ctl.client.read_log(job.id)):
                 run_log.add(chunk)
         monitor.poll_dump()
+        from backend.cluster.leftovers import job_actors  # lazy: only `metrics --job` pays for it
+
+        actors = await job_actors(ctl.client, await ctl.refresh())
+        if actors:  # only a process Ray lists as a train actor reports the shim (else: said unverified)
+            monitor.verify_train_actors([(a.pid, a.ip, a.class_name) for a in actors])
         monitor.on_job_status(job.status, job.message)
         now = None if not job.is_terminal else monitor.end_of_log()
-        return f"job {job.id} ({job.status})", now
+        return f"job {shown_name(job.id)} ({job.status})", now
 
     return run_with(args, body)
 
 
 def run(args: argparse.Namespace) -> int:
     monitor = _monitor(args)
-    now: float | None
     arguments = ArgumentDump()
     baselines = _baselines(args.compare)  # bad input is one line before any work
-    if args.from_log:
-        read_log_file(monitor, Path(args.from_log), arguments)
-        what, now = f"log {args.from_log}", monitor.end_of_log()
-    elif args.from_dump:
-        monitor.attach_dump(args.from_dump)
-        monitor.poll_dump()
-        what, now = f"dump {args.from_dump}", monitor.telemetry.last_ts
-        if not (now == now):  # nan: no telemetry stream; measure from the newest metric instead
-            now = monitor.collector.last_ts
-    else:
-        what, now = _from_job(args, monitor)
+    what, now = _read_input(args, monitor, arguments)
     if now is not None:  # a saved log, a dump, a finished job: the whole input is in
         monitor.input_ended()
         monitor.tick(now=now, dashboard_now=monitor.telemetry.last_ts)
     else:
         monitor.tick()
-    records = sum(monitor.collector.records.values())
     if (
         args.from_log or args.from_dump or now is not None
     ):  # read to its end (a running job may not have begun)
-        refused = monitor.dump.refused if monitor.dump is not None else []  # e.g. a FIFO in the dump dir
-        monitor.alerts.check_log_without_metrics(
-            f"the {what}",
-            monitor.activity.lines,
-            records,
-            monitor.activity.last_line or (refused[0] if refused else ""),
-        )
+        _check_metrics_seen(monitor, what)
     snap = monitor.snapshot(now=now)
     comparison = _compare(args, monitor, arguments, snap, baselines) if baselines else None
     if comparison is not None:
@@ -191,28 +185,63 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(what, snap, monitor.metrics_snapshot(now).derived, monitor.diagnosis())
         if comparison is not None:
             _print_comparison(comparison)
+    return _verdict(snap, monitor)
+
+
+def _read_input(
+    args: argparse.Namespace, monitor: RunMonitor, arguments: ArgumentDump
+) -> tuple[str, float | None]:
+    """Feed the log, the dump or the job to `monitor`: (what was read, the moment it ends at; None while
+    the job runs)."""
+    if args.from_log:
+        read_log_file(monitor, Path(args.from_log), arguments)
+        return f"log {args.from_log}", monitor.end_of_log()
+    if not args.from_dump:
+        return _from_job(args, monitor)
+    monitor.attach_dump(args.from_dump)
+    monitor.poll_dump(whole=True, progress=_dump_progress)
+    now = monitor.telemetry.last_ts
+    if not (now == now):  # nan: no telemetry stream; measure from the newest metric instead
+        now = monitor.collector.last_ts
+    return f"dump {args.from_dump}", now
+
+
+def _check_metrics_seen(monitor: RunMonitor, what: str) -> None:
+    """An input read to its end with lines but no metric record is a blind spot (said by the alerts)."""
+    refused = monitor.dump.refused if monitor.dump is not None else []  # e.g. a FIFO in the dump dir
+    monitor.alerts.check_log_without_metrics(
+        f"the {what}",
+        monitor.activity.lines,
+        sum(monitor.collector.records.values()),
+        monitor.activity.last_line or (refused[0] if refused else ""),
+    )
+
+
+def _verdict(snap: dict[str, Any], monitor: RunMonitor) -> int:
+    """The exit status, its reason on one stderr line: the run's cause of death, a blind spot, or 0 (with
+    the input's problems as a warning)."""
     cause = snap["cause"]
     if cause is not None:  # the one answer the operator came for, on one line
         where = f" (line: {cause['line']})" if cause["line"] else ""
-        sys.stderr.write(
-            one_line(f"ultra-console: the run failed: {cause['title']}: {cause['message']}{where}")[:600]
-            + "\n"
-        )
+        _err(one_line(f"ultra-console: the run failed: {cause['title']}: {cause['message']}{where}")[:600])
         return FAILED_EXIT
     blind = monitor.blind_spots()
     if blind:  # the same words as the alert the app shows, and its sample line
         first = blind[0]
         more = f" (+{len(blind) - 1} more blind spot(s))" if len(blind) > 1 else ""
         sample = f"; e.g. {first.sample}" if first.sample else ""
-        sys.stderr.write(one_line(f"ultra-console: error: {first.message}{more}{sample}")[:600] + "\n")
+        _err(one_line(f"ultra-console: error: {first.message}{more}{sample}")[:600])
         return BLIND_EXIT
     if snap["problems"]:
         shown = "; ".join(snap["problems"][:3])
-        sys.stderr.write(
+        _err(
             sanitize_text(f"ultra-console: warning: {len(snap['problems'])} input problem(s): {shown}")[:400]
-            + "\n"
         )
     return 0
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 def _baselines(paths: list[str]) -> list[RunSide]:
@@ -279,16 +308,27 @@ def _fmt(value: object, unit: str = "") -> str:
 def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: Diagnosis | None) -> None:
     """`snap` is `RunMonitor.snapshot`'s JSON (series, latest, alerts); `signals` and `found` (why it failed)
     the same moment's derived signals and diagnosis, read by attribute."""
-    out = [f"metrics of {what}"]
+    out = [f"metrics of {what}", *_signal_lines(signals)]
+    out.append("  latest:")
+    out += _latest_lines(snap)
+    if found is not None:
+        out += cause_lines(found, "  ")
+    out += _alert_lines(snap["alerts"])
+    sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _signal_lines(signals: RunSignals) -> list[str]:
+    """Progress, throughput and time per rollout where known; the checkpoints always."""
+    out: list[str] = []
     prog = signals.progress
     if prog is not None:
-        eta = prog.eta_s
         of = f"(past num_rollout {prog.num_rollout})" if prog.past_end else f"of {_fmt(prog.num_rollout)}"
-        out.append(
-            f"  progress: rollout {prog.rollouts_done} {of}, "
-            f"{prog.train_steps_done} train steps"
-            + (f", ETA {eta / 60:.1f} min" if eta is not None and math.isfinite(eta) else "")
-        )
+        eta = f", ETA {prog.eta_s / 60:.1f} min" if prog.eta_s is not None and _finite(prog.eta_s) else ""
+        out.append(f"  progress: rollout {prog.rollouts_done} {of}, {prog.train_steps_done} train steps{eta}")
     tp = signals.throughput
     if tp is not None:
         out.append(
@@ -303,28 +343,24 @@ def _print_summary(what: str, snap: dict[str, Any], signals: RunSignals, found: 
             f"step {_fmt(tr.step_s, ' s')}"
         )
     since = signals.checkpoint.since_s
-    out.append(
-        f"  checkpoints: {signals.checkpoint.count}"
-        + (
-            f", last {since / 60:.1f} min before the end"
-            if since is not None and math.isfinite(since)
-            else ""
-        )
-    )
-    out.append("  latest:")
-    latest = snap["latest"]
-    for key in SUMMARY_KEYS:
-        if key in latest:
-            series = snap["series"].get(key) or [[None]]
-            out.append(
-                f"    {key:<42} {_fmt(latest[key]) if latest[key] is not None else 'nan/inf'} "
-                f" (step {series[-1][0]})"
-            )
-    if found is not None:
-        out += cause_lines(found, "  ")
-    alerts = snap["alerts"]
-    out.append(f"  alerts: {len(alerts) or 'none'}")
+    last = f", last {since / 60:.1f} min before the end" if since is not None and _finite(since) else ""
+    return [*out, f"  checkpoints: {signals.checkpoint.count}{last}"]
+
+
+def _latest_lines(snap: dict[str, Any]) -> list[str]:
+    """The summary keys' latest values, each with the step it was logged at."""
+    latest, out = snap["latest"], []
+    for key in (k for k in SUMMARY_KEYS if k in latest):
+        series = snap["series"].get(key) or [[None]]
+        value = _fmt(latest[key]) if latest[key] is not None else "nan/inf"
+        out.append(f"    {key:<42} {value}  (step {series[-1][0]})")
+    return out
+
+
+def _alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
+    """How many alerts, then each with its severity, id and step."""
+    out = [f"  alerts: {len(alerts) or 'none'}"]
     for a in alerts:
         step = f" step {a['step']}" if a["step"] is not None else ""
         out.append(f"    {a['severity'].upper()} {a['id']}{step}: {a['message']}")
-    sys.stdout.write(sanitize_text("\n".join(out)) + "\n")
+    return out

@@ -9,7 +9,7 @@ from console.commands._cluster import run_with, say
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
-    from backend.cluster.telemetry import NodeSnapshot
+    from backend.cluster.telemetry import GpuSnapshot, NodeSnapshot
     from backend.settings import Settings
 
 
@@ -19,17 +19,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _util_text(gpus: list[GpuSnapshot]) -> str:
+    """The mean utilisation of the GPUs that report one."""
+    utils = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
+    return f"util {sum(utils) / len(utils):.0f}%" if utils else "util n/a"
+
+
+def _mem_text(gpus: list[GpuSnapshot]) -> str:
+    """Memory used of the total, over every GPU of the node."""
+    used = sum(g.mem_used_mb for g in gpus)
+    total = sum(g.mem_total_mb for g in gpus)
+    return f"mem {used / 1024:.0f}/{total / 1024:.0f} GiB" if total else "mem n/a"
+
+
 def _gpu_summary(node: NodeSnapshot) -> str:
     if not node.alive:
         return f"{node.state}: {node.death_reason}"
     if node.gpus is None:
         return "no GPU telemetry"
-    utils = [g.utilization_pct for g in node.gpus if g.utilization_pct is not None]
-    used = sum(g.mem_used_mb for g in node.gpus)
-    total = sum(g.mem_total_mb for g in node.gpus)
     procs = sum(len(g.processes) for g in node.gpus)
-    util = f"util {sum(utils) / len(utils):.0f}%" if utils else "util n/a"
-    mem = f"mem {used / 1024:.0f}/{total / 1024:.0f} GiB" if total else "mem n/a"
+    util, mem = _util_text(node.gpus), _mem_text(node.gpus)
     age = f", {node.telemetry_age_s:.0f}s old" if node.telemetry_age_s is not None else ""
     stale = " STALE" if node.stale else ""
     return f"{len(node.gpus)} GPUs {util} {mem}, {procs} process(es){age}{stale}"

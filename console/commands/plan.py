@@ -97,6 +97,27 @@ def _fmt_value(value: object) -> str:
     return str(value)
 
 
+def _finding_lines(evaluation: PlanEvaluation) -> list[str]:
+    """Each finding with its fix, or the line that says every rule passes."""
+    if not evaluation.findings:
+        return ["findings none: every rule passes"]
+    lines = []
+    for f in evaluation.findings:
+        lines.append(f"{f.severity.upper():8} {f.rule:4} [{', '.join(f.fields)}] {f.message}")
+        if f.fix:
+            lines.append(f"{'':14}fix: {f.fix}")
+    return lines
+
+
+def _deep_lines(deep: DeepReport) -> list[str]:
+    """The real libraries' verdict: why it is unavailable, its findings, where it disagrees with ours."""
+    lines = [""]
+    if not deep.available:
+        lines.append(f"deep     {deep.unavailable}")
+    lines += [f"DEEP {d.severity.upper():8} {d.rule:4} {d.message}" for d in deep.findings]
+    return lines + [f"DISAGREE {disagreement.to_json()}" for disagreement in deep.disagreements]
+
+
 def render_text(spec: RunSpec, evaluation: PlanEvaluation, deep: DeepReport | None = None) -> str:
     t, r, c = spec.train, spec.rollout, spec.cluster
     lines = [
@@ -109,26 +130,18 @@ def render_text(spec: RunSpec, evaluation: PlanEvaluation, deep: DeepReport | No
         f"mode     {spec.run.mode}",
         "",
     ]
-    if not evaluation.findings:
-        lines.append("findings none: every rule passes")
-    for f in evaluation.findings:
-        lines.append(f"{f.severity.upper():8} {f.rule:4} [{', '.join(f.fields)}] {f.message}")
-        if f.fix:
-            lines.append(f"{'':14}fix: {f.fix}")
+    lines += _finding_lines(evaluation)
     if deep is not None:
-        lines.append("")
-        if not deep.available:
-            lines.append(f"deep     {deep.unavailable}")
-        for d in deep.findings:
-            lines.append(f"DEEP {d.severity.upper():8} {d.rule:4} {d.message}")
-        for disagreement in deep.disagreements:
-            lines.append(f"DISAGREE {disagreement.to_json()}")
+        lines += _deep_lines(deep)
     submission, derived = evaluation.submission, evaluation.derived
     assert submission is not None and derived is not None  # evaluate() raised otherwise
     lines += ["", "derived"]
     for key, value in derived.to_json().items():
         lines.append(f"  {key:34} {_fmt_value(value)}")
     lines += ["", f"submission id  {submission.submission_id}", "command", "  " + submission.shell()]
+    from backend.plan.miles_flags import checked_against  # lazy, like every import of this command
+
+    lines.append(f"checked against {checked_against()}")
     return "\n".join(lines)
 
 

@@ -59,17 +59,19 @@ def render_text(result: dict[str, Any]) -> str:
     if result["note"]:
         lines.append(result["note"])
     if actual is not None:
-        how = "with the shim" if result["shim_installed"] else "WITHOUT the shim"
-        verdict = (
-            "ok: the provider gets every field"
-            if result["ok"]
-            else (
-                f"MISMATCH in {len(result['mismatches'])} field(s): "
-                "launching would run with wrong MoE settings"
-            )
-        )
-        lines.append(f"provider built on CPU {how}: {verdict}")
+        lines.append(_verdict_line(result))
     return "\n".join(lines)
+
+
+def _verdict_line(result: dict[str, Any]) -> str:
+    """Whether the provider built on CPU got every field, with or without the shim."""
+    how = "with the shim" if result["shim_installed"] else "WITHOUT the shim"
+    if result["ok"]:
+        return f"provider built on CPU {how}: ok: the provider gets every field"
+    return (
+        f"provider built on CPU {how}: MISMATCH in {len(result['mismatches'])} field(s): "
+        "launching would run with wrong MoE settings"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,14 +13,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from backend.errors import ConsoleError
-from console.commands._cluster import add_job_arg, job_of, run_with, say
+from backend.sanitize import shown_name
+from console.commands._cluster import add_job_arg, job_of, log_ranks, run_with, say
 
 if TYPE_CHECKING:
     from backend.cluster.controller import RunController
     from backend.settings import Settings
-
-LOG_TAIL = 20000  # lines of the job log read to learn which process is which rank
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,23 +40,19 @@ def run(args: argparse.Namespace) -> int:
     async def body(ctl: RunController, settings: Settings) -> int:
         # lazy: only this subcommand pays for it (see console/commands/__init__.py)
         from backend.cluster.stacks import NODE_BUDGET_S, job_stacks
-        from backend.signals.rank_map import process_ranks
 
         job = await ctl.attach(job_of(args))
-        lines: list[str] = []
-        try:
-            lines = [line async for line in ctl.client.read_log(job.id, tail=LOG_TAIL)]
-        except ConsoleError:
-            pass  # ranks stay unknown; the stacks do not need them
+        ranks = await log_ranks(ctl, job.id)  # unknown ranks: the stacks do not need them
         if not args.json:
-            say(f"dumping the stacks of job {job.id} on every node it runs on…")
+            say(f"dumping the stacks of job {shown_name(job.id)} on every node it runs on…")
         report = await job_stacks(
             ctl.client,
             job,
             settings.state_dir,
             native=args.native,
             budget_s=args.budget or NODE_BUDGET_S,
-            ranks=process_ranks(lines),
+            ranks=ranks,
+            progress=lambda line: say(line, err=True),  # on stderr (also with --json): as nodes answer
         )
         if args.json:
             print(json.dumps(report.to_json()))

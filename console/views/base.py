@@ -34,6 +34,14 @@ class ConsoleView(Widget, can_focus=True):
             return False
         return True
 
+    def refusal(self, action: str) -> str | None:
+        """Why `action`, enabled by its `check_action` only for show (None: dimmed) or hidden by it (a
+        read-only console's launch, abort, cleanup), is refused now: pressing its key says so in one line
+        (console/key_order.py) instead of doing nothing."""
+        if action in keymap.mutating_actions(self.SCOPE) and self.console.readonly:
+            return f"read-only console (--readonly): {action.replace('_', ' ')} is refused"
+        return None
+
     def refuse_if_readonly(self, what: str) -> bool:
         """True (and a one-line warning) when `what` must not run because the app is read-only."""
         if self.console.readonly:

@@ -12,18 +12,21 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from backend.cluster.audit import AuditEntry, AuditLog, AuditRead
 from backend.errors import ConsoleError
+from backend.node_names import NodeNames
 from backend.redaction import public_line
 from backend.severity import Severity
+from backend.signals.alerts import cause_first
 from console import keymap
-from console.messages import AlertsChanged, AuditChanged
+from console.messages import AlertsChanged, AuditChanged, SinceLastLooked, SnapshotArrived
 from console.views.base import ConsoleView
+from console.widgets.text_modal import TextModal
 
 if TYPE_CHECKING:
     from backend.signals.alerts import Alert
@@ -47,6 +50,7 @@ class EventsView(ConsoleView):
     EventsView #alerts { height: auto; max-height: 12; }
     EventsView #audit { height: 1fr; }
     EventsView #no-alerts { height: auto; color: $text-muted; padding-left: 1; }
+    EventsView #since { height: auto; max-height: 14; padding-left: 1; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -54,9 +58,17 @@ class EventsView(ConsoleView):
         self.alerts: tuple[Alert, ...] = ()
         self.audit: tuple[AuditEntry, ...] = ()
         self.audit_note = ""  # the lines of the audit file that were skipped, in one line
+        self.node_names = NodeNames()  # the cluster's: an alert naming a node by IP or id says its name
 
     def compose(self) -> ComposeResult:
         with Vertical():
+            yield Static(
+                "Since you last looked (the run's watcher, while no console was open)",
+                classes="section",
+                id="since-title",
+                markup=False,
+            )
+            yield Static("", id="since", markup=False)
             yield Static("Alerts", classes="section", id="alerts-title")
             yield Static("no alerts", id="no-alerts")
             yield DataTable(id="alerts", cursor_type="row", zebra_stripes=False)
@@ -70,11 +82,23 @@ class EventsView(ConsoleView):
         audit.add_columns("time (UTC)", "user", "action", "job", "result", "command")
         # A replay's run is not this machine's: what this machine's consoles did is no part of it.
         self.query_one("#audit-title").display = audit.display = self.console.replay is None
+        self.query_one("#since-title").display = self.query_one("#since").display = False
         self._draw_alerts()
         self.load_audit()
 
     def view_shown(self) -> None:
         self.load_audit()
+
+    # ------------------------------------------------------------------ since you last looked
+
+    def on_since_last_looked(self, message: SinceLastLooked) -> None:
+        """The ledger's news for this operator, from the watcher's file (text from elsewhere: cleaned)."""
+        text = "\n".join(public_line(line) for line in message.lines[1:])
+        self.query_one("#since", Static).update(Text(text, SEVERITY_STYLE[message.severity]))
+        self.query_one("#since-title", Static).update(
+            f"{public_line(message.lines[0]).capitalize()} (the run's watcher, while no console looked)"
+        )
+        self.query_one("#since-title").display = self.query_one("#since").display = True
 
     # ------------------------------------------------------------------ alerts
 
@@ -82,13 +106,21 @@ class EventsView(ConsoleView):
         self.alerts = message.alerts
         self._draw_alerts()
 
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        names = message.snapshot.names
+        if names != self.node_names:
+            self.node_names = names
+            self._draw_alerts()
+
     def _draw_alerts(self) -> None:
         table = self.query_one("#alerts", DataTable)
         table.clear()
-        for alert in self.alerts:
+        for alert in cause_first(self.alerts):
             step = alert.step
             shown_step = "" if step is None else str(int(step) if float(step).is_integer() else step)
-            message = alert.message + (f"  (×{alert.count})" if alert.count > 1 else "")
+            message = self.node_names.in_text(alert.message) + (
+                f"  (×{alert.count})" if alert.count > 1 else ""
+            )
             if alert.cause is not None:  # a failure: the diagnosis' cause, or one of its consequences
                 message = ("CAUSE · " if alert.cause == 1 else "consequence · ") + message
             if alert.advice:
@@ -146,6 +178,22 @@ class EventsView(ConsoleView):
                 public_line(e.time[:19].replace("T", " ")), *cells[:3], Text(cells[3]), Text(cells[4][:200])
             )
 
+    def action_open_alert(self) -> None:
+        """`o` (or Enter on a row): the selected alert whole, its message, sample and count, wrapped."""
+        table = self.query_one("#alerts", DataTable)
+        shown = cause_first(self.alerts)
+        if not shown or table.cursor_row < 0:
+            self.notify("no alert selected", severity="warning")
+            return
+        alert = shown[min(table.cursor_row, len(shown) - 1)]
+        self.app.push_screen(
+            TextModal(f"{alert.severity.value}: {alert.id}", alert_text(alert, self.node_names))
+        )
+
+    @on(DataTable.RowSelected, "#alerts")
+    def _alert_selected(self) -> None:
+        self.action_open_alert()
+
     def action_copy_entry(self) -> None:
         table = self.query_one("#audit", DataTable)
         if not self.audit or table.cursor_row < 0:
@@ -155,3 +203,16 @@ class EventsView(ConsoleView):
         text = entry.command or json.dumps(entry.to_json(), ensure_ascii=False)
         self.app.copy_to_clipboard(text)
         self.notify(f"copied ({len(text)} chars, OSC 52)")
+
+
+def alert_text(alert: Alert, names: NodeNames | None = None) -> str:
+    """An alert whole, as the modal shows it: the message (its nodes named as the GPU pane names them), then
+    what else is known, one fact a line; the sample is the log's line as written."""
+    lines = [public_line((names or NodeNames()).in_text(alert.message))]
+    if alert.count > 1:
+        lines.append(f"seen {alert.count} times")
+    if alert.sample:
+        lines += ["", "sample:", public_line(alert.sample)]
+    if alert.action:
+        lines.append(f"action: {alert.action}")
+    return "\n".join(lines)

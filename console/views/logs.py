@@ -54,8 +54,9 @@ from backend.signals.log_prefix import compact_prefix
 from backend.signals.search import search_batches
 from backend.signals.store import CancelToken, LogLine, LogStore
 from console import keymap
-from console.messages import HistoryProgress, LogAppended, LogStoreOpened, RolloutCursor
+from console.messages import HistoryProgress, LogAppended, LogStoreOpened, RolloutCursor, ShowLogLine
 from console.views.base import ConsoleView
+from console.widgets.prompt import Prompt
 
 if TYPE_CHECKING:
     from console.host import ConsoleHost
@@ -242,7 +243,9 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
             return Strip([Segment(text, Style(dim=True))]).extend_cell_length(width, style)
         if self.wrap:
             if y == 0 or not self._wrap_rows:
-                self._layout_wrapped(width)
+                # rows are cut at the width the scrollbar leaves: cut at `width`, the two cells under the
+                # vertical scrollbar were lost at every wrap point
+                self._layout_wrapped(self.scrollable_content_region.width or width)
             if y < len(self._wrap_rows):
                 return self._wrap_rows[y][1].extend_cell_length(width, style)
             return Strip.blank(width, style)
@@ -266,6 +269,11 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
                     rows.append((pos, strip.crop(cut, cut + width)))
             pos += 1
         self._wrap_rows = rows[:height]
+
+
+def _stopped(cancel: CancelToken) -> bool:
+    """A search worker's stop: its token cancelled (a newer search, Esc) or the worker itself."""
+    return cancel.cancelled or get_current_worker().is_cancelled
 
 
 class LogsView(ConsoleView, can_focus=False):
@@ -300,7 +308,7 @@ class LogsView(ConsoleView, can_focus=False):
         yield LogLines(self._store, id="log-lines")
         yield Static("", id="logs-status")
         yield ProgressBar(show_eta=False, id="logs-search-progress")
-        yield Input(id="logs-prompt")
+        yield Prompt(id="logs-prompt")
 
     @property
     def lines(self) -> LogLines:
@@ -336,11 +344,18 @@ class LogsView(ConsoleView, can_focus=False):
 
     def on_rollout_cursor(self, message: RolloutCursor) -> None:
         """Jump to the first line of the rollout the cursor moved to (its first kept line under a filter)."""
+        self._go_to_line(message.mark.first_line)
+
+    def on_show_log_line(self, message: ShowLogLine) -> None:
+        """Jump to one line (the cause's, from the diagnosis panel); under a filter, the next kept line."""
+        self._go_to_line(message.line)
+
+    def _go_to_line(self, target: int) -> None:
         ll = self.lines
         if not ll.count:
             return
-        target = message.mark.first_line
-        pos = target if ll.index is None else min(bisect_left(ll.index.indices, target), ll.count - 1)
+        pos = target if ll.index is None else bisect_left(ll.index.indices, target)
+        pos = max(0, min(pos, ll.count - 1))
         ll.move_to(pos)
         ll.scroll_to(y=pos, animate=False, immediate=True, force=True)
         self._status()
@@ -359,23 +374,35 @@ class LogsView(ConsoleView, can_focus=False):
         self._status()
 
     def _status(self) -> None:
+        """One row: where the cursor is, the filter, follow, the search, then the history being loaded (the
+        longest part, and the one the row's edge may cut: a search's `i/N` must stay on screen)."""
         ll = self.lines
-        parts = [f"line {ll.cursor + 1 if ll.count else 0}/{ll.count}"]
-        if self.history:
-            parts.insert(0, self.history)
+        parts = [
+            f"line {ll.cursor + 1 if ll.count else 0}/{ll.count}",
+            self._filter_part(),
+            "FOLLOW" if ll.follow else f"PAUSED +{ll.pending} new (End/G follows)",
+            self._search_part(),
+            "wrap" if ll.wrap else "",
+            self.history,
+        ]
+        self.query_one("#logs-status", Static).update(" │ ".join(p for p in parts if p), layout=False)
+
+    def _filter_part(self) -> str:
+        """The status line's filter: being applied, or applied (how many lines of the store it keeps)."""
         if self.filtering:
-            parts.append(f"filtering {self.filter_text!r}…")
-        elif ll.index is not None:
-            parts.append(f"filter {self.filter_text!r} ({ll.count} of {len(self._store or ())})")
-        parts.append("FOLLOW" if ll.follow else f"PAUSED +{ll.pending} new (End/G follows)")
+            return f"filtering {self.filter_text!r}…"
+        if self.lines.index is not None:
+            return f"filter {self.filter_text!r} ({self.lines.count} of {len(self._store or ())})"
+        return ""
+
+    def _search_part(self) -> str:
+        """The status line's search: running (hits so far), or done (which hit the cursor is on)."""
         if self.searching:
-            parts.append(f"searching /{self.search_text}… {len(self.matches):,} hits (Esc stops)")
-        elif self.search_text:
-            at = f"{self.match_at + 1:,}/{len(self.matches):,}" if self.matches else "no match"
-            parts.append(f"/{self.search_text} {at}")
-        if ll.wrap:
-            parts.append("wrap")
-        self.query_one("#logs-status", Static).update(" │ ".join(parts), layout=False)
+            return f"searching /{self.search_text}… {len(self.matches):,} hits (Esc stops)"
+        if not self.search_text:
+            return ""
+        at = f"{self.match_at + 1:,}/{len(self.matches):,}" if self.matches else "no match"
+        return f"/{self.search_text} {at}"
 
     # ------------------------------------------------------------ prompt
     def _open_prompt(self, mode: str, placeholder: str, value: str = "") -> None:
@@ -517,14 +544,14 @@ class LogsView(ConsoleView, can_focus=False):
                 scanned, stop = batch.scanned, batch.stop
                 now = time.monotonic()
                 if (found and not shown) or now - posted_at >= SEARCH_POST_S:
-                    if cancel.cancelled or get_current_worker().is_cancelled:
+                    if _stopped(cancel):
                         return
                     self.app.call_from_thread(self._search_progress, cancel, found, scanned, stop)
                     posted_at, shown, found = now, shown or bool(found), array("I")
         except Exception as err:  # the backend's error becomes a notice, not a crash
             self.app.call_from_thread(self._search_failed, cancel, str(err))
             return
-        if not cancel.cancelled and not get_current_worker().is_cancelled:
+        if not _stopped(cancel):
             self.app.call_from_thread(self._search_done, cancel, found, scanned, stop)
 
     def _search_failed(self, search: CancelToken, error: str) -> None:

@@ -29,7 +29,7 @@ from backend.plan.finding import Finding, has_errors
 from backend.plan.view_start import PlanStart, field_text, list_choices, plan_start, variant_base
 from backend.severity import Severity
 from console import keymap
-from console.messages import AuditChanged, Notice, PreflightDone
+from console.messages import AuditChanged, Notice, PreflightDone, ResumePlanned
 from console.views.base import ConsoleView
 from console.widgets.confirm import ConfirmModal
 from console.widgets.layout_form import FIELDS, LayoutForm
@@ -41,8 +41,10 @@ from console.widgets.plan_panels import (
     PreflightPanel,
     figure_text,
 )
+from console.widgets.resume_panel import ResumePanel
 
 if TYPE_CHECKING:
+    from backend.cluster.resume import ResumePlan
     from backend.plan.spec import RunSpec
     from backend.plan.variants import Variant
 
@@ -82,6 +84,8 @@ class PlanView(ConsoleView):
         self.preflight_findings: list[Finding] = []
         self.preflight_note = ""
         self._pending: Timer | None = None
+        self.resume: ResumePlan | None = None  # R on a failed run: its plan, fix, checkpoint, advice
+        self.resume_accepted: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ layout
 
@@ -100,9 +104,12 @@ class PlanView(ConsoleView):
         with Horizontal(id="plan-body"):
             with Column(id="plan-left"):
                 yield Static("Layout", classes="section")
-                yield LayoutForm(self._form_values(self.base), self.choices, self.variant_key, id="form")
+                yield LayoutForm(
+                    self._form_values(self.base), self.choices, self.variant_key, self.flush, id="form"
+                )
             with Column(id="plan-right"), Horizontal(id="plan-detail"):  # side by side when wide
                 with Vertical(id="plan-checks"):
+                    yield ResumePanel(id="resume")
                     yield Static("Findings", classes="section")
                     yield FindingsPanel(id="findings")
                     yield Static("Preflight", classes="section")
@@ -155,6 +162,38 @@ class PlanView(ConsoleView):
         form.set_variants(self.choices, key)
         form.load(self._form_values(base))
         self.rebuild()
+
+    # ------------------------------------------------------------------ resume
+
+    def on_resume_planned(self, message: ResumePlanned) -> None:
+        """Start from the failed run's own plan (with --load of its checkpoint) and its proposed fix."""
+        plan = message.plan
+        spec, _fixed = plan.spec(accepted=())
+        if spec is None:
+            self.notify("resume: the run's plan is no valid spec", severity="error")
+            return
+        self.resume, self.base = plan, spec.model_dump(mode="json")
+        self.variant_key = None
+        self._accept(frozenset(e.field for e in plan.edits if e.accepted))
+
+    def _accept(self, accepted: frozenset[str]) -> None:
+        """The accepted edits become the form's edits (a dropped one shows the run's own value again)."""
+        plan = self.resume
+        if plan is None:
+            return
+        self.resume_accepted = accepted
+        self.edits = {e.field: e.after for e in plan.edits if e.field in accepted}
+        from backend.plan.spec import apply_overrides  # lazy: as in _draw
+
+        shown = apply_overrides(self.base, [f"{k}={v}" for k, v in self.edits.items()])
+        self.query_one(LayoutForm).load(self._form_values(shown))
+        self.query_one(ResumePanel).show(*_resume_text(plan, accepted))
+        self.rebuild()
+
+    @on(ResumePanel.Toggled)
+    def _resume_toggled(self, event: ResumePanel.Toggled) -> None:
+        if event.accepted != self.resume_accepted:
+            self._accept(event.accepted)
 
     def rebuild(self) -> None:
         """Ask backend for the spec, findings, derived numbers and command; redraw the panels."""
@@ -287,6 +326,12 @@ class PlanView(ConsoleView):
             return None  # shown dimmed in the footer; the status line says why
         return allowed
 
+    def refusal(self, action: str) -> str | None:
+        """Why a key's action is refused now (its key is dimmed in the footer; pressing it says this)."""
+        if action == "launch" and not self.console.readonly and self.launch_blockers():
+            return "launch refused: " + "; ".join(self.launch_blockers())
+        return super().refusal(action)
+
     def action_next_field(self) -> None:
         """Down: into the form, then row by row, then on to the command panel."""
         # `screen.focused`, not `has_focus`: that one follows the Focus event, a turn behind a key burst
@@ -347,6 +392,17 @@ class PlanView(ConsoleView):
         from console.widgets.prepare_screen import PrepareScreen
 
         self.app.push_screen(PrepareScreen(self.evaluation.spec, self))
+
+    def action_doctor(self) -> None:
+        """D: `ultra-console doctor` for the plan's spec (backend.cluster.doctor), one line per check."""
+        self.flush()
+        if self.evaluation.spec is None:
+            self.notify("the doctor needs a valid spec first", severity="warning")
+            return
+        # lazy: the cluster's client and doctor stack are not on the first frame
+        from console.widgets.doctor_screen import DoctorScreen
+
+        self.app.push_screen(DoctorScreen(self.evaluation.spec))
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run_preflight(self, spec: RunSpec) -> None:
@@ -429,17 +485,45 @@ class PlanView(ConsoleView):
                 )
             )
             return
-        checked = self.findings + self.preflight_findings if self.preflight_state == "passed" else None
-        try:
+        resume, accepted = self.resume, self.resume_accepted
+        try:  # the controller checks the rules and the cluster again, under the cluster-wide launch claim
             job = await controller.launch(
-                spec, run_id=app.preview_run_id, secrets=secrets_from_env(os.environ), findings=checked
+                spec,
+                run_id=app.preview_run_id,
+                secrets=secrets_from_env(os.environ),
+                links=resume.links() if resume is not None else None,
             )
         except ConsoleError as err:
             app.post_message(Notice(f"launch failed: {err}", Severity.ERROR))
             app.post_message(AuditChanged())
             return
         app.preview_run_id = new_run_id()  # the next launch is a new run
+        if resume is not None:
+            from backend.cluster.resume import record_resume
+
+            record_resume(controller.audit, resume, job.id, accepted)
+            self.resume = None
+            self.query_one(ResumePanel).hide()
         self.rebuild()
         app.post_message(Notice(f"launched {job.id or 'the run'}; showing the run view"))
         app.post_message(AuditChanged())
         app.action_show_view("run")
+
+
+def _resume_text(
+    plan: ResumePlan, accepted: frozenset[str]
+) -> tuple[list[str], list[tuple[str, str, bool]], list[str]]:
+    """The resume panel's lines: the run and its cause, the diff rows, the checkpoint and the advice."""
+    head = [f"Resume {plan.job.id} ({plan.job.status}) as attempt {plan.next_attempt} of {plan.chain}"]
+    if plan.diagnosis is not None:
+        head.append(f"cause: {plan.diagnosis.cause.title}: {plan.diagnosis.cause.message}")
+    parsed = plan.plan.parsed
+    if parsed is not None:
+        head.append("plan read back from its train.py argv")
+        head += [f"unmapped (carried in run.extra_args): {flag}" for flag in parsed.unmapped]
+    head.append("proposed fix (space: accept / drop):" if plan.edits else "no edit proposed")
+    rows = [
+        (f"{e.field} {e.before} → {e.after}  ({e.why})", e.field, e.field in accepted) for e in plan.edits
+    ]
+    tail = [f"load: {plan.checkpoint.note}", f"advice: {plan.advice.action.upper()}: {plan.advice.reason}"]
+    return head, rows, tail

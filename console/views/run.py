@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -23,13 +22,16 @@ from backend.cluster.abort_policy import abort_policy
 from backend.cluster.durations import RunTiming, fmt_duration
 from backend.cluster.lost_work import LostWork
 from backend.cluster.stacks import StacksReport, job_stacks
+from backend.errors import ConsoleError
+from backend.node_names import NodeNames
 from backend.signals.alerts import headline
+from backend.signals.dead_run import diagnosis_panel, empty_chart_note
 from backend.signals.run_signals import RunSignals
-from backend.signals.sources import chart_source
 from console import keymap
 from console.compare import add_run
 from console.messages import (
     AlertsChanged,
+    AttemptsKnown,
     BaselineAdded,
     FleetWanted,
     HistoryProgress,
@@ -37,15 +39,18 @@ from console.messages import (
     RolloutCursor,
     RunStateChanged,
     RunStatus,
+    ShowLogLine,
     SnapshotArrived,
 )
 from console.views.base import ConsoleView
-from console.views.run_compare import RunComparison
+from console.views.run_attempts import RunAttempts
+from console.views.run_compare import RunComparison, first_side, panel_text
 from console.widgets.abort_modal import AbortActions, AbortModal
-from console.widgets.charts import ChartSeries, LineChart
+from console.widgets.chart_board import ChartBoard
 from console.widgets.compare_prompt import ComparePrompt
 from console.widgets.gpu_fleet import GpuFleet
 from console.widgets.phase_timeline import PhasesScreen
+from console.widgets.samples_screen import SamplesScreen
 from console.widgets.stacks_screen import StacksScreen
 
 if TYPE_CHECKING:
@@ -53,28 +58,12 @@ if TYPE_CHECKING:
     from backend.cluster.leftovers import Leftover
     from backend.cluster.telemetry import ClusterSnapshot
     from backend.signals.alerts import Alert
+    from backend.signals.compare import Comparison
+    from backend.signals.failures import Diagnosis
     from backend.signals.monitor import MetricsSnapshot
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
-
-# Which series each chart draws (metric keys as miles / backend.signals.derived name them).
-THROUGHPUT = (
-    ("derived/cluster_tokens_per_sec", "cluster tok/s", "cyan", False),
-    ("perf/tokens_per_gpu_per_sec", "per GPU", "orange", True),
-)
-TIMING = (("perf/rollout_time", "rollout s", "cyan", False), ("perf/train_time", "train s", "magenta", False))
-KL = (
-    ("train/ppo_kl", "ppo_kl", "cyan", False),
-    ("train/train_rollout_kl", "train/rollout kl", "magenta", False),
-    ("train/train_rollout_logprob_abs_diff", "logprob |diff|", "orange", False),
-    ("rollout/raw_reward", "raw reward", "green", True),
-)
-
-
-def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[float, float], ...]:
-    """The finite (step, value) points of `key` in the snapshot the workers posted."""
-    series = metrics.series.get(key) if metrics is not None else None
-    return series.finite_points() if series is not None else ()
+COMPACT_BELOW = 100  # columns under which the state line, a comparison's panel and its charts go compact
 
 
 def _derived(metrics: MetricsSnapshot | None) -> RunSignals:
@@ -88,44 +77,50 @@ def state_line(
     now: float,
     *,
     compact: bool = False,
+    names: NodeNames | None = None,
 ) -> str:
     """The one-line summary: job, state, elapsed (or, once ended, how long it ran), rollout i/N, ETA while it
-    runs, since checkpoint, alerts."""
+    runs, since checkpoint, alerts (a node the cause names by IP or id by its name in `names`)."""
     if state is None:
         return "no run attached — launch one from the plan view (1), or start with --job ID"
     terminal = state.phase in TERMINAL_STATES
     timing = RunTiming(state.started_at, state.ended_at, now)
     d = _derived(metrics)
+    progress, eta = _progress_text(d, terminal)
+    since = d.checkpoint.since_s
+    ckpt = "none" if since is None else fmt_duration(since)  # a dash with "ago" after it said nothing
+    worst = "!" if any(a.severity.urgent for a in alerts) else ""
+    tail = f"alerts {len(alerts)}{worst}{_said(alerts, state.phase, names)}"
+    if compact:
+        clock = fmt_duration(timing.elapsed_s)
+        eta = f" ETA {eta}" if eta else ""
+        return f"{state.job_id} {state.phase} {clock} {progress}{eta} ckpt {ckpt} {tail}"
+    return (
+        f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  "
+        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt}{'' if since is None else ' ago'}  {tail}"
+    )
+
+
+def _said(alerts: Sequence[Alert], phase: str, names: NodeNames | None) -> str:
+    """ "  · " and the alerts' headline: a failed run's cause, or a blind chart: never silent."""
+    said = headline(alerts, phase)
+    said = names.in_text(said) if names is not None else said
+    return f"  · {said}" if said else ""
+
+
+def _progress_text(d: RunSignals, terminal: bool) -> tuple[str, str]:
+    """("rollout i/N", ETA): no fraction or ETA past num_rollout, no ETA once the run ended."""
     prog = d.progress
-    done, total = (prog.rollouts_done, prog.num_rollout) if prog is not None else (None, None)
-    past = prog is not None and prog.past_end  # no fraction and no ETA to give
-    if past:
-        progress = f"rollout {int(done or 0)} (past num_rollout {int(total or 0)})"
-    elif done is not None and total:
+    if prog is None:
+        return "rollout —", "" if terminal else fmt_duration(None)
+    done, total = prog.rollouts_done, prog.num_rollout
+    if prog.past_end:
+        return f"rollout {int(done or 0)} (past num_rollout {int(total or 0)})", ""
+    if done is not None and total:
         progress = f"rollout {int(done)}/{int(total)}"
     else:
         progress = f"rollout {int(done)}/?" if done else "rollout —"
-    eta = "" if terminal or past else fmt_duration(prog.eta_s if prog is not None else None)
-    since = d.checkpoint.since_s
-    ckpt = "none" if since is None else fmt_duration(since)  # a dash with "ago" after it said nothing
-    n_alerts = len(alerts)
-    worst = ""
-    if n_alerts:
-        worst = "!" if any(a.severity.urgent for a in alerts) else ""
-
-    said = headline(alerts, state.phase)  # a failed run's cause, or a blind chart: never silent
-    said = f"  · {said}" if said else ""
-    if compact:
-        clock = fmt_duration(timing.elapsed_s)
-        return (
-            f"{state.job_id} {state.phase} {clock} {progress}{f' ETA {eta}' if eta else ''} ckpt {ckpt} "
-            f"alerts {n_alerts}{worst}{said}"
-        )
-    return (
-        f"job {state.job_id}  {state.phase}  {timing.text(terminal)}  "
-        f"{progress}{f'  ETA {eta}' if eta else ''}  ckpt {ckpt}{'' if since is None else ' ago'}  "
-        f"alerts {n_alerts}{worst}{said}"
-    )
+    return progress, "" if terminal else fmt_duration(prog.eta_s)
 
 
 class RunView(ConsoleView):
@@ -136,9 +131,13 @@ class RunView(ConsoleView):
     DEFAULT_CSS = """
     RunView { layout: vertical; }
     RunView #run-state { height: 1; background: $boost; text-style: bold; padding: 0 1; }
+    RunView #run-attempts { height: 1; padding: 0 1; color: $text-muted; }
+    RunView #run-diagnosis { height: auto; max-height: 12; padding: 0 1; border-left: thick $error;
+                             background: $error 10%; }
     RunView GpuFleet { height: auto; min-height: 3; border-top: solid $primary-darken-2; }
-    RunView #run-charts { height: 1fr; min-height: 6; }
-    RunView LineChart { width: 1fr; margin-right: 1; }
+    RunView #run-charts { min-height: 6; }
+    RunView #run-compare { height: auto; max-height: 10; padding: 0 1; }
+    RunView #run-compare.compact { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = "run-view") -> None:
@@ -147,29 +146,36 @@ class RunView(ConsoleView):
         self.run_state: RunStatus | None = None
         self.metrics: MetricsSnapshot | None = None
         self.alerts: tuple[Alert, ...] = ()
+        self.diagnosis: Diagnosis | None = None  # why the run failed: the panel above the charts
         self.snapshot: ClusterSnapshot | None = None
+        self.node_names = NodeNames()  # the snapshot's: how the cause and header name a node
         self.history = ""  # "loading history… N lines" while the attached job's log is rebuilt
         self.log_span: tuple[float, float] | None = None  # a replay's first and newest log timestamps
         self._offered: set[str] = set()  # alerts whose `stacks` offer was made
         self._dirty = {"state", "fleet", "charts"}
         self._fleet_wanted = False  # what the app was last told (FleetWanted)
-        self.comparison = RunComparison(self)  # other runs overlaid (`replay A B`, "compare with…")
+        self.comparison = RunComparison()  # other runs overlaid (`replay A B`, "compare with…")
+        self.attempts = RunAttempts(self)  # the run's chain of attempts, R and the previous one for C
+        self._compared_previous: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="run-state", markup=False)
+        yield Static("", id="run-attempts", markup=False)
+        yield Static("", id="run-diagnosis", markup=False)
         yield GpuFleet(id="fleet", max_share=0.6)
-        with Horizontal(id="run-charts"):
-            yield LineChart(
-                "throughput", x_label="rollout", y_label="tok/s", right_label="per GPU", id="chart-throughput"
-            )
-            yield LineChart("rollout vs train time (s)", x_label="rollout", id="chart-time")
-            yield LineChart("KL / reward", x_label="step", right_label="reward", id="chart-kl")
+        yield ChartBoard()  # configs/charts.toml: one run's charts, or a comparison's
 
     def on_mount(self) -> None:
         # A replay's GPUs are not this cluster's: no pane for readings that would belong to another run.
         self.query_one(GpuFleet).display = not self.replaying
+        self.query_one("#run-attempts", Static).display = False
         self._redraw()
         self.set_interval(1.0, self._tick)
+
+    @property
+    def compact(self) -> bool:
+        """Under 100 columns (the app's width until the view has been laid out)."""
+        return (self.size.width or self.app.size.width) < COMPACT_BELOW
 
     @property
     def replaying(self) -> bool:
@@ -207,6 +213,10 @@ class RunView(ConsoleView):
     # ------------------------------------------------------------ messages (store, then draw if shown)
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
         self.snapshot = message.snapshot
+        names = message.snapshot.names
+        if names != self.node_names:  # the cause's node named as the pane names it
+            self.node_names = names
+            self._mark("state")
         self._mark("fleet")
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
@@ -217,8 +227,27 @@ class RunView(ConsoleView):
             self.app.screen.update_view(self.metrics.phases if self.metrics else None)
 
     def on_run_state_changed(self, message: RunStateChanged) -> None:
+        previous = self.run_state
         self.run_state = message.state
+        if previous is not None and previous.job_id != message.state.job_id and not self.replaying:
+            # another run (a launch, a new attach): the figures shown were the last run's ("rollout 40/40
+            # ETA 0s", "ckpt 11s ago" at 7 s elapsed); they go until this run's own arrive
+            self.metrics, self.alerts, self.history, self.diagnosis = None, (), "", None
+            self.comparison.clear()  # a comparison belongs to the run it was opened on
+            self._mark("charts")
+        self.attempts.look_up(message.state.job_id)
         self._mark("state")
+
+    def on_attempts_known(self, message: AttemptsKnown) -> None:
+        if self.attempts.known(message):
+            line = self.attempts.line()
+            widget = self.query_one("#run-attempts", Static)
+            widget.update(line)
+            widget.display = bool(line)
+
+    def action_resume(self) -> None:
+        """R: resume this failed or stopped run (the Plan view on its plan, with the proposed fix)."""
+        self.attempts.resume()
 
     def on_history_progress(self, message: HistoryProgress) -> None:
         self.history = "" if message.done else f"  · loading history {message.lines:,} lines…"
@@ -236,7 +265,8 @@ class RunView(ConsoleView):
 
     def on_alerts_changed(self, message: AlertsChanged) -> None:
         self.alerts = message.alerts
-        self._mark("state")
+        self.diagnosis = message.diagnosis
+        self._mark("state", "charts")
         for alert in self.alerts:
             if alert.action == "stacks" and alert.id not in self._offered:
                 self._offered.add(alert.id)
@@ -251,19 +281,43 @@ class RunView(ConsoleView):
                 )
 
     def on_rollout_cursor(self, message: RolloutCursor) -> None:
-        """The rollout charts mark the rollout, the KL chart (train steps) its first step."""
-        mark = message.mark
-        self.query_one("#chart-throughput", LineChart).set_marker(mark.n)
-        self.query_one("#chart-time", LineChart).set_marker(mark.n)
-        self.query_one("#chart-kl", LineChart).set_marker(mark.first_step)
-        self.comparison.cursor(mark)
+        """Every chart marks the rollout on its own axis (a rollout chart the rollout, a train-step chart its
+        first step); a comparison's panel gives each run's values there."""
+        self.query_one(ChartBoard).set_mark(message.mark)
+        self._mark("charts")
 
     def on_baseline_added(self, message: BaselineAdded) -> None:
         self.comparison.add(message)
         self._mark("charts")
 
+    def action_compare_clear(self) -> None:
+        """X: drop the compared runs; the view's own charts come back."""
+        if self.comparison.clear():
+            self.notify("comparison cleared", timeout=2)
+            self._mark("charts", "state", "fleet")
+        else:
+            self.notify("no comparison to clear", timeout=2)
+
+    def action_cause_line(self) -> None:
+        """Enter: the Logs view at the line the cause was read from (the diagnosis panel's `line`)."""
+        found = self.diagnosis
+        if found is None:
+            self.notify("no cause to go to: the run has not failed", timeout=3)
+            return
+        self.app.post_message(ShowLogLine(found.cause.seq))
+        self.app.call_later(self.app.run_action, "show_view('logs')")
+
     def action_compare(self) -> None:
-        """ "Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts."""
+        """ "Compare with…": a saved log, a dump dir or a finished job, overlaid on this run's charts. On a
+        resumed attempt the first C overlays the attempt before it at once (one key); the next one asks."""
+        previous = self.attempts.previous()
+        if previous and previous != self._compared_previous:
+            self._compared_previous = previous
+            self.notify(f"comparing with the attempt before: {previous}", timeout=3)
+            self.run_worker(
+                add_run(self.console, previous), group="compare", exit_on_error=False, description="compare"
+            )
+            return
 
         def chosen(target: str | None) -> None:
             if target:
@@ -304,34 +358,84 @@ class RunView(ConsoleView):
                     self.metrics,
                     self.alerts,
                     self.clock(),
-                    compact=self.size.width < 100,
+                    compact=self.compact,
+                    names=self.node_names,
                 )
                 + self.history
             )
             widget = self.query_one("#run-state", Static)
             if str(widget.content) != text:
                 widget.update(text, layout=False)
+        if "state" in self._dirty:
+            self._draw_diagnosis()
         if "fleet" in self._dirty:
             self.query_one(GpuFleet).update_snapshot(self.snapshot, self.clock())
-        compared = bool(self._dirty & {"charts", "state"}) and self.comparison.draw()
-        if "charts" in self._dirty and not compared:
-            sources = self.metrics.sources if self.metrics is not None else {}
-            for chart_id, spec in (
-                ("#chart-throughput", THROUGHPUT),
-                ("#chart-time", TIMING),
-                ("#chart-kl", KL),
-            ):
-                chart = self.query_one(chart_id, LineChart)
-                chart.set_series(
-                    [
-                        ChartSeries(label, series_points(self.metrics, key), color, right)
-                        for key, label, color, right in spec
-                    ]
-                )
-                source = chart_source(sources, [key for key, *_ in spec]) if sources else ""
-                base = chart.title.split(" · from ")[0]
-                chart.set_title(f"{base} · from {source}" if source else base)
+        if self._dirty & {"charts", "state"}:
+            self._draw_charts()
         self._dirty.clear()
+
+    def _draw_charts(self) -> None:
+        """One run's charts, or the comparison (its panel above the fleet; under 100 columns a compact panel,
+        the charts in two rows and the fleet out of their way)."""
+        board = self.query_one(ChartBoard)
+        comparison = self._comparison()
+        compact = self.compact
+        self.query_one(GpuFleet).display = not self.replaying and not (compact and comparison is not None)
+        if comparison is None:
+            board.draw_run(self.metrics, self._empty_note())
+            for panel in self.query("#run-compare"):
+                panel.remove()
+            return
+        board.draw_comparison(comparison, compact)
+        panel = self._compare_panel()
+        panel.set_class(compact, "compact")  # a row per line, cut at the edge: the charts keep the rows
+        panel.update(panel_text(comparison, board.mark, compact=compact))
+
+    def _comparison(self) -> Comparison | None:
+        """The comparison of this run with the runs added to it, None without any (or with a bad chart
+        config: one notice, and the comparison is dropped)."""
+        if not self.comparison.active:
+            return None
+        replayed = (self.comparison.state or self._phase()) if self.replaying else None
+        first = first_side(self.run_state, self.metrics, self.comparison.flags, replayed_state=replayed)
+        try:
+            return self.comparison.compute(first, self.metrics)
+        except ConsoleError as err:
+            self.notify(str(err), severity="error")
+            self.comparison.clear()
+            return None
+
+    def _phase(self) -> str:
+        return self.run_state.phase if self.run_state is not None else "—"
+
+    def _compare_panel(self) -> Static:
+        found = self.query("#run-compare")
+        if found:
+            return found.first(Static)
+        panel = Static("", id="run-compare", markup=False)
+        self.mount(panel, after="#run-state")
+        return panel
+
+    def _draw_diagnosis(self) -> None:
+        """The diagnosis panel: shown only while the run has a cause (backend.signals.dead_run's rows)."""
+        panel = self.query_one("#run-diagnosis", Static)
+        found = self.diagnosis
+        panel.display = found is not None
+        if found is not None:
+            text = diagnosis_panel(found, found.up_s, self.node_names).text()
+            if str(panel.content) != text:
+                panel.update(text)
+
+    def _empty_note(self) -> str:
+        """Why an empty chart is empty (backend's words): never "waiting" where nothing will come."""
+        phase = self.run_state.phase if self.run_state is not None else ""
+        records = len(self.metrics.series.by_key) if self.metrics is not None else 0
+        return empty_chart_note(
+            replay=self.replaying,
+            ended=phase in TERMINAL_STATES,
+            metrics=records,
+            failed=self.diagnosis is not None,
+        )
 
     # ------------------------------------------------------------ stacks and phases
     def action_stacks(self) -> None:
@@ -351,11 +455,34 @@ class RunView(ConsoleView):
         ranks = dict(getattr(monitor, "process_ranks", None) or {})
         state_dir = self.console.settings.state_dir
 
-        async def collect() -> StacksReport:
+        async def collect(progress: Callable[[str], None]) -> StacksReport:
+            progress("reading the job's state…")
             job = await controller.refresh()
-            return await job_stacks(controller.client, job, state_dir, ranks=ranks)
+            return await job_stacks(controller.client, job, state_dir, ranks=ranks, progress=progress)
 
         self.app.push_screen(StacksScreen(controller.job.id, collect))
+
+    def action_samples(self) -> None:
+        """The GRPO groups of a rollout and their samples, from the run's `dump_details/rollout_data/`."""
+        session = getattr(self.app, "session", None)
+        shelf = getattr(getattr(session, "monitor", None), "samples", None)
+        if shelf is None:
+            self.notify(
+                "no samples: the run has no --dump-details directory this console reads (rollout_data/)",
+                severity="warning",
+            )
+            return
+        cursor = getattr(self.app, "rollout_cursor", None)
+        self.app.push_screen(SamplesScreen(shelf, None if cursor is None else str(cursor), self._cursor_to))
+
+    def _cursor_to(self, rollout: int) -> None:
+        """The samples screen stepped to `rollout`: the app's cursor follows, and the charts and the log mark
+        it when the log has reached that rollout (the file is written before its `perf N` line)."""
+        if hasattr(self.app, "rollout_cursor"):
+            self.app.rollout_cursor = rollout
+        index = getattr(getattr(self.app, "session", None), "rollouts", None)
+        if index is not None and rollout in index.rollouts:
+            self.app.post_message(RolloutCursor(index.mark(rollout)))
 
     def action_phases(self) -> None:
         """The per-rank phase timeline over the whole terminal."""

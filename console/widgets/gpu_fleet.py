@@ -32,7 +32,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 if TYPE_CHECKING:
-    from backend.cluster.telemetry import ClusterSnapshot
+    from backend.cluster.telemetry import ClusterSnapshot, GpuSnapshot, NodeSnapshot
 
 MEM_GLYPHS = " ▁▂▃▄▅▆▇█"
 
@@ -67,6 +67,24 @@ class NodeRow:
     )
     # its reading ages, so it is not re-sent)
 
+    @property
+    def gpu_count(self) -> int:
+        """The GPUs it reports, or (without telemetry) the GPUs it should have."""
+        return len(self.gpus) if self.gpus is not None else self.expected_gpus
+
+
+def _fresh_cells(rows: Sequence[NodeRow]) -> list[GpuCell]:
+    """The cells of the rows whose reading is fresh (a stale value is no value)."""
+    return [c for r in rows if r.gpus and not r.stale for c in r.gpus]
+
+
+def _known_utils(cells: Sequence[GpuCell]) -> tuple[float, ...]:
+    return tuple(c.util for c in cells if c.util is not None)
+
+
+def _known_mems(cells: Sequence[GpuCell]) -> tuple[float, ...]:
+    return tuple(f for c in cells if (f := c.mem_frac) is not None)
+
 
 @dataclass(frozen=True)
 class FleetHeader:
@@ -87,29 +105,28 @@ def fleet_rows(
     if snapshot is None:
         return ()
     at = snapshot.taken_at if now is None else now
-    rows: list[NodeRow] = []
-    for i, node in enumerate(snapshot.nodes):
-        label = node.name or node.hostname or node.ip or node.short_id or f"node-{i}"
-        gpus = (
-            None
-            if node.gpus is None
-            else tuple(GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
-        )
-        expected = len(gpus) if gpus else int(node.logical_gpus_total) or gpus_per_node
-        note = node.gpu_note if node.alive else (node.death_reason or "dead")
-        age, stale = snapshot.age_at(node, at), snapshot.stale_at(node, at)
-        rows.append(
-            NodeRow(
-                label,
-                node.alive,
-                gpus,
-                note,
-                expected,
-                stale,
-                int(age) if stale and age is not None else None,
-            )
-        )
-    return tuple(rows)
+    return tuple(_node_row(snapshot, node, at, gpus_per_node) for node in snapshot.nodes)
+
+
+def _node_row(snapshot: ClusterSnapshot, node: NodeSnapshot, at: float, gpus_per_node: int) -> NodeRow:
+    """One node's row: its cells (None without telemetry), the GPUs it should have, and its age if stale."""
+    gpus = (
+        None
+        if node.gpus is None
+        else tuple(GpuCell(g.utilization_pct, g.mem_used_mb, g.mem_total_mb) for g in node.gpus)
+    )
+    expected = len(gpus) if gpus else int(node.logical_gpus_total) or gpus_per_node
+    note = node.gpu_note if node.alive else (node.death_reason or "dead")
+    age, stale = snapshot.age_at(node, at), snapshot.stale_at(node, at)
+    return NodeRow(
+        node.display_name,
+        node.alive,
+        gpus,
+        note,
+        expected,
+        stale,
+        int(age) if stale and age is not None else None,
+    )
 
 
 def fleet_header(snapshot: ClusterSnapshot | None, now: float | None = None) -> FleetHeader:
@@ -123,23 +140,26 @@ def gpu_holders(snapshot: ClusterSnapshot) -> tuple[str, ...]:
     """ "<node> g<i> pid <pid> <role> <GiB>G" for every process the probe reads holding GPU memory, biggest
     first, named by the attached job's role for it where Ray lists one (only the probe's list: Ray's
     reporter's is seconds old and, on some drivers, empty; ray.md §8)."""
-    found: list[tuple[int, str]] = []
-    for node in snapshot.alive_nodes:
-        if node.gpu_source != "probe":
-            continue
-        label = node.name or node.hostname or node.ip or node.short_id
-        for gpu in node.gpus or ():
-            for proc in gpu.processes:
-                if proc.mem_mb > 0:
-                    role = snapshot.role_of(node.node_id, proc.pid)
-                    found.append(
-                        (
-                            proc.mem_mb,
-                            f"{label} g{gpu.index} pid {proc.pid}{f' {role}' if role else ''} "
-                            f"{proc.mem_mb / 1024:.0f}G",
-                        )
-                    )
+    found = [
+        held
+        for node in snapshot.alive_nodes
+        if node.gpu_source == "probe"
+        for gpu in node.gpus or ()
+        for held in _held_by(snapshot, node, gpu)
+    ]
     return tuple(text for _, text in sorted(found, key=lambda item: -item[0]))
+
+
+def _held_by(snapshot: ClusterSnapshot, node: NodeSnapshot, gpu: GpuSnapshot) -> list[tuple[int, str]]:
+    """(MiB, text) for each process holding memory on one GPU."""
+    label = node.display_name
+    found: list[tuple[int, str]] = []
+    for proc in gpu.processes:
+        if proc.mem_mb > 0:
+            role = snapshot.role_of(node.node_id, proc.pid)
+            named = f"pid {proc.pid} {role}" if role else f"pid {proc.pid}"
+            found.append((proc.mem_mb, f"{label} g{gpu.index} {named} {proc.mem_mb / 1024:.0f}G"))
+    return found
 
 
 def _holders_line(holders: Sequence[str], width: int) -> list[Segment]:
@@ -216,7 +236,7 @@ def _label_width(rows: Sequence[NodeRow]) -> int:
 
 
 def _gpus_per_node(rows: Sequence[NodeRow]) -> int:
-    return max((len(r.gpus) if r.gpus is not None else r.expected_gpus for r in rows), default=8)
+    return max((r.gpu_count for r in rows), default=8)
 
 
 def plan_layout(rows: Sequence[NodeRow], width: int, height: int) -> tuple[Mode, int]:
@@ -250,40 +270,66 @@ def _nodes_per_row(mode: Mode, g: int, count: int, width: int) -> int:
     return max(0, (width - _index_width(count) - 2 + 1) // block)
 
 
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """What the header counts over the fleet's rows (a stale value is no value)."""
+
+    total: int
+    alive: int
+    nodes: int
+    no_telemetry: int
+    stale: int
+    utils: tuple[float, ...]
+    mems: tuple[float, ...]
+
+    @classmethod
+    def of(cls, rows: Sequence[NodeRow]) -> _Counts:
+        live = [r for r in rows if r.alive]
+        gpus = _fresh_cells(live)
+        return cls(
+            total=sum(r.gpu_count for r in rows),
+            alive=len(live),
+            nodes=len(rows),
+            no_telemetry=sum(1 for r in live if r.gpus is None),
+            stale=sum(1 for r in live if r.stale),
+            utils=_known_utils(gpus),
+            mems=_known_mems(gpus),
+        )
+
+    def averages(self) -> str:
+        if not self.utils:
+            return ""
+        mem = 100 * sum(self.mems) / max(1, len(self.mems))
+        return f"  util {sum(self.utils) / len(self.utils):.0f}% mem {mem:.0f}%"
+
+
 def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeader) -> list[Segment]:
     """The header: counts, then what the readings are worth (source and oldest age), then averages and the
     key. What does not fit `width` is left out from the least telling end; the age never is."""
-    alive = sum(r.alive for r in rows)
-    gpus = [
-        c for r in rows if r.alive and r.gpus and not r.stale for c in r.gpus
-    ]  # a stale value is no value
-    utils = [c.util for c in gpus if c.util is not None]
-    mems = [f for c in gpus if (f := c.mem_frac) is not None]
-    no_tel = sum(1 for r in rows if r.alive and r.gpus is None)
-    total = sum(len(r.gpus) if r.gpus is not None else r.expected_gpus for r in rows)
-    stale = sum(1 for r in rows if r.alive and r.stale)
+    n = _Counts.of(rows)
     age = f"oldest {header.oldest_age_s}s" if header.oldest_age_s is not None else "age unknown"
     source = f"  {'+'.join(header.sources)}, {age}" if header.sources else ""
     key = {FULL: "  [util% memGiB]", NODE: "  [a node per char: shade=util glyph=mem]"}.get(
         mode, "  [shade=util glyph=mem]"
     )
+    dead = n.nodes - n.alive
     # (text, style, rank): rank 0 always stays; higher ranks are dropped first when the line is too long
     parts: list[tuple[str, Style, int]] = [
-        (f"{total} GPUs {alive}/{len(rows)} nodes up", _LABEL, 0),
-        (
-            f"  util {sum(utils) / len(utils):.0f}% mem {100 * sum(mems) / max(1, len(mems)):.0f}%"
-            if utils
-            else "",
-            _PLAIN,
-            3,
-        ),
-        (f"  {no_tel} no telemetry" if no_tel else "", _UNKNOWN, 2),
-        (f"  {len(rows) - alive} dead" if len(rows) - alive else "", _LABEL_DEAD, 0),
-        (f"  {stale} stale" if stale else "", _UNKNOWN, 0),
-        (source, _UNKNOWN if stale else _DIM, 1),
+        (f"{n.total} GPUs {n.alive}/{n.nodes} nodes up", _LABEL, 0),
+        (n.averages(), _PLAIN, 3),
+        (f"  {n.no_telemetry} no telemetry" if n.no_telemetry else "", _UNKNOWN, 2),
+        (f"  {dead} dead" if dead else "", _LABEL_DEAD, 0),
+        (f"  {n.stale} stale" if n.stale else "", _UNKNOWN, 0),
+        (source, _UNKNOWN if n.stale else _DIM, 1),
         (key, _DIM, 4),
     ]
-    parts = [p for p in parts if p[0]]
+    return [Segment(t, st) for t, st, _ in _fit([p for p in parts if p[0]], width, source, age)]
+
+
+def _fit(
+    parts: list[tuple[str, Style, int]], width: int, source: str, age: str
+) -> list[tuple[str, Style, int]]:
+    """Drop the parts of the highest rank first until the line fits; of the source, the age stays."""
     for rank in (4, 3, 2, 1):
         if sum(len(t) for t, _, _ in parts) <= width:
             break
@@ -291,7 +337,7 @@ def _summary(rows: Sequence[NodeRow], mode: Mode, width: int, header: FleetHeade
             parts = [(f"  {age}", st, 0) if t == source else (t, st, r) for t, st, r in parts]
         else:
             parts = [p for p in parts if p[2] != rank]
-    return [Segment(t, st) for t, st, _ in parts]
+    return parts
 
 
 def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
@@ -303,27 +349,33 @@ def _full_row(row: NodeRow, lw: int, g: int) -> list[Segment]:
         ]
     segs = [Segment(label, _UNKNOWN if row.stale else _LABEL)]
     if row.gpus is None or row.stale:
-        text = (
-            (f" {row.note} " if row.note else " no telemetry ")
-            if row.gpus is None
-            else (f" stale: last reading {_age(row)} ago ")
-        )
+        text = _no_reading(row)
         segs.append(Segment(text.ljust(g * FULL.cell - 1)[: g * FULL.cell - 1], _UNKNOWN))
         return segs
     for cell in row.gpus:
-        if cell.util is None:
-            segs.append(Segment("  ? ", _UNKNOWN))
-        else:
-            segs.append(Segment(f"{cell.util:>3.0f}%", _util_style(cell.util)))
-        frac = cell.mem_frac
-        if frac is None or cell.mem_used_mb is None:
-            segs.append(Segment("  ?", _UNKNOWN))
-        else:
-            segs.append(
-                Segment(f"{cell.mem_used_mb / 1024:>3.0f}"[-3:], _MEM_STYLES[_level(frac, len(_MEM_STYLES))])
-            )
-        segs.append(Segment(" "))
+        segs.extend(_full_cell(cell))
     return segs
+
+
+def _full_cell(cell: GpuCell) -> tuple[Segment, Segment, Segment]:
+    """`util% memGiB `: each `?` where it is unknown."""
+    if cell.util is None:
+        util = Segment("  ? ", _UNKNOWN)
+    else:
+        util = Segment(f"{cell.util:>3.0f}%", _util_style(cell.util))
+    frac = cell.mem_frac
+    if frac is None or cell.mem_used_mb is None:
+        mem = Segment("  ?", _UNKNOWN)
+    else:
+        mem = Segment(f"{cell.mem_used_mb / 1024:>3.0f}"[-3:], _MEM_STYLES[_level(frac, len(_MEM_STYLES))])
+    return util, mem, Segment(" ")
+
+
+def _no_reading(row: NodeRow) -> str:
+    """What a live row without a usable reading says instead of its cells."""
+    if row.gpus is not None:
+        return f" stale: last reading {_age(row)} ago "
+    return f" {row.note} " if row.note else " no telemetry "
 
 
 def _age(row: NodeRow) -> str:
@@ -337,10 +389,10 @@ def _node_cell(row: NodeRow) -> Segment:
         return Segment("×", _DEAD)
     if row.stale and row.gpus is not None:
         return Segment("~", _UNKNOWN)
-    utils = [c.util for c in row.gpus or () if c.util is not None]
+    utils = _known_utils(row.gpus or ())
     if row.gpus is None or not utils:
         return Segment("?", _UNKNOWN)
-    mems = [f for c in row.gpus if (f := c.mem_frac) is not None]
+    mems = _known_mems(row.gpus)
     glyph = _mem_glyph(sum(mems) / len(mems) if mems else None)
     return Segment(glyph, _GLYPH_STYLES[_level(sum(utils) / len(utils) / 100.0, len(_UTIL_BG))])
 
@@ -377,41 +429,57 @@ def build_lines(
 ) -> tuple[Mode, list[list[Segment]]]:
     """All lines of the fleet (header first) as segment lists; pure, so tests can read them."""
     mode, npr = plan_layout(rows, width, height)
-    g = _gpus_per_node(rows)
     lines: list[list[Segment]] = [_summary(rows, mode, width, header or FleetHeader())]
     if not rows:
         lines.append([Segment("no nodes reported yet", _DIM)])
-        return mode, lines
-    if mode is FULL:
-        lw = _label_width(rows)
-        lines.extend(_full_row(r, lw, g) for r in rows)
-        if header is not None and header.holders and len(lines) < height:  # only into room left over
-            lines.append(_holders_line(header.holders, width))
-        return mode, lines
+    elif mode is FULL:
+        lines.extend(_full_lines(rows, width, height - 1, header))
+    elif mode is NODE:
+        lines.extend(_node_lines(rows, npr))
+    else:
+        lines.extend(_compact_lines(rows, mode, npr))
+    return mode, lines
+
+
+def _full_lines(
+    rows: Sequence[NodeRow], width: int, room: int, header: FleetHeader | None
+) -> list[list[Segment]]:
+    """A row per node, then the holders line if a row of `room` is left over."""
+    lw, g = _label_width(rows), _gpus_per_node(rows)
+    lines = [_full_row(r, lw, g) for r in rows]
+    if header is not None and header.holders and len(lines) < room:
+        lines.append(_holders_line(header.holders, width))
+    return lines
+
+
+def _node_lines(rows: Sequence[NodeRow], npr: int) -> list[list[Segment]]:
+    """`npr` nodes a line, one character each, a space every 8."""
     iw = _index_width(len(rows))
-    segs: list[Segment]
-    if mode is NODE:
-        for start in range(0, len(rows), npr):
-            segs = [Segment(f"{start:>{iw}} ", _DIM)]
-            for j, row in enumerate(rows[start : start + npr]):
-                if j and j % 8 == 0:
-                    segs.append(Segment(" "))
-                segs.append(_node_cell(row))
-            lines.append(segs)
-        return mode, lines
+    lines: list[list[Segment]] = []
     for start in range(0, len(rows), npr):
-        chunk = rows[start : start + npr]
-        segs = []
-        if mode is GLYPH:
-            segs.append(Segment(f"{start:>{iw}} ", _DIM))
-        for j, row in enumerate(chunk):
+        segs = [Segment(f"{start:>{iw}} ", _DIM)]
+        for j, row in enumerate(rows[start : start + npr]):
+            if j and j % 8 == 0:
+                segs.append(Segment(" "))
+            segs.append(_node_cell(row))
+        lines.append(segs)
+    return lines
+
+
+def _compact_lines(rows: Sequence[NodeRow], mode: Mode, npr: int) -> list[list[Segment]]:
+    """`npr` node blocks a line: a glyph line opens with its first node's index, medium blocks with theirs."""
+    iw, g = _index_width(len(rows)), _gpus_per_node(rows)
+    lines: list[list[Segment]] = []
+    for start in range(0, len(rows), npr):
+        segs = [Segment(f"{start:>{iw}} ", _DIM)] if mode is GLYPH else []
+        for j, row in enumerate(rows[start : start + npr]):
             if mode is MEDIUM:
                 style = _LABEL_DEAD if not row.alive else _DIM
                 segs.append(Segment(f"n{start + j:<{iw}} ", style))
             segs.extend(_compact_cells(row, mode, g))
             segs.append(Segment(" "))
         lines.append(segs)
-    return mode, lines
+    return lines
 
 
 # ---------------------------------------------------------------- the widget

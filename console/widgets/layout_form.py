@@ -10,7 +10,7 @@ Left/Right, Space or Enter. Up/Down belong to the plan view's keymap (`cursor_do
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -56,6 +56,11 @@ VARIANT = "variant"  # row 0's path
 LABEL_W = 15
 VALUE_W = 14
 MAX_TEXT = 40  # characters a value may hold (a layout number never needs more)
+VALUE_CHARS = frozenset("0123456789.-+eE_")  # what a layout value is typed with (ints, 0.75, 1e-3)
+EDIT_KEYS = frozenset(
+    ("backspace", "delete", "left", "right", "home", "ctrl+a", "end", "ctrl+e", "ctrl+u", "ctrl+k")
+)
+CYCLE_KEYS = frozenset(("left", "right", "space", "enter"))  # a choice row's own keys
 
 
 class LayoutForm(Widget, can_focus=True):
@@ -106,10 +111,13 @@ class LayoutForm(Widget, can_focus=True):
         values: Mapping[str, str] | None = None,
         variants: Sequence[tuple[str, str]] = (),
         variant: str | None = None,
+        on_commit: Callable[[], None] | None = None,
         **kwargs: Any,
     ) -> None:
-        """values: path -> text shown first; variants: (label, key) choices of row 0."""
+        """values: path -> text shown first; variants: (label, key) choices of row 0; on_commit: called when a
+        binding's key arrives while the form is edited (the view checks the pending edit at once)."""
         super().__init__(**kwargs)
+        self._on_commit = on_commit
         self._texts: dict[str, str] = {f.path: "" for f in FIELDS} | dict(values or {})
         self._notes: dict[str, tuple[str, str]] = {}
         self._variants: list[tuple[str, str]] = [(one_line(label), key) for label, key in variants]
@@ -216,30 +224,54 @@ class LayoutForm(Widget, can_focus=True):
                     self._cycle(i - at)
                 return
 
-    async def _on_key(self, event: events.Key) -> None:
+    def takes(self, event: events.Key) -> bool:
+        """The keys this form edits with (console/key_order.py's rule): on a typed row a number's characters
+        and the line-editing keys, on a choice row the cycling keys and an unbound letter (type-ahead);
+        every other key is a binding's (launch, preflight, Up/Down, ...) and commits the form first."""
         field = self._field()
-        choice_row = field is None or bool(field.choices)
         key = event.key
-        handled = True
-        if choice_row and key in ("left", "right", "space", "enter"):
-            self._cycle(-1 if key == "left" else 1)
+        if field is None or field.choices:
+            if key in CYCLE_KEYS:
+                return True
+            return bool(event.is_printable and event.character) and not self._bound(key)
+        if key == "enter":
+            return True
+        if event.is_printable and event.character:
+            return event.character in VALUE_CHARS
+        return key in EDIT_KEYS
+
+    def commit(self) -> None:
+        """The text typed so far is checked now (the view's rebuild waits a moment between keystrokes)."""
+        if self._on_commit is not None:
+            self._on_commit()
+
+    async def _on_key(self, event: events.Key) -> None:
+        if not self.takes(event):
+            return  # bubbles on to the bindings
+        event.stop()
+        event.prevent_default()
+        field = self._field()
+        key = event.key
+        if field is None or field.choices:
+            if key in CYCLE_KEYS:
+                self._cycle(-1 if key == "left" else 1)
+            elif event.character:
+                self._jump(event.character)  # type-ahead, as in a list
         elif key == "enter":
             self.cursor_down()
-        elif choice_row and event.is_printable and event.character:
-            self._jump(event.character)  # type-ahead, as in a list: the form is a typing context
-        elif choice_row:
-            handled = False
         elif event.is_printable and event.character:
-            text = self._texts[field.path]  # type: ignore[union-attr]
+            text = self._texts[field.path]
             self._set_text(text[: self.caret] + event.character + text[self.caret :], self.caret + 1)
         else:
-            handled = self._edit_key(key, self._texts[field.path])  # type: ignore[union-attr]
-        if handled:
-            event.stop()
-            event.prevent_default()
+            self._edit_key(key, self._texts[field.path])
 
-    def _edit_key(self, key: str, text: str) -> bool:
-        """Line-editing keys on a typed row (what an Input answers to); False: not ours."""
+    def _bound(self, key: str) -> bool:
+        """A printable key a binding of the view or the app claims: on a choice row it is that binding's,
+        never a type-ahead jump (on a typed row only a number's characters are text)."""
+        return key in self.screen.active_bindings
+
+    def _edit_key(self, key: str, text: str) -> None:
+        """Line-editing keys on a typed row (EDIT_KEYS: what an Input answers to)."""
         caret = self.caret
         if key == "backspace":
             if caret:
@@ -258,9 +290,6 @@ class LayoutForm(Widget, can_focus=True):
             self._set_text(text[caret:], 0)
         elif key == "ctrl+k":
             self._set_text(text[:caret], caret)
-        else:
-            return False
-        return True
 
     def on_click(self, event: events.Click) -> None:
         if 0 <= event.y <= len(FIELDS):
@@ -284,56 +313,67 @@ class LayoutForm(Widget, can_focus=True):
     def render_line(self, y: int) -> Strip:
         if y > len(FIELDS):
             return Strip.blank(self.size.width, self.rich_style)
-        base = self.rich_style
-        width = self.size.width
         if y == 0:
-            label, path = "Variant", VARIANT
-            value = next((lbl for lbl, key in self._variants if key == self._variant), "(no variants)")
-            value_w = max(1, width - LABEL_W)
-            shown = f"‹{value}›" if self.has_focus and self.cursor == 0 else f" {value}"
-            shown = shown[:value_w].ljust(value_w)
-            segments = [Segment(label.ljust(LABEL_W), base + self._style("label"))]
-            cell = self._style("cursor") if self.cursor == 0 else Style()
-            segments.append(Segment(shown, base + cell))
-            return Strip(segments, width).crop_extend(0, width, base)
+            return self._variant_line()
         field = FIELDS[y - 1]
-        path = field.path
-        severity, note = self._notes.get(path, ("", ""))
+        severity, note = self._notes.get(field.path, ("", ""))
+        marked = severity in ("error", "warning")
+        label_style, cell = self._field_styles(y, severity if marked else "")
+        text = self._texts.get(field.path, "")
+        label = Segment(field.label[: LABEL_W - 1].ljust(LABEL_W), label_style)
+        value = self._choice_value(text, y, cell) if field.choices else self._text_value(text, y, cell)
+        segments = [label, *value, *self._note(note, f"note-{severity}" if marked else "note")]
+        return Strip(segments).crop_extend(0, self.size.width, self.rich_style)
+
+    def _variant_line(self) -> Strip:
+        """Row 0: the variant picked (‹between marks› while it is the focused row)."""
+        base, width = self.rich_style, self.size.width
+        value = next((lbl for lbl, key in self._variants if key == self._variant), "(no variants)")
+        value_w = max(1, width - LABEL_W)
+        shown = f"‹{value}›" if self.has_focus and self.cursor == 0 else f" {value}"
+        shown = shown[:value_w].ljust(value_w)
+        segments = [Segment("Variant".ljust(LABEL_W), base + self._style("label"))]
+        cell = self._style("cursor") if self.cursor == 0 else Style()
+        segments.append(Segment(shown, base + cell))
+        return Strip(segments, width).crop_extend(0, width, base)
+
+    def _field_styles(self, y: int, severity: str) -> tuple[Style, Style]:
+        """(label, cell) styles of row `y`: tinted by an error or warning; the cursor marks the cell."""
+        base = self.rich_style
         label_style = base + self._style("label")
-        if severity in ("error", "warning"):
-            label_style = base + self._style(severity) + Style(bold=True)
         cell = base + self._style("value")
-        if severity in ("error", "warning"):
+        if severity:
+            label_style = base + self._style(severity) + Style(bold=True)
             cell = cell + self._style(severity)
         if self.cursor == y:
             cell = cell + self._style("cursor")
-        text = self._texts.get(path, "")
+        return label_style, cell
+
+    def _choice_value(self, text: str, y: int, cell: Style) -> list[Segment]:
+        body = f"‹{text}›" if self.has_focus and self.cursor == y else f" {text}"
+        return [Segment(body[:VALUE_W].ljust(VALUE_W), cell)]
+
+    def _text_value(self, text: str, y: int, cell: Style) -> list[Segment]:
+        """A text field's visible window, scrolled to keep the caret in it; the caret drawn while focused."""
         inner = VALUE_W - 2
-        if field.choices:
-            body = f"‹{text}›" if self.has_focus and self.cursor == y else f" {text}"
-            segments = [
-                Segment(field.label[: LABEL_W - 1].ljust(LABEL_W), label_style),
-                Segment(body[:VALUE_W].ljust(VALUE_W), cell),
-            ]
-        else:
-            start = max(0, self.caret - inner + 1) if self.cursor == y else 0
-            visible = text[start : start + inner]
-            segments = [Segment(field.label[: LABEL_W - 1].ljust(LABEL_W), label_style), Segment(" ", cell)]
-            if self.has_focus and self.cursor == y:
-                at = self.caret - start
-                caret_char = visible[at] if at < len(visible) else " "
-                segments += [
-                    Segment(visible[:at], cell),
-                    Segment(caret_char, cell + self._style("caret")),
-                    Segment(visible[at + 1 :].ljust(inner - at - 1) + " ", cell),
-                ]
-            else:
-                segments.append(Segment(visible.ljust(inner) + " ", cell))
-        note_w = width - LABEL_W - VALUE_W - 1
-        if note and note_w > 0:
-            note_style = base + self._style(
-                f"note-{severity}" if severity in ("error", "warning") else "note"
-            )
-            shown = note if len(note) <= note_w else note[: note_w - 1] + "…"
-            segments += [Segment(" ", base), Segment(shown, note_style)]
-        return Strip(segments).crop_extend(0, width, base)
+        start = max(0, self.caret - inner + 1) if self.cursor == y else 0
+        visible = text[start : start + inner]
+        if not (self.has_focus and self.cursor == y):
+            return [Segment(" ", cell), Segment(visible.ljust(inner) + " ", cell)]
+        at = self.caret - start
+        caret_char = visible[at] if at < len(visible) else " "
+        return [
+            Segment(" ", cell),
+            Segment(visible[:at], cell),
+            Segment(caret_char, cell + self._style("caret")),
+            Segment(visible[at + 1 :].ljust(inner - at - 1) + " ", cell),
+        ]
+
+    def _note(self, note: str, style: str) -> list[Segment]:
+        """The row's note right of the value, cut to the room left (none where there is none)."""
+        note_w = self.size.width - LABEL_W - VALUE_W - 1
+        if not note or note_w <= 0:
+            return []
+        base = self.rich_style
+        shown = note if len(note) <= note_w else note[: note_w - 1] + "…"
+        return [Segment(" ", base), Segment(shown, base + self._style(style))]

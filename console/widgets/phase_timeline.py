@@ -14,6 +14,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -102,28 +103,36 @@ def _rank_rows(
     label_w = LABEL_W + (stage_w + 1 if stage_w else 0)
     for cols in range(1, max(1, width // (label_w + MIN_BARS + STATUS_W + 1)) + 1):
         per = math.ceil(len(lanes) / cols)
-        if per > rows:
-            continue
-        col_w = (width - (cols - 1)) // cols
-        bars = col_w - label_w - STATUS_W
-        out = [Text(no_wrap=True, overflow="crop") for _ in range(per)]
-        for i, lane in enumerate(lanes):
-            row = out[i % per]
-            if i >= per:
-                row.append(" ")
-            label = (
-                f"{node_tag(lane.node)}:{lane.rank}"
-                if lane.rank >= 0
-                else f"{node_tag(lane.node)}:{lane.role[:3]}"
-            )
-            stage = stages.get(lane.rank, "")
-            _cell(row, label + (f" {stage}" if stage else ""), label_w, "dim")
-            _bars(row, _slots(lane, now - window_s, bars, now, window_s))
-            colour = glyph(lane.current)[1]
-            now_text = f" {lane.current} {_age(now, lane.since)}" if lane.current else " idle"
-            _cell(row, now_text, STATUS_W, colour)
-        return out
+        if per <= rows:
+            bars = (width - (cols - 1)) // cols - label_w - STATUS_W
+            out = [Text(no_wrap=True, overflow="crop") for _ in range(per)]
+            for i, lane in enumerate(lanes):
+                row = out[i % per]
+                if i >= per:
+                    row.append(" ")
+                _rank_lane(row, lane, _Lane(now, window_s, label_w, bars), stages.get(lane.rank, ""))
+            return out
     return None
+
+
+@dataclass(frozen=True)
+class _Lane:
+    """How one rank's lane is drawn: as of `now`, over `window_s`, a label and a bar this wide."""
+
+    now: float
+    window_s: float
+    label_w: int
+    bars: int
+
+
+def _rank_lane(row: Text, lane: LaneView, at: _Lane, stage: str) -> None:
+    """`node:rank stage`, the bars of the window, then the phase now and for how long."""
+    who = str(lane.rank) if lane.rank >= 0 else lane.role[:3]
+    label = f"{node_tag(lane.node)}:{who}"
+    _cell(row, f"{label} {stage}" if stage else label, at.label_w, "dim")
+    _bars(row, _slots(lane, at.now - at.window_s, at.bars, at.now, at.window_s))
+    now_text = f" {lane.current} {_age(at.now, lane.since)}" if lane.current else " idle"
+    _cell(row, now_text, STATUS_W, glyph(lane.current)[1])
 
 
 def _node_rows(view: PhaseView, now: float, width: int, rows: int, window_s: float) -> list[Text]:
@@ -142,20 +151,23 @@ def _node_rows(view: PhaseView, now: float, width: int, rows: int, window_s: flo
         _cell(row, f"{node_tag(node)} ×{len(lanes)}", LABEL_W, "dim")
         columns = [_slots(lane, now - window_s, bars, now, window_s) for lane in lanes]
         _bars(row, [Counter(c[i] for c in columns).most_common(1)[0][0] for i in range(bars)])
-        now_counts = Counter(lane.current for lane in lanes)
-        common, n = now_counts.most_common(1)[0]
-        status = f" {n}/{len(lanes)} {common or 'idle'}"
-        odd = [lane for lane in lanes if lane.current != common]
-        if odd:
-            oldest = min(odd, key=lambda lane: lane.since if math.isfinite(lane.since) else math.inf)
-            status += f"; r{oldest.rank} {oldest.current or 'idle'} {_age(now, oldest.since)}"
-        else:
-            status += f" {_age(now, min(lane.since for lane in lanes))}"
+        common, status = _node_status(lanes, now)
         _cell(row, status, status_w, glyph(common)[1])
         out.append(row)
     if len(shown) < len(nodes):
         out.append(Text(f"… {len(nodes) - len(shown)} more node(s): widen the terminal", "dim"))
     return out
+
+
+def _node_status(lanes: Sequence[LaneView], now: float) -> tuple[str | None, str]:
+    """(the phase most of a node's ranks are in now, "n/N phase" and the odd rank out longest in its own)."""
+    common, n = Counter(lane.current for lane in lanes).most_common(1)[0]
+    status = f" {n}/{len(lanes)} {common or 'idle'}"
+    odd = [lane for lane in lanes if lane.current != common]
+    if not odd:
+        return common, status + f" {_age(now, min(lane.since for lane in lanes))}"
+    oldest = min(odd, key=lambda lane: lane.since if math.isfinite(lane.since) else math.inf)
+    return common, status + f"; r{oldest.rank} {oldest.current or 'idle'} {_age(now, oldest.since)}"
 
 
 def render_timeline(
@@ -187,15 +199,19 @@ def render_timeline(
     body = _rank_rows(view, now, width, rows, window_s, stages or {})
     if body is None:
         body = _node_rows(view, now, width, rows, window_s)
-    legend = Text(no_wrap=True, overflow="ellipsis")
-    seen = sorted({s.name for lane in view.lanes for s in lane.spans})
-    for name in seen:
-        g, colour = glyph(name)
-        legend.append(g, colour).append(f" {name}  ", "dim")
-    lines = [head, *body, legend]
+    lines = [head, *body, _legend(view)]
     for line in lines:
         line.truncate(width, overflow="ellipsis")
     return Text("\n").join(lines)
+
+
+def _legend(view: PhaseView) -> Text:
+    """Each phase the lanes show, with its glyph."""
+    legend = Text(no_wrap=True, overflow="ellipsis")
+    for name in sorted({s.name for lane in view.lanes for s in lane.spans}):
+        g, colour = glyph(name)
+        legend.append(g, colour).append(f" {name}  ", "dim")
+    return legend
 
 
 class PhaseTimeline(Widget):

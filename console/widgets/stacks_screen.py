@@ -28,7 +28,15 @@ from console import keymap
 if TYPE_CHECKING:
     from backend.cluster.stack_groups import StackGroup, StacksReport
 
-Collect = Callable[[], Awaitable["StacksReport"]]
+Collect = Callable[[Callable[[str], None]], Awaitable["StacksReport"]]  # given a progress callback
+
+
+class StacksProgress(Message):
+    """A line of the dump's progress (nodes asked, each node's answer as it comes)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
 
 
 class StacksDone(Message):
@@ -91,11 +99,20 @@ class StacksScreen(ModalScreen[None]):
     @work(exclusive=True, group="stacks", exit_on_error=False)
     async def _run(self) -> None:
         try:
-            report = await self.collect()
+            report = await self.collect(self._said)
         except ConsoleError as err:
             self.post_message(StacksDone(None, f"stacks could not be read: {public_line(str(err))}"))
             return
         self.post_message(StacksDone(report))
+
+    def _said(self, line: str) -> None:
+        self.post_message(StacksProgress(line))
+
+    def on_stacks_progress(self, message: StacksProgress) -> None:
+        if self.running:
+            self.query_one("#stacks-summary", Static).update(
+                f"dumping the stacks of {self.job_id}: {public_line(message.line)}"
+            )
 
     def on_stacks_done(self, message: StacksDone) -> None:
         self.running = False

@@ -81,3 +81,26 @@ async def test_the_views_get_copies_of_alerts_the_engine_goes_on_updating(tmp_pa
         assert shown == fired and shown is not fired
         fired.count += 1  # the engine's next sighting of the same episode
         assert shown.count == 1
+
+
+async def test_a_failure_s_cause_is_listed_above_its_consequences(tmp_path):
+    """The driver's ActorDiedError can reach the log before the train actor's OOM that caused it: Events
+    lists the cause first, then its consequences, where the first of them fired; other alerts keep place."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        app.post_message(
+            AlertsChanged(
+                [
+                    Alert("kl-spike", Severity.WARNING, "train/ppo_kl jumped 8x", step=12.0),
+                    Alert("actor-died", Severity.CRITICAL, "the driver saw the train actor die", cause=2),
+                    Alert("stall", Severity.ERROR, "rollout stalled 6x its median"),
+                    Alert("cuda-oom", Severity.CRITICAL, "CUDA out of memory on GPU 3", cause=1),
+                ]
+            )
+        )
+        await pilot.pause()
+        table = app.query_one("#alerts", DataTable)
+        ids = [str(table.get_row_at(i)[3]) for i in range(table.row_count)]
+        assert ids == ["kl-spike", "cuda-oom", "actor-died", "stall"]
+        assert str(table.get_row_at(1)[2]).startswith("CAUSE · CUDA out of memory")

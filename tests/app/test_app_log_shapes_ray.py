@@ -19,7 +19,10 @@ from console.views.events import EventsView
 from console.views.run import RunView
 from console.widgets.charts import LineChart
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.timeout(420),
+]  # above its bounded waits (2 x 120 s and start-up): a slow run fails by a wait, not a kill
 
 
 async def test_2026_04_log_fills_the_charts_and_a_cuda_oom_is_the_failed_header(ray_cluster, tmp_path):

@@ -113,6 +113,25 @@ async def test_readonly_hides_and_refuses_launch(tmp_path):
         assert any("read-only" in n.message for n in app._notifications)
 
 
+async def test_readonly_keys_say_why_they_are_refused(tmp_path):
+    """Issue 35: a hidden key of a read-only console (L in Plan, A in Run) says why in a toast, never
+    nothing; a key no view binds says nothing."""
+    app = make_app(tmp_path, readonly=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("L")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert "read-only console (--readonly): launch is refused" in said, said
+        await pilot.press("2", "A")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any(m.startswith("read-only console (--readonly): abort") for m in said), said
+        before = len(app._notifications)
+        await pilot.press("Z")
+        await pilot.pause()
+        assert len(app._notifications) == before
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,3 +236,24 @@ async def test_a_burst_of_downs_walks_the_form_without_losing_one(tmp_path):
         await until(pilot, lambda: form.current_path == "batch.n_samples_per_prompt", "3 rows up", timeout=10)
         await pilot.pause()  # no stray key still queued
         assert app.focused is form and form.current_path == "batch.n_samples_per_prompt" and form.cursor == 13
+
+
+async def test_after_an_edit_every_key_of_the_view_reaches_its_action(tmp_path):
+    """Issue 35: a field just edited keeps the focus, and L, p, P, c still launch, check, prepare and copy
+    (no Esc first); the edited value is what they act on."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan = app.query_one(PlanView)
+        called: list[str] = []
+        for name in ("preflight", "prepare"):  # these reach the cluster: the action being asked is enough
+            setattr(plan, f"action_{name}", lambda name=name: called.append(name))
+        await _set_field(pilot, app, "batch.num_rollout", "7")
+        assert app.focused is app.query_one(LayoutForm)
+        await pilot.press("c")
+        await until(pilot, lambda: app.clipboard.startswith("ray job submit"), "the command copied")
+        assert "--num-rollout 7" in app.clipboard
+        await pilot.press("p", "P")
+        await until(pilot, lambda: called == ["preflight", "prepare"], "preflight and prepare asked")
+        await pilot.press("L")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the launch modal")
+        assert form_row(app.query_one(LayoutForm), "batch.num_rollout").value == "7"  # nothing typed into it

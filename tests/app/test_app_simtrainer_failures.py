@@ -116,9 +116,7 @@ async def test_unreadable_metric_lines_raise_the_blind_spot_within_one_rollout(
         run = app.query_one(RunView)
 
         def blind() -> bool:
-            return "metric line(s) in the log could not be read" in str(
-                run.query_one("#run-state", Static).content
-            )
+            return "metric line(s) were cut off mid-dict" in str(run.query_one("#run-state", Static).content)
 
         await until(pilot, blind, "the blind-spot alert in the run header", timeout=150)
         seen = [line async for line in client.read_log(sid)]
@@ -130,9 +128,9 @@ async def test_unreadable_metric_lines_raise_the_blind_spot_within_one_rollout(
         events = app.query_one(EventsView)
         await until(
             pilot,
-            lambda: any(a.id == "metrics-unreadable" for a in events.alerts),
+            lambda: any(a.id == "metrics-cut" for a in events.alerts),
             "the blind spot in Events",
             timeout=30,
         )
-        (alert,) = [a for a in events.alerts if a.id == "metrics-unreadable"]
+        (alert,) = [a for a in events.alerts if a.id == "metrics-cut"]
         assert alert.count >= 1 and re.search(r"(step|rollout|perf) \d+: \{", alert.sample or "")

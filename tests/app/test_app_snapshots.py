@@ -1,4 +1,4 @@
-"""SVG snapshots of the plan view, events view and help at 120x40 and 80x24.
+"""SVG snapshots of the plan view, events view and help at 80x24, 120x40 and 200x50.
 
 Deterministic: fixed run id, fixed audit times, no workers, no clock on screen, the shim package
 address pinned (it is a content hash of shim/, which other work changes). Update only after looking
@@ -17,7 +17,11 @@ from console.messages import AlertsChanged
 from console.views.plan import PlanView
 from console.widgets.layout_form import LayoutForm
 
-SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
+SIZES = [
+    pytest.param((120, 40), id="120x40"),
+    pytest.param((80, 24), id="80x24"),
+    pytest.param((200, 50), id="200x50"),
+]
 
 
 def _stalled() -> Alert:

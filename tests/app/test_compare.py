@@ -16,9 +16,9 @@ from types import MappingProxyType
 
 import miles_log_shapes as shapes
 import pytest
-from app_helpers import PilotApp, make_app
+from app_helpers import PilotApp, make_app, type_text
 from run_fixtures import T0, metrics_view, status
-from textual.widgets import Static
+from textual.widgets import Input, Static
 from waiting import until
 
 from backend.demo import sample_log
@@ -173,12 +173,17 @@ async def test_compare_with_prompt_and_bad_input(tmp_path, two_logs):
         await until(pilot, lambda: app.history_text == "" and run.metrics is not None, "the replay read")
         await pilot.press("C")
         await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt")
-        await pilot.press(*str(tmp_path / "nope.log"), "enter")
+        field = await until(pilot, lambda: next(iter(app.screen.query(Input)), None), "the prompt's field")
+        nope = str(tmp_path / "nope.log")
+        await type_text(pilot, nope, lambda: field.value == nope, "the path typed")
+        await pilot.press("enter")
         await until(pilot, lambda: any("no such file" in n.message for n in app._notifications), "one notice")
         assert not run.comparison.active and not run.query("#run-compare")
         await app.run_binding("run.compare")  # what the palette's "Run: Compare with…" entry runs
         await until(pilot, lambda: isinstance(app.screen, ComparePrompt), "the prompt again")
-        await pilot.press(*str(b), "enter")
+        field = await until(pilot, lambda: next(iter(app.screen.query(Input)), None), "the prompt's field")
+        await type_text(pilot, str(b), lambda: field.value == str(b), "the path typed")
+        await pilot.press("enter")
         await until(
             pilot,
             lambda: run.query("#chart-reward") and len(run.query_one("#chart-kl", LineChart).series) == 2,
@@ -198,9 +203,11 @@ def _scaled(snap: SeriesSetSnapshot, factor: float) -> SeriesSetSnapshot:
     )
 
 
-def test_compare_run_view_snapshot(snap_compare, tmp_path):
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_compare_run_view_snapshot(snap_compare, tmp_path, size):
     """The Run view of a live run with a finished baseline overlaid: the header per run, what changed (a W&B
-    key hidden), each chart with both runs and a legend, the cursor on rollout 3."""
+    key hidden), each chart with both runs and a legend, the cursor on rollout 3. Under 100 columns the
+    compact layout: a short line per run, the charts in two rows, the fleet out of their way."""
     app = make_app(tmp_path)
     live = metrics_view(rollouts=10)
     base = RunSide(
@@ -222,11 +229,13 @@ def test_compare_run_view_snapshot(snap_compare, tmp_path):
         await pilot.pause()
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(160, 45), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 @pytest.mark.ray
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(
+    600
+)  # its bounded waits add up to over 300 s on a loaded runner: fail by them, never by a kill
 async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_path):
     """A live run of the simulated trainer on the real Ray cluster, "compare with…" a saved 2026-04 log: both
     overlaid, the live run last in its own colour, the flags both name compared (argv vs the log's dump)."""
@@ -301,3 +310,56 @@ async def test_live_simulated_run_compared_with_a_saved_one(ray_cluster, tmp_pat
                 )
         finally:
             await stop_quietly(client, job.id)
+
+
+async def test_x_clears_a_comparison_and_a_new_run_starts_without_one(tmp_path):
+    """Issue 35: a comparison can be cleared (X), and belongs to the run it was opened on: the next run shown
+    (a launch, another attach) has none, its charts titled as the single-run view titles them."""
+    app = make_app(tmp_path)
+    base = RunSide("baseline-0412.log", "SUCCEEDED", metrics_view(rollouts=12).series, None)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("2")
+        run = app.query_one(RunView)
+        titles = {c.id: c.title for c in run.query(LineChart)}
+        app.post_message(MetricsArrived(metrics_view(rollouts=10)))
+        app.post_message(RunStateChanged(status()))
+        app.post_message(BaselineAdded(base, None))
+        await until(
+            pilot, lambda: run.comparison.active and run.query("#run-compare"), "the comparison drawn"
+        )
+        run.focus()
+        await pilot.press("X")
+        await until(pilot, lambda: not run.comparison.active and not run.query("#run-compare"), "it cleared")
+        await pilot.pause()
+        assert {c.id: c.title.split(" · from ")[0] for c in run.query(LineChart)} == titles
+
+        app.post_message(BaselineAdded(base, None))
+        await until(pilot, lambda: run.comparison.active, "compared again")
+        app.post_message(RunStateChanged(dataclasses.replace(status(), job_id="raysubmit_next")))
+        await until(pilot, lambda: not run.comparison.active, "the next run's view without the comparison")
+        assert not run.query("#run-compare")
+
+
+async def test_the_palette_entry_clears_a_comparison_and_80_columns_get_the_compact_layout(tmp_path):
+    """Issue 35: "Clear the comparison" in ctrl+p (run.compare_clear, the X key's entry) clears it; under 100
+    columns the comparison's four charts take two rows of at least 7 lines each (never squeezed to one row),
+    the panel a short line per run, and the fleet comes back once it is cleared."""
+    app = make_app(tmp_path)
+    base = RunSide("baseline-0412.log", "SUCCEEDED", metrics_view(rollouts=12).series, None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        run = app.query_one(RunView)
+        app.post_message(MetricsArrived(metrics_view(rollouts=10)))
+        app.post_message(RunStateChanged(status()))
+        app.post_message(BaselineAdded(base, None))
+        await until(pilot, lambda: len(run.query(LineChart)) == 4, "the comparison's four charts")
+        await pilot.pause()
+        charts = list(run.query(LineChart))
+        assert len({c.region.y for c in charts}) == 2 and all(c.region.height >= 7 for c in charts)
+        assert not run.query_one("#fleet").display
+        panel = run.query_one("#run-compare", Static)
+        assert panel.region.height == 3  # the two runs' lines and what changed, one row each
+        await app.run_binding("run.compare_clear")
+        await until(pilot, lambda: not run.comparison.active and len(run.query(LineChart)) == 3, "cleared")
+        await pilot.pause()
+        assert run.query_one("#fleet").display and not run.query("#run-compare")

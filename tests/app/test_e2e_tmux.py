@@ -97,8 +97,7 @@ def test_demo_plan_launch_metrics_search_abort(demo_session):
     _wait(r"Rollouts\s+enter a value")
     _keys("9", "0", "0")  # long enough that the run is still going when we abort it
     _wait(r"Rollouts\s+900\b")
-    _keys("Escape")
-    _keys("L")
+    _keys("L")  # straight from the field being edited: a binding's key commits the edit, then launches
     _wait(r"Launch this run\?")
     _keys("Right", "Enter")  # Cancel has focus: move to Launch on purpose
     _press_until("2", r"job ultra-console-\S+  (PENDING|RUNNING)", 60)

@@ -16,10 +16,22 @@ VARIANTS = [("alpha (preset)", "preset:alpha"), ("beta \x1b[31m(checkpoint)", "c
 
 
 class FormHost(App[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("L", "launch", "Launch"),
+        Binding("p", "preflight", "Preflight"),
+    ]
+
     def __init__(self) -> None:
         super().__init__()
         self.edits: list[tuple[str, str]] = []
         self.picked: list[str] = []
+        self.actions: list[str] = []
+
+    def action_launch(self) -> None:
+        self.actions.append("launch")
+
+    def action_preflight(self) -> None:
+        self.actions.append("preflight")
 
     def compose(self) -> ComposeResult:
         yield LayoutForm(VALUES, VARIANTS, "preset:alpha")
@@ -51,8 +63,10 @@ async def test_typing_edits_the_cursor_row_in_place():
         assert form_row(form, "train.tp").value == "9"
         await pilot.press("ctrl+u")
         assert form_row(form, "train.tp").value == ""
-        await pilot.press("L", "x")  # every printable key is the operator's text, not a binding
-        assert form_row(form, "train.tp").value == "Lx"
+        await pilot.press("1", "e", "3")
+        assert form_row(form, "train.tp").value == "1e3"  # a number's characters are text
+        await pilot.press("L", "x", "p")  # a binding's key reaches its action; no value holds an x
+        assert form_row(form, "train.tp").value == "1e3" and app.actions == ["launch", "preflight"]
         assert form_row(form, "train.pp").value == VALUES["train.pp"]  # other rows untouched
 
 
@@ -71,7 +85,9 @@ async def test_enter_moves_down_and_choice_rows_cycle():
         await pilot.press("d")  # type-ahead: the first choice starting with d
         assert form_row(form, "run.mode").value == "debug_minimal"
         await pilot.press("9")  # no choice starts with 9: nothing changes, and no binding fires either
-        assert form_row(form, "run.mode").value == "debug_minimal"
+        assert form_row(form, "run.mode").value == "debug_minimal" and app.actions == []
+        await pilot.press("p")  # a binding's key on a choice row is the binding's, not a type-ahead
+        assert form_row(form, "run.mode").value == "debug_minimal" and app.actions == ["preflight"]
 
 
 async def test_variant_row_cycles_and_shows_no_escape():

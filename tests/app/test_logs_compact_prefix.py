@@ -4,8 +4,9 @@ on by default under 160 columns, toggled by its key; search, filter and copy kee
 from __future__ import annotations
 
 import pytest
-from app_helpers import make_app
+from app_helpers import make_app, type_text
 from run_fixtures import store
+from textual.widgets import Input
 from waiting import until
 
 from backend.settings import Settings
@@ -65,14 +66,21 @@ async def test_search_filter_and_copy_read_the_real_line(tmp_path):
         view = await _shown(app, pilot, tmp_path)
         lines = view.lines
         assert lines.compact_now
-        await pilot.press("slash", *"pid=52002, ip=10.0.0.2", "enter")  # text only Ray's prefix holds
+        prompt = view.query_one("#logs-prompt", Input)
+        await pilot.press("slash")
+        text = "pid=52002, ip=10.0.0.2"  # text only Ray's prefix holds
+        await type_text(pilot, text, lambda: prompt.value == text, "the search typed")
+        await pilot.press("enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert len(view.matches) == RANK8
         assert lines.record(lines.cursor).text.startswith(RAY_PREFIX)
         await pilot.press("y")
         assert app.clipboard == lines.record(lines.cursor).text  # the whole line, prefix as Ray wrote it
-        await pilot.press("f", *"actor:MegatronTrainRayActor node:10.0.0.2", "enter")
+        await pilot.press("f")
+        text = "actor:MegatronTrainRayActor node:10.0.0.2"
+        await type_text(pilot, text, lambda: prompt.value == text, "the filter typed")
+        await pilot.press("enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert lines.count == RANK8 and all(r.startswith("train r8 ") for r in _rows(view) if r.strip())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from app_helpers import make_app
+from app_helpers import make_app, type_text
 from run_fixtures import log_text, store
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 from waiting import until
 
 from backend.signals import search
@@ -29,6 +29,15 @@ async def _show(app, pilot, st) -> LogsView:
     view.set_store(st)
     await pilot.pause()
     return view
+
+
+async def _typed(pilot, view: LogsView, key: str, text: str) -> None:
+    """`key` opens the Logs prompt, `text` goes in as one burst of keys (app_helpers.type_text: typing is not
+    the subject here), then Enter."""
+    prompt = view.query_one("#logs-prompt", Input)
+    await pilot.press(key)
+    await type_text(pilot, text, lambda: prompt.value.endswith(text), f"{text!r} typed")
+    await pilot.press("enter")
 
 
 def _status(view: LogsView) -> str:
@@ -67,7 +76,7 @@ async def test_search_next_prev_and_cancel(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         view = await _show(app, pilot, st)
         await pilot.press("home")
-        await pilot.press("slash", *"grad_norm 1.2", "enter")
+        await _typed(pilot, view, "slash", "grad_norm 1.2")
         await app.workers.wait_for_complete()
         await pilot.pause()
         # lines 2, 5, 8 ... carry grad_norm; "grad_norm 1.2" matches iterations 200..299 with i % 3 == 2
@@ -79,11 +88,11 @@ async def test_search_next_prev_and_cancel(tmp_path):
         await pilot.press("N", "N")
         assert view.lines.cursor == expected[-1]  # wraps round
         assert f"{len(expected)}/{len(expected)}" in _status(view)
-        await pilot.press("slash", *"re:NCCL WARN", "enter")
+        await _typed(pilot, view, "slash", "re:NCCL WARN")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert list(view.matches) == [77]
-        await pilot.press("slash", *"nothing-like-this", "enter")
+        await _typed(pilot, view, "slash", "nothing-like-this")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert list(view.matches) == [] and "no match" in _status(view)
@@ -91,11 +100,27 @@ async def test_search_next_prev_and_cancel(tmp_path):
         assert not view.query_one("#logs-prompt").has_class("visible")
 
 
+async def test_the_status_row_keeps_the_search_while_history_loads(tmp_path):
+    """At 120 columns a paused view loading a long history still draws where the search is (`/text i/N`):
+    the history part goes last, so it is the one the row's edge cuts (the e2e tmux test's search step waited
+    90 s for `/step 2: 1/N` once, its row full of history, line numbers and PAUSED)."""
+    app, st = await _logs_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await _show(app, pilot, st)
+        view.history = "loading history of ultra-console-261202-220000-000… 123,456 lines"
+        view.start_search("grad_norm 1.2")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        row = view.query_one("#logs-status", Static).render_line(0).text
+        assert not view.lines.follow and "PAUSED" in row
+        assert "/grad_norm 1.2 1/" in row, row
+
+
 async def test_filter_by_node_and_rank_then_clear(tmp_path):
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         view = await _show(app, pilot, st)
-        await pilot.press("f", *"node:10.0.0.2", "enter")
+        await _typed(pilot, view, "f", "node:10.0.0.2")
         await app.workers.wait_for_complete()
         await pilot.pause()
         lines = view.lines
@@ -109,7 +134,7 @@ async def test_filter_by_node_and_rank_then_clear(tmp_path):
         app.post_message(LogAppended(len(st)))
         await pilot.pause()
         assert lines.record(lines.count - 1).message == "late"  # the filter follows new lines too
-        await pilot.press("f", *"rank:0", "enter")
+        await _typed(pilot, view, "f", "rank:0")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert all(lines.record(i).rank == 0 for i in range(lines.count))
@@ -123,8 +148,8 @@ async def test_wrap_jump_to_time_and_copy(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         view = await _show(app, pilot, st)
         lines = view.lines
-        width = lines.size.width
-        await pilot.press("t", *"12:02:05", "enter")
+        width = lines.scrollable_content_region.width  # the scrollbar's cells are not the row's
+        await _typed(pilot, view, "t", "12:02:05")
         await pilot.pause()
         assert lines.record(lines.cursor).ts == "2026-01-01 12:02:05.000"
         await pilot.press("y")
@@ -134,7 +159,7 @@ async def test_wrap_jump_to_time_and_copy(tmp_path):
         await pilot.pause()
         assert lines.wrap
         rows = [lines.render_line(y).text for y in range(lines.size.height)]
-        assert all(len(r) <= width for r in rows)
+        assert all(len(r.rstrip()) <= width for r in rows)
         first = lines.record(int(lines.scroll_y)).text
         assert (
             rows[0].rstrip() == first[:width].rstrip() and rows[1].strip() == first[width : 2 * width].strip()
@@ -170,7 +195,7 @@ async def test_search_shows_its_first_hit_and_progress_while_it_runs_and_esc_sto
     monkeypatch.setattr(logs, "search_batches", held)
     async with app.run_test(size=(120, 40)) as pilot:
         view = await _show(app, pilot, st)
-        await pilot.press("slash", *"iteration", "enter")
+        await _typed(pilot, view, "slash", "iteration")
         await until(pilot, lambda: view.matches, "the first block's hits")
         bar = view.query_one("#logs-search-progress", ProgressBar)
         assert view.searching and bar.has_class("visible") and "searching /iteration" in _status(view)
@@ -198,7 +223,7 @@ async def test_clearing_a_filter_while_it_scans_drops_the_scan(tmp_path, monkeyp
     app, st = await _logs_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         view = await _show(app, pilot, st)
-        await pilot.press("f", *"node:10.0.0.2", "enter")
+        await _typed(pilot, view, "f", "node:10.0.0.2")
         await until(pilot, started.is_set, "the filter's scan to start")
         assert view.filtering
         await pilot.press("f", "ctrl+u", "enter")  # empty filter: every line again
@@ -226,3 +251,29 @@ async def test_a_tab_in_a_log_line_is_drawn_as_spaces_and_copied_as_a_tab(tmp_pa
         assert bottom.cell_length == lines.size.width  # every cell of the row is written
         await pilot.press("y")
         assert app.clipboard == "\tclass_name: MegatronTrainRayActor"  # the line as the run wrote it
+
+
+def _screen_rows(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+async def test_wrap_keeps_every_character_on_screen(tmp_path):
+    """Each wrapped row is cut where the vertical scrollbar begins: a row cut at the widget's full width lost
+    the two cells under the scrollbar at every wrap point (`tr n.py`, `--n -layers`)."""
+    app = make_app(tmp_path / "state")
+    st = store(tmp_path, 2)
+    long = " ".join(f"--num-layers-{i} train.py" for i in range(30))
+    st.append(long + "\n" + "".join(f"short {i}\n" for i in range(40)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = await _show(app, pilot, st)
+        lines = view.lines
+        await pilot.press("w")
+        await pilot.pause()
+        lines.move_to(2)
+        lines.scroll_to(y=2, animate=False, immediate=True, force=True)
+        await pilot.pause()
+        assert lines.vertical_scrollbar.display  # the case that lost characters: a scrollbar beside the rows
+        region = lines.scrollable_content_region
+        shown = [row[region.x : region.right] for row in _screen_rows(app)[region.y : region.bottom]]
+        joined = "".join(r.rstrip() if i == len(shown) - 1 else r for i, r in enumerate(shown) if r.strip())
+        assert long in joined, joined

@@ -3,8 +3,11 @@ ranks on 16 nodes: one lane per rank at 200x50, one lane per node at 80x24; and 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from textual.app import App, ComposeResult
+from textual.widgets import Static
 from waiting import until
 
 from backend.cluster.stack_groups import ProcessStack, StacksReport, Unreadable, parse_process
@@ -155,18 +158,25 @@ def parse_failure():
 
 
 async def test_stacks_screen_lists_small_groups_first_and_opens_the_odd_stack() -> None:
-    async def collect() -> StacksReport:
+    answered = asyncio.Event()
+
+    async def collect(progress) -> StacksReport:
+        progress("1/2 nodes answered (3 s): node-2: 8 process(es)")  # what backend.cluster.stacks says
+        await answered.wait()
         return stacks_report()
 
     app = App[None]()
     async with app.run_test(size=(120, 40)) as pilot:
         await app.push_screen(StacksScreen("raysubmit_1", collect))
         screen = app.screen
+        summary = screen.query_one("#stacks-summary", Static)
+        await until(pilot, lambda: "1/2 nodes answered" in str(summary.content), "the per-node progress")
+        answered.set()
         await until(
             pilot, lambda: isinstance(screen, StacksScreen) and screen.report is not None, "the report"
         )
         await pilot.pause()
-        from textual.widgets import OptionList, Static
+        from textual.widgets import OptionList
 
         options = screen.query_one(OptionList)
         first = str(options.get_option_at_index(0).prompt)
@@ -184,6 +194,28 @@ async def test_stacks_screen_lists_small_groups_first_and_opens_the_odd_stack() 
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, StacksScreen)
+
+
+class StacksApp(App[None]):
+    """The stacks screen over a recorded report (the groups, an unreadable process, a silent node)."""
+
+    async def on_mount(self) -> None:
+        async def collect(_progress) -> StacksReport:
+            return stacks_report()
+
+        await self.push_screen(StacksScreen("raysubmit_1", collect))
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_stacks_screen_snapshot(snap_compare, size: tuple[int, int]) -> None:
+    async def report_drawn(pilot) -> None:
+        screen = pilot.app.screen
+        await until(
+            pilot, lambda: isinstance(screen, StacksScreen) and screen.report is not None, "the report"
+        )
+        await pilot.pause()
+
+    assert snap_compare(StacksApp(), terminal_size=size, run_before=report_drawn)
 
 
 async def test_the_hang_alert_offers_stacks_once_and_T_opens_the_timeline(tmp_path) -> None:

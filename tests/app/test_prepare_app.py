@@ -42,7 +42,8 @@ async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster,
         )
         p8 = [f for f in plan.preflight_findings if f.rule == "P8"]
         assert len(p8) == len(ray_cluster.node_ids)
-        assert all(any(n[:8] in f.message for f in p8) for n in ray_cluster.node_ids), p8
+        names = [f"sim-node-{i} (" for i in range(len(ray_cluster.node_ids))]  # backend/node_names.py
+        assert all(any(n in f.message for f in p8) for n in names), p8
         assert all(" is not ready: missing: " in f.message for f in p8), p8
         assert not any(
             f.rule in ("P4", "P5") for f in plan.preflight_findings
@@ -82,8 +83,11 @@ async def test_prepare_key_puts_the_per_node_verdict_into_preflight(ray_cluster,
                 pilot, lambda: not screen.running and screen.verdict.startswith("READY"), "the fetch", 180
             )
             lines = screen.query_one(Log).lines
-            for node in ray_cluster.node_ids[1:]:
-                assert any(f"{node[:8]})] checkpoint: " in ln and "complete" in ln for ln in lines), lines
+            for i in range(1, len(ray_cluster.node_ids)):
+                tag = (
+                    f"[sim-node-{i} (127.0.0.1)] checkpoint: "  # the node's one name (backend/node_names.py)
+                )
+                assert any(tag in ln and "complete" in ln for ln in lines), lines
             assert any("verdict: READY (3 of 3 node(s) ready)" in ln for ln in lines)
             await until(pilot, lambda: not any(f.rule == "P8" for f in plan.preflight_findings), "P8 gone")
         finally:

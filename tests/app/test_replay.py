@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from app_helpers import PilotApp
+from inproc_cli import run_cli
 from runhelp import job_reaches
 from waiting import until
 
@@ -224,14 +223,8 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(ReplayError, match="not a --dump-details directory"):
         detect_source(tmp_path / "plain")
-    proc = subprocess.run(
-        [sys.executable, "-m", "console.cli", "replay", str(tmp_path / "nope.log")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    # in this process: the real subprocess of replay is test_parsing_bounds's FIFO case
+    proc = run_cli(["replay", str(tmp_path / "nope.log")])
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "no such file or directory" in proc.stderr
 

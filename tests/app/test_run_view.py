@@ -13,7 +13,7 @@ from waiting import until
 from backend.cluster.leftovers import Leftover, LeftoverReport, NodeCheck
 from backend.severity import Severity
 from backend.signals.alerts import Alert
-from console.messages import MetricsArrived, RunStateChanged, RunStatus, SnapshotArrived
+from console.messages import AlertsChanged, MetricsArrived, RunStateChanged, RunStatus, SnapshotArrived
 from console.views.run import RunView, state_line
 from console.widgets.abort_modal import AbortActions, AbortModal
 from console.widgets.charts import LineChart
@@ -45,7 +45,7 @@ def test_state_line_says_a_failed_runs_cause_and_a_blind_chart():
         "asked for 2.10 GiB, 1.02 GiB free of 139.80 GiB"
     )
     blind = RunMonitor()
-    blind.feed_text("step 2: {'train/loss': 0.4, 'tr\n")
+    blind.feed_text("step 2: {'train/lo\n")
     assert state_line(status(), None, blind.alerts.snapshot(), T0).endswith(
         "  · 1 metric line(s) in the log could not be read: the charts miss them (the sample shows one)"
     )
@@ -326,3 +326,33 @@ async def test_abort_modal_says_checking_n_nodes_until_they_answer_and_names_a_s
         assert "node node-02 did not answer: no answer in 45 s" in body()
         assert "None on the node(s) that answered (1 of 2 node(s) answered)" in body()
         assert "No leftover GPU processes" not in body()
+
+
+async def test_a_freshly_launched_run_s_header_shows_none_of_the_last_run_s_figures(tmp_path):
+    """The last run ended at rollout 40/40 with a checkpoint 11 s before; a new run, 7 s up, must not show
+    "rollout 40/40", an ETA or "ckpt 11s ago" (found driving the demo): every figure is the run shown's."""
+    from console.workers import ConsoleSession
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(RunView)
+        view.clock = lambda: T0 + 7
+        session = ConsoleSession(app)
+        app.session = session
+        await pilot.press("2")
+        app.post_message(RunStateChanged(RunStatus("raysubmit_old", "SUCCEEDED", T0 - 3600, T0 - 5)))
+        app.post_message(MetricsArrived(metrics_view(rollouts=40, num_rollout=40)))
+        app.post_message(AlertsChanged([Alert("kl-spike", Severity.WARNING, "kl rose")]))
+        header = view.query_one("#run-state", Static)
+        await until(pilot, lambda: "rollout 40/40" in str(header.content), "the last run's header")
+        app.post_message(RunStateChanged(RunStatus("raysubmit_new", "RUNNING", T0)))
+        await until(pilot, lambda: "raysubmit_new" in str(header.content), "the new run's header")
+        text = str(header.content)
+        assert "rollout 40" not in text and "ETA 0s" not in text and " ago" not in text, text
+        assert "ckpt none" in text and "alerts 0" in text, text
+        assert not any(s.points for chart in view.query(LineChart) for s in chart.series)
+        # the session, opening the new run's log, tells every view (Events too) that nothing is known yet
+        app.post_message(AlertsChanged([Alert("kl-spike", Severity.WARNING, "kl rose")]))
+        session.new_run_log("raysubmit_new")
+        await until(pilot, lambda: view.alerts == () and "alerts 0" in str(header.content), "the alerts gone")
+        await session.client.aclose()

@@ -16,15 +16,16 @@ from waiting import until
 from backend.cluster.dashboard import RayClient
 from backend.demo.simtrainer import SIM_TRAIN_SCRIPT
 from backend.settings import Settings
-from backend.signals.monitor import RunMonitor
+from backend.signals.chart_specs import load_charts
+from backend.signals.monitor import MetricsSnapshot, RunMonitor
 from console.app import UltraConsoleApp
 from console.commands.metrics import read_log_file
-from console.views.run import KL, THROUGHPUT, TIMING, RunView, series_points
+from console.views.run import RunView
 from console.widgets.charts import LineChart
 
 pytestmark = pytest.mark.ray
 
-CHARTS = (("#chart-throughput", THROUGHPUT), ("#chart-time", TIMING), ("#chart-kl", KL))
+CHARTS = tuple(f"#chart-{spec.id}" for spec in load_charts().run_charts)  # configs/charts.toml
 COMPARED = (
     "perf/tokens_per_gpu_per_sec",
     "perf/rollout_time",
@@ -75,10 +76,15 @@ def _log_only(path: str) -> RunMonitor:
     return monitor
 
 
+def series_points(metrics: MetricsSnapshot | None, key: str) -> tuple[tuple[float, float], ...]:
+    series = metrics.series.get(key) if metrics is not None else None
+    return series.finite_points() if series is not None else ()
+
+
 async def _charts(app: UltraConsoleApp, pilot, want: str, timeout: float = 60.0) -> dict[str, LineChart]:
     await pilot.press("2")
     view = app.query_one(RunView)
-    charts = {cid: view.query_one(cid, LineChart) for cid, _ in CHARTS}
+    charts = {cid: view.query_one(cid, LineChart) for cid in CHARTS}
     await until(
         pilot,
         lambda: (

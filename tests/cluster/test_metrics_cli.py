@@ -33,9 +33,11 @@ def test_from_log_json_contract(tmp_path, capsys) -> None:
         "derived",
         "alerts",
         "cause",
+        "incidents",
         "problems",
+        "unreadable",
         "notes",
-    }  # notes: NaN as null
+    }  # notes: NaN as null; incidents: errors the run outlived; unreadable: bytes that were not text
     # a NaN loss is the failure catalog's divergence: the
     # output is printed all the same, stderr says why, exit 4
     assert (
@@ -154,17 +156,13 @@ def test_garbage_and_partial_input(tmp_path, capsys) -> None:
             "- step 4: {'train/loss': 0.1, 'train/pg_lo"
         )
     code, out, err = run_cli(capsys, "metrics", "--from-log", str(log), "--json")
-    # what could be read is printed; the unreadable line is
+    # what could be read is printed, the cut line's complete pair too; the cut is
     # a blind spot: the alert's words, its sample, exit 3
     snap = json.loads(out)
-    assert code == 3 and snap["series"]["train/loss"][-1][0] == 3
-    unreadable = [a for a in snap["alerts"] if a["id"] == "metrics-unreadable"]
-    assert (
-        len(unreadable) == 1
-        and unreadable[0]["count"] == 1
-        and "step 4: {'train/loss': 0.1" in unreadable[0]["sample"]
-    )
-    assert err.startswith(f"ultra-console: error: {unreadable[0]['message']}") and "step 4:" in err
+    assert code == 3 and snap["series"]["train/loss"][-1] == [4, 0.1]
+    cut = [a for a in snap["alerts"] if a["id"] == "metrics-cut"]
+    assert len(cut) == 1 and cut[0]["count"] == 1 and "step 4: {'train/loss': 0.1" in cut[0]["sample"]
+    assert err.startswith(f"ultra-console: error: {cut[0]['message']}") and "step 4:" in err
     assert err.count("\n") == 1 and "cut off" in snap["problems"][0]
 
 

@@ -141,13 +141,17 @@ def test_bad_input_is_one_line_per_node(ray_cluster, tmp_path):
     # nodes[2]: nothing at all
     proc = cli(ray_cluster.address, tmp_path / "state", "prepare", *spec_args(tmp_path))
     assert proc.returncode == 3 and "Traceback" not in proc.stdout + proc.stderr
-    out = proc.stdout
-    assert f"{nodes[0][:8]}): missing: " in out and "(no index: the shards cannot be checked)" in out
-    assert f"{nodes[1][:8]}): unreadable: " in out and "config.json (does not parse" in out
-    assert (
-        f"{nodes[2][:8]}): missing: {ckpt_dir(tmp_path, nodes[2])} (the checkpoint directory does not exist)"
-        in out
-    )
+    lines = proc.stdout.splitlines()
+
+    def said(node: str, what: str, tail: str) -> bool:
+        """One line for `node` (its label is the node's name now; its paths carry its id) saying `what`."""
+        return any(f"): {what}: " in ln and node in ln and tail in ln for ln in lines)
+
+    assert said(nodes[0], "missing", "(no index: the shards cannot be checked)"), proc.stdout
+    assert said(nodes[1], "unreadable", "config.json (does not parse"), proc.stdout
+    assert said(
+        nodes[2], "missing", f"{ckpt_dir(tmp_path, nodes[2])} (the checkpoint directory does not exist)"
+    ), proc.stdout
     bad = one_line_error(
         cli(ray_cluster.address, tmp_path / "state", "prepare", "--preset", "no-such-preset")
     )
@@ -202,12 +206,17 @@ def test_fetch_completes_each_node_and_resumes_partial_downloads(ray_cluster, tm
     # the complete node downloaded nothing; the empty one everything; the partial one only two shard tails
     assert len(hub.downloads(SHARDS[0])) == 2 and len(hub.downloads("config.json")) == 1
     lines = proc.stdout.splitlines()
-    assert any(f"{empty[:8]})] checkpoint: fetching {SHARDS[1]}" in ln for ln in lines), proc.stdout
-    assert any(f"{partial[:8]})] checkpoint: resuming {SHARDS[1]} 48.8 KiB of" in ln for ln in lines), (
+
+    def tag(node: str) -> str:
+        """How a line names the node: the local cluster's node name, with the IP all its nodes share."""
+        return f"[sim-node-{ray_cluster.node_ids.index(node)} (127.0.0.1)]"
+
+    assert any(f"{tag(empty)} checkpoint: fetching {SHARDS[1]}" in ln for ln in lines), proc.stdout
+    assert any(f"{tag(partial)} checkpoint: resuming {SHARDS[1]} 48.8 KiB of" in ln for ln in lines), (
         proc.stdout
     )
-    assert any(f"{empty[:8]})] dataset: {DATASET_FILE} complete" in ln for ln in lines), proc.stdout
-    assert any(f"{done[:8]})] checkpoint: fetched 0 file(s)" in ln for ln in lines), proc.stdout
+    assert any(f"{tag(empty)} dataset: {DATASET_FILE} complete" in ln for ln in lines), proc.stdout
+    assert any(f"{tag(done)} checkpoint: fetched 0 file(s)" in ln for ln in lines), proc.stdout
 
 
 def test_fetch_of_a_shared_directory_happens_once(ray_cluster, tmp_path, hub):

@@ -1,8 +1,9 @@
 """Hostile input, part A: paths a hub names, text from the network, secrets, and rough edges of the
-operator's own input. Each class of hostile input goes to the entry point an operator uses (the CLI as a
-subprocess, the app through Pilot or a real pseudo-terminal, the node's prepare job as it runs on a node)
-and the test asserts: one clear line, the documented exit code, no traceback, no ESC or C1 byte out, no
-secret out, and no file touched outside its target. Every server is a loopback one (run in `unshare -n`)."""
+operator's own input. Each class of hostile input goes to the entry point an operator uses (the CLI: as a
+subprocess for one case of each command, the others in this process through the same `main`; the app
+through Pilot or a real pseudo-terminal; the node's prepare job as it runs on a node) and the test asserts:
+one clear line, the documented exit code, no traceback, no ESC or C1 byte out, no secret out, and no file
+touched outside its target. Every server is a loopback one (run in `unshare -n`)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import pytest
 from app_helpers import PilotApp, make_app
 from fake_hub import MODEL_REPO, FakeHub, model_files
 from hostile_http import HostileServer
-from runhelp import REPO, cli, cli_env, one_line_error
+from runhelp import REPO, cli, cli_env, cli_in_process, one_line_error
 from textual.widgets import Static
 from waiting import until
 
@@ -164,7 +165,9 @@ def hostile_500():
 
 @pytest.mark.parametrize("command", [["status"], ["nodes"], ["abort", "--yes"]])
 def test_an_http_error_body_reaches_the_cli_as_one_clean_line(tmp_path, hostile_500, command):
-    proc = cli(hostile_500.address, tmp_path / "state", *command)
+    # abort's one real process here; status's and nodes' are the token and URL tests' below
+    run = cli if command[0] == "abort" else cli_in_process
+    proc = run(hostile_500.address, tmp_path / "state", *command)
     line = one_line_error(proc)
     assert proc.returncode == 1
     assert_clean(proc.stdout + proc.stderr)
@@ -217,13 +220,14 @@ def echoing_403():
 
 @pytest.mark.parametrize("token", ["sekrit-token-123\r", "sekrit-token-123 ", "sekrit token-123"])
 def test_a_token_a_header_cannot_carry_is_refused_in_one_line_naming_no_token(tmp_path, echoing_403, token):
-    proc = cli(echoing_403.address, tmp_path / "state", "--token", token, "status")
+    run = cli if token == "sekrit-token-123\r" else cli_in_process  # status's one real process
+    proc = run(echoing_403.address, tmp_path / "state", "--token", token, "status")
     line = one_line_error(proc)
     assert proc.returncode == 1
     assert "sekrit" not in proc.stdout + proc.stderr and "Illegal header" not in line
     assert "unreachable" not in line and "token" in line and "RAY_AUTH_TOKEN" in line
     assert echoing_403.requests == []  # refused before any request carried it
-    via_env = cli(
+    via_env = cli_in_process(
         echoing_403.address,
         tmp_path / "state",
         "status",
@@ -233,7 +237,7 @@ def test_a_token_a_header_cannot_carry_is_refused_in_one_line_naming_no_token(tm
 
 
 def test_a_token_a_library_error_echoes_is_redacted(tmp_path, echoing_403):
-    proc = cli(echoing_403.address, tmp_path / "state", "--token", "sekrit-token-123", "status")
+    proc = cli_in_process(echoing_403.address, tmp_path / "state", "--token", "sekrit-token-123", "status")
     line = one_line_error(proc)
     assert "refused the token" in line and "***" in line
     assert "sekrit-token-123" not in proc.stdout + proc.stderr
@@ -242,7 +246,7 @@ def test_a_token_a_library_error_echoes_is_redacted(tmp_path, echoing_403):
 def test_url_credentials_are_never_echoed(tmp_path):
     server = HostileServer(401, b"Unauthorized").start()
     try:
-        proc = cli(f"http://admin:hunter2pass@{server.address}", tmp_path / "state", "status")
+        proc = cli_in_process(f"http://admin:hunter2pass@{server.address}", tmp_path / "state", "status")
     finally:
         server.stop()
     line = one_line_error(proc)
@@ -251,6 +255,7 @@ def test_url_credentials_are_never_echoed(tmp_path):
     with socket.socket() as s:  # nothing listens there: the unreachable message names the address too
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # nodes' one real process
     proc = cli(f"http://admin:hunter2pass@127.0.0.1:{port}", tmp_path / "state", "nodes")
     assert "unreachable" in one_line_error(proc) and "hunter2pass" not in proc.stdout + proc.stderr
 
@@ -290,7 +295,8 @@ def test_rough_operator_input_is_one_clear_line(tmp_path, case):
         address, want = "http://h:abc", "bad dashboard address"
     else:
         address, want = "http://:8265", "want http://HOST:PORT"
-    proc = cli(address, state, *args, env=env)
+    run = cli if case == "deep --set" else cli_in_process  # plan's one real process
+    proc = run(address, state, *args, env=env)
     line = one_line_error(proc)
     assert proc.returncode == 1
     assert want in line and "internal error" not in line, line

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from textual import events
+from textual.keys import _character_to_key
+from waiting import until
 
 from backend.settings import Settings
 from console.app import UltraConsoleApp
@@ -42,6 +48,13 @@ class PilotApp(UltraConsoleApp):
 
     CSS_PATH = str(Path(inspect.getfile(UltraConsoleApp)).with_name("app.tcss"))  # beside the class
 
+    def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
+        """Settings built in a test skip the environment: `ULTRA_CONSOLE_WATCHER=0` (tests/conftest.py) still
+        keeps a run's watcher (a Ray job of its own) out of the tests that are not about it."""
+        if settings is not None and os.environ.get("ULTRA_CONSOLE_WATCHER") == "0":
+            settings = settings.model_copy(update={"watcher": False})
+        super().__init__(settings, **kwargs)
+
     async def on_mount(self) -> None:
         mounting = self.mount_later_views()
         if mounting is not None:
@@ -70,3 +83,13 @@ def edit_settled(plan: Any, path: str, text: str) -> bool:
     """The plan view has taken `text` for the field at
     `path` and re-checked it (no debounced edit pending)."""
     return plan._pending is None and plan.edits.get(path, plan._form_values(plan.base)[path]) == text
+
+
+async def type_text(pilot: Any, text: str, typed: Callable[[], object], what: str) -> None:
+    """Type `text` as the terminal would, every key at once (the app still routes them one at a time, in
+    order: console/key_order.py), then wait until `typed()` holds. Pilot's press lets the app go idle after
+    each key (~50 ms a key at best, a re-render each): a long path typed that way was most of a test."""
+    for ch in text:
+        key = ch if ch.isalnum() else _character_to_key(ch)
+        pilot.app.post_message(events.Key(key, ch))
+    await until(pilot, typed, what, timeout=30)

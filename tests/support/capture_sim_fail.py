@@ -28,8 +28,9 @@ from backend.demo.simtrainer.args import FAIL_KINDS
 KINDS = tuple(k for k in FAIL_KINDS if k != "error")
 
 
-def sim_fail_payload(kind: str, *extra: str, nodes: int = 2) -> dict[str, object]:
-    """A small simulated run (2 steps per rollout) that dies of `kind` in its second rollout."""
+def sim_fail_payload(kind: str | None, *extra: str, nodes: int = 2, rollouts: int = 3) -> dict[str, object]:
+    """A small simulated run (2 steps per rollout) that dies of `kind` in its second rollout (`kind` None:
+    one that dies only of what the test does to it)."""
     argv = [
         "python3",
         SIM_TRAIN_SCRIPT,
@@ -38,7 +39,7 @@ def sim_fail_payload(kind: str, *extra: str, nodes: int = 2) -> dict[str, object
         "--actor-num-gpus-per-node",
         "8",
         "--num-rollout",
-        "3",
+        str(rollouts),
         "--rollout-batch-size",
         "32",
         "--n-samples-per-prompt",
@@ -47,13 +48,10 @@ def sim_fail_payload(kind: str, *extra: str, nodes: int = 2) -> dict[str, object
         "128",
         "--sim-step-seconds",
         "0.5",
-        "--sim-fail",
-        kind,
-        "--sim-fail-at-rollout",
-        "1",
+        *(("--sim-fail", kind, "--sim-fail-at-rollout", "1") if kind else ()),
         *extra,
     ]
-    sid = f"ultra-console-simfail-{kind}-{uuid.uuid4().hex[:6]}"
+    sid = f"ultra-console-simfail-{kind or 'none'}-{uuid.uuid4().hex[:6]}"
     return {"entrypoint": shlex.join(argv), "submission_id": sid, "metadata": {"ultra_console": "1"}}
 
 

@@ -10,7 +10,9 @@ A scenario is what each process printed, in order: `(process, text)` where the p
                inside a markdown fence and quoted with `> `;
 - "replayed":  the "ray" shape with Ray's repeat suffix on repeated lines and the job banner's replay of
                the tail;
-- "newest":    the "ray" shape, newest line first (only for scenarios whose lines carry timestamps).
+- "newest":    the "ray" shape, newest line first (only for scenarios whose lines carry timestamps);
+- "excerpts":  excerpts of one post: the first line cut mid-line, a gap marker between the processes' blocks;
+- "cut":       the "ray" shape whose last line is cut mid-line, with no newline after it (the log ends there).
 
 Each scenario says what the diagnosis must find; the values are written here, not computed by the scanner.
 """
@@ -27,6 +29,8 @@ REPEAT = (
     "#log-deduplication for more options.)"
 )
 RAYLET = "raylet"
+CUT_HEAD = "cy=4 max_tokens_per_gpu=9216 use_dynamic_batch_size=True"  # an excerpt starts mid-line
+GAP = "[... 1,214 lines omitted ...]"
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Scenario:
     name: str
     blocks: tuple[tuple[Proc | str | None, str], ...]
     expect: Expect | None  # None: not a failure
-    shapes: tuple[str, ...] = ("ray", "caret", "pasted", "replayed")
+    shapes: tuple[str, ...] = ("ray", "caret", "pasted", "replayed", "excerpts")
     succeeded: bool = False  # the job banner says it succeeded
 
 
@@ -129,7 +133,433 @@ def _nccl_timed_out(r: int) -> tuple[Proc, str]:
     )
 
 
+WORKER_DIED = (
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes."
+)
+
+
+def _actor_died(cls: str, pid: int, ip: str, reason: str) -> str:
+    """Ray's ActorDiedError with its tab-indented field block and one reason sentence (§3b)."""
+    return (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        f"\tclass_name: {cls}\n\tactor_id: 8e1c2f0a01000000\n\tpid: {pid}\n\tnamespace: 2b7c9d\n"
+        f"\tip: {ip}\n{reason}"
+    )
+
+
+def _nccl_remote(r: int, group_rank: int) -> tuple[Proc, str]:
+    """torch >= 2.5's async NCCL error on a rank whose peer went away: global rank r, rank group_rank in TP."""
+    return (
+        Proc("MegatronTrainRayActor", 4100 + r, "10.0.0.3"),
+        f"[rank{r}]:[E1201 10:10:05.{100 + r} ProcessGroupNCCL.cpp:632] [Rank {group_rank}] Collective "
+        f"WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) raised "
+        f"the following async exception: NCCL error: remote process exited or there was a network error, NCCL "
+        f"version 2.27.3",
+    )
+
+
+BRIDGE_MISSING = _traceback(  # an actor's init() without Megatron-Bridge in its environment
+    [(ACTOR_PY, 90, "init", "from megatron.bridge import AutoBridge")],
+    "ModuleNotFoundError: No module named 'megatron.bridge'",
+)
+
 SCENARIOS: tuple[Scenario, ...] = (
+    # §3b: the node death is the root; the watchdog lines on the ranks that waited for it follow
+    Scenario(
+        "node died (older Ray wording), its peers' NCCL timeouts after",
+        (
+            _nccl_timed_out(0),
+            _nccl_timed_out(1),
+            (
+                RAYLET,
+                "The node with node id: 5f1e9a0c and ip: 10.0.3.9 has been marked dead because the detector "
+                "has missed too many heartbeats from it.",
+            ),
+        ),
+        Expect(
+            "node-dead",
+            None,
+            "10.0.3.9",
+            consequences=("nccl-timeout",),
+            message_has=("node 10.0.3.9 (5f1e9a0c) died",),
+        ),
+    ),
+    Scenario(
+        "c10d store timeout to a container-bridge address",
+        (
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 88, "init", "dist.init_process_group(backend='nccl')")],
+                    "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while "
+                    "trying to connect to (172.17.0.2, 29500).",
+                ),
+            ),
+            (
+                None,
+                _ray_task(
+                    "MegatronTrainRayActor",
+                    "init",
+                    4101,
+                    "10.0.0.3",
+                    "DistNetworkError",
+                    "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while "
+                    "trying to connect to (172.17.0.2, 29500).",
+                    [(ACTOR_PY, 88, "init", "dist.init_process_group(backend='nccl')")],
+                ),
+            ),
+        ),
+        Expect(
+            "c10d-store-timeout",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("ray-task-error",),
+            message_has=("172.17.0.2:29500", "container-bridge"),
+            frame=f"{ACTOR_PY}:88 in init",
+        ),
+    ),
+    # §3b: ActorDiedError's field block names the actor that died; its reason sentence selects the kind
+    Scenario(
+        "ActorDiedError block: another framework's SGLang server's worker process died",
+        (
+            (None, _traceback(DRIVER_GET, _actor_died("SGLangHttpServer", 5311, "10.0.3.9", WORKER_DIED))),
+            (None, BANNER),
+        ),
+        Expect(
+            "actor-died",
+            "engine",
+            "10.0.3.9",
+            "5311",
+            consequences=("job-failed",),
+            message_has=(
+                "SGLangHttpServer pid=5311 on 10.0.3.9",
+                "its worker process has died",
+                "SYSTEM_ERROR",
+            ),
+        ),
+    ),
+    Scenario(
+        "ActorDiedError block: its node died, the peers' NCCL timeouts before it",
+        (
+            _nccl_timed_out(0),
+            _nccl_timed_out(1),
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    _actor_died(
+                        "MegatronTrainRayActor",
+                        41017,
+                        "10.0.3.9",
+                        "The actor died because its node has died. Node Id: 5f1e9a0c\n"
+                        "\tthe actor's node was terminated unexpectedly: health check failed due to missing too "
+                        "many heartbeats",
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "node-dead",
+            "train",
+            "10.0.3.9",
+            "41017",
+            consequences=("nccl-timeout", "actor-died"),
+            message_has=("node 10.0.3.9 (5f1e9a0c) died", "MegatronTrainRayActor pid=41017"),
+        ),
+    ),
+    Scenario(
+        "ActorDiedError block: killed for host memory (NODE_OUT_OF_MEMORY)",
+        (
+            (
+                ROLLOUT,
+                _traceback(
+                    [("/root/miles/miles/ray/rollout.py", 210, "generate", "ray.get(refs)")],
+                    _actor_died(
+                        "SGLangEngine",
+                        5300,
+                        "10.0.0.4",
+                        "The actor is dead because its worker process has died. Worker exit type: "
+                        "NODE_OUT_OF_MEMORY Worker exit detail: Task was killed due to the node running low on "
+                        "memory.",
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "host-oom",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            consequences=("actor-died",),
+            message_has=("SGLangEngine pid=5300 on 10.0.0.4", "host memory"),
+        ),
+    ),
+    Scenario(
+        "ActorDiedError block: the owner's node crashed",
+        (
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    _actor_died(
+                        "RolloutManager",
+                        5100,
+                        "10.0.3.8",
+                        "The actor is dead because its owner has died. Owner Id: 05000000ffff Owner Ip address: "
+                        "10.0.3.7 Owner worker exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.",
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "owner-node-crashed",
+            "driver",
+            "10.0.3.7",
+            consequences=("actor-died",),
+            message_has=("(10.0.3.7) crashed",),
+        ),
+    ),
+    Scenario(
+        "an IB completion error names the peer, ncclRemoteError on the ranks after",
+        (
+            (
+                TRAIN,
+                "node-07:41017:41388 [3] transport/net_ib.cc:2458 NCCL WARN NET/IB: Got completion from peer "
+                "10.0.3.9<49152> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_3",
+            ),
+            _nccl_remote(12, 4),
+            _nccl_remote(13, 5),
+        ),
+        Expect(
+            "ib-completion",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("nccl-remote", "nccl-remote"),  # one per rank that lost its peer
+            message_has=("InfiniBand on node-07 (GPU 3)", "10.0.3.9", "transport retry counter exceeded"),
+        ),
+    ),
+    Scenario(
+        "ncclRemoteError alone: the global rank and the group rank told apart",
+        (_nccl_remote(12, 4),),
+        Expect(
+            "nccl-remote",
+            "train",
+            "10.0.0.3",
+            "4112",
+            rank="12",
+            message_has=("a peer exited or the network failed",),
+        ),
+    ),
+    Scenario(
+        "a node's raylet died under a train actor",
+        (
+            (
+                Proc("MegatronTrainRayActor", 4101, "10.0.3.9"),
+                "Terminating the worker due to local raylet death",
+            ),
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    "ray.exceptions.LocalRayletDiedError: The task's local raylet died. Check raylet.out for more "
+                    "information.",
+                ),
+            ),
+        ),
+        Expect("raylet-died", "train", "10.0.3.9", "4101", message_has=("10.0.3.9",)),
+    ),
+    Scenario(
+        "a worker crashed with no other word: Ray's WorkerCrashedError is all there is",
+        (
+            (
+                ROLLOUT,
+                _traceback(
+                    [("/root/miles/miles/ray/rollout.py", 210, "generate", "ray.get(refs)")],
+                    "ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. "
+                    "Check python-core-worker-*.log files for more information.",
+                ),
+            ),
+            (None, BANNER),
+        ),
+        Expect(
+            "worker-crashed",
+            "rollout",
+            pid="5100",
+            consequences=("job-failed",),
+            message_has=("RolloutManager pid=5100", "died unexpectedly"),
+            frame="/root/miles/miles/ray/rollout.py:210 in generate",
+        ),
+    ),
+    Scenario(
+        "a CUDA error pasted without prefixes: Megatron's frames say the train side",
+        (
+            (
+                None,
+                _traceback(
+                    [
+                        (
+                            "/usr/lib/python3.11/runpy.py",
+                            198,
+                            "_run_module_as_main",
+                            "return _run_code(code)",
+                        ),
+                        (ACTOR_PY, 571, "train", "loss = self.model(batch)"),
+                        (
+                            "/root/Megatron-LM/megatron/core/models/gpt/gpt_model.py",
+                            301,
+                            "forward",
+                            "hidden_states = self.decoder(hidden_states)",
+                        ),
+                        (
+                            "/usr/lib/python3/site-packages/torch/nn/modules/module.py",
+                            1751,
+                            "_call_impl",
+                            "return forward_call(*args, **kwargs)",
+                        ),
+                    ],
+                    "RuntimeError: CUDA error: an illegal memory access was encountered",
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-error",
+            "train",
+            message_has=("train code", "illegal memory access"),
+            frame="/root/Megatron-LM/megatron/core/models/gpt/gpt_model.py:301 in forward",
+        ),
+    ),
+    # §3b: a weight sync that stops, then only a driver traceback that says nothing of why
+    Scenario(
+        "a weight sync stood still, then a driver traceback",
+        (
+            (
+                TRAIN,
+                "[2026-03-02 10:00:05] log_utils.py:443 - step 6: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (TRAIN, "[2026-03-02 10:00:06] timer.py:31 - Timer update_weights start"),
+            (ROLLOUT, "[2026-03-02 10:05:06] rollout.py:88 - waiting for the engines' weights"),
+            (ROLLOUT, "[2026-03-02 10:19:07] rollout.py:88 - waiting for the engines' weights"),
+            (None, _traceback(DRIVER_GET, "KeyboardInterrupt")),
+        ),
+        Expect(
+            "stall",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("python-error",),
+            message_has=("update_weights stood still for 19m01s", "started 2026-03-02 10:00:06"),
+        ),
+    ),
+    # a run that is over (a saved log read whole) whose log simply ends while a phase stands still: no error
+    Scenario(
+        "a weight sync stood still and the log ends there",
+        (
+            (
+                TRAIN,
+                "[2026-03-02 10:00:05] log_utils.py:443 - step 6: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (TRAIN, "[2026-03-02 10:00:06] timer.py:31 - Timer update_weights start"),
+            (ROLLOUT, "[2026-03-02 10:05:06] rollout.py:88 - waiting for the engines' weights"),
+            (ROLLOUT, "[2026-03-02 10:19:07] rollout.py:88 - waiting for the engines' weights to arrive"),
+        ),
+        Expect(
+            "stall",
+            "train",
+            "10.0.0.3",
+            "4101",
+            message_has=(
+                "update_weights stood still for 19m01s",
+                "started 2026-03-02 10:00:06",
+                "until the log ends, with no error after it",
+            ),
+        ),
+        shapes=("ray", "caret", "pasted", "cut"),
+    ),
+    Scenario(
+        "a rollout's generation stood still and the log ends there",
+        (
+            (
+                TRAIN,
+                "[2026-03-02 09:58:00] log_utils.py:443 - step 6: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (ROLLOUT, "[2026-03-02 10:00:00] timer.py:31 - Timer generate start"),
+            (ENGINE, '[2026-03-02 10:04:30] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK'),
+            (ENGINE, '[2026-03-02 10:12:30] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK'),
+        ),
+        Expect(
+            "stall",
+            "rollout",
+            None,
+            "5100",
+            message_has=("generate stood still for 12m30s", "started 2026-03-02 10:00:00", "log ends"),
+        ),
+        shapes=("ray", "caret", "pasted", "cut"),
+    ),
+    Scenario(
+        "a log that ends a minute into a weight sync is no stall",
+        (
+            (
+                TRAIN,
+                "[2026-03-02 10:00:05] log_utils.py:443 - step 6: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (TRAIN, "[2026-03-02 10:00:06] timer.py:31 - Timer update_weights start"),
+            (ROLLOUT, "[2026-03-02 10:01:06] rollout.py:88 - waiting for the engines' weights to arrive"),
+        ),
+        None,
+        shapes=("ray", "caret", "pasted", "cut"),
+    ),
+    Scenario(
+        "a weight sync that went on to the next step is no stall at the log's end",
+        (
+            (TRAIN, "[2026-03-02 10:00:06] timer.py:31 - Timer update_weights start"),
+            (
+                TRAIN,
+                "[2026-03-02 10:19:05] log_utils.py:443 - step 7: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (ROLLOUT, "[2026-03-02 10:30:07] rollout.py:88 - waiting for the engines' weights to arrive"),
+        ),
+        None,
+        shapes=("ray", "caret", "pasted", "cut"),
+    ),
+    Scenario(
+        "a weight sync that ended is no stall: the OOM after it is the cause",
+        (
+            (TRAIN, "[2026-03-02 10:00:06] timer.py:31 - Timer update_weights start"),
+            (TRAIN, "[2026-03-02 10:19:06] timer.py:41 - Timer update_weights end (elapsed: 1140.0s)"),
+            (TRAIN, _traceback([(ACTOR_PY, 571, "train", "loss = self.model(batch)")], OOM_LINE)),
+        ),
+        Expect("cuda-oom", "train", "10.0.0.3", "4101", gpu="3"),
+    ),
+    Scenario(
+        "torch_memory_saver invalid argument, then ActorUnavailableError",
+        (
+            (
+                ENGINE,
+                "[torch_memory_saver.cpp] CUresult error: 1 (invalid argument)  file=csrc/core.cpp func=free "
+                "line=121",
+            ),
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    "ray.exceptions.ActorUnavailableError: The actor 8e1c01000000 is unavailable: The actor is "
+                    "temporarily unavailable: IOError: Connection reset. The task may or may not have been "
+                    "executed on the actor.",
+                ),
+            ),
+        ),
+        Expect(
+            "tms-curesult",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            consequences=("actor-unavailable",),
+            message_has=("free()", "CUDA error 1 (invalid argument)"),
+        ),
+    ),
     Scenario(
         "train OOM",
         (
@@ -171,7 +601,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             gpu="3",
             consequences=("memory-saver-oom", "ray-task-error", "job-failed"),
             message_has=("GPU 3", "asked for 2.10 GiB", "1.02 GiB free of 139.80 GiB"),
-            frame="/usr/lib/python3/site-packages/torch/nn/modules/module.py:1751 in _call_impl",
+            frame="/root/miles/miles/backends/megatron_utils/actor.py:571 in train",  # torch.nn machinery skipped
         ),
     ),
     Scenario(
@@ -279,7 +709,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "10.0.0.3",
             "4101",
             consequences=("job-failed",),
-            message_has=("MegatronTrainRayActor pid=4101 on 10.0.0.3", "1.9TB of 2.0TB"),
+            message_has=("MegatronTrainRayActor pid=4101 for host memory on node 10.0.0.3", "1.9TB of 2.0TB"),
         ),
     ),
     Scenario(
@@ -460,11 +890,12 @@ SCENARIOS: tuple[Scenario, ...] = (
             "4100",
             rank="0",
             consequences=("actor-died",),
-            message_has=("ALLREDUCE", "SeqNum 1580", "rank(s) 0, 1, 3", "rank(s) 2 did not time out"),
+            # rank 2's only line is from before the timeout (10:00:01): it is unknown, not a healthy suspect
+            message_has=("ALLREDUCE", "SeqNum 1580", "rank(s) 0, 1, 3", "1 rank(s) unknown (2)"),
             message_if_folded=(
                 "ALLREDUCE",
                 "rank(s) 0, 1, 3",
-                "Ray folded 2 more watchdog line(s), so which ranks did not time out is not in the log",
+                "Ray folded 2 more watchdog line(s), so the log cannot say which ranks they were",
             ),
         ),
     ),
@@ -480,12 +911,12 @@ SCENARIOS: tuple[Scenario, ...] = (
                 ),
             ),
         ),
-        Expect(
-            "nccl-error",
+        Expect(  # §3b: ncclRemoteError is its own kind (a peer went away), not "an NCCL error here"
+            "nccl-remote",
             "train",
             "10.0.0.3",
             "4101",
-            message_has=("remote process exited or there was a network error",),
+            message_has=("a peer exited or the network failed",),
             frame=f"{ACTOR_PY}:640 in update_weights",
         ),
     ),
@@ -580,10 +1011,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         (
             (
                 TRAIN_NEW,
-                _traceback(
-                    [(ACTOR_PY, 90, "init", "from megatron.bridge import AutoBridge")],
-                    "ModuleNotFoundError: No module named 'megatron.bridge'",
-                ),
+                BRIDGE_MISSING,
             ),
         ),
         Expect(
@@ -610,8 +1038,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "------------------------------------------",
             ),
         ),
-        Expect(
-            "python-error", "train", "10.0.0.3", "4101", message_has=("No space left on device",), doubt=True
+        Expect(  # a full disk is its own kind (issue 26): the doubt still says Ray called it a success
+            "disk-full", "train", "10.0.0.3", "4101", message_has=("No space left on device",), doubt=True
         ),
     ),
     Scenario(
@@ -693,6 +1121,13 @@ def render(scenario: Scenario, shape: str) -> str:
             line + REPEAT if i == 0 and line.startswith(ESC_OPEN) else line for i, line in enumerate(lines)
         ]
         lines += ["", *tail]  # the banner's replay of the last lines
+    elif shape == "excerpts":
+        lines = [CUT_HEAD]
+        for proc, text in scenario.blocks:
+            lines += [*_lines(Scenario("", ((proc, text),), None), ESC_OPEN, ESC_CLOSE, every_line=True), GAP]
+    elif shape == "cut":  # the log ends mid-line (a node died mid-write, a copy cut short)
+        lines = _lines(scenario, ESC_OPEN, ESC_CLOSE, every_line=True)
+        return "\n".join(lines)[: -max(8, len(lines[-1]) // 3)]
     elif shape == "newest":
         lines = list(reversed(_lines(scenario, ESC_OPEN, ESC_CLOSE, every_line=True)))
     else:
@@ -702,3 +1137,934 @@ def render(scenario: Scenario, shape: str) -> str:
 
 def cases() -> list[tuple[Scenario, str]]:
     return [(s, shape) for s in SCENARIOS for shape in s.shapes]
+
+
+# ---------------------------------------------------------------- multi-node runs of other frameworks (issue 26)
+# From the libraries' own message skeletons (miles-log-formats.md §3b; torch elastic, vLLM, verl, OpenRLHF);
+# every value invented.
+
+WORKER_DICT = Proc("WorkerDict", 5678, "10.0.3.9")
+LLM_ACTOR = Proc("LLMRayActor", 52311, "10.0.3.9")
+VLLM_ACTOR = Proc("vLLMRayActor", 52312, "10.0.3.8")
+TRAIN_R0 = Proc("MegatronTrainRayActor", 4100, "10.0.3.7")
+TRAIN_R5 = Proc("MegatronTrainRayActor", 4105, "10.0.3.9")
+DP_ACTOR_PY = "/workspace/verl/verl/workers/actor/dp_actor.py"
+VERL_BASE_PY = "/workspace/verl/verl/single_controller/ray/base.py"
+VLLM_RUNNER_PY = "/usr/local/lib/python3.11/dist-packages/vllm/v1/worker/gpu_model_runner.py"
+VERL_FUNC = (VERL_BASE_PY, 645, "func", "return getattr(self.worker_dict[key], name)(*args, **kwargs)")
+VLLM_EXEC = (VLLM_RUNNER_PY, 1302, "execute_model", "hidden_states = self.model(input_ids)")
+ELASTIC_TRACE = [
+    ("/usr/local/bin/torchrun", 8, "<module>", "sys.exit(main())"),
+    ("/usr/local/lib/python3.11/dist-packages/torch/distributed/run.py", 918, "main", "run(args)"),
+    (
+        "/usr/local/lib/python3.11/dist-packages/torch/distributed/launcher/api.py",
+        288,
+        "launch_agent",
+        "raise ChildFailedError(",
+    ),
+]
+
+
+def _elastic_failed(rank: int, local: int, exitcode: int, pid: int, traceback: str) -> str:
+    """torch elastic's ChildFailedError and its root-cause table (torch/distributed/elastic/multiprocessing/
+    errors/__init__.py: `_format_failure`)."""
+    return (
+        _traceback(ELASTIC_TRACE, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
+        + "\n============================================================\n"
+        "/root/verl/verl/trainer/main_ppo.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n  <NO_OTHER_FAILURES>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n[0]:\n"
+        "  time      : 2026-12-01_10:00:05\n  host      : node-07\n"
+        f"  rank      : {rank} (local_rank: {local})\n  exitcode  : {exitcode} (pid: {pid})\n"
+        f"  error_file: <N/A>\n  traceback : {traceback}\n"
+        "============================================================"
+    )
+
+
+def _dist_backend(text: str, detail: str) -> str:
+    """torch's C10D_NCCL_CHECK raised in the calling thread: the error class, its detail and NCCL's last
+    error text."""
+    return (
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        f"ProcessGroupNCCL.cpp:3356, {text}, NCCL version 2.27.3\n{detail}"
+    )
+
+
+VERL_UPDATE = [
+    VERL_FUNC,
+    (DP_ACTOR_PY, 412, "update_policy", "loss.backward()"),
+]
+ELASTIC_GAP = (
+    "[2026-12-01 10:00:05,120] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process"
+)
+ELASTIC_AGENT = (  # torch elastic's agent when a child died of SIGKILL (multiprocessing/api.py)
+    f"{ELASTIC_GAP} 41018 closing signal SIGTERM\n"
+    "[2026-12-01 10:00:05,456] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+    "local_rank: 3 (pid: 41017) of binary: /usr/bin/python3"
+)
+
+MULTINODE: tuple[Scenario, ...] = (
+    Scenario(
+        "26: torchrun child killed by SIGKILL, no error of its own (host OOM)",
+        (
+            (None, ELASTIC_AGENT),
+            (None, _elastic_failed(27, 3, -9, 41017, "Signal 9 (SIGKILL) received by PID 41017")),
+        ),
+        Expect(
+            "killed-by-signal",
+            "train",
+            "node-07",
+            "41017",
+            rank="27",
+            consequences=("elastic-child-failed",),
+            message_has=("rank 27", "SIGKILL", "OOM killer"),
+        ),
+    ),
+    Scenario(
+        "26: torchrun child's own CUDA OOM, then ChildFailedError exitcode 1",
+        (
+            (
+                None,
+                "[rank27]:Traceback (most recent call last):\n"
+                f'[rank27]:  File "{DP_ACTOR_PY}", line 412, in update_policy\n'
+                "[rank27]:    loss.backward()\n"
+                "[rank27]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 3 has a total "
+                "capacity of 79.19 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has "
+                "78.08 GiB memory in use.",
+            ),
+            (
+                None,
+                _elastic_failed(
+                    27,
+                    3,
+                    1,
+                    41017,
+                    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-oom",
+            "train",
+            rank="27",
+            gpu="3",
+            consequences=("elastic-child-failed",),
+            message_has=("GPU 3", "asked for 3.00 GiB"),
+            frame=f"{DP_ACTOR_PY}:412 in update_policy",
+        ),
+    ),
+    Scenario(
+        "26: ncclUnhandledCudaError whose Last error is an illegal memory access",
+        (
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 571, "train", "loss.backward()")],
+                    _dist_backend(
+                        "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+                        "Cuda failure 'an illegal memory access was encountered'",
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-error",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("nccl-error",),
+            message_has=("an illegal memory access was encountered",),
+        ),
+    ),
+    Scenario(
+        "26: NCCL WARN Cuda failure on one GPU, then its DistBackendError",
+        (
+            (
+                TRAIN,
+                "node-07:4101:4188 [3] enqueue.cc:1556 NCCL WARN Cuda failure 'an illegal memory access was "
+                "encountered'",
+            ),
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 640, "update_weights", "dist.broadcast(t, src=0)")],
+                    _dist_backend(
+                        "unhandled cuda error", "ncclUnhandledCudaError: Call to CUDA function failed."
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-error",
+            "train",
+            "10.0.0.3",
+            "4101",
+            gpu="3",
+            consequences=("nccl-error",),
+            message_has=("illegal memory access", "node-07"),
+        ),
+    ),
+    Scenario(
+        "26: ncclSystemError in a verl worker, RayTaskError in the driver",
+        (
+            (
+                WORKER_DICT,
+                _traceback(
+                    [
+                        (
+                            VERL_BASE_PY,
+                            645,
+                            "func",
+                            "return getattr(self.worker_dict[key], name)(*args, **kwargs)",
+                        )
+                    ],
+                    _dist_backend(
+                        "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+                        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+                        "device error. \nLast error:\nsocketStartConnect: Connect to 10.0.3.8<43121> failed : "
+                        "Software caused connection abort",
+                    ),
+                ),
+            ),
+            (
+                None,
+                _ray_task(
+                    "WorkerDict",
+                    "actor_rollout_init_model",
+                    5678,
+                    "10.0.3.9",
+                    "DistBackendError",
+                    "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+                    "ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+                    "version 2.27.3",
+                    [
+                        (
+                            VERL_BASE_PY,
+                            645,
+                            "func",
+                            "return getattr(self.worker_dict[key], name)(*args, **kwargs)",
+                        )
+                    ],
+                ),
+            ),
+        ),
+        Expect(
+            "nccl-error",
+            "train",
+            "10.0.3.9",
+            "5678",
+            consequences=("ray-task-error",),
+            message_has=("unhandled system error", "WorkerDict pid=5678"),
+        ),
+    ),
+    Scenario(
+        "26: ncclInternalError raised in a train rank",
+        (
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 640, "update_weights", "dist.all_gather(out, t)")],
+                    _dist_backend(
+                        "internal error - please report this issue to the NCCL developers",
+                        "ncclInternalError: Internal check failed.\nLast error:\nMessage truncated : received 4096 "
+                        "bytes instead of 2048",
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "nccl-error",
+            "train",
+            "10.0.0.3",
+            "4101",
+            message_has=("internal error",),
+            frame=f"{ACTOR_PY}:640 in update_weights",
+        ),
+    ),
+    Scenario(
+        "26: IBV_WC_RETRY_EXC_ERR (NCCL >= 2.29) names the peer, the watchdog after it",
+        (
+            (
+                TRAIN,
+                "[2026-12-01 10:00:05] node-07:4101:4388 [3] transport/net_ib/p2p.cc:512 NCCL WARN NET/IB : Got "
+                "completion from peer 10.0.3.9<49152> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) "
+                "vendor_err=129 hca mlx5_3",
+            ),
+            _nccl_timed_out(0),
+            _nccl_timed_out(1),
+        ),
+        Expect(
+            "ib-completion",
+            "train",
+            "10.0.0.3",
+            "4101",
+            rank="1",  # pid 4101 on 10.0.0.3 is the process whose watchdog line says [rank1]:
+            consequences=("nccl-timeout",),
+            message_has=("InfiniBand on node-07 (GPU 3)", "10.0.3.9", "transport retry counter exceeded"),
+        ),
+    ),
+    Scenario(
+        "26: NCCL <= 2.19 IB completion error 12 inside torch's Last error, no WARN line",
+        (
+            (
+                TRAIN,
+                "[rank12]:[E1201 10:10:05.112 ProcessGroupNCCL.cpp:632] [Rank 4] Collective WorkNCCL(SeqNum=1580, "
+                "OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) raised the following "
+                "async exception: NCCL error: remote process exited or there was a network error, NCCL version "
+                "2.18.3\nncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+                "prematurely.\nLast error:\nNET/IB : Got completion from peer 10.0.3.9<49152> with error 12, opcode "
+                "0, len 0, vendor err 129 (Send)",
+            ),
+        ),
+        Expect(
+            "ib-completion",
+            "train",
+            "10.0.0.3",
+            "4101",
+            rank="12",  # the tag is on torch's line only, not on NCCL's Last error text: the process's rank
+            consequences=("nccl-remote",),
+            message_has=("10.0.3.9", "transport retry counter exceeded"),
+        ),
+    ),
+    Scenario(
+        "26: NCCL socket closed by the remote peer, then ncclRemoteError on that rank",
+        (
+            (
+                TRAIN,
+                "node-07:4101:4390 [3] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer "
+                "node-09.cluster<57324>",
+            ),
+            (
+                TRAIN,
+                "[rank12]:[E1201 10:10:05.112 ProcessGroupNCCL.cpp:632] [Rank 4] Collective WorkNCCL(SeqNum=1580, "
+                "OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) raised the following "
+                "async exception: NCCL error: remote process exited or there was a network error, NCCL version "
+                "2.27.3",
+            ),
+        ),
+        Expect(
+            "nccl-remote",
+            "train",
+            "10.0.0.3",
+            "4101",
+            rank="12",
+            message_has=("node-09.cluster",),
+        ),
+    ),
+    Scenario(
+        "26: c10d store server gone (recvValue failed): rank 0's own error first",
+        (
+            (
+                TRAIN_R0,
+                _traceback(
+                    [(ACTOR_PY, 571, "train", "batch = self.data_iterator.next()")],
+                    "KeyError: 'rollout_log_probs'",
+                ),
+            ),
+            (
+                TRAIN_R5,
+                "[rank5]:[W1201 10:00:09.123456789 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
+                "SocketImpl(fd=13, addr=[::ffff:10.0.3.9]:50432, remote=[::ffff:10.0.3.7]:29500): Failed to recv, got "
+                "0 bytes. Connection was likely closed. Did the remote server shutdown or crash?",
+            ),
+        ),
+        Expect(
+            "python-error",
+            "train",
+            "10.0.3.7",
+            "4100",
+            consequences=("c10d-store-lost",),
+            message_has=("KeyError: 'rollout_log_probs'",),
+            frame=f"{ACTOR_PY}:571 in train",
+        ),
+    ),
+    Scenario(
+        "26: c10d sendBytes Broken pipe: the store's host is where to look",
+        (
+            (
+                TRAIN_R5,
+                "[rank5]:[W1201 10:00:09.123456789 TCPStore.cpp:122] [c10d] sendBytes failed on SocketImpl(fd=13, "
+                "addr=[::ffff:10.0.3.9]:50432, remote=[::ffff:10.0.3.7]:29500): Broken pipe",
+            ),
+            (
+                TRAIN_R5,
+                _traceback(
+                    [(ACTOR_PY, 640, "update_weights", "dist.barrier()")],
+                    "torch.distributed.DistNetworkError: sendBytes failed on SocketImpl(fd=13, addr=[::ffff:10.0.3.9"
+                    "]:50432, remote=[::ffff:10.0.3.7]:29500): Broken pipe",
+                ),
+            ),
+        ),
+        Expect(
+            "c10d-store-lost",
+            "train",
+            "10.0.3.9",
+            "4105",
+            rank="5",
+            message_has=("10.0.3.7:29500", "Broken pipe"),
+        ),
+    ),
+    Scenario(
+        "26: TCPStore timed out waiting for clients",
+        (
+            (
+                TRAIN_R0,
+                _traceback(
+                    [(ACTOR_PY, 88, "init", "dist.init_process_group(backend='nccl')")],
+                    "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 127/128 "
+                    "clients joined.",
+                ),
+            ),
+        ),
+        Expect(
+            "c10d-store-wait",
+            "train",
+            "10.0.3.7",
+            "4100",
+            message_has=("127/128", "601 s"),
+            frame=f"{ACTOR_PY}:88 in init",
+        ),
+    ),
+    Scenario(
+        "26: gloo Connection closed by peer names the peer that died",
+        (
+            (
+                WORKER_DICT,
+                _traceback(
+                    [
+                        (
+                            VERL_BASE_PY,
+                            645,
+                            "func",
+                            "return getattr(self.worker_dict[key], name)(*args, **kwargs)",
+                        )
+                    ],
+                    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+                    "peer [10.0.3.8]:14728",
+                ),
+            ),
+        ),
+        Expect(
+            "gloo-peer-closed",
+            "train",
+            "10.0.3.9",
+            "5678",
+            message_has=("10.0.3.8", "WorkerDict pid=5678"),
+        ),
+    ),
+    Scenario(
+        "26: ActorDiedError block: its owner's worker process crashed",
+        (
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    _actor_died(
+                        "WorkerDict",
+                        5678,
+                        "10.0.3.9",
+                        "The actor is dead because its owner has died. Owner Id: 05000000ffff Owner Ip address: "
+                        "10.0.3.7 Owner worker exit type: SYSTEM_ERROR Worker exit detail: Owner's worker process has "
+                        "crashed.",
+                    ),
+                ),
+            ),
+        ),
+        Expect(  # like owner-node-crashed: the node is the owner's (where the root is), the printer the driver
+            "owner-died",
+            "driver",
+            "10.0.3.7",
+            consequences=("actor-died",),
+            message_has=("(10.0.3.7) crashed",),
+        ),
+    ),
+    Scenario(
+        "26: OwnerDiedError names the owner's IP on the line after",
+        (
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    "ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffff0100000002. "
+                    "To see information about where this ObjectRef was created in Python, set the environment "
+                    "variable RAY_record_ref_creation_sites=1 during `ray start` and `ray.init()`.\n\n"
+                    "The object's owner has exited. This is the Python worker that first created the ObjectRef via "
+                    "`.remote()` or `ray.put()`. Check cluster logs (`/tmp/ray/session_latest/logs/*9f8e7d*` at IP "
+                    "address 10.0.3.9) for more information about the Python worker failure.",
+                ),
+            ),
+        ),
+        Expect(
+            "worker-crashed",
+            "driver",
+            "10.0.3.9",
+            message_has=("10.0.3.9",),
+        ),
+    ),
+    Scenario(
+        "26: ObjectLostError: every copy lost with a node",
+        (
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    "ray.exceptions.ObjectLostError: Failed to retrieve object 00ffffffffffffffffffffffffff0100000003. "
+                    "To see information about where this ObjectRef was created in Python, set the environment "
+                    "variable RAY_record_ref_creation_sites=1 during `ray start` and `ray.init()`.\n\n"
+                    "All copies of 00ffffffffffffffffffffffffff0100000003 have been lost due to node failure. Check "
+                    "cluster logs (`/tmp/ray/session_latest/logs`) for more information about the failure.",
+                ),
+            ),
+            (None, BANNER),
+        ),
+        Expect(
+            "object-lost",
+            "driver",
+            consequences=("job-failed",),
+            message_has=("lost", "node"),
+        ),
+    ),
+    Scenario(
+        "26: a train actor lost the GCS",
+        (
+            (
+                TRAIN,
+                "[2026-12-01 10:00:05,123 E 4101 4150] gcs_rpc_client.h:179: Failed to connect to GCS at address "
+                "10.0.0.1:6379 within 5 seconds.",
+            ),
+            (
+                TRAIN,
+                "[2026-12-01 10:01:05,123 C 4101 4150] gcs_rpc_client.h:552: Failed to connect to GCS within 60 seconds. GCS may have been killed. It's either GCS is terminated "
+                "by `ray stop` or is killed unexpectedly. If it is killed unexpectedly, see the log file "
+                "gcs_server.out.",
+            ),
+        ),
+        Expect(
+            "gcs-lost",
+            "train",
+            "10.0.0.3",
+            "4101",
+            message_has=("lost the Ray head's GCS for 60 s",),
+        ),
+    ),
+    Scenario(
+        "26: a checkpoint save hit a full disk",
+        (
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 700, "save_model", "torch.save(state, path)")],
+                    "OSError: [Errno 28] No space left on device: '/root/shared_data/ckpt/iter_0000100/mp_rank_00/"
+                    "model_optim_rng.pt'",
+                ),
+            ),
+            (
+                None,
+                _ray_task(
+                    "MegatronTrainRayActor",
+                    "save_model",
+                    4101,
+                    "10.0.0.3",
+                    "OSError",
+                    "OSError: [Errno 28] No space left on device: '/root/shared_data/ckpt/iter_0000100/mp_rank_00/"
+                    "model_optim_rng.pt'",
+                    [(ACTOR_PY, 700, "save_model", "torch.save(state, path)")],
+                ),
+            ),
+        ),
+        Expect(
+            "disk-full",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("ray-task-error",),
+            message_has=("No space left on device", "/root/shared_data/ckpt"),
+            frame=f"{ACTOR_PY}:700 in save_model",
+        ),
+    ),
+    Scenario(
+        "26: Ray's object store spilled onto a full disk (OutOfDiskError)",
+        (
+            (
+                ROLLOUT,
+                _traceback(
+                    [("/root/miles/miles/ray/rollout.py", 210, "generate", "ray.put(samples)")],
+                    "ray.exceptions.OutOfDiskError: Local disk is full. The object cannot be created because the "
+                    "local object store is full and the local disk's utilization is over capacity (95% by default)."
+                    "Tip: Use `df` on this node to check disk usage and `ray memory` to check object store memory "
+                    "usage.",
+                ),
+            ),
+        ),
+        Expect(
+            "disk-full",
+            "rollout",
+            pid="5100",
+            message_has=("disk is full",),
+            frame="/root/miles/miles/ray/rollout.py:210 in generate",
+        ),
+    ),
+    Scenario(
+        "26: OpenRLHF vLLM engine OOM, EngineDeadError, the driver's RayTaskError",
+        (
+            (LLM_ACTOR, "ERROR 12-01 10:00:05 [core.py:586] EngineCore encountered a fatal error."),
+            (
+                LLM_ACTOR,
+                _traceback(
+                    [VLLM_EXEC],
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
+                    "capacity of 79.19 GiB of which 800.00 MiB is free.",
+                ),
+            ),
+            (
+                None,
+                _ray_task(
+                    "LLMRayActor",
+                    "generate",
+                    52311,
+                    "10.0.3.9",
+                    "EngineDeadError",
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                    "(above) for the root cause.",
+                    [
+                        (
+                            "/usr/local/lib/python3.11/dist-packages/vllm/v1/engine/core_client.py",
+                            712,
+                            "get_output",
+                            "raise self._format_exception(outputs) from None",
+                        )
+                    ],
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-oom",
+            "engine",
+            "10.0.3.9",
+            "52311",
+            gpu="0",
+            consequences=("ray-task-error", "python-error"),
+            message_has=("GPU 0", "asked for 1.25 GiB"),
+            frame=f"{VLLM_RUNNER_PY}:1302 in execute_model",
+        ),
+    ),
+    Scenario(
+        "26: verl driver RayTaskError wraps a worker's CUDA OOM (the worker's own print lost)",
+        (
+            (
+                Proc("TaskRunner", 1234, "10.0.3.1"),
+                _ray_task(
+                    "WorkerDict",
+                    "actor_rollout_update_actor",
+                    5678,
+                    "10.0.3.9",
+                    "OutOfMemoryError",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 2 has a total "
+                    "capacity of 79.19 GiB of which 1.10 GiB is free.",
+                    VERL_UPDATE,
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-oom",
+            "train",
+            "10.0.3.9",
+            "5678",
+            gpu="2",
+            consequences=("ray-task-error",),
+            message_has=("GPU 2", "WorkerDict pid=5678"),
+            frame=f"{DP_ACTOR_PY}:412 in update_policy",
+        ),
+    ),
+    Scenario(
+        "26: uncorrectable ECC error in a vLLM engine",
+        (
+            (
+                VLLM_ACTOR,
+                _traceback(
+                    [VLLM_EXEC],
+                    "RuntimeError: CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors might be "
+                    "asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+                ),
+            ),
+        ),
+        Expect(
+            "gpu-fault",
+            "engine",
+            "10.0.3.8",
+            "52312",
+            message_has=("uncorrectable ECC error",),
+            frame=f"{VLLM_RUNNER_PY}:1302 in execute_model",
+        ),
+    ),
+    Scenario(
+        "26: unspecified launch failure in an SGLang scheduler",
+        (
+            (
+                ENGINE,
+                "[2026-03-02 10:00:05 TP2] Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2911, in '
+                "run_scheduler_process\n"
+                "    scheduler.event_loop_overlap()\n"
+                "RuntimeError: CUDA error: unspecified launch failure",
+            ),
+            (
+                ENGINE,
+                "[2026-03-02 10:00:06] Received sigquit from a child process. It usually means the child failed.",
+            ),
+        ),
+        Expect(
+            "gpu-fault",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            consequences=("sglang-scheduler", "engine-exit"),
+            message_has=("unspecified launch failure",),
+        ),
+    ),
+    Scenario(
+        "26: SGLang scheduler SIGKILLed at start (exit code -9)",
+        (
+            (
+                ENGINE,
+                _traceback(
+                    [
+                        (
+                            "/sgl-workspace/sglang/python/sglang/srt/entrypoints/engine.py",
+                            841,
+                            "_launch_subprocesses",
+                            "raise RuntimeError(",
+                        )
+                    ],
+                    "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
+                    "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
+                ),
+            ),
+        ),
+        Expect(
+            "killed-by-signal",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            message_has=("SIGKILL", "OOM killer"),
+        ),
+    ),
+    Scenario(
+        "26: a train rank's segfault (faulthandler), the worker-died lines after",
+        (
+            (
+                TRAIN,
+                "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
+                '  File "/root/Megatron-LM/megatron/core/transformer/moe/token_dispatcher.py", line 412 in '
+                "token_permutation\n"
+                '  File "/root/Megatron-LM/megatron/core/transformer/moe/moe_layer.py", line 201 in forward',
+            ),
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    _actor_died("MegatronTrainRayActor", 4101, "10.0.0.3", WORKER_DIED),
+                ),
+            ),
+        ),
+        Expect(
+            "fatal-signal",
+            "train",
+            "10.0.0.3",
+            "4101",
+            consequences=("actor-died",),
+            message_has=("Segmentation fault",),
+        ),
+    ),
+)
+MULTINODE += (
+    Scenario(
+        "26: CUDA error: out of memory (a CUDA call, not the allocator) in an OpenRLHF actor",
+        (
+            (
+                Proc("PolicyModelActor", 6100, "10.0.3.5"),
+                _traceback(
+                    [
+                        (
+                            "/root/OpenRLHF/openrlhf/trainer/ppo_utils/experience_maker.py",
+                            301,
+                            "make_experience",
+                            "logits = self.actor(seqs)",
+                        )
+                    ],
+                    "RuntimeError: CUDA error: out of memory\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+                    "assertions.",
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-oom",
+            "train",
+            "10.0.3.5",
+            "6100",
+            message_has=("CUDA call", "PolicyModelActor pid=6100"),
+        ),
+    ),
+    Scenario(
+        "26: gloo Read error: Connection reset by peer",
+        (
+            (
+                WORKER_DICT,
+                _traceback(
+                    [VERL_FUNC],
+                    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.3.8]:61234: "
+                    "Connection reset by peer",
+                ),
+            ),
+        ),
+        Expect(
+            "gloo-peer-closed",
+            "train",
+            "10.0.3.9",
+            "5678",
+            message_has=("10.0.3.8", "Connection reset by peer"),
+        ),
+    ),
+    Scenario(
+        "26: torch elastic's agent line only (its table cut from the excerpt): exit code -9",
+        ((None, ELASTIC_AGENT),),
+        Expect(
+            "killed-by-signal",
+            "train",
+            pid="41017",
+            consequences=("elastic-child-failed",),
+            message_has=("local rank 3", "SIGKILL", "OOM killer"),
+        ),
+    ),
+    Scenario(
+        "26: the launcher's shell says the trainer was Killed",
+        (
+            (None, "[2026-12-01 10:00:00] train.py:24 - Creating placement group with 8 GPUs..."),
+            (
+                None,
+                "/bin/bash: line 1:  41017 Killed                  python3 /root/miles/train.py --actor-num-nodes 16",
+            ),
+        ),
+        Expect(
+            "killed-by-signal",
+            "train",
+            pid="41017",
+            message_has=("Killed", "OOM killer", "/root/miles/train.py"),
+        ),
+    ),
+)
+MULTINODE += (
+    Scenario(  # Ray prints the connect warning while a node comes up before the head answers: not the cause
+        "26: a transient GCS connect warning at start, then the real error",
+        (
+            (
+                TRAIN,
+                "[2026-12-01 10:00:05,123 E 4101 4150] gcs_rpc_client.h:179: Failed to connect to GCS at address "
+                "10.0.0.1:6379 within 5 seconds.",
+            ),
+            (
+                TRAIN,
+                BRIDGE_MISSING,
+            ),
+        ),
+        Expect(
+            "python-error",
+            "train",
+            "10.0.0.3",
+            "4101",
+            message_has=("ModuleNotFoundError: No module named 'megatron.bridge'",),
+        ),
+    ),
+)
+MULTINODE += (
+    Scenario(
+        "26: SLURM cancelled the step at its time limit",
+        (
+            (
+                TRAIN,
+                "[2026-12-01 09:59:00] log_utils.py:443 - step 6: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (
+                None,
+                "slurmstepd: error: *** STEP 1234.0 ON node-07 CANCELLED AT 2026-12-01T10:00:05 DUE TO TIME LIMIT ***",
+            ),
+        ),
+        Expect("job-cancelled", "driver", message_has=("SLURM cancelled 1234.0 on node-07", "TIME LIMIT")),
+    ),
+    Scenario(
+        "26: SLURM saw the kernel's OOM killer in the step",
+        (
+            (
+                None,
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM "
+                "Killed.",
+            ),
+            (None, "srun: error: node-07: task 3: Out Of Memory"),
+        ),
+        Expect("host-oom", "driver", message_has=("OOM killer killed 1 process(es) of SLURM step 1234.0",)),
+    ),
+    Scenario(
+        "26: a pasted dmesg line: the kernel killed the trainer",
+        (
+            (
+                None,
+                "[Tue Dec  1 10:00:05 2026] Out of memory: Killed process 41017 (python3) total-vm:2101224kB, "
+                "anon-rss:1931224kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4012kB oom_score_adj:0",
+            ),
+        ),
+        Expect("host-oom", "driver", pid="41017", message_has=("killed python3 (pid 41017)",)),
+    ),
+    Scenario(
+        "26: torch 1.x 'NCCL Error 2: unhandled system error'",
+        (
+            (
+                TRAIN,
+                _traceback(
+                    [(ACTOR_PY, 640, "update_weights", "dist.all_reduce(t)")],
+                    "RuntimeError: NCCL Error 2: unhandled system error",
+                ),
+            ),
+        ),
+        Expect("nccl-error", "train", "10.0.0.3", "4101", message_has=("unhandled system error",)),
+    ),
+)
+MULTINODE += (
+    Scenario(
+        "26: vLLM's pynccl raises 'NCCL error: unhandled cuda error' in an engine",
+        (
+            (
+                VLLM_ACTOR,
+                _traceback(
+                    [
+                        (
+                            "/usr/local/lib/python3.11/dist-packages/vllm/distributed/device_communicators/pynccl_wrapper.py",
+                            330,
+                            "NCCL_CHECK",
+                            'raise RuntimeError(f"NCCL error: {error_str}")',
+                        )
+                    ],
+                    "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                ),
+            ),
+        ),
+        Expect("nccl-error", "engine", "10.0.3.8", "52312", message_has=("unhandled cuda error",)),
+    ),
+    Scenario(
+        "26: ProcessGroupNCCL's watchdog got stuck on one rank",
+        (
+            (
+                Proc("MegatronTrainRayActor", 4103, "10.0.0.3"),
+                "[rank3]:[E1201 10:20:05.123 ProcessGroupNCCL.cpp:1405] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+                "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring "
+                "enqueued collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang "
+                "blocking the watchdog, and could be triggered by another thread holding the GIL inside a CUDA api "
+                "(for example, CudaEventDestroy), or other deadlock-prone behaviors.",
+            ),
+        ),
+        Expect("nccl-watchdog-stuck", "train", "10.0.0.3", "4103", rank="3", message_has=("480 s",)),
+    ),
+)
+SCENARIOS += MULTINODE

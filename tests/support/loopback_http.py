@@ -25,3 +25,16 @@ def stop_server(server: ThreadingHTTPServer | None) -> None:
     if server is not None:
         server.shutdown()
         server.server_close()
+
+
+def hanging(release: threading.Event, hold_s: float = 60.0, status: int = 500) -> type[QuietHandler]:
+    """A webhook that holds every POST `hold_s` (or until `release`), then answers `status`."""
+
+    class Hang(QuietHandler):
+        def do_POST(self) -> None:
+            release.wait(hold_s)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return Hang

@@ -97,6 +97,16 @@ def cli(
     )
 
 
+def cli_in_process(
+    address: str, state_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`cli` run inside this process (support/inproc_cli.py): for the cases where what the command says is
+    the subject, not the process boundary; the same environment as `cli`'s subprocess."""
+    from inproc_cli import run_cli
+
+    return run_cli(["--address", address, *args], env=env or cli_env(state_dir))
+
+
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     """Assert a failed CLI call printed exactly one line and no traceback; return it."""
     assert proc.returncode != 0, proc.stdout

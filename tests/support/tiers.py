@@ -8,8 +8,9 @@ it (`scripts/test` runs pytest `-n N --dist loadgroup`).
   on one worker, which starts one cluster of its own (the session fixture is per worker process) and runs
   its files in collection order, as a serial run would. The split is balanced by each file's measured
   seconds (ray_tier_seconds.toml), a file not listed there counting as the median.
-- Every other test joins its module's group: a module's
-  fixtures are built once and its tests keep their order.
+- Every other test that uses a fixture built once per module (or class, or package) joins its module's
+  group, so that fixture is built once; the rest are spread one by one (a long module of independent tests
+  is no longer one unit that keeps a worker busy after the others are done).
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture that is built once for its module, class or package."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in SHARED_SCOPES for chain in defs for d in chain)
+
+
 def mark_and_group(items: list[pytest.Item]) -> None:
     """pytest_collection_modifyitems: the `ray` mark where a Ray fixture is used, and the xdist groups."""
     shared = [i for i in items if SHARED_CLUSTER in getattr(i, "fixturenames", ())]
@@ -69,5 +80,7 @@ def mark_and_group(items: list[pytest.Item]) -> None:
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("ray") is None:
             item.add_marker(pytest.mark.ray)
-        name = f"ray-cluster-{group_of[_file(item)]}" if id(item) in shared_ids else _file(item)
-        item.add_marker(pytest.mark.xdist_group(name))
+        if id(item) in shared_ids:
+            item.add_marker(pytest.mark.xdist_group(f"ray-cluster-{group_of[_file(item)]}"))
+        elif _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(_file(item)))

@@ -66,6 +66,18 @@ def test_default_rules_cover_the_recipe_red_flags() -> None:
             "threshold must be a number, a string or a list of strings",
         ),
         ("[[rule]]\nid='x'\nseverity='error'\nwhen='stall'\nmessage='m'\n", "critical, warning, info"),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='stall'\n", "needs a message"),
+        ("[[rule]]\nseverity='warning'\nwhen='stall'\nmessage='m'\n", r"#1 \(no id\).*unique string id"),
+        (
+            "[[rule]]\nid='x'\nseverity='warning'\nwhen='key_missing'\nmessage='m'\n",
+            "key_missing rule needs metrics",
+        ),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='log'\nmessage='m'\nhints=['a']\n", "needs a pattern"),
+        ("[[rule]]\nid='x'\nseverity='warning'\nwhen='log'\nmessage='m'\npattern='a'\n", "needs hints"),
+        (
+            "[[rule]]\nid='x'\nseverity='warning'\nwhen='log'\nmessage='m'\npattern='a'\nhints=['a', '']\n",
+            "needs hints",
+        ),
     ],
 )
 def test_bad_rule_files_are_one_clear_error(tmp_path, body: str, message: str) -> None:

@@ -32,7 +32,7 @@ async def test_launch_rechecks_the_spec_whatever_findings_the_caller_passes(tmp_
     async with RayClient("http://127.0.0.1:9", timeout=1.0, retries=0) as client:
         ctl = RunController(client, state_dir=tmp_path)
         with pytest.raises(LaunchRefused) as refused:
-            await ctl.launch(bad, findings=[], check_cluster=False)
+            await ctl.launch(bad, check_cluster=False)
         assert client.requests_made == 0  # refused before anything reached Ray: nothing submitted
     assert any(f.rule == "A1" and f.severity == "error" for f in refused.value.findings)
     assert "[A1]" in str(refused.value)

@@ -167,3 +167,18 @@ def test_megatron_and_sglang_attention_backends_are_separate_flags() -> None:
     assert sub.argv[sub.argv.index("--sglang-attention-backend") + 1] == "fa3"
     plain = build_submission(build_spec(SLICE), run_id="r", with_shim=False)
     assert "--sglang-attention-backend" not in plain.argv
+
+
+def test_runtime_env_carries_the_flight_recorder() -> None:
+    spec = build_spec(SLICE, ["paths.output_dir=/out"])
+    env = build_submission(spec, run_id="fixed-run", nvlink=False, with_shim=False).runtime_env["env_vars"]
+    assert {k: v for k, v in env.items() if k.startswith("TORCH_")} == {
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": "/out/fixed-run/flight_recorder/rank_",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/out/fixed-run/flight_recorder/pipe_rank_",
+        "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "30000",
+    }
+    preview = build_submission(spec, run_id="fixed-run", nvlink=False, with_shim=False).shell()
+    assert '"TORCH_FR_DUMP_TEMP_FILE":"/out/fixed-run/flight_recorder/rank_"' in preview
+    assert '"TORCH_NCCL_DUMP_ON_TIMEOUT":"1"' in preview

@@ -308,6 +308,10 @@ BREAKS: list[tuple[str, str, dict[str, Any], str, set[str]]] = [
     ),
     ("H12", FULL, {"train.pp": 2}, "info", {"train.pp"}),
     ("H12", SLICE, {"rollout.mem_fraction": 0.7}, "info", {"rollout.mem_fraction"}),
+    ("H13", SLICE, {"run.extra_args": "--rollout-batchsize 8"}, "error", {"run.extra_args"}),
+    ("H13", SLICE, {"run.extra_args": "--kl-loss-type k4"}, "error", {"run.extra_args"}),
+    ("H14", SLICE, {"run.extra_args": "--tensor-model-parallel-size 2"}, "warning", {"run.extra_args"}),
+    ("H15", FULL, {"train.micro_batch_size": 2}, "warning", {"train.micro_batch_size"}),
     ("M1", FULL, {"cluster.gpu_memory_gb": 30}, "error", {"cluster.gpu_memory_gb", "train.ep"}),
     ("M1", FULL, {"cluster.gpu_memory_gb": 40}, "warning", {"cluster.gpu_memory_gb"}),
     (
@@ -386,6 +390,9 @@ PASSES: list[tuple[str, str, dict[str, Any]]] = [
     ("H8", FULL, {"batch.max_tokens_per_gpu": None, "train.use_dynamic_batch_size": False}),
     ("H10", FULL, {"train.decoder_first_pipeline_num_layers": 27}),
     ("H12", SLICE, {"cluster.nodes": 2, "train.ep": 16}),
+    ("H13", SLICE, {"run.extra_args": "--kl-loss-type k3 --use-kl-loss --router-policy round_robin"}),
+    ("H14", SLICE, {"run.extra_args": "--use-kl-loss"}),
+    ("H15", FULL, {"train.micro_batch_size": 2, "train.use_dynamic_batch_size": False}),
     ("M1", FULL, {"optimizer.cpu_offload": False}),
     ("M2", FULL, {"cluster.host_memory_gb": 1000}),
     ("M3", FULL, {"rollout.mem_fraction": 0.6}),
@@ -508,7 +515,7 @@ def test_catalog_covers_every_section_and_is_consistent() -> None:
         + [f"E{i}" for i in range(1, 6)]
         + [f"F{i}" for i in range(1, 4)]
         + [f"G{i}" for i in range(1, 13)]
-        + [f"H{i}" for i in range(1, 13)]
+        + [f"H{i}" for i in range(1, 16)]
         + ["M1", "M2", "M3"]
     )
     assert list(RULES) == expected

@@ -152,8 +152,11 @@ def expected(spec: RunSpec) -> set[tuple[str, str]]:
         add("C4")
     if t.sequence_parallel is True and tp == 1:
         add("C5", "warning")
-    if W % (tp * pp * cp) == 0 and b.global_batch_size % (t.micro_batch_size * W // (tp * pp * cp)):
+    mbs = 1 if t.use_dynamic_batch_size else t.micro_batch_size  # miles: ignored under dynamic batching
+    if W % (tp * pp * cp) == 0 and b.global_batch_size % (mbs * W // (tp * pp * cp)):
         add("C8")
+    if t.use_dynamic_batch_size and t.micro_batch_size != 1:
+        add("H15", "warning")
     if M_HEADS % tp:
         add("D1")
     if M_GROUPS % tp:
@@ -283,7 +286,11 @@ def test_findings_are_sorted_and_derive_is_consistent(layout: dict[str, Any]) ->
     assert len(d.training.stages) == t.pp
     assert sum(s.layers for s in d.training.stages) == t.pp * (spec.model.num_layers // t.pp)
     pool = W if spec.rollout.colocate else spec.rollout.num_gpus
-    assert d.rollout.engines == (pool // spec.rollout.gpus_per_engine if pool is not None else None)
+    g, gpn = spec.rollout.gpus_per_engine, c.gpus_per_node
+    processes = None if pool is None else pool // min(g, gpn)  # miles: one process per node of an engine
+    assert d.rollout.engine_processes == processes
+    # an engine per nodes_per_engine processes, the last one possibly partial (server_group.py:51,56)
+    assert d.rollout.engines == (None if processes is None else -(-processes // max(1, g // gpn)))
 
 
 FIX_FIELD = re.compile(r"(?:use|set) ((?:train|rollout|batch)\.\w+) (?:= )?((?:\d+(?:, | or )?)+)")

@@ -9,6 +9,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from backend.cluster import gpu_probe_job
 from backend.cluster.dashboard import JobInfo
 from backend.cluster.gpu_probe import (
@@ -119,7 +121,8 @@ def test_the_probe_job_is_the_consoles_reserves_nothing_and_creates_no_cuda_cont
     payload = probe_submission(HEAD, tmp_path / "leases", lease_timeout_s=45, interval_s=1, max_age_s=3600)
     submission_id = payload["submission_id"]
     assert isinstance(submission_id, str) and submission_id.startswith("ultra-console-gpu-probe-")
-    assert payload["entrypoint_label_selector"] == {"ray.io/node-id": HEAD}
+    # placed by the probe's actor (NodeAffinity to the head: any Ray 2.x), so no label selector (Ray >= 2.54)
+    assert "entrypoint_label_selector" not in payload and payload["metadata"]["node_id"] == HEAD  # type: ignore[index]
     assert not any(k.startswith("entrypoint_num") or k == "entrypoint_resources" for k in payload)
     job = JobInfo.model_validate(
         {"submission_id": submission_id, "entrypoint": payload["entrypoint"], "metadata": payload["metadata"]}
@@ -171,3 +174,174 @@ def test_a_reading_goes_out_at_once_on_a_change_else_once_an_interval() -> None:
     assert not gpu_probe_job.changed({"nvml": "x"}, {"nvml": "x"}) and gpu_probe_job.changed(
         {"nvml": "x"}, idle
     )
+
+
+def _fake_nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, node: str) -> Path:
+    """The probe's NVML module as the test cluster's fake answers it (fakegpu/fakenvml.py, pynvml's calls)."""
+    import sys
+    import types
+
+    sys.path.insert(0, str(Path(gpu_probe_job.__file__).parents[1] / "demo" / "simtrainer" / "fakegpu"))
+    import fakenvml
+
+    monkeypatch.setenv("FAKE_GPU_DIR", str(tmp_path))
+    monkeypatch.setenv("FAKE_GPU_COUNT", "2")
+    fake = types.SimpleNamespace(**fakenvml.pynvml_calls(node), NVML_TEMPERATURE_GPU=0)
+    monkeypatch.setattr(gpu_probe_job, "nvml_module", lambda: fake)
+    base = tmp_path / node
+    base.mkdir()
+    return base
+
+
+def test_nvml_read_directly_utilisation_and_memory_every_read_processes_when_memory_moves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import os
+
+    base = _fake_nvml(monkeypatch, tmp_path, HEAD)
+    sampler = gpu_probe_job.NodeSampler()
+    first = sampler.read()["g"]
+    assert [g[:4] for g in first] == [(0, 0, 615, 143771), (1, 0, 615, 143771)] and first[0][6] == []
+    assert first[0][4] == 90 and first[0][5] == 30  # W and degrees from pynvml's mW and C
+    (base / "override.json").write_text(json.dumps({"1": {"util": 88}}))
+    time.sleep(0.06)  # the fake re-reads its files every 50 ms
+    assert sampler.read()["g"][1][1] == 88  # utilisation: every read
+    (base / f"gpu0-{os.getpid()}.json").write_text(json.dumps({"mem": 40000, "util": 10}))
+    time.sleep(0.06)
+    held = sampler.read()["g"][0]
+    assert held[2] == 40615 and held[6] == [[os.getpid(), 40000]]  # memory moved: the process list at once
+    power_before = held[4]
+    (base / f"gpu0-{os.getpid()}.json").write_text(json.dumps({"mem": 40010, "util": 90}))
+    time.sleep(0.06)
+    again = sampler.read()["g"][0]
+    assert again[6] == [[os.getpid(), 40000]] and again[4] == power_before  # within PROCS_EVERY_S: kept
+
+
+def test_no_nvml_is_said_in_every_reading(monkeypatch) -> None:
+    def broken() -> object:
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(gpu_probe_job, "nvml_module", broken)
+    reading = gpu_probe_job.NodeSampler().read()
+    assert "g" not in reading and "libnvidia-ml" in reading["nvml"] and "c" in reading
+
+
+async def test_the_console_reads_the_head_file_at_once_and_says_how_old_when_it_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from backend.cluster import gpu_probe
+
+    lease_dir = tmp_path / "gpu-probe-s"
+    lease_dir.mkdir(mode=0o700)
+    hub = gpu_probe_job.Hub()
+    hub.opts = gpu_probe_job.Options(
+        node_id=HEAD, lease_dir=str(lease_dir), lease_timeout=45, interval=1, max_age=3600
+    )
+    said: list[str] = []
+    console = gpu_probe.GpuProbe(None, lease_home=tmp_path, on_status=said.append)  # type: ignore[arg-type]
+    monkeypatch.setattr(gpu_probe, "STALE_AFTER_S", 0.5)
+    monkeypatch.setattr(gpu_probe, "PROBE_GONE_S", 1.5)
+    hub._put(HEAD, {"t": time.time(), "g": [(0, 97, 61440, 143771, 612, 45, [[52001, 60825]])], "c": 0.1})
+    hub.leases = [console.lease_id]
+    hub._write()
+    follow = asyncio.create_task(console._follow_file(lease_dir))
+    await asyncio.wait_for(console.updated.wait(), 1.0)  # read within a poll or two of the write
+    reading = console.readings[HEAD]
+    assert reading.gpus is not None and reading.gpus[0].util == 97.0 and console.lease_seen
+    console.updated.clear()
+    hub._put(WORKER, {"t": time.time(), "nvml": "no NVML here", "c": 0.0})
+    written = time.monotonic()
+    hub._write()
+    await asyncio.wait_for(console.updated.wait(), 1.0)
+    assert time.monotonic() - written < 0.3 and console.readings[WORKER].gpus is None
+    await asyncio.wait_for(follow, 5.0)  # nothing more written: said with its age, then given up
+    stale = [t for t in said if "no reading for" in t]
+    assert stale and "stopped changing" in stale[0] and "looking for a probe again" in stale[-1], said
+    # a probe that ends says why in its last file
+    follow = asyncio.create_task(console._follow_file(lease_dir))
+    hub._write(bye="no console renewed a lease in 45 s")
+    await asyncio.wait_for(follow, 2.0)
+    assert said[-1] == "GPU probe ended: no console renewed a lease in 45 s"
+
+
+def test_the_file_is_replaced_whole_and_never_through_a_link(tmp_path: Path) -> None:
+    import os
+
+    from backend.safe_paths import PrivateDir, UnsafePath
+
+    lease_dir = tmp_path / "d"
+    folder = PrivateDir(lease_dir)
+    folder.replace("readings.json", b"one")
+    ino = os.lstat(lease_dir / "readings.json").st_ino
+    folder.replace("readings.json", b"two")
+    assert (lease_dir / "readings.json").read_bytes() == b"two" and not (
+        lease_dir / "readings.json.tmp"
+    ).exists()
+    assert os.lstat(lease_dir / "readings.json").st_ino != ino  # a new file: a reader never sees half of one
+    (lease_dir / "readings.json.tmp").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafePath):
+        folder.replace("readings.json", b"three")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_every_node_reads_on_the_whole_second_the_samplers_a_lead_before_the_hub() -> None:
+    at = gpu_probe_job.next_read_at
+    lead = gpu_probe_job.LEAD_S
+    assert at(100.2) == 101.0 and at(100.6) == 102.0  # at least half a period ahead: never twice a second
+    assert at(100.2, lead) == pytest.approx(101.0 - lead) and at(100.95, lead) == pytest.approx(102.0 - lead)
+    ticks = [at(t / 10) for t in range(1000, 1100)]
+    assert all(
+        t == int(t) and 0.5 <= t - s / 10 <= 1.5 for t, s in zip(ticks, range(1000, 1100), strict=True)
+    )
+
+
+def test_the_hub_writes_a_relayed_reading_with_its_own_tick_unless_it_came_well_before(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    hub = gpu_probe_job.Hub()
+    hub.opts = gpu_probe_job.Options(
+        node_id=HEAD, lease_dir=str(tmp_path / "d"), lease_timeout=45, interval=1, max_age=3600
+    )
+    writes: list[float] = []
+    real_write = hub._write
+
+    def write(bye: str = "") -> None:
+        writes.append(time.time())
+        real_write(bye)
+
+    hub._write = write  # type: ignore[method-assign]
+    tick = time.time() + 0.8
+    reading: gpu_probe_job.Reading = {"t": time.time(), "g": [(0, 97, 700, 143771, 95, 31, [])], "c": 0.1}
+    hub._put(WORKER, reading)  # well before the tick (a node whose clock is off): written on its own
+    threading.Timer(0.8 - gpu_probe_job.LEAD_S, hub._put, (WORKER, reading)).start()  # in the lead window
+    hub._until(tick)
+    assert time.time() >= tick and len(writes) == 1 and writes[0] < tick - 0.5, writes
+    assert hub.news.is_set()  # the second one is left for the tick's own write
+    body = json.loads((tmp_path / "d" / "readings.json").read_text())
+    assert body["k"] == "readings" and body["nodes"][WORKER]["g"][0][1] == 97
+
+
+def test_a_held_lease_directory_is_checked_again_at_every_write(tmp_path: Path) -> None:
+    import os
+
+    from backend.safe_paths import PrivateDir, UnsafePath
+
+    folder = PrivateDir(tmp_path / "d")
+    folder.replace("readings.json", b"one")
+    os.chmod(tmp_path / "d", 0o777)  # another user could now swap its files
+    with pytest.raises(UnsafePath):
+        folder.replace("readings.json", b"two")
+    assert (tmp_path / "d" / "readings.json").read_bytes() == b"one"
+    folder.close()
+
+
+def test_the_job_sees_a_running_hubs_lock_itself(tmp_path: Path) -> None:
+    assert not gpu_probe_job.lock_held(str(tmp_path))  # free: the job asks the hub to start
+    held = gpu_probe_job.take_lock(str(tmp_path))
+    assert held is not None and gpu_probe_job.lock_held(str(tmp_path))  # a hub samples: duplicate, no call
+    held.close()
+    assert not gpu_probe_job.lock_held(str(tmp_path))

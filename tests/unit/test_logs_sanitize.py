@@ -116,7 +116,10 @@ def test_store_lines_are_safe_for_any_bytes_split_anywhere(
     for a, b in itertools.pairwise(points):
         store.append(data[a:b])
     store.flush()
-    expected_lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    read = data.replace(b"\x00", b"")  # NULs are dropped (and counted) before lines are cut
+    if b"\n" not in read and b"\r" in read.rstrip(b"\r"):  # a CR-only log: its lines end at CRs
+        read = read.replace(b"\r", b"\n")
+    expected_lines = read.count(b"\n") + (0 if read.endswith(b"\n") or not read else 1)
     assert len(store) == expected_lines
     for line in store.lines(0, len(store)):
         assert UNSAFE_LINE.search(line.text) is None, line.text

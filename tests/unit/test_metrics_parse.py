@@ -163,9 +163,16 @@ def test_perf_kinds_by_file_source_and_keys() -> None:
         )
     )
     kinds = [(r.kind, r.n) for r in records]
-    assert kinds == [("perf-rollout", 3), ("perf-train", 3), ("eval-skipped", 20), ("critic-step", 2)]
+    assert kinds == [
+        ("perf-rollout", 3),
+        ("perf-train", 3),
+        ("eval-skipped", 20),
+        ("critic-step", 2),
+        ("step", 2),  # cut mid-dict: its one complete pair, marked cut
+    ]
     assert records[2].values == {"eval/skipped_no_eval_data_snapshot": 1.0}
-    assert len(problems) == 2 and "cut off" in problems[0].reason and "unknown name" in problems[1].reason
+    assert records[4].values == {"train/loss": 0.1} and records[4].cut and not records[3].cut
+    assert len(problems) == 1 and "unknown name" in problems[0].reason
 
 
 # --------------------------------------------- structured sources (events files, dashboard records) and dedup

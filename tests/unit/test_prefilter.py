@@ -18,10 +18,12 @@ from backend.sanitize import sanitize_text
 from backend.signals.alerts import METRIC_CHECKS, AlertRule, load_rules
 from backend.signals.failures import FailureScanner
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureKind, default_catalog
-from backend.signals.monitor import RunMonitor, monitor_needles
-from backend.signals.prefilter import Needles, Plan, Prefilter
+from backend.signals.monitor import RunMonitor
+from backend.signals.prefilter import Needles, Prefilter
+from backend.signals.pure_scan import Plan
 from shim import logline
 
+pytestmark = pytest.mark.usefixtures("scan_engine")  # every scan-level test on both engines
 RULES = load_rules()
 CATALOG = default_catalog()
 NOW = 1_790_000_000.0
@@ -31,14 +33,21 @@ def monitor(prefilter: bool = True) -> RunMonitor:
     return RunMonitor(prefilter=prefilter, clock=lambda: NOW)
 
 
+def monitor_needles() -> Needles:
+    return RunMonitor().prefilter.needles  # type: ignore[union-attr]
+
+
 def prefilter() -> Prefilter:
-    return Prefilter(monitor_needles(RULES, CATALOG))
+    return Prefilter(monitor_needles())
 
 
 # ---------------------------------------------------------------- every rule's and kind's example
 
 
-@pytest.mark.parametrize("kind", CATALOG.kinds, ids=[k.id for k in CATALOG.kinds])
+LINE_KINDS = [k for k in CATALOG.kinds if not k.derived]  # a stall is made from phases, not one line
+
+
+@pytest.mark.parametrize("kind", LINE_KINDS, ids=[k.id for k in LINE_KINDS])
 def test_every_failure_kinds_example_passes_and_is_found_the_same(kind: FailureKind) -> None:
     assert kind.examples, f"failure kind {kind.id} has no example line"
     # the generic kind is an exception line that ends a traceback (as test_failures feeds it)
@@ -197,6 +206,7 @@ def fingerprint(m: RunMonitor) -> tuple[object, ...]:
     )
 
 
+@pytest.mark.slow  # over 20 s alone: the full suite runs it, --fast does not
 def test_a_long_mixed_log_reads_the_same_with_and_without_the_prefilter() -> None:
     lines = mixed_log(100_000)
     rng = random.Random(7)
@@ -221,7 +231,7 @@ def test_a_long_mixed_log_reads_the_same_with_and_without_the_prefilter() -> Non
 def test_what_is_found_does_not_depend_on_what_the_log_taught_it() -> None:
     """How a needle is searched (by a rare character, or
     whole) is learnt from the log; what is found is not."""
-    needles = monitor_needles(RULES, CATALOG)
+    needles = monitor_needles()
     examples = [e for kind in CATALOG.kinds for e in kind.examples]
     text = "\n".join(mixed_log(1)[:3000] + examples) + "\n"
     fresh = Prefilter(needles).scan(text)
@@ -248,7 +258,7 @@ def test_a_character_is_searched_alone_where_that_costs_less_than_its_needles_pa
 def test_a_two_character_piece_is_found_where_str_find_finds_it() -> None:
     """Two-character pieces go through a regex (faster than str.find for them): the same first position,
     regex metacharacters taken literally."""
-    from backend.signals.prefilter import _first
+    from backend.signals.pure_scan import _first
 
     rng = random.Random(3)
     for _ in range(300):

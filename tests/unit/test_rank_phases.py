@@ -93,5 +93,5 @@ def test_no_progress_names_the_ranks_longest_in_one_phase_and_offers_stacks() ->
     alert = engine.check_no_progress(True, phases, 500.0, 450.0, 10.0)
     assert alert is not None and alert.id == "rank-hang" and alert.action == "stacks"
     assert "rank 0 on 10.0.0.1 in actor_train for 6.7 min" in alert.message
-    assert "stacks" in alert.message
+    assert "stacks" in alert.message and "`ultra-console collectives`" in alert.message
     assert engine.check_no_progress(True, phases, 500.0, 100.0, 10.0) is None  # a metric 100 s ago: progress

@@ -1,5 +1,5 @@
 """backend.signals.compare and backend.signals.launch_flags, pure: step alignment, the differences at the
-latest common step, the divergence step (threshold and `sustain` from configs/compare.toml), unique labels,
+latest common step, the divergence step (threshold and `sustain` from configs/charts.toml), unique labels,
 and the flag diff that names exactly the flags that differ and never a secret."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from types import MappingProxyType
 import pytest
 
 from backend.cluster.audit import AuditEntry, last_launch_command
+from backend.signals.chart_specs import ChartConfigError, load_charts
 from backend.signals.compare import (
     CompareConfig,
-    CompareConfigError,
     ComparedMetric,
     RunSide,
     compare,
@@ -41,21 +41,38 @@ def test_the_shipped_config_reads():
     config = load_config()
     assert [m.chart for m in config.metrics] == ["throughput", "time", "kl", "reward"]
     assert all(m.sustain >= 1 for m in config.metrics)
+    assert [m.zero for m in config.metrics] == [True, True, False, False]  # a rate, a duration; KL, reward
+    charts = load_charts()
+    assert [c.id for c in charts.run_charts] == ["throughput", "time", "kl"]  # reward: only compared
+    for metric in config.metrics:  # the comparison overlays a series of the chart the single run draws
+        assert metric.key in charts.spec(metric.chart).keys
+
+
+CHART = "[[chart]]\nid = 'x'\ntitle = 'X'\nseries = [{ key = 'k', label = 'k' }]\n"
 
 
 def test_a_bad_config_is_one_error(tmp_path):
-    bad = tmp_path / "compare.toml"
-    bad.write_text("[[metric]]\nchart = 'x'\n")
-    with pytest.raises(CompareConfigError, match="cannot read the comparison settings"):
+    bad = tmp_path / "charts.toml"
+    bad.write_text("[[chart]]\nid = 'x'\n")
+    with pytest.raises(ChartConfigError, match=r"cannot read the chart settings .*chart\.0\.title"):
         load_config(bad)
-    bad.write_text("[[metric]]\nkey = 'k'\nchart = 'x'\nabs = [1]\n")
-    with pytest.raises(CompareConfigError, match="abs of metric 'k' must be a number"):
+    bad.write_text(CHART + "compare = { key = 'k', title = 'k', abs = [1] }\n")
+    with pytest.raises(ChartConfigError, match="abs: Input should be a valid number"):
+        load_config(bad)
+    bad.write_text(CHART + "compare = { key = 'other', title = 'k' }\n")
+    with pytest.raises(ChartConfigError, match="compare key 'other' is none of its series"):
+        load_config(bad)
+    bad.write_text(CHART + CHART)
+    with pytest.raises(ChartConfigError, match="chart ids used twice: x"):
+        load_config(bad)
+    bad.write_text(CHART.replace("label = 'k'", "label = 'k', kind = 'speed'"))
+    with pytest.raises(ChartConfigError, match="kind"):
         load_config(bad)
 
 
 def test_a_config_metric_reads_its_defaults_and_numeric_text(tmp_path):
-    good = tmp_path / "compare.toml"
-    good.write_text("[headline]\nkl = 'k'\n[[metric]]\nkey = 'k'\nchart = 'x'\nrel = '0.5'\nsustain = 0\n")
+    good = tmp_path / "charts.toml"
+    good.write_text("[headline]\nkl = 'k'\n" + CHART + "compare = { key = 'k', title = 'k', rel = '0.5' }\n")
     config = load_config(good)
     assert config.kl == "k" and config.metrics == (ComparedMetric("k", "x", "k", 0.0, 0.5, 1),)
 

@@ -10,9 +10,10 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from inproc_cli import run_cli
 
 import shim
-from shim import logline
+from shim import logline, ray_hook
 from shim.mapping import ShimConfigError, expected_provider_fields, mismatches, read_config
 from shim.ray_hook import CHECKPOINT_ENV, mapping_only_line
 
@@ -248,10 +249,29 @@ def test_setup_hook_in_a_worker_without_megatron(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith(shim.NOT_APPLIED_PREFIX)
 
 
+def test_setup_hook_makes_the_flight_recorder_folder_before_any_rank(tmp_path):
+    """Every worker of the run, on every node, makes `<run>/flight_recorder/` (torch never does); a folder
+    that cannot be made is one line, never an exception."""
+    folder = tmp_path / "run" / "flight_recorder"
+    run = [sys.executable, "-c", "import shim.ray_hook as h; h.setup()"]
+    env = {"PYTHONPATH": str(REPO), "TORCH_FR_DUMP_TEMP_FILE": f"{folder}/rank_"}
+    subprocess.run(run, capture_output=True, text=True, cwd=REPO, check=True, env=env)
+    assert folder.is_dir()
+    (tmp_path / "file").write_text("x")
+    blocked = {**env, "TORCH_FR_DUMP_TEMP_FILE": f"{tmp_path}/file/fr/rank_"}
+    out = subprocess.run(run, capture_output=True, text=True, cwd=REPO, env=blocked)
+    assert out.returncode == 0 and "flight recorder: cannot make" in out.stdout
+    assert ray_hook.make_dump_dir({}) is None
+
+
 # ------------------------------------------------------------------------- shim-check without megatron-bridge
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, real: bool = False) -> subprocess.CompletedProcess[str]:
+    """`ultra-console shim-check ARGS`; in this process (support/inproc_cli.py) but for one real subprocess
+    (`real`: the exit status and stderr as a shell sees them)."""
+    if not real:
+        return run_cli(["shim-check", *args])
     return subprocess.run(
         [sys.executable, "-m", "console.cli", "shim-check", *args],
         capture_output=True,
@@ -284,7 +304,7 @@ def test_shim_check_without_bridge(tmp_path):
 def test_shim_check_bad_input_is_one_line(tmp_path, content, message):
     if content is not None:
         write_checkpoint(tmp_path, content)
-    out = cli("--checkpoint", str(tmp_path))
+    out = cli("--checkpoint", str(tmp_path), real=content is None)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and message in out.stderr and "Traceback" not in out.stderr
 

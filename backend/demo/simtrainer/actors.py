@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend.demo.simtrainer import SIM_LABEL, deaths, event_checkpoint, metrics, oom
+from backend.demo.simtrainer import SIM_LABEL, deaths, event_checkpoint, metrics, oom, samples
 from backend.demo.simtrainer.args import SimArgs
 from backend.demo.simtrainer.dashboard import DashboardClient, PhaseEvent
 from backend.demo.simtrainer.milog import EventLog, MilesLog
@@ -110,6 +110,10 @@ class RolloutManager:
                 f"samples={a.rollout_batch_size * a.n_samples_per_prompt}"
             ),
         )
+        if a.dump_details:  # miles saves the samples before it logs `perf N` (rollout_manager.py:153)
+            samples.save_rollout(
+                a.dump_details, rollout_id, a.rollout_batch_size, a.n_samples_per_prompt, a.max_response_len
+            )
         perf = metrics.rollout_perf(
             rollout_id,
             a.world_size,
@@ -159,12 +163,7 @@ class MegatronTrainRayActor:
         self.holdings: list[Path] = []
         self.node = ""
         if in_ray:
-            # ray: only inside the Ray job (tests/unit import this module without Ray)
-            import ray
-
-            self.gpu_ids = [int(x) for x in ray.get_gpu_ids()]
-            self.holdings = _hold_gpus(self.gpu_ids, os.getpid(), args.hold_gpu_mib, 0)
-            self.node = _node_ip()
+            self._take_gpus()
         self.log.at(
             "train_actor.py:53",
             f"{SIM_LABEL}: ranks {self.ranks.start}-{self.ranks.stop - 1} on GPUs {self.gpu_ids}",
@@ -174,6 +173,15 @@ class MegatronTrainRayActor:
             # driver words what Ray reports (driver.py), the simulator cannot really exhaust the host's RAM.
             self.log.at("train_actor.py:71", "loading the checkpoint into host memory")
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _take_gpus(self) -> None:
+        """The GPUs Ray gave this actor, held (fake memory) as a real trainer would hold them."""
+        # ray: only inside the Ray job (tests/unit import this module without Ray)
+        import ray
+
+        self.gpu_ids = [int(x) for x in ray.get_gpu_ids()]
+        self.holdings = _hold_gpus(self.gpu_ids, os.getpid(), self.args.hold_gpu_mib, 0)
+        self.node = _node_ip()
 
     def _set_util(self, util: int, mem: int | None = None) -> None:
         for path in self.holdings:
@@ -221,6 +229,62 @@ class MegatronTrainRayActor:
             sys.stderr.flush()
         deaths.nccl_abort(timed_out[0], timeout_ms, ran_ms)
 
+    def _store_unreachable(self) -> None:
+        """`--sim-fail c10d-unreachable`: each rank of this actor tries the store's address and gives up, as
+        torch's TCPStore client prints it; the first rank's error ends train()."""
+        timeout_ms = int(self.args.nccl_timeout_s * 1000)
+        time.sleep(self.args.nccl_timeout_s)
+        sys.stderr.write("".join(f"{deaths.c10d_timeout_line(r, timeout_ms)}\n" for r in self.ranks))
+        sys.stderr.flush()
+        raise deaths.DistNetworkError(deaths.c10d_timeout_message(timeout_ms))
+
+    def _hang(self, rollout_id: int) -> None:
+        """With `--sim-hang-rank`, at the second rollout (the first of a one-rollout run): the hung rank
+        waits in a receive that never comes; every other rank waits in the all-reduce."""
+        a = self.args
+        if a.hang_rank is None or rollout_id != min(1, a.num_rollout - 1):
+            return
+        if a.hang_rank in self.ranks:
+            simulated_stuck_recv()
+        simulated_allreduce_wait()
+
+    def _fail_in_train(self, rollout_id: int) -> None:
+        """Die (or, for an incident, print a caught error) the way `--sim-fail` asks at this rollout."""
+        a = self.args
+        if a.fails_at("train-oom", rollout_id):
+            self._out_of_memory(rollout_id)
+        if a.fails_at("nccl-timeout", rollout_id):
+            self._collective_timeout()
+        if a.fails_at("c10d-unreachable", rollout_id):
+            self._store_unreachable()
+        if a.fails_at("incident", rollout_id) and self.ranks.start == 0:
+            sys.stderr.write("".join(f"{line}\n" for line in deaths.caught_error_lines()))
+            sys.stderr.flush()
+
+    def _rollout_metrics(self, rollout_id: int) -> None:
+        """The rollout's batch dict, logged and as an event."""
+        batch = metrics.rollout_batch(rollout_id)
+        self._metric_line("log_utils.py:123", f"rollout {rollout_id}: {batch}")
+        self.events.metric({**batch, "rollout/step": rollout_id}, rollout_id)
+
+    def _perf_metrics(self, rollout_id: int) -> None:
+        """The trainer's perf dict for the rollout, logged and as an event."""
+        perf = metrics.train_perf(rollout_id, self.args.step_seconds, self.args.steps_per_rollout)
+        self._metric_line("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
+        self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
+
+    def _train_step(self, rollout_id: int, s: int) -> None:
+        """Step `s` of the rollout, logged twice as miles does, and as an event."""
+        a = self.args
+        n = rollout_id * a.steps_per_rollout + s
+        nan = a.nan_at_step is not None and n >= a.nan_at_step
+        step = metrics.train_step(
+            n, s == 0, a.lr, nan, rollout_id == a.kl_spike_at_rollout, n == a.nan_grad_at_step
+        )
+        self._metric_line("log_utils.py:542", f"step {n}: {step}")
+        self._metric_line("model.py:854", f"step {n}: {step}")
+        self.events.metric(step, rollout_id)
+
     def train(self, rollout_id: int) -> None:
         a = self.args
         cls = type(self).__name__
@@ -230,29 +294,16 @@ class MegatronTrainRayActor:
         self._set_util(97)
         wall0 = time.time()
         self._rank_phases("train", wall0, -1.0)
-        if a.hang_rank is not None and rollout_id == min(1, a.num_rollout - 1):
-            if a.hang_rank in self.ranks:
-                simulated_stuck_recv()
-            simulated_allreduce_wait()
+        self._hang(rollout_id)
         if self.ranks.start == 0:
             self.log.at("timer.py:30", "Timer train start")
-        if a.fails_at("train-oom", rollout_id):
-            self._out_of_memory(rollout_id)
-        if a.fails_at("nccl-timeout", rollout_id):
-            self._collective_timeout()
+        self._fail_in_train(rollout_id)
         if self.prints_metrics:
-            batch = metrics.rollout_batch(rollout_id)
-            self._metric_line("log_utils.py:123", f"rollout {rollout_id}: {batch}")
-            self.events.metric({**batch, "rollout/step": rollout_id}, rollout_id)
-        spr = a.steps_per_rollout
-        for s in range(spr):
-            time.sleep(a.step_seconds / spr)
+            self._rollout_metrics(rollout_id)
+        for s in range(a.steps_per_rollout):
+            time.sleep(a.step_seconds / a.steps_per_rollout)
             if self.prints_metrics:
-                n = rollout_id * spr + s
-                step = metrics.train_step(n, s == 0, a.lr, a.nan_at_step is not None and n >= a.nan_at_step)
-                self._metric_line("log_utils.py:542", f"step {n}: {step}")
-                self._metric_line("model.py:854", f"step {n}: {step}")
-                self.events.metric(step, rollout_id)
+                self._train_step(rollout_id, s)
         if self.ranks.start == 0:
             self.log.at("timer.py:41", f"Timer train end (elapsed: {a.step_seconds:.1f}s)")
         end = time.time()
@@ -260,9 +311,7 @@ class MegatronTrainRayActor:
             time.sleep(a.straggler_seconds)
         self._rank_phases("train", wall0, end)
         if self.prints_metrics:
-            perf = metrics.train_perf(rollout_id, a.step_seconds, spr)
-            self._metric_line("train_metric_utils.py:56", f"perf {rollout_id}: {perf}")
-            self.events.metric({**perf, "rollout/step": rollout_id}, rollout_id)
+            self._perf_metrics(rollout_id)
         self._set_util(0)
         self.dashboard.drain()
         self.phases.drain()
@@ -289,6 +338,8 @@ class MegatronTrainRayActor:
         ckpt = Path(save) / f"iter_{it:07d}"
         ckpt.mkdir(parents=True, exist_ok=True)
         (ckpt / "SIMULATED").write_text(f"{SIM_LABEL}: no weights; rollout_id={rollout_id}\n")
+        for name in ("common.pt", ".metadata", "metadata.json"):  # what a finished torch_dist save leaves
+            (ckpt / name).write_text("{}\n" if name.endswith(".json") else SIM_LABEL + "\n")
         (Path(save) / event_checkpoint.TRACKER).write_text(f"{it}\n")
         event_checkpoint.snapshot(self.args.dump_details, save, it, self.log)
         print(

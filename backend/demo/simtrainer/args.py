@@ -12,8 +12,18 @@ from dataclasses import dataclass
 
 LOG_FORMATS = ("newest", "2026-04", "bare")  # see milog.py for what each prints
 # how the run dies (`--sim-fail`; deaths.py prints each as the real libraries do): `error` a plain
-# RuntimeError in train(), then the four shapes of miles-log-formats.md §3 the console must name
-FAIL_KINDS = ("error", "train-oom", "engine-start", "host-oom", "nccl-timeout")
+# RuntimeError in train(), then the shapes of miles-log-formats.md §3 and §3b the console must name;
+# `c10d-unreachable` a rank that cannot reach the c10d store's address; `incident` a caught error the run
+# outlives (it goes on and succeeds: no cause, one incident)
+FAIL_KINDS = (
+    "error",
+    "train-oom",
+    "engine-start",
+    "host-oom",
+    "nccl-timeout",
+    "c10d-unreachable",
+    "incident",
+)
 NEEDS_RAY = ("host-oom",)  # Ray's OOM killer has no meaning without Ray (`--sim-log-format bare`)
 
 
@@ -60,6 +70,15 @@ class SimArgs:
     straggler_rank: int | None = None
     straggler_seconds: float = 3.0
     hang_rank: int | None = None
+    kl_spike_at_rollout: int | None = None  # that rollout's train steps log a KL far above its median
+    nan_grad_at_step: int | None = None  # that one step's grad norm is NaN (a skipped step the run outlives)
+    ckpt_step: int | None = (
+        None  # Megatron's --ckpt-step: the iteration of --load to load (None: the tracker's)
+    )
+    max_tokens_per_gpu: int | None = None
+    oom_above_tokens: int | None = (
+        None  # train-oom only while --max-tokens-per-gpu is above this (a fix works)
+    )
 
     @property
     def oom_at_rollout(self) -> int | None:
@@ -67,6 +86,10 @@ class SimArgs:
         return self.fail_at_rollout if self.fail == "train-oom" else None
 
     def fails_at(self, kind: str, rollout_id: int) -> bool:
+        if kind == "train-oom" and self.oom_above_tokens is not None:
+            tokens = self.max_tokens_per_gpu
+            if tokens is not None and tokens <= self.oom_above_tokens:
+                return False  # the resumed attempt's smaller micro-batches fit
         return self.fail == kind and rollout_id == self.fail_at_rollout
 
     @property
@@ -112,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-details", default=None)
     p.add_argument("--rollout-max-response-len", dest="max_response_len", type=int, default=256)
     p.add_argument("--load", default=None)
+    p.add_argument("--ckpt-step", dest="ckpt_step", type=int, default=None)
+    p.add_argument("--max-tokens-per-gpu", dest="max_tokens_per_gpu", type=int, default=None)
     p.add_argument("--wandb-group", default=None)
     # miles/dashboard/args.py: the live dashboard streams under {dump_details}/dashboard/
     p.add_argument("--use-miles-dashboard", action="store_true")
@@ -140,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
     # in simulated_allreduce_wait (what a real hang looks
     # like: one rank elsewhere, the rest in the collective)
     p.add_argument("--sim-hang-rank", dest="hang_rank", type=int, default=None)
+    # the train steps of rollout N log train/ppo_kl at KL_SPIKE (the steps after it are ordinary again): the
+    # kl-spike alert fires once and clears once
+    p.add_argument("--sim-kl-spike-at-rollout", dest="kl_spike_at_rollout", type=int, default=None)
+    # step N alone logs a NaN grad norm (its loss finite): miles skips that step and goes on, an incident
+    p.add_argument("--sim-nan-grad-at-step", dest="nan_grad_at_step", type=int, default=None)
+    # --sim-fail train-oom fires only while --max-tokens-per-gpu is above N: the fix a resume proposes works
+    p.add_argument("--sim-oom-above-tokens", dest="oom_above_tokens", type=int, default=None)
     return p
 
 
@@ -152,6 +184,19 @@ def parse(argv: Sequence[str]) -> SimArgs:
     is `--sim-fail train-oom --sim-fail-at-rollout N` (both kept from before `--sim-fail`)."""
     parser = _parser()
     ns, _unknown = parser.parse_known_args(list(argv))
+    _resolve_fail(parser, ns)
+    _check(parser, ns)
+    eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
+    values = {
+        k: v
+        for k, v in vars(ns).items()
+        if k not in ("eval_prompt_data", "oom_at_rollout", "fail_at_rollout")
+    }
+    return SimArgs(eval_name=eval_name, fail_at_rollout=ns.fail_at_rollout or 0, **values)
+
+
+def _resolve_fail(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """The older spellings as `--sim-fail`: `--sim-oom-at-rollout N` and `--sim-fail-at-rollout N` alone."""
     if ns.oom_at_rollout is not None:
         if ns.fail not in (None, "train-oom") or ns.fail_at_rollout not in (None, ns.oom_at_rollout):
             parser.error(
@@ -160,6 +205,10 @@ def parse(argv: Sequence[str]) -> SimArgs:
         ns.fail, ns.fail_at_rollout = "train-oom", ns.oom_at_rollout
     if ns.fail is None and ns.fail_at_rollout is not None:
         ns.fail = "error"
+
+
+def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """Refuse `--sim-*` values that cannot run (exit 2, argparse's one line)."""
     if ns.fail in NEEDS_RAY and ns.log_format == "bare":
         parser.error(f"--sim-fail {ns.fail} needs Ray: not with --sim-log-format bare")
     if ns.nccl_timeout_s <= 0:
@@ -167,10 +216,3 @@ def parse(argv: Sequence[str]) -> SimArgs:
     world = ns.actor_num_nodes * ns.actor_num_gpus_per_node
     if ns.fail_rank is not None and not 0 <= ns.fail_rank < world:
         parser.error(f"--sim-fail-rank must be a rank of the {world}-GPU training world")
-    eval_name = ns.eval_prompt_data[0] if ns.eval_prompt_data else None
-    values = {
-        k: v
-        for k, v in vars(ns).items()
-        if k not in ("eval_prompt_data", "oom_at_rollout", "fail_at_rollout")
-    }
-    return SimArgs(eval_name=eval_name, fail_at_rollout=ns.fail_at_rollout or 0, **values)

@@ -128,6 +128,36 @@ def nccl_abort(rank: int, timeout_ms: int, ran_ms: int) -> None:
     os.abort()
 
 
+# ------------------------------------------------------------------ the network (§3b)
+UNREACHABLE = ("10.255.255.1", 29500)  # a store address no node can reach (TEST-NET-like, never routed here)
+
+
+class DistNetworkError(RuntimeError):
+    """Stands for torch.distributed.DistNetworkError (the real one is torch's; the simulator has no torch)."""
+
+
+def c10d_timeout_message(timeout_ms: int) -> str:
+    host, port = UNREACHABLE
+    return (
+        f"The client socket has timed out after {timeout_ms}ms while trying to connect to ({host}, {port})."
+    )
+
+
+def c10d_timeout_line(rank: int, timeout_ms: int) -> str:
+    """torch's c10d warning before the error is raised (socket.cpp's connect loop giving up)."""
+    return _c10_prefix(rank, "E", "socket.cpp:1028") + "[c10d] " + c10d_timeout_message(timeout_ms)
+
+
+def caught_error_lines() -> list[str]:
+    """A caught and logged traceback (a request to an engine timed out once): the run goes on after it."""
+    return [
+        "Traceback (most recent call last):",
+        '  File "/root/miles/miles/rollout/sglang_rollout.py", line 161, in generate',
+        "    output = await post(url, payload)",
+        "TimeoutError: simulated: the engine did not answer one request in time (it is logged and skipped)",
+    ]
+
+
 # ------------------------------------------------------------------ Ray's memory monitor (host OOM killer)
 # The raylet's wording of Ray 2.4x-2.5x, which the miles runs of 2026 carry (Ray 2.60's raylet words it
 # "N worker(s) were killed due to the node running low on memory. Memory on the node (IP, ID) was XGB used /

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
@@ -104,61 +105,97 @@ def _stop_dashboard(handles: Any) -> None:
     ray.get(collector.close.remote(), timeout=30)
 
 
-def run(args: SimArgs, log: MilesLog) -> int:
+def _announce_resume(args: SimArgs, log: MilesLog, resumed: int) -> None:
+    """Megatron's checkpointing.py words, then the simulator's own line."""
+    print(f" loading checkpoint from {args.load} at iteration {resumed}", flush=True)
+    print(
+        f"  successfully loaded checkpoint from {args.load} [ t 1/1, p 1/1 ] at iteration {resumed}",
+        flush=True,
+    )
+    log.at("train.py:61", f"resuming from checkpoint iteration {resumed} in {args.load}")
+
+
+@dataclass
+class _Actors:
+    """The run's actors, how to wait on their calls, and the dashboard collector (None: off)."""
+
+    get: Callable[[Any], Any]
+    manager: Any
+    trainers: list[Any]
+    dashboard: Any
+
+
+def _ray_actors(args: SimArgs, log: MilesLog) -> _Actors:
+    """The rollout manager and one train actor per node, as Ray actors spread over the nodes."""
     manager_cls, train_cls = ACTOR_CLASSES[args.log_format]
+    ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+    # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
+    _signals(args, log)
+    dashboard = _start_dashboard(args, log) if args.use_miles_dashboard else None
+    log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
+    manager = remote(num_cpus=0)(manager_cls).remote(args)
+    remote_train = remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
+    trainers = [
+        remote_train.options(scheduling_strategy="SPREAD", **_shim_off(args, i)).remote(args, i)
+        for i in range(args.actor_num_nodes)
+    ]
+    _ready(args, log, [manager, *trainers])
+    return _Actors(get=ray.get, manager=manager, trainers=trainers, dashboard=dashboard)
+
+
+def _local_actors(args: SimArgs, log: MilesLog) -> _Actors:
+    """The same actors in this process (`--sim-log-format bare`: no Ray)."""
+    manager_cls, train_cls = ACTOR_CLASSES[args.log_format]
+    _signals(args, log)
+    if args.use_miles_dashboard:
+        log.at("backend.py:88", "miles dashboard: no Ray in this process; dashboard streams are off")
+    manager = _Local(manager_cls(args, in_ray=False))
+    trainers = [_Local(train_cls(args, i, in_ray=False)) for i in range(args.actor_num_nodes)]
+    return _Actors(get=_identity, manager=manager, trainers=trainers, dashboard=None)
+
+
+def _train(args: SimArgs, x: _Actors, start: int) -> int:
+    """miles' loop: generate, train, save and evaluate on their intervals; returns the next rollout id."""
+    get, manager, actors = x.get, x.manager, x.trainers
+    if args.eval_interval and start == 0:
+        get(manager.run_eval.remote(0))
+    last = None if args.forever else args.num_rollout
+    rollout_id = start
+    while last is None or rollout_id < last:
+        get(manager.generate.remote(rollout_id))
+        get([a.train.remote(rollout_id) for a in actors])
+        _save_and_eval(args, x, rollout_id, last)
+        rollout_id += 1
+    get(manager.dispose.remote())
+    return rollout_id
+
+
+def _save_and_eval(args: SimArgs, x: _Actors, rollout_id: int, last: int | None) -> None:
+    """A checkpoint and an evaluation after the rollout, each on its interval (the first eval is before)."""
+    if args.save and should_run_periodic_action(rollout_id, args.save_interval, last):
+        x.get([a.save_model.remote(rollout_id) for a in x.trainers])
+    if rollout_id > 0 and should_run_periodic_action(rollout_id, args.eval_interval, last):
+        x.get(x.manager.run_eval.remote(rollout_id))
+
+
+def run(args: SimArgs, log: MilesLog) -> int:
     in_ray = args.log_format != "bare"
-    resumed = restore(args.dump_details, args.load, log)
+    resumed = restore(args.dump_details, args.load, log, args.ckpt_step)
     start = resumed or 0
     if resumed is not None:
-        log.at("train.py:61", f"resuming from checkpoint iteration {resumed} in {args.load}")
-    dashboard = None
-    manager: Any
-    actors: list[Any]
-    if in_ray:
-        get: Callable[[Any], Any] = ray.get
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
-        # After ray.init: it installs its own SIGTERM handler (SystemExit) for drivers.
-        _signals(args, log)
-        if args.use_miles_dashboard:
-            dashboard = _start_dashboard(args, log)
-        log.at("placement_group.py:113", f"Creating placement group with {args.world_size} GPUs...")
-        manager = remote(num_cpus=0)(manager_cls).remote(args)
-        remote_train = remote(num_cpus=0, num_gpus=args.actor_num_gpus_per_node)(train_cls)
-        actors = [
-            remote_train.options(scheduling_strategy="SPREAD", **_shim_off(args, i)).remote(args, i)
-            for i in range(args.actor_num_nodes)
-        ]
-        _ready(args, log, [manager, *actors])
-    else:
-        get = _identity
-        _signals(args, log)
-        if args.use_miles_dashboard:
-            log.at("backend.py:88", "miles dashboard: no Ray in this process; dashboard streams are off")
-        manager = _Local(manager_cls(args, in_ray=False))
-        actors = [_Local(train_cls(args, i, in_ray=False)) for i in range(args.actor_num_nodes)]
+        _announce_resume(args, log, resumed)
+    x = _ray_actors(args, log) if in_ray else _local_actors(args, log)
     log.at(
         "placement_group.py:160",
         f"Placement group ready: {args.actor_num_nodes} train actors, 1 rollout manager",
     )
     try:
         if args.leak_gpu_process and in_ray:
-            get(actors[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
-        if args.eval_interval and start == 0:
-            get(manager.run_eval.remote(0))
-        last = None if args.forever else args.num_rollout
-        rollout_id = start
-        while last is None or rollout_id < last:
-            get(manager.generate.remote(rollout_id))
-            get([a.train.remote(rollout_id) for a in actors])
-            if args.save and should_run_periodic_action(rollout_id, args.save_interval, last):
-                get([a.save_model.remote(rollout_id) for a in actors])
-            if rollout_id > 0 and should_run_periodic_action(rollout_id, args.eval_interval, last):
-                get(manager.run_eval.remote(rollout_id))
-            rollout_id += 1
-        get(manager.dispose.remote())
+            x.get(x.trainers[-1].leak_gpu_process.remote(args.hold_gpu_mib // 4))
+        rollout_id = _train(args, x, start)
     finally:
-        if dashboard is not None:
-            _stop_dashboard(dashboard)
+        if x.dashboard is not None:
+            _stop_dashboard(x.dashboard)
     log.at("train.py:150", f"{SIM_LABEL}: training finished after {rollout_id - start} rollouts")
     return 0
 

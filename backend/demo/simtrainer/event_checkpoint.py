@@ -38,19 +38,22 @@ def snapshot(dump_details: str | None, save: str | None, iteration: int, log: Mi
     log.at("checkpoint.py:33", f"Snapshotted event dir {src} -> {dst}")
 
 
-def checkpoint_iteration(load: str | None) -> int | None:
-    """The iteration in `{load}/latest_checkpointed_iteration.txt`, or None without a checkpoint."""
+def checkpoint_iteration(load: str | None, step: int | None = None) -> int | None:
+    """The iteration Megatron loads: `--ckpt-step` when given, else the one in
+    `{load}/latest_checkpointed_iteration.txt`; None without a checkpoint."""
     if load is None:
         return None
+    if step is not None:
+        return step if (Path(load) / f"iter_{step:07d}").is_dir() else None
     try:
         return int((Path(load) / TRACKER).read_text().strip())
     except (OSError, ValueError):
         return None
 
 
-def restore(dump_details: str | None, load: str | None, log: MilesLog) -> int | None:
+def restore(dump_details: str | None, load: str | None, log: MilesLog, step: int | None = None) -> int | None:
     """Put the checkpoint's event snapshot in place of the live event dir; returns the iteration resumed."""
-    iteration = checkpoint_iteration(load)
+    iteration = checkpoint_iteration(load, step)
     if dump_details is None or load is None or iteration is None:
         return iteration
     src = snapshot_dir(Path(load), iteration)

@@ -28,13 +28,25 @@ def reward_at(rollout_id: int) -> float:
     return 0.1 + 0.6 * (1.0 - math.exp(-rollout_id / 20.0))
 
 
+def response_lengths(r: random.Random, rbs: int, n: int, max_len: int) -> list[int]:
+    """The rollout's response lengths (sorted; group g is the g-th run of n): the perf line's and the
+    rollout file's (backend.demo.simtrainer.samples), so the two agree as miles' do."""
+    lens = [r.randint(max(1, max_len // 8), max_len) for _ in range(rbs * n)]
+    lens.sort()
+    return lens
+
+
+def rollout_lengths(rollout_id: int, rbs: int, n: int, max_len: int) -> list[int]:
+    """`response_lengths` of rollout `rollout_id`, drawn as rollout_perf draws them."""
+    return response_lengths(_rng("perf-rollout", rollout_id), rbs, n, max_len)
+
+
 def rollout_perf(
     rollout_id: int, n_gpus: int, rbs: int, n: int, max_len: int, rollout_time: float, passrate: bool
 ) -> dict[str, object]:
     """RolloutManager `perf N` (metrics.py:89)."""
     r = _rng("perf-rollout", rollout_id)
-    lens = [r.randint(max(1, max_len // 8), max_len) for _ in range(rbs * n)]
-    lens.sort()
+    lens = response_lengths(r, rbs, n, max_len)
     mean = sum(lens) / len(lens)
     median = float(lens[len(lens) // 2])
     truncated = sum(1 for x in lens if x >= max_len) / len(lens)
@@ -106,8 +118,14 @@ def rollout_batch(rollout_id: int) -> dict[str, float]:
     }
 
 
-def train_step(step: int, first_of_rollout: bool, lr: float, nan: bool) -> dict[str, object]:
-    """Train actor `step N` (log_utils.py:542 and model.py:854; printed twice)."""
+KL_SPIKE = 0.5  # `--sim-kl-spike-at-rollout`: thousands of times the ordinary ppo_kl (|x| <= 1e-4)
+
+
+def train_step(
+    step: int, first_of_rollout: bool, lr: float, nan: bool, kl_spike: bool = False, nan_grad: bool = False
+) -> dict[str, object]:
+    """Train actor `step N` (log_utils.py:542 and model.py:854; printed twice). `nan`: loss and grad norm
+    NaN (diverged); `nan_grad`: the grad norm alone (a step skipped); `kl_spike`: ppo_kl at KL_SPIKE."""
     r = _rng("step", step)
     loss = float("nan") if nan else -r.uniform(0, 5e-4)
     return {
@@ -115,11 +133,11 @@ def train_step(step: int, first_of_rollout: bool, lr: float, nan: bool) -> dict[
         "train/pg_loss": loss,
         "train/entropy_loss": 0.0,
         "train/pg_clipfrac": 0.0 if first_of_rollout else r.uniform(0, 0.01),
-        "train/ppo_kl": 0.0 if first_of_rollout else r.uniform(-1e-4, 1e-4),
+        "train/ppo_kl": KL_SPIKE if kl_spike else 0.0 if first_of_rollout else r.uniform(-1e-4, 1e-4),
         "train/ess_ratio": 1.0,
         "train/train_rollout_logprob_abs_diff": r.uniform(0.005, 0.02),
         "train/train_rollout_kl": r.uniform(1e-4, 5e-4),
-        "train/grad_norm": float("nan") if nan else r.uniform(0.05, 0.15),
+        "train/grad_norm": float("nan") if nan or nan_grad else r.uniform(0.05, 0.15),
         "train/lr-pg_0": lr,
         "train/lr-pg_1": lr,
         "train/step": step,

@@ -19,7 +19,7 @@ from backend.plan.checks.values import divisors
 from backend.plan.finding import Finding
 
 if TYPE_CHECKING:
-    from backend.plan.spec import RunSpec
+    from backend.plan.spec import Batch, ModelFacts, Rollout, RunSpec, Train
     from backend.severity import Severity
 
 KEEP_MTP_ENV = "MILES_NEMOTRONH_KEEP_MTP"  # set in run.extra_env: the checkpoint's MTP head is built
@@ -80,6 +80,7 @@ class LayoutContext:
         "cp",
         "dense_grid",
         "dispatcher",
+        "distributed_optimizer",
         "dp",
         "dpa",
         "dyn",
@@ -114,6 +115,7 @@ class LayoutContext:
         "m_heads",
         "max_tokens",
         "mbs",
+        "mbs_raw",
         "mem_fraction",
         "moe_ffn",
         "mtp_layers",
@@ -154,11 +156,20 @@ class LayoutContext:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.out: list[Finding] = []
-        m, c, t, r, b = spec.model, spec.cluster, spec.train, spec.rollout, spec.batch
-        self.m = m
+        c = spec.cluster
+        self.m = spec.model
         self.nodes, self.gpn = c.nodes, c.gpus_per_node
         self.W = c.nodes * c.gpus_per_node
         self.hbm, self.host_mem = c.gpu_memory_gb, c.host_memory_gb
+        self._read_train(spec.train)
+        self._read_model(spec.model)
+        self._read_run(spec)
+        self._read_rollout(spec.rollout, spec.batch)
+        self._derive_layout()
+        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, layout_figures)
+
+    def _read_train(self, t: Train) -> None:
+        """The training parallelism and schedule, with Megatron's defaults applied."""
         self.tp, self.pp, self.cp, self.ep = t.tp, t.pp, t.cp, t.ep
         self.etp_raw = t.etp
         self.etp = t.etp if t.etp is not None else t.tp  # Megatron's validate_args default
@@ -174,8 +185,12 @@ class LayoutContext:
             t.recompute_method,
             t.recompute_num_layers,
         )
-        self.mbs, self.dyn = t.micro_batch_size, t.use_dynamic_batch_size
+        self.mbs_raw, self.dyn = t.micro_batch_size, t.use_dynamic_batch_size
+        self.mbs = 1 if self.dyn else self.mbs_raw  # H15: not passed under dynamic batching, miles uses 1
         self.overlap, self.dispatcher = t.moe_shared_expert_overlap, t.moe_token_dispatcher
+
+    def _read_model(self, m: ModelFacts) -> None:
+        """The architecture: layer kinds of the hybrid pattern, widths, experts, MTP."""
         self.layers, self.pattern = m.num_layers, m.hybrid_pattern
         n_m, n_e, n_a, n_d = _counts(m.hybrid_pattern)
         self.has_mamba, self.has_moe, self.has_attn, self.has_mlp = n_m > 0, n_e > 0, n_a > 0, n_d > 0
@@ -190,6 +205,9 @@ class LayoutContext:
         self.m_heads, self.m_groups = m.mamba_num_heads, m.mamba_num_groups
         self.pos_emb, self.bias = m.position_embedding_type, m.add_bias_linear
         self.mtp_layers, self.mtp_pattern = m.mtp_num_layers, m.mtp_pattern
+
+    def _read_run(self, spec: RunSpec) -> None:
+        """What the run's environment and extra args switch, and the optimizer."""
         env = spec.run.extra_env
         self.keep_mtp = bool(env.get(KEEP_MTP_ENV))
         self.cdmc = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
@@ -198,6 +216,11 @@ class LayoutContext:
         self.enable_mtp_flag = "--enable-mtp-training" in flags
         self.overlap_p2p = "--no-overlap-p2p-communication" not in flags
         self.offload = spec.optimizer.cpu_offload
+        # the distributed optimizer only for Adam (miles backends/megatron_utils/arguments.py:15)
+        self.distributed_optimizer = spec.optimizer.name == "adam"
+
+    def _read_rollout(self, r: Rollout, b: Batch) -> None:
+        """The rollout engines and the batch sizes."""
         self.g, self.rep, self.rdp, self.dpa = r.gpus_per_engine, r.ep, r.dp, r.enable_dp_attention
         self.mem_fraction, self.num_gpus, self.colocate = r.mem_fraction, r.num_gpus, r.colocate
         self.r_backend = r.sglang_attention_backend
@@ -207,18 +230,19 @@ class LayoutContext:
             b.over_sampling_batch_size,
             b.max_tokens_per_gpu,
         )
-        # derived layout
+
+    def _derive_layout(self) -> None:
+        """The layout the parallel degrees imply (None where it is not whole)."""
         self.dense_grid = self.tp * self.pp * self.cp
         self.dp = self.W // self.dense_grid if self.W % self.dense_grid == 0 else None
         self.expert_grid = self.etp * self.ep * self.pp
         self.edp = self.W // self.expert_grid if self.W % self.expert_grid == 0 else None
         self.R = self.W if self.colocate else self.num_gpus  # H3: colocate forces all actor GPUs
-        self.nn = max(1, self.g // self.gpn)  # H4: nodes per engine
+        self.nn = max(1, self.g // self.gpn)  # H4: nodes per engine (--num-gpus-per-node is passed)
         if self.dpa and self.rdp > 1:
             self.attn_tp = self.g // self.rdp if self.g % self.rdp == 0 else None
         else:
             self.attn_tp = self.g
-        self.train_memory: TrainMemory | None = None  # computed on first use (memory rules, layout_figures)
 
     def add(
         self,
@@ -241,7 +265,15 @@ class LayoutContext:
         )
 
     def legal_tp(self) -> list[int]:
-        return [v for v in divisors(self.heads) if self.tp_ok_model(v)]  # B1: heads % tp == 0
+        """TP values the model allows (B1, B2, D1, D2), those the grid also fits (A1) when there are some:
+        a fix never offers a TP that another finding rules out."""
+        return self.grid_tps() or [v for v in divisors(self.heads) if self.tp_ok_model(v)]
+
+    def grid_tps(self) -> list[int]:
+        """TP values the model allows (B1: heads % tp == 0, B2, D1, D2) that also fit the grid (A1)."""
+        return [
+            v for v in divisors(self.heads) if self.tp_ok_model(v) and self.W % (v * self.pp * self.cp) == 0
+        ]
 
     def legal_pp(self) -> list[int]:
         fits = [
@@ -291,11 +323,29 @@ class LayoutContext:
             )
         return self.train_memory
 
-    def hbm_need(self) -> HbmNeed:
+    def optimizer_params(self) -> float:
+        """Parameters whose optimizer state one GPU holds: its DP shard with the distributed optimizer,
+        every parameter it holds without it (miles turns it off for anything but Adam)."""
         mem = self.memory()
-        p = mem.worst.total
-        optimizer = 0.0 if self.offload else mem.max_sharded(self.cp) * sizing.ADAM_BYTES / sizing.GB
+        return mem.max_sharded(self.cp) if self.distributed_optimizer else mem.worst.total
+
+    def optimizer_gb(self) -> float:
+        per_param = sizing.ADAM_BYTES if self.spec.optimizer.name == "adam" else sizing.SGD_BYTES
+        return self.optimizer_params() * per_param / sizing.GB
+
+    def hbm_need(self) -> HbmNeed:
+        p = self.memory().worst.total
+        optimizer = 0.0 if self.offload else self.optimizer_gb()
         return HbmNeed(p * sizing.BF16 / sizing.GB, p * sizing.FP32 / sizing.GB, optimizer)
+
+    def rollout_engines(self) -> tuple[int | None, int | None]:
+        """(engines, engine processes) as miles counts them: one process per min(engine, node) GPUs
+        (rollout_server.py:48-49), an engine for every nodes_per_engine processes, the last possibly
+        partial (server_group.py:51,56)."""
+        if self.R is None:
+            return None, None
+        processes = self.R // min(self.g, self.gpn)
+        return -(-processes // self.nn), processes
 
     def rollout_weights_gb(self) -> float | None:
         """Weights one rollout GPU holds (None while the attention TP is not whole)."""

@@ -10,15 +10,24 @@ from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
 
 
+def _a1_fix(c: LayoutContext) -> str:
+    """A TP the model allows comes first when the model forbids this one (B1/B2/D1/D2 fire too): that one
+    edit clears them all, and no other PP or cluster size helps a TP the model refuses."""
+    tps = c.grid_tps()
+    if tps and not c.tp_ok_model(c.tp):
+        return f"use train.tp {alts(near(tps, c.tp))} (the TP values the model allows that fit the grid)"
+    pps = [p for p in divisors(c.W // (c.tp * c.cp))] if c.W % (c.tp * c.cp) == 0 else []
+    alt = f"use train.pp {alts(near(pps, c.pp))} at TP={c.tp}, CP={c.cp}, or " if pps else ""
+    return f"{alt}use a cluster of {alts(c.nodes_fitting(c.dense_grid))} nodes"
+
+
 def _a1(c: LayoutContext) -> None:
     if c.W % c.dense_grid:
-        pps = [p for p in divisors(c.W // (c.tp * c.cp))] if c.W % (c.tp * c.cp) == 0 else []
-        alt = f"use train.pp {alts(near(pps, c.pp))} at TP={c.tp}, CP={c.cp}, or " if pps else ""
         c.add(
             "A1",
             f"training grid TP·PP·CP = {c.tp}·{c.pp}·{c.cp} = {c.dense_grid} does not divide the "
             f"{c.world()}: Megatron raises 'world_size ({c.W}) is not divisible by {c.dense_grid}'",
-            f"{alt}use a cluster of {alts(c.nodes_fitting(c.dense_grid))} nodes",
+            _a1_fix(c),
         )
 
 

@@ -45,13 +45,18 @@ def _m2(c: LayoutContext) -> None:
     if not c.offload:
         return
     mem = c.memory()
-    per_gpu = mem.max_sharded(c.cp) * (sizing.ADAM_BYTES + sizing.FP32) / sizing.GB
+    per_gpu = c.optimizer_gb() + c.optimizer_params() * sizing.FP32 / sizing.GB
     per_node = per_gpu * c.gpn
     if per_node <= WARN_FRACTION * c.host_mem:
         return
+    shard = (
+        f"expert state sharded over EDP {mem.edp:g}, dense over DP {mem.dp:g}"
+        if c.distributed_optimizer
+        else f"not sharded: miles turns the distributed optimizer off for {c.spec.optimizer.name}"
+    )
     what = (
-        f"offloaded Adam state + host grad copies need {gb(per_gpu)} per GPU = {gb(per_node)} per "
-        f"{c.gpn}-GPU node (expert state sharded over EDP {mem.edp:g}, dense over DP {mem.dp:g})"
+        f"offloaded optimizer state + host grad copies need {gb(per_gpu)} per GPU = {gb(per_node)} per "
+        f"{c.gpn}-GPU node ({shard})"
     )
     fix = (
         "raise EDP (lower train.ep·train.etp·train.pp for "

@@ -7,10 +7,13 @@ batch arithmetic, dynamic batching, first/last stages at PP = 1, and the launche
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
+from backend.plan import miles_flags
 from backend.plan.checks.context import Check, LayoutContext
 from backend.plan.checks.values import alts, divisors, near
+from backend.plan.simulation import is_simulated
 from backend.severity import Severity
 
 
@@ -193,6 +196,62 @@ def _h12(c: LayoutContext) -> None:
         )
 
 
+SIM_PREFIXES = ("--sim-",)
+
+
+def _extra_tokens(c: LayoutContext) -> list[str]:
+    try:
+        return shlex.split(c.extra_args)
+    except ValueError:
+        return []  # the submission refuses unbalanced quotes with its own one-line error
+
+
+def _h13(c: LayoutContext) -> None:
+    tokens = _extra_tokens(c)
+    if not tokens:
+        return
+    simulated = is_simulated(c.spec.paths.train_script)  # the simulator also takes its own --sim-* flags
+    problems = miles_flags.extra_args_problems(tokens, SIM_PREFIXES if simulated else ())
+    for problem in problems:
+        c.add(
+            "H13",
+            f"run.extra_args: {problem}: miles' parser exits before the job starts",
+            "fix or remove it in run.extra_args (the flags are those of configs/miles/args.toml)",
+        )
+
+
+def _plan_flags(c: LayoutContext) -> set[str]:
+    from backend.plan.submission import train_argv  # the argv this plan emits, without the extra args
+
+    plan = c.spec.model_copy(update={"run": c.spec.run.model_copy(update={"extra_args": ""})})
+    return {t for t in train_argv(plan, "000000-000000-000") if t.startswith("--")}
+
+
+def _h14(c: LayoutContext) -> None:
+    tokens = {t.partition("=")[0] for t in _extra_tokens(c) if t.startswith("--")}
+    if not tokens:
+        return
+    plan = {miles_flags.dest_of(t) for t in _plan_flags(c)} - {None}
+    repeated = sorted(t for t in tokens if miles_flags.dest_of(t) in plan)
+    if repeated:
+        c.add(
+            "H14",
+            f"run.extra_args sets {', '.join(map(repr, repeated))}, which the plan sets from its fields: "
+            "miles uses the extra value, not the one the plan shows",
+            "set the plan's field instead and drop the flag from run.extra_args",
+        )
+
+
+def _h15(c: LayoutContext) -> None:
+    if c.dyn and c.mbs_raw != 1:
+        c.add(
+            "H15",
+            f"micro batch {c.mbs_raw} → 1: dynamic batch size forces 1 (--micro-batch-size is not passed; "
+            "batches are packed up to batch.max_tokens_per_gpu)",
+            "set train.micro_batch_size = 1, or train.use_dynamic_batch_size = false to use it",
+        )
+
+
 CHECKS: dict[str, Check] = {
     "H2": _h2,
     "H3": _h3,
@@ -202,4 +261,7 @@ CHECKS: dict[str, Check] = {
     "H8": _h8,
     "H10": _h10,
     "H12": _h12,
+    "H13": _h13,
+    "H14": _h14,
+    "H15": _h15,
 }

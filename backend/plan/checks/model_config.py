@@ -43,10 +43,9 @@ def _b4(c: LayoutContext) -> None:
 
 def _b7(c: LayoutContext) -> None:
     """TransformerConfig's uneven-PP arithmetic, step for step (it runs even at PP = 1)."""
-    first, last, vpp = c.first, c.last, c.vpp
+    first, last = c.first, c.last
     if first is None and last is None:
         return
-    fields = ("train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers", "train.pp")
     layers, stages = c.layers, c.pp
     for name, val in (
         ("decoder_first_pipeline_num_layers", first),
@@ -54,24 +53,40 @@ def _b7(c: LayoutContext) -> None:
     ):
         if val is None:
             continue
-        if val <= 0:
-            c.add(
-                "B7",
-                f"train.{name} = {val}: a pipeline stage must hold at least one layer",
-                f"set train.{name} to 1..{c.layers - 1} or unset it",
-                fields,
-            )
-            return
-        if vpp is not None and val % vpp:
-            c.add(
-                "B7",
-                f"train.{name} = {val} is not divisible by the virtual pipeline degree {vpp}",
-                "unset train.vpp (D7)",
-                (*fields, "train.vpp"),
-            )
+        if _b7_edge_refused(c, name, val):
             return
         layers -= val
         stages -= 1
+    _b7_middle(c, layers, stages)
+
+
+_B7_FIELDS = ("train.decoder_first_pipeline_num_layers", "train.decoder_last_pipeline_num_layers", "train.pp")
+
+
+def _b7_edge_refused(c: LayoutContext, name: str, val: int) -> bool:
+    """A first or last stage sized by hand that TransformerConfig refuses on its own (said when it does)."""
+    if val <= 0:
+        c.add(
+            "B7",
+            f"train.{name} = {val}: a pipeline stage must hold at least one layer",
+            f"set train.{name} to 1..{c.layers - 1} or unset it",
+            _B7_FIELDS,
+        )
+        return True
+    if c.vpp is not None and val % c.vpp:
+        c.add(
+            "B7",
+            f"train.{name} = {val} is not divisible by the virtual pipeline degree {c.vpp}",
+            "unset train.vpp (D7)",
+            (*_B7_FIELDS, "train.vpp"),
+        )
+        return True
+    return False
+
+
+def _b7_middle(c: LayoutContext, layers: int, stages: int) -> None:
+    """The layers left for the middle stages must split evenly over them (and over the virtual stages)."""
+    first, last, vpp, fields = c.first, c.last, c.vpp, _B7_FIELDS
     fix = (
         f"pick first/last so that {c.layers} − first − last splits evenly over the middle stages, or unset "
         "both (miles' fork ignores them anyway, see D7)"

@@ -109,10 +109,15 @@ def megatron_argv(spec: RunSpec) -> list[str]:
     if "--seq-length" not in argv:
         extra += ["--seq-length", "4096", "--max-position-embeddings", "4096"]
     if "--micro-batch-size" not in argv:
-        extra += ["--micro-batch-size", str(spec.train.micro_batch_size)]
+        extra += ["--micro-batch-size", str(micro_batch(spec))]
     if "--bf16" not in argv:
         extra += ["--bf16"]
     return argv + extra
+
+
+def micro_batch(spec: RunSpec) -> int:
+    """What Megatron gets: miles' default 1 under dynamic batch size (no flag passed), else the spec's."""
+    return 1 if spec.train.use_dynamic_batch_size else spec.train.micro_batch_size
 
 
 def check_validate_args(spec: RunSpec) -> None:
@@ -140,7 +145,7 @@ def check_microbatches(spec: RunSpec) -> None:
     dp = spec.cluster.total_gpus // (t.tp * t.pp * t.cp)
     if dp == 0 or spec.cluster.total_gpus % (t.tp * t.pp * t.cp):
         return  # A1 decides this spec; the calculator needs a whole DP
-    nmc.init_num_microbatches_calculator(0, None, spec.batch.global_batch_size, t.micro_batch_size, dp, False)
+    nmc.init_num_microbatches_calculator(0, None, spec.batch.global_batch_size, micro_batch(spec), dp, False)
     nmc.destroy_num_microbatches_calculator()
 
 

@@ -23,7 +23,7 @@ def hopper_gpu(env: dict[str, str]) -> Iterator[None]:
     saved = (torch.cuda.get_device_capability, torch.cuda.get_device_properties)
     saved_env = {k: os.environ.get(k) for k in env}
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-    torch.cuda.get_device_properties = lambda *a, **k: _Props()
+    torch.cuda.get_device_properties = lambda *a, **k: _Props()  # type: ignore[assignment,unused-ignore]
     os.environ.update(env)
     try:
         yield

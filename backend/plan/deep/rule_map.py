@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -93,32 +95,47 @@ def effective_vpp(spec: RunSpec) -> int | None:
 def decides(check: str, spec: RunSpec) -> tuple[str, ...]:
     """The rules a passing `check` proves hold for `spec`."""
     t = spec.train
-    uneven = t.decoder_first_pipeline_num_layers is not None or t.decoder_last_pipeline_num_layers is not None
-    vpp = effective_vpp(spec) is not None
-    if check == "transformer_config":
-        return ("B1", "B2", "B13", "B14") + (("B7",) if uneven else ())
-    if check == "initialize_model_parallel":
-        return ("A1", "A2") + (("A8",) if vpp else ())
-    if check == "validate_args":
-        return ("A1", "C4", "C8") + (("A8",) if vpp else ()) + (("C2",) if not vpp and not uneven else ())
-    if check == "microbatches":
-        return ("C8",)
-    if check == "select_pipeline_segment":
-        if t.pp == 1:
-            return ()
-        if vpp:
-            return ("D7",)
-        if not uneven:
-            return ("C2",)
-        middle = (
-            t.pp
-            - (t.decoder_first_pipeline_num_layers is not None)
-            - (t.decoder_last_pipeline_num_layers is not None)
-        )
-        return ("B7",) if middle > 0 else ()  # with no middle stage it only slices, checking nothing
-    if check == "server_args":
-        return ("G1", "G4", "G6")
-    return ()
+    edges = (t.decoder_first_pipeline_num_layers is not None) + (
+        t.decoder_last_pipeline_num_layers is not None
+    )
+    decided = _DECIDES.get(check)
+    return decided(_Layout(t.pp, edges, effective_vpp(spec) is not None)) if decided else ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What decides which rules a check proves: PP, how many edge stages are sized by hand, interleaving."""
+
+    pp: int
+    edges: int  # 0-2: decoder_first/last_pipeline_num_layers set
+    vpp: bool
+
+    @property
+    def uneven(self) -> bool:
+        return self.edges > 0
+
+
+def _segment_rules(x: _Layout) -> tuple[str, ...]:
+    """select_pipeline_segment: with no middle stage it only slices, checking nothing."""
+    if x.pp == 1:
+        return ()
+    if x.vpp:
+        return ("D7",)
+    if not x.uneven:
+        return ("C2",)
+    return ("B7",) if x.pp - x.edges > 0 else ()
+
+
+_DECIDES: dict[str, Callable[[_Layout], tuple[str, ...]]] = {
+    "transformer_config": lambda x: ("B1", "B2", "B13", "B14") + (("B7",) if x.uneven else ()),
+    "initialize_model_parallel": lambda x: ("A1", "A2") + (("A8",) if x.vpp else ()),
+    "validate_args": lambda x: (
+        ("A1", "C4", "C8") + (("A8",) if x.vpp else ()) + (("C2",) if not x.vpp and not x.uneven else ())
+    ),
+    "microbatches": lambda x: ("C8",),
+    "select_pipeline_segment": _segment_rules,
+    "server_args": lambda x: ("G1", "G4", "G6"),
+}
 
 
 # A library rule -> our engine's id for the same condition (the catalog marks these "covered").

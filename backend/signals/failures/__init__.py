@@ -3,7 +3,7 @@ log text however the text was wrapped, pasted or repeated, and the diagnosis tha
 independent failure as the cause and the rest as its consequences."""
 
 from backend.signals.failures.catalog import FailureCatalog, FailureKind, load_catalog
-from backend.signals.failures.diagnosis import Diagnosis, diagnose
+from backend.signals.failures.diagnosis import Diagnosis, Finding, Incident, diagnose, incidents
 from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.scanner import FailureScanner
 
@@ -13,6 +13,9 @@ __all__ = [
     "FailureEvent",
     "FailureKind",
     "FailureScanner",
+    "Finding",
+    "Incident",
     "diagnose",
+    "incidents",
     "load_catalog",
 ]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend.errors import ConsoleError
 from backend.json_fields import Fields
+from backend.signals.failures.stalls import NO_STALLS, StallRule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,7 +51,15 @@ class FailureKind:
     group_by: tuple[str, ...] = DEFAULT_GROUP_BY
     collect: tuple[str, ...] = ()
     needs_exception: bool = False
+    actor_block: bool = False  # the line sits in ActorDiedError's field block, which names the dead actor
+    elastic_block: bool = False  # the line ends torch elastic's root-cause table (host, rank, pid)
+    role: str | None = (
+        None  # the role of a process the line names when no Ray actor printed it (torchrun's child)
+    )
     generic: bool = False  # any traceback's exception line that no other kind names
+    derived: bool = False  # made by the scanner from other lines (a stall), never matched in one line
+    # Ray reports it (a node, raylet or worker gone): the rollout in flight may still log on other ranks
+    in_flight: bool = False
     examples: tuple[str, ...] = ()
     defaults: tuple[tuple[str, str], ...] = ()  # what a placeholder says when the line left its group out
 
@@ -64,13 +73,14 @@ class FailureCatalog:
     kinds: tuple[FailureKind, ...]
     retried: tuple[str, ...]  # a line holding one of these is a caught, retried error
     succeeded: tuple[str, ...]  # how Ray says a job ended well
+    stall: StallRule = NO_STALLS  # which phases stand still long enough to be a cause
 
     def kind(self, kind_id: str) -> FailureKind:
         return next(k for k in self.kinds if k.id == kind_id)
 
     @property
     def specific(self) -> tuple[FailureKind, ...]:
-        return tuple(k for k in self.kinds if not k.generic)
+        return tuple(k for k in self.kinds if not k.generic and not k.derived)
 
     @property
     def generic(self) -> FailureKind | None:
@@ -124,22 +134,16 @@ def _pattern(raw: object, where: str) -> KindPattern:
 
 
 def _kind(table: object, where: str) -> FailureKind:
-    if not isinstance(table, dict):
-        raise FailureCatalogError(f"{where}: must be a table")
-    raw = Fields(table)
-    for name in ("id", "title", "message"):
-        if not raw.string(name):
-            raise FailureCatalogError(f"{where}: needs a {name}")
+    raw = _kind_table(table, where)
     cascade = raw.text("cascade")
-    if cascade not in CASCADES:
-        raise FailureCatalogError(f"{where}: cascade must be one of {', '.join(CASCADES)}")
     generic = raw.has("generic")
+    derived = raw.has("derived")  # made by the scanner (a stall), not matched in a line
     patterns = tuple(_pattern(p, where) for p in raw.items("patterns"))
     hints = _strings(raw, where, "hints")
-    if not generic and (not patterns or not hints):
+    if not generic and not derived and (not patterns or not hints):
         raise FailureCatalogError(f"{where}: a kind needs patterns and hints (literal text its lines hold)")
     tries = _text_map(raw, "try", f"{where}: try must map roles to text")
-    group_by = _strings(raw, where, "group_by") if "group_by" in table else DEFAULT_GROUP_BY
+    group_by = _strings(raw, where, "group_by") if "group_by" in raw.raw else DEFAULT_GROUP_BY
     return FailureKind(
         id=raw.text("id"),
         title=raw.text("title"),
@@ -153,10 +157,28 @@ def _kind(table: object, where: str) -> FailureKind:
         group_by=group_by,
         collect=_strings(raw, where, "collect"),
         needs_exception=raw.has("needs_exception"),
+        actor_block=raw.has("actor_block"),
+        elastic_block=raw.has("elastic_block"),
+        role=raw.string("role"),
         generic=generic,
+        derived=derived,
+        in_flight=raw.has("in_flight"),
         examples=_strings(raw, where, "examples"),
         defaults=_text_map(raw, "defaults", f"{where}: defaults must map placeholders to text"),
     )
+
+
+def _kind_table(table: object, where: str) -> Fields:
+    """A kind's table with its id, title, message and a known cascade, else the error that says so."""
+    if not isinstance(table, dict):
+        raise FailureCatalogError(f"{where}: must be a table")
+    raw = Fields(table)
+    for name in ("id", "title", "message"):
+        if not raw.string(name):
+            raise FailureCatalogError(f"{where}: needs a {name}")
+    if raw.text("cascade") not in CASCADES:
+        raise FailureCatalogError(f"{where}: cascade must be one of {', '.join(CASCADES)}")
+    return raw
 
 
 def load_catalog(path: str | Path | None = None) -> FailureCatalog:
@@ -166,6 +188,18 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
         data = Fields(tomllib.loads(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise FailureCatalogError(f"cannot read the failure catalog {path}: {err}") from None
+    kinds = _kinds(data, path)
+    benign = data.obj("benign")
+    return FailureCatalog(
+        tuple(kinds),
+        _strings(benign, f"[benign] in {path}", "retried"),
+        _strings(benign, f"[benign] in {path}", "succeeded"),
+        _stall_rule(data.obj("stall"), f"[stall] in {path}"),
+    )
+
+
+def _kinds(data: Fields, path: Path) -> list[FailureKind]:
+    """Every kind of the file: unique ids, yielding only to kinds it defines, at most one generic."""
     kinds, seen = [], set()
     for i, raw in enumerate(data.items("kind")):
         kind = _kind(raw, f"failure kind #{i + 1} ({Fields.of(raw).text('id', 'no id')}) in {path}")
@@ -181,12 +215,18 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
             )
     if sum(k.generic for k in kinds) > 1:
         raise FailureCatalogError(f"{path}: at most one generic kind")
-    benign = data.obj("benign")
-    return FailureCatalog(
-        tuple(kinds),
-        _strings(benign, f"[benign] in {path}", "retried"),
-        _strings(benign, f"[benign] in {path}", "succeeded"),
-    )
+    return kinds
+
+
+def _stall_rule(raw: Fields, where: str) -> StallRule:
+    min_s = raw.value("min_s")
+    min_s = 300 if min_s is None else min_s
+    if not isinstance(min_s, int | float) or isinstance(min_s, bool) or min_s <= 0:
+        raise FailureCatalogError(f"{where}: min_s must be a positive number of seconds")
+    at_end = raw.value("at_end")
+    if at_end is not None and not isinstance(at_end, str):
+        raise FailureCatalogError(f"{where}: at_end must be a message")
+    return StallRule(_strings(raw, where, "phases"), float(min_s), at_end)
 
 
 _DEFAULT: FailureCatalog | None = None

@@ -12,7 +12,7 @@ precursor. Among equals the earliest wins: by the lines' own timestamps where ev
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from backend.signals.failures.events import FailureEvent
 
 MAX_RANKS_SHOWN = 8
 _ISO = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+_CLOCK = re.compile(r"\d\d:\d\d:\d\d")
 _OPTIONAL = ("on", "others", "at_start", "reason", "tags")
 
 
@@ -44,6 +45,10 @@ class Finding:
     try_: str
     count: int
     seq: int  # the event's line number: with `id`, which event this finding words
+    global_rank: int | None = None  # torch's `[rankN]:` tag: the rank in the world (default) group
+    group: str | None = None  # the process group a NCCL line names (`PG ID 2 PG GUID 11(TP_GROUP)`)
+    group_rank: int | None = None  # the rank inside that group (`[Rank 4]`), never reported as global
+    unknown_ranks: tuple[int, ...] = ()  # ranks the log cannot say anything about (cut, folded, absent)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -65,7 +70,23 @@ class Finding:
             "frame": self.frame,
             "try": self.try_,
             "count": self.count,
+            "global_rank": self.global_rank,
+            "group": self.group,
+            "group_rank": self.group_rank,
+            "unknown_ranks": list(self.unknown_ranks),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A failure the run outlived: progress came after it, so it is not why the run died."""
+
+    finding: Finding
+    progress_after: int  # distinct progress lines (train steps, rollouts, evals) logged after it
+    progress: str  # the first of them, as the log named it ("step 6")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.finding.to_json(), "progress_after": self.progress_after, "progress": self.progress}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +96,16 @@ class Diagnosis:
     cause: Finding
     consequences: tuple[Finding, ...]
     doubt: str | None = None  # "Ray says the job succeeded, but …"
+    incidents: tuple[Incident, ...] = ()  # failures before the cause that the run outlived
+    up_s: float | None = None  # how long the run had logged when the cause's line came (its stamps)
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.cause.to_json(),
             "consequences": [c.to_json() for c in self.consequences],
             "doubt": self.doubt,
+            "incidents": [i.to_json() for i in self.incidents],
+            "up_s": None if self.up_s is None else round(self.up_s, 1),
         }
 
     @property
@@ -94,21 +119,35 @@ class _Fields(dict[str, str]):
 
 
 def render(
-    event: FailureEvent, kind: FailureKind, *, world: int | None = None, ranks_seen: Sequence[int] = ()
+    event: FailureEvent,
+    kind: FailureKind,
+    *,
+    world: int | None = None,
+    ranks_seen: Sequence[int] = (),
+    ranks_alive: Mapping[int, tuple[int, str | None]] | None = None,
 ) -> Finding:
     """The event in words: its kind's (or its pattern's) message with the event's fields filled in."""
     fields = _Fields(event.fields)
     node = event.fields.get("ip")
     fields["who"] = event.who
+    # the process without its node, for a message that names the node itself (never "… on X … on node X")
+    fields["process"] = event.who.replace(f" on {node}", "") if node else event.who
     fields["on"] = f" on {node}" if node else ""
     fields["role"] = event.role or "?"
     if event.error:
         fields["error"] = event.error
     fields["at_start"] = " at start (before the first rollout)" if event.at_start else ""
     ranks = event.collected.get("rank", [])
+    unknown: tuple[int, ...] = ()
     if ranks:
         fields["ranks"] = _ranks_text(ranks)
-        fields["others"] = _others(ranks, world, ranks_seen, folded=event.max_repeat - 1)
+        alive = _alive_after(event, ranks_alive or {})
+        fields["others"], unknown = _others(ranks, world, ranks_seen, alive, folded=event.max_repeat - 1)
+    elif event.collected.get("group_rank"):
+        fields["ranks"] = "group rank(s) " + _ranks_text(event.collected["group_rank"])
+        fields["others"] = (
+            "; the log gives no global rank (torch printed no [rankN]: tag), so which ranks hung is unknown"
+        )
     template = event.template or kind.message
     message = one_line(template.format_map(fields))
     return Finding(
@@ -127,7 +166,27 @@ def render(
         try_=kind.what_to_try(event.role),
         count=event.count,
         seq=event.seq,
+        global_rank=_int(event.fields.get("rank")),
+        group=event.fields.get("group"),
+        group_rank=_int(event.fields.get("group_rank")),
+        unknown_ranks=unknown,
     )
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _alive_after(event: FailureEvent, ranks_alive: Mapping[int, tuple[int, str | None]]) -> set[int]:
+    """Ranks with a line after the event's, also by the clock where both carry a c10 time (whole seconds:
+    the digits below are monotonic nanoseconds)."""
+    clock = _CLOCK.search(event.time or "")
+    when = clock.group(0) if clock else None
+    return {
+        rank
+        for rank, (seq, stamp) in ranks_alive.items()
+        if seq > event.seq and (when is None or stamp is None or stamp >= when)
+    }
 
 
 def _ranks_text(ranks: Sequence[str]) -> str:
@@ -136,28 +195,50 @@ def _ranks_text(ranks: Sequence[str]) -> str:
     return shown + (f" and {len(ordered) - MAX_RANKS_SHOWN} more" if len(ordered) > MAX_RANKS_SHOWN else "")
 
 
-def _others(ranks: Sequence[str], world: int | None, ranks_seen: Sequence[int], *, folded: int = 0) -> str:
-    """The ranks that did NOT time out: in a collective that hung, they are the suspects. Ray folds identical
-    lines of other processes into `[repeated Nx]`: then the log holds how many timed out, not which."""
+def _others(
+    ranks: Sequence[str],
+    world: int | None,
+    ranks_seen: Sequence[int],
+    alive: set[int],
+    *,
+    folded: int = 0,
+) -> tuple[str, tuple[int, ...]]:
+    """The ranks that did NOT time out are the suspects, but only a rank the log shows alive after the
+    timeout is known not to have timed out; a rank whose line was cut, folded by Ray or is not in the log is
+    unknown, and said so (never a healthy suspect invented)."""
     timed_out = {int(r) for r in ranks if r.isdigit()}
-    if folded > 0:
-        quiet_n = world - len(timed_out) - folded if world else 0
-        if quiet_n > 0:
-            return (
-                f"; about {quiet_n} of {world} rank(s) did not time out, but Ray folded {folded} watchdog "
-                "line(s), so the log cannot say which: dump the job's stacks"
-            )
-        return (
-            f"; Ray folded {folded} more watchdog line(s), so which ranks did not time out is not in the "
-            "log: dump the job's stacks"
-        )
-    known = set(ranks_seen) | (set(range(world)) if world else set())
-    quiet = sorted(known - timed_out)
+    quiet = sorted(alive - timed_out)
+    everyone = set(range(world)) if world else set(ranks_seen)
+    unknown = tuple(sorted(everyone - timed_out - set(quiet)))
+    parts = [_quiet_part(quiet), _folded_part(folded), _unknown_part(unknown, bool(quiet or folded))]
+    return "; " + "; ".join(p for p in parts if p), unknown
+
+
+def _quiet_part(quiet: Sequence[int]) -> str:
+    """The ranks alive after the timeout: the suspects."""
     if not quiet:
-        return "; every rank the log names timed out (the one that did not is not in the log)"
-    shown = ", ".join(str(r) for r in quiet[:MAX_RANKS_SHOWN])
-    more = f" and {len(quiet) - MAX_RANKS_SHOWN} more" if len(quiet) > MAX_RANKS_SHOWN else ""
-    return f"; rank(s) {shown}{more} did not time out: look there first"
+        return ""
+    return (
+        f"rank(s) {_ranks_text([str(r) for r in quiet])} did not time out (alive after it): look there first"
+    )
+
+
+def _folded_part(folded: int) -> str:
+    if folded <= 0:
+        return ""
+    return f"Ray folded {folded} more watchdog line(s), so the log cannot say which ranks they were"
+
+
+def _unknown_part(unknown: Sequence[int], said_other: bool) -> str:
+    """The ranks the log cannot speak for; with nothing else said, that nothing is known."""
+    if unknown:
+        return (
+            f"{len(unknown)} rank(s) unknown ({_ranks_text([str(r) for r in unknown])}): their lines are "
+            "cut, folded or not in the log: dump the job's stacks"
+        )
+    if said_other:
+        return ""
+    return "which rank did not time out is not in the log: dump the job's stacks"
 
 
 def _same_process(a: FailureEvent, b: FailureEvent) -> bool:
@@ -172,45 +253,130 @@ def _order(pool: Sequence[FailureEvent]) -> list[FailureEvent]:
     return sorted(pool, key=lambda e: e.seq)
 
 
+def _progress_after(
+    event: FailureEvent, progress: Sequence[tuple[int, str]], *, in_flight: bool = False
+) -> tuple[int, str]:
+    """How many distinct progress lines came after the event that had not come before it (a replayed tail
+    repeats old ones), and the first of them; for a death Ray reports, past the rollout in flight."""
+    before = {label for seq, label in progress if seq < event.seq}
+    # dict.fromkeys: distinct, in first-seen order
+    after = list(dict.fromkeys(label for seq, label in progress if seq > event.seq and label not in before))
+    if in_flight:
+        after = _past_in_flight(after)
+    strong = [a for a in after if not a.startswith("rollout")]
+    if not strong and len(after) < 2:  # one rollout line may still be in flight from before the error
+        return 0, ""
+    return len(after), after[0]
+
+
+def _past_in_flight(labels: list[str]) -> list[str]:
+    """The progress after a death Ray reports, less the rollout that was in flight: the surviving ranks may
+    still log its rollout line and its steps (they had not yet met the dead one, and Ray's notice reaches the
+    driver by another path than their lines). From the next rollout (or eval) line on it is the run's own."""
+    boundary = ("rollout", "eval")
+    nxt = next((i for i, label in enumerate(labels) if i > 0 and label.startswith(boundary)), None)
+    if nxt is not None:
+        return labels[nxt:]
+    if labels and labels[0].startswith(boundary):
+        return []  # only the rollout in flight
+    return labels[1:]  # a log with no rollout lines: its first step may be the one in flight
+
+
+def _outlived(event: FailureEvent, kind: FailureKind, progress: Sequence[tuple[int, str]]) -> tuple[int, str]:
+    """A failure the run outlived: progress after it. A NaN loss, or NaN grad norms twice, is divergence."""
+    steps = event.collected.get("step", [])  # distinct steps: miles prints a step's dict twice
+    times = len(steps) if steps else event.count
+    if kind.cascade == "report" or (
+        kind.id == "nan" and (times > 1 or event.fields.get("key") != "train/grad_norm")
+    ):
+        return 0, ""
+    return _progress_after(event, progress, in_flight=kind.in_flight)
+
+
 def diagnose(
     events: Sequence[FailureEvent],
     catalog: FailureCatalog | None = None,
     *,
     world: int | None = None,
     ranks_seen: Sequence[int] = (),
+    ranks_alive: Mapping[int, tuple[int, str | None]] | None = None,
+    progress: Sequence[tuple[int, str]] = (),
     succeeded: bool = False,
 ) -> Diagnosis | None:
-    """The cause and its consequences, or None when the log holds no failure."""
-    if not events:
-        return None
+    """The cause and its consequences, or None when the log holds no failure the run did not outlive."""
     catalog = catalog or default_catalog()
     kinds = {k.id: k for k in catalog.kinds}
 
-    def yields(event: FailureEvent) -> bool:
-        kind = kinds[event.kind]
-        return any(
-            o is not event
-            and ((o.kind in kind.yields_to and _same_process(event, o)) or o.kind in kind.yields_to_any)
-            for o in events
-        )
+    def word(e: FailureEvent) -> Finding:
+        return render(e, kinds[e.kind], world=world, ranks_seen=ranks_seen, ranks_alive=ranks_alive)
 
+    outlived, events = _split_outlived(events, kinds, progress)
+    if not events:
+        return None
+    incidents = [Incident(word(e), n, first) for e, n, first in outlived]
+    cause = _cause(events, kinds)
+    rest = [e for e in sorted(events, key=lambda e: e.seq) if e is not cause]
+    before = tuple(i for i in incidents if i.finding.seq < cause.seq)
+    return Diagnosis(word(cause), tuple(word(e) for e in rest), _doubt(kinds[cause.kind], succeeded), before)
+
+
+def _split_outlived(
+    events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind], progress: Sequence[tuple[int, str]]
+) -> tuple[list[tuple[FailureEvent, int, str]], list[FailureEvent]]:
+    """The events the run outlived (each with its progress after it), and the rest, each in input order."""
+    outlived: list[tuple[FailureEvent, int, str]] = []
+    rest: list[FailureEvent] = []
+    for e in events:
+        n, first = _outlived(e, kinds[e.kind], progress)
+        if n > 0:
+            outlived.append((e, n, first))
+        else:
+            rest.append(e)
+    return outlived, rest
+
+
+def _yields(event: FailureEvent, events: Sequence[FailureEvent], kind: FailureKind) -> bool:
+    """Another event this one is the precursor of (`yields_to` for the same process, or `yields_to_any`)."""
+    return any(
+        o is not event
+        and ((o.kind in kind.yields_to and _same_process(event, o)) or o.kind in kind.yields_to_any)
+        for o in events
+    )
+
+
+def _cause(events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind]) -> FailureEvent:
+    """The earliest of the highest tier present: an independent root, else a symptom, else a report."""
     tiers = (
-        [e for e in events if kinds[e.kind].cascade == "root" and not yields(e)],
+        [e for e in events if kinds[e.kind].cascade == "root" and not _yields(e, events, kinds[e.kind])],
         [e for e in events if kinds[e.kind].cascade == "symptom"],
         [e for e in events if kinds[e.kind].cascade == "report"],
-        list(events),
     )
-    pool = next(tier for tier in tiers if tier)
-    cause = _order(pool)[0]
-    rest = [e for e in sorted(events, key=lambda e: e.seq) if e is not cause]
+    pool = next((tier for tier in tiers if tier), events)
+    return _order(pool)[0]
 
-    def word(e: FailureEvent) -> Finding:
-        return render(e, kinds[e.kind], world=world, ranks_seen=ranks_seen)
 
-    doubt = None
-    if succeeded:
-        doubt = (
-            f"Ray says the job succeeded, but the log says {kinds[cause.kind].title.lower()}: "
-            "check that the run did what it should"
-        )
-    return Diagnosis(word(cause), tuple(word(e) for e in rest), doubt)
+def _doubt(kind: FailureKind, succeeded: bool) -> str | None:
+    """Ray's success against a failure in the log: worth a second look, said so."""
+    if not succeeded:
+        return None
+    return (
+        f"Ray says the job succeeded, but the log says {kind.title.lower()}: "
+        "check that the run did what it should"
+    )
+
+
+def incidents(
+    events: Sequence[FailureEvent],
+    catalog: FailureCatalog | None = None,
+    *,
+    progress: Sequence[tuple[int, str]] = (),
+) -> tuple[Incident, ...]:
+    """Every failure the run outlived (an alert, never the cause), in log order."""
+    catalog = catalog or default_catalog()
+    kinds = {k.id: k for k in catalog.kinds}
+    out = []
+    for e in sorted(events, key=lambda e: e.seq):
+        n, first = _outlived(e, kinds[e.kind], progress)
+        if n > 0:
+            out.append(Incident(render(e, kinds[e.kind]), n, first))
+    return tuple(out)

@@ -19,8 +19,16 @@ from backend.signals.grammar import ParsedLine, parse_line
 WRAP_MIN = 80  # a line at least this long may have been hard-wrapped by a terminal or a paste
 LOOKBACK = 200
 
-_TRACE_BODY = re.compile(r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"")
-_TRACE_HEAD = re.compile(r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception")
+# an exception's own detail lines count too (torch's NCCL errors: `ncclUnhandledCudaError: …`, `Last error:`)
+_TRACE_BODY = re.compile(
+    r"\s|During handling|The above exception|[\w.]+(?:Error|Exception)\b|File \"|Last error:"
+)
+# what opens a block of lines one process printed: a traceback, SGLang's scheduler, torch's async NCCL error
+# (or any c10 error line: a paste's wrap may have put the words on the next line)
+_TRACE_HEAD = re.compile(
+    r"Traceback \(most recent call last\)|\s|.*Scheduler hit an exception"
+    r"|.*raised the following async exception|\[rank\d+\]:\[[EF]"
+)
 # `ray.exceptions.RayTaskError(OutOfMemoryError):
 # ray::MegatronTrainRayActor.train() (pid=4101, ip=10.0.0.3, ...`
 REMOTE_TASK = re.compile(
@@ -33,8 +41,10 @@ _LINE_START = re.compile(
     r"\"|`{3}|[\w.]+(?:Error|Exception|Warning)\b|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|"
     r"Job '|Status message|-{3}|\*|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| "
     r"skipped:)|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
+    r"|[\w.-]+: (?:error|warning|fatal)\b"  # a tool's own line: `slurmstepd: error: …`, `srun: error: …`
 )
 _QUOTE = re.compile(r"(?:> ?)+")
+_NEVER_FIRST = frozenset("]),;}")
 
 
 def unquote(line: str) -> str:
@@ -57,11 +67,11 @@ class Wraps:
 
     def continues(self, previous: str, line: str) -> bool:
         """Is `line` the hard-wrapped tail of `previous` (both as the log holds them)?"""
-        if (
-            len(previous) < WRAP_MIN
-            or not line
-            or (len(previous) not in self.widths and len(line) > len(previous))
-        ):
+        if len(previous) < WRAP_MIN or not line:
+            return False
+        if line[0] in _NEVER_FIRST:  # a closing bracket starts no log line (the head's colour was stripped)
+            return True
+        if len(previous) not in self.widths and len(line) > len(previous):
             return False
         return _LINE_START.match(unquote(line) if line.startswith(">") else line) is None
 
@@ -81,16 +91,22 @@ def traceback_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -
                 return parsed if _TRACE_HEAD.match(parsed.message) else None
         remote = REMOTE_TASK.search(line)
         if remote is not None:  # the driver's traceback inlines the actor's: Ray names that actor here
-            ip = f", ip={remote['ip']}" if remote["ip"] else ""
-            return parse_line(
-                f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):"
-            )
-        if line.startswith("Traceback"):
-            return None
-        if not _TRACE_BODY.match(line) and not (j > 0 and wraps.continues(lines[j - 1], lines[j])):
+            return _remote_head(remote)
+        if line.startswith("Traceback") or not _in_trace(line, lines, j, wraps):
             return None
         j -= 1
     return None
+
+
+def _remote_head(remote: re.Match[str]) -> ParsedLine:
+    """The traceback head of the actor a `RayTaskError … (pid=N, ip=…)` line names."""
+    ip = f", ip={remote['ip']}" if remote["ip"] else ""
+    return parse_line(f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):")
+
+
+def _in_trace(text: str, lines: Sequence[str], j: int, wraps: Wraps) -> bool:
+    """Whether `text` (of `lines[j]`) is a traceback's body line, or the wrapped tail of the line above."""
+    return bool(_TRACE_BODY.match(text)) or (j > 0 and wraps.continues(lines[j - 1], lines[j]))
 
 
 def remote_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> ParsedLine | None:
@@ -101,16 +117,13 @@ def remote_owner(lines: Sequence[str], index: int, wraps: Wraps = NO_WRAPS) -> P
     stop = max(-1, index - LOOKBACK)
     while j > stop:
         line = unquote(lines[j])
+        if j + 1 < len(lines) and wraps.continues(lines[j], lines[j + 1]):
+            line += unquote(lines[j + 1])  # Ray's line a terminal wrapped before its `(pid=…)`
         message = parse_line(line).message if line.startswith("(") else line
         remote = REMOTE_TASK.search(message)
         if remote is not None:
-            ip = f", ip={remote['ip']}" if remote["ip"] else ""
-            return parse_line(
-                f"({remote['actor']} pid={remote['pid']}{ip}) Traceback (most recent call last):"
-            )
-        if message.startswith("Traceback") or not (
-            _TRACE_BODY.match(message) or (j > 0 and wraps.continues(lines[j - 1], lines[j]))
-        ):
+            return _remote_head(remote)
+        if message.startswith("Traceback") or not _in_trace(message, lines, j, wraps):
             return None
         j -= 1
     return None

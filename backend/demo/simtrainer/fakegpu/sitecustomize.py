@@ -30,7 +30,8 @@ def _node_id_from_argv(argv: list[str]) -> str:
 
 
 def _install() -> None:
-    from fakenvml import fake_gpus  # this directory is on sys.path
+    import ray._private.thirdparty.pynvml as pynvml  # the probe's NVML (gpu_probe_job.nvml_module)
+    from fakenvml import fake_gpus, pynvml_calls  # this directory is on sys.path
     from ray.dashboard.modules.reporter import gpu_providers
 
     node_id = _node_id_from_argv(sys.argv)
@@ -44,12 +45,15 @@ def _install() -> None:
     cls._initialize = _initialize
     cls._shutdown = lambda self: None
     cls.get_gpu_utilization = lambda self: fake_gpus(node_id)
+    for name, fn in pynvml_calls(node_id).items():  # the same fake, for a process that reads NVML itself
+        setattr(pynvml, name, fn)
 
 
 def _reads_nvml() -> bool:
     """The dashboard agent (telemetry), the console's GPU kill job (backend/cluster/reaper_job.py, marked
-    `--gpu-reaper`) and its GPU probe (backend/cluster/gpu_probe_job.py: the driver marked `--gpu-probe`, its
-    sampler actors by their environment) ask NVML through Ray's same provider: all see one fake."""
+    `--gpu-reaper`), the doctor's node job (`--doctor-job`) and its GPU probe
+    (backend/cluster/gpu_probe_job.py: its job marked `--gpu-probe`, its hub and sampler actors by their
+    environment; they call pynvml itself) read NVML: all see one fake."""
     # sitecustomize runs in every Python process of a fake-GPU node: imports only where hooked
     import os
 
@@ -57,6 +61,7 @@ def _reads_nvml() -> bool:
         sys.argv[0].replace("\\", "/").endswith("ray/dashboard/agent.py")
         or "--gpu-reaper" in sys.argv
         or "--gpu-probe" in sys.argv
+        or "--doctor-job" in sys.argv
         or bool(os.environ.get(PROBE_NODE_ENV))
     )
 
