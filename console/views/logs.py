@@ -104,6 +104,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self.compact: bool | None = None  # Ray's prefix as role and rank; None: by the terminal's width
         self._wrap_rows: list[tuple[int, Strip]] = []
         self._max_width = 0
+        self._centered: int | None = None  # the line a jump centred: kept centred when the height changes
 
     # ------------------------------------------------------------ size and mapping
     @property
@@ -141,6 +142,8 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     def on_resize(self) -> None:
         self._cache.clear()
         self.sync()
+        if self._centered is not None and self._centered == self.cursor and not self.follow:
+            self.move_to(self._centered, center=True)  # the search prompt closing gives the view a row
 
     def watch_wrap(self) -> None:
         self._cache.clear()
@@ -157,6 +160,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self.cursor = pos
         height = max(1, self.size.height)
         top = int(self.scroll_y)
+        self._centered = pos if center else None
         if center:
             top = pos - height // 2
         elif pos < top:
