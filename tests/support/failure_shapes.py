@@ -313,12 +313,13 @@ SCENARIOS: tuple[Scenario, ...] = (
                 ),
             ),
         ),
-        Expect(
+        Expect(  # the block names the actor that died; its owner (the root's process) is said apart
             "owner-node-crashed",
-            "driver",
-            "10.0.3.7",
+            "rollout",
+            "10.0.3.8",
+            "5100",
             consequences=("actor-died",),
-            message_has=("(10.0.3.7) crashed",),
+            message_has=("RolloutManager pid=5100 on 10.0.3.8 died", "owner crashed", "on 10.0.3.7"),
         ),
     ),
     Scenario(
@@ -1212,9 +1213,9 @@ MULTINODE: tuple[Scenario, ...] = (
             (None, ELASTIC_AGENT),
             (None, _elastic_failed(27, 3, -9, 41017, "Signal 9 (SIGKILL) received by PID 41017")),
         ),
-        Expect(
+        Expect(  # torchrun runs trainers and engines alike: nothing here says which this child was
             "killed-by-signal",
-            "train",
+            None,
             "node-07",
             "41017",
             rank="27",
@@ -1245,9 +1246,11 @@ MULTINODE: tuple[Scenario, ...] = (
                 ),
             ),
         ),
-        Expect(
+        Expect(  # the table's entry of rank 27 names its host and pid
             "cuda-oom",
             "train",
+            "node-07",
+            "41017",
             rank="27",
             gpu="3",
             consequences=("elastic-child-failed",),
@@ -1573,12 +1576,17 @@ MULTINODE: tuple[Scenario, ...] = (
                 ),
             ),
         ),
-        Expect(  # like owner-node-crashed: the node is the owner's (where the root is), the printer the driver
+        Expect(  # the block names the actor that died (WorkerDict); the owner that crashed is said apart
             "owner-died",
-            "driver",
-            "10.0.3.7",
+            "train",
+            "10.0.3.9",
+            "5678",
             consequences=("actor-died",),
-            message_has=("(10.0.3.7) crashed",),
+            message_has=(
+                "WorkerDict pid=5678 on 10.0.3.9",
+                "its owner crashed",
+                "worker 05000000ffff on 10.0.3.7",
+            ),
         ),
     ),
     Scenario(
@@ -1933,7 +1941,7 @@ MULTINODE += (
         ((None, ELASTIC_AGENT),),
         Expect(
             "killed-by-signal",
-            "train",
+            None,
             pid="41017",
             consequences=("elastic-child-failed",),
             message_has=("local rank 3", "SIGKILL", "OOM killer"),
@@ -1948,9 +1956,9 @@ MULTINODE += (
                 "/bin/bash: line 1:  41017 Killed                  python3 /root/miles/train.py --actor-num-nodes 16",
             ),
         ),
-        Expect(
+        Expect(  # the shell's job is the launcher's command: no line says which role its process had
             "killed-by-signal",
-            "train",
+            None,
             pid="41017",
             message_has=("Killed", "OOM killer", "/root/miles/train.py"),
         ),
@@ -2004,7 +2012,9 @@ MULTINODE += (
             ),
             (None, "srun: error: node-07: task 3: Out Of Memory"),
         ),
-        Expect("host-oom", "driver", message_has=("OOM killer killed 1 process(es) of SLURM step 1234.0",)),
+        Expect(  # SLURM names no process: which role it had is unknown
+            "host-oom", None, message_has=("OOM killer killed 1 process(es) of SLURM step 1234.0",)
+        ),
     ),
     Scenario(
         "26: a pasted dmesg line: the kernel killed the trainer",
@@ -2015,7 +2025,7 @@ MULTINODE += (
                 "anon-rss:1931224kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4012kB oom_score_adj:0",
             ),
         ),
-        Expect("host-oom", "driver", pid="41017", message_has=("killed python3 (pid 41017)",)),
+        Expect("host-oom", None, pid="41017", message_has=("killed python3 (pid 41017)",)),
     ),
     Scenario(
         "26: torch 1.x 'NCCL Error 2: unhandled system error'",
@@ -2067,4 +2077,152 @@ MULTINODE += (
         Expect("nccl-watchdog-stuck", "train", "10.0.0.3", "4103", rank="3", message_has=("480 s",)),
     ),
 )
+
+
+# ---------------------------------------------------------------- issue 26, round 4: templates read in the
+# libraries' own source (each scenario cites the file; every value invented)
+
+
+def _elastic_entry(
+    idx: int, when: str, rank: int, local: int, exitcode: int, pid: int, traceback: str
+) -> str:
+    """One failure of torch elastic's table (torch/distributed/elastic/multiprocessing/errors/__init__.py:
+    `_FAILURE_FORMAT_TEMPLATE`; `time` is `datetime.isoformat(sep="_")`, `host` is `socket.getfqdn()`)."""
+    return (
+        f"[{idx}]:\n  time      : {when}\n  host      : node-07\n  rank      : {rank} (local_rank: {local})\n"
+        f"  exitcode  : {exitcode} (pid: {pid})\n  error_file: <N/A>\n  traceback : {traceback}"
+    )
+
+
+def _elastic_table(others: list[str], root: str) -> str:
+    """`ChildFailedError.format_msg`: every failure but the root under `Failures:`, the one with the earliest
+    timestamp (`get_first_failure`) under `Root Cause`; the entries keep the failures dict's order."""
+    return (
+        _traceback(ELASTIC_TRACE, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
+        + "\n============================================================\n"
+        "/root/OpenRLHF/openrlhf/cli/train_sft.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n" + "\n".join(others) + "\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n" + root + "\n"
+        "============================================================"
+    )
+
+
+SIGNAL = "Signal {n} ({name}) received by PID {pid}"  # ProcessFailure: the message of a child a signal ended
+NO_TRACE = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+
+MULTINODE += (
+    Scenario(
+        "26: torch elastic's table with three failures: the root entry (earliest) is the cause, the rest listed",
+        (
+            (
+                None,
+                _elastic_table(
+                    [
+                        _elastic_entry(0, "2026-12-01_10:00:07", 25, 1, 1, 41015, NO_TRACE),
+                        _elastic_entry(
+                            1,
+                            "2026-12-01_10:00:06",
+                            26,
+                            2,
+                            -9,
+                            41016,
+                            SIGNAL.format(n=9, name="SIGKILL", pid=41016),
+                        ),
+                    ],
+                    _elastic_entry(
+                        2,
+                        "2026-12-01_10:00:05",
+                        27,
+                        3,
+                        -9,
+                        41017,
+                        SIGNAL.format(n=9, name="SIGKILL", pid=41017),
+                    ),
+                ),
+            ),
+        ),
+        Expect(
+            "killed-by-signal",
+            None,
+            "node-07",
+            "41017",
+            rank="27",
+            # the other SIGKILL entry and the table's own error, in the order the log said them
+            consequences=("elastic-child-failed", "killed-by-signal"),
+            message_has=(
+                "rank 27 (local rank 3)",
+                "2 more failed",
+                "rank 25 (local rank 1, pid 41015)",
+                "rank 26",
+            ),
+        ),
+    ),
+    Scenario(
+        "26: torch elastic's table: the root exited 1 and its own error is cut from the excerpt",
+        (
+            (
+                None,
+                _elastic_table(
+                    [_elastic_entry(0, "2026-12-01_10:00:09", 24, 0, 1, 41014, NO_TRACE)],
+                    _elastic_entry(1, "2026-12-01_10:00:05", 25, 1, 1, 41015, NO_TRACE),
+                ),
+            ),
+        ),
+        Expect(
+            "elastic-child-failed",
+            None,
+            "node-07",
+            "41015",
+            rank="25",
+            message_has=("rank 25 (local rank 1)", "exit code 1", "1 more failed: rank 24"),
+        ),
+    ),
+    Scenario(
+        # src/ray/raylet/node_manager.cc: the raylet names the dead worker by its pid; the worker's own prefix
+        # on its lines before says which actor that was
+        "26: the raylet's worker-died line names a pid whose own lines say it was an engine",
+        (
+            (
+                VLLM_ACTOR,
+                "INFO 12-01 10:00:01 [gpu_model_runner.py:1302] Graph capturing finished in 12 secs",
+            ),
+            (
+                RAYLET,
+                "A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+                "the problem, check the logs for the dead worker. Lease ID: 0a1b Worker ID: 9f8e Node ID: 5f1e "
+                "Worker IP address: 10.0.3.8 Worker port: 10123 Worker PID: 52312 Worker exit type: SYSTEM_ERROR "
+                "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+            ),
+        ),
+        Expect(
+            "actor-died",
+            "engine",
+            "10.0.3.8",
+            "52312",
+            message_has=("vLLMRayActor, pid 52312", "SYSTEM_ERROR"),
+        ),
+    ),
+)
+MULTINODE += (
+    Scenario(
+        # the kernel's OOM killer (mm/oom_kill.c: `Out of memory: Killed process %d (%s) total-vm:…`) pasted under
+        # the job's log: the pid is a Ray worker's, and that worker's own prefix says which actor it was
+        "26: a pasted dmesg line kills a pid whose own lines say it was a train actor",
+        (
+            (
+                Proc("MegatronTrainRayActor", 41017, "10.0.3.9"),
+                "[2026-12-01 09:59:58] model.py:301 - Timer train start",
+            ),
+            (
+                None,
+                "[Tue Dec  1 10:00:05 2026] Out of memory: Killed process 41017 (ray::MegatronTr) total-vm:2101224kB, "
+                "anon-rss:1931224kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4012kB oom_score_adj:0",
+            ),
+        ),
+        Expect("host-oom", "train", "10.0.3.9", "41017", message_has=("killed ray::MegatronTr (pid 41017)",)),
+    ),
+)
+
 SCENARIOS += MULTINODE

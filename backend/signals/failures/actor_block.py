@@ -84,23 +84,111 @@ def read_block(lines: Sequence[str], index: int) -> ActorBlock | None:
     return ActorBlock(fields, reason)
 
 
-# torch elastic's root-cause table (torch/distributed/elastic/multiprocessing/errors: `_format_failure`):
-# `  host      : node-07`, `  rank      : 27 (local_rank: 3)`, `  exitcode  : -9 (pid: 41017)`, then the line
-# `  traceback : Signal 9 (SIGKILL) received by PID 41017` a kind matches.
+# torch elastic's table (torch/distributed/elastic/multiprocessing/errors/__init__.py:
+# `_FAILURE_FORMAT_TEMPLATE`, `ChildFailedError.format_msg`): `<name> FAILED`, then `Failures:` (every failure
+# but the root, or `<NO_OTHER_FAILURES>`), then `Root Cause (first observed failure):` (the earliest one);
+# each failure `[idx]:` then `  time      : 2026-12-01_10:00:05`, `  host      : node-07`,
+# `  rank      : 27 (local_rank: 3)`, `  exitcode  : -9 (pid: 41017)`, `  error_file: <N/A>` and
+# `  traceback : Signal 9 (SIGKILL) received by PID 41017` (or the child's traceback, indented).
 _ELASTIC = re.compile(
-    r"\s*(?:host\s*:\s*(?P<ip>\S+)|rank\s*:\s*(?P<rank>\d+)(?: \(local_rank: (?P<local_rank>\d+)\))?"
-    r"|exitcode\s*:\s*(?P<exitcode>-?\d+)(?: \(pid: (?P<pid>\d+)\))?)\s*$"
+    r"\s*(?:time\s*:\s*(?P<failed_at>\d{4}-\d\d-\d\d[_T ]\d\d:\d\d:\d\d)\S*|host\s*:\s*(?P<ip>\S+)"
+    r"|rank\s*:\s*(?P<rank>\d+)(?: \(local_rank: (?P<local_rank>\d+)\))?"
+    r"|exitcode\s*:\s*(?P<exitcode>-?\d+)(?: \(pid: (?P<pid>\d+)\))?"
+    r"|error_file\s*:\s*(?P<error_file>\S+))\s*$"
 )
-ELASTIC_LINES = 8  # the table's rows above its traceback row
+_ENTRY = re.compile(r"\s*\[\d+\]:\s*$")
+_ROOT_SECTION, _OTHER_SECTION = "Root Cause", "Failures:"
+_TABLE_TITLE = re.compile(r"\S.* FAILED\s*$")
+ELASTIC_LINES = 8  # an entry's rows above its traceback row
+TABLE_LINES = 400  # a table of every rank of a node, each with its traceback
+MAX_LISTED = 6
 
 
-def read_elastic_block(lines: Sequence[str], index: int) -> dict[str, str]:
-    """The fields of the torch elastic root-cause table whose rows end at `lines[index]` (empty: none)."""
+@dataclass(frozen=True, slots=True)
+class ElasticEntry:
+    """One failure of torch elastic's table: its rows as fields, and whether torch named it the root."""
+
+    fields: dict[str, str]
+    root: bool
+    head: int  # the index of its `[idx]:` line
+
+
+def _entry_rows(lines: Sequence[str], index: int) -> tuple[dict[str, str], int | None]:
+    """The rows of the entry whose rows end above `lines[index]`, and its `[idx]:` line (None: no entry)."""
     fields: dict[str, str] = {}
     for j in range(index - 1, max(-1, index - ELASTIC_LINES), -1):
-        m = _ELASTIC.match(_message(lines[j]))
+        message = _message(lines[j])
+        if _ENTRY.match(message):
+            return fields, j
+        m = _ELASTIC.match(message)
         if m is not None:
             for name, value in m.groupdict().items():
                 if value is not None:
                     fields.setdefault(name, value)
+    return fields, None
+
+
+def _section(lines: Sequence[str], head: int) -> tuple[bool, int]:
+    """Whether the entry at `head` is in the table's root section, and the table's title line."""
+    root = None
+    for j in range(head - 1, max(-1, head - TABLE_LINES), -1):
+        message = _message(lines[j])
+        if root is None and message.startswith(_ROOT_SECTION):
+            root = True
+        elif root is None and message.startswith(_OTHER_SECTION):
+            root = False
+        if _TABLE_TITLE.match(message):
+            return bool(root), j
+    return bool(root), max(0, head - TABLE_LINES)
+
+
+def read_elastic_entry(lines: Sequence[str], index: int) -> ElasticEntry | None:
+    """The entry of torch elastic's table whose rows end at `lines[index]` (None: not in a table)."""
+    fields, head = _entry_rows(lines, index)
+    if head is None:
+        return None
+    if "failed_at" in fields:  # `2026-12-01_10:00:05`: ordered with the other lines' stamps
+        fields["failed_at"] = fields["failed_at"].replace("_", " ").replace("T", " ")
+    root, _ = _section(lines, head)
+    return ElasticEntry(fields, root, head)
+
+
+def read_elastic_block(lines: Sequence[str], index: int) -> dict[str, str]:
+    """The fields of the table entry whose rows end at `lines[index]` (empty: none); torch's root entry also
+    lists the table's other failures (`also_failed`), and any other entry says it is not the root."""
+    entry = read_elastic_entry(lines, index)
+    if entry is None:
+        return {}
+    fields = dict(entry.fields)
+    fields["elastic"] = "root" if entry.root else "other"
+    if entry.root:
+        others = _other_entries(lines, entry.head)
+        if others:
+            listed = "; ".join(_describe(e) for e in others[:MAX_LISTED])
+            more = f" and {len(others) - MAX_LISTED} more" if len(others) > MAX_LISTED else ""
+            fields["also_failed"] = f" (after it {len(others)} more failed: {listed}{more})"
     return fields
+
+
+def _other_entries(lines: Sequence[str], root_head: int) -> list[dict[str, str]]:
+    """The entries of the `Failures:` section of the table whose root entry starts at `root_head`."""
+    _, title = _section(lines, root_head)
+    out = []
+    for j in range(title + 1, root_head):
+        if _ENTRY.match(_message(lines[j])):
+            rows: dict[str, str] = {}
+            for k in range(j + 1, min(root_head, j + ELASTIC_LINES)):
+                m = _ELASTIC.match(_message(lines[k]))
+                if m is not None:
+                    rows.update((n, v) for n, v in m.groupdict().items() if v is not None)
+            if rows:
+                out.append(rows)
+    return out
+
+
+def _describe(rows: dict[str, str]) -> str:
+    where = f" on {rows['ip']}" if "ip" in rows else ""
+    return (
+        f"rank {rows.get('rank', '?')} (local rank {rows.get('local_rank', '?')}, pid {rows.get('pid', '?')})"
+        f"{where} exit code {rows.get('exitcode', '?')}"
+    )

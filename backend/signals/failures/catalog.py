@@ -53,9 +53,7 @@ class FailureKind:
     needs_exception: bool = False
     actor_block: bool = False  # the line sits in ActorDiedError's field block, which names the dead actor
     elastic_block: bool = False  # the line ends torch elastic's root-cause table (host, rank, pid)
-    role: str | None = (
-        None  # the role of a process the line names when no Ray actor printed it (torchrun's child)
-    )
+    names_pid: bool = False  # the line names the failed process by its pid (torchrun's child, a shell's job)
     generic: bool = False  # any traceback's exception line that no other kind names
     derived: bool = False  # made by the scanner from other lines (a stall), never matched in one line
     # Ray reports it (a node, raylet or worker gone): the rollout in flight may still log on other ranks
@@ -159,7 +157,7 @@ def _kind(table: object, where: str) -> FailureKind:
         needs_exception=raw.has("needs_exception"),
         actor_block=raw.has("actor_block"),
         elastic_block=raw.has("elastic_block"),
-        role=raw.string("role"),
+        names_pid=raw.has("names_pid"),
         generic=generic,
         derived=derived,
         in_flight=raw.has("in_flight"),

@@ -23,7 +23,7 @@ from backend.signals.failures.events import FailureEvent
 MAX_RANKS_SHOWN = 8
 _ISO = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _CLOCK = re.compile(r"\d\d:\d\d:\d\d")
-_OPTIONAL = ("on", "others", "at_start", "reason", "tags")
+_OPTIONAL = ("on", "others", "at_start", "reason", "tags", "also_failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,7 @@ class Finding:
     group: str | None = None  # the process group a NCCL line names (`PG ID 2 PG GUID 11(TP_GROUP)`)
     group_rank: int | None = None  # the rank inside that group (`[Rank 4]`), never reported as global
     unknown_ranks: tuple[int, ...] = ()  # ranks the log cannot say anything about (cut, folded, absent)
+    owner: str | None = None  # the process that owned the dead actor, where Ray named it apart from the actor
 
     @property
     def key(self) -> tuple[str, int]:
@@ -74,6 +75,7 @@ class Finding:
             "group": self.group,
             "group_rank": self.group_rank,
             "unknown_ranks": list(self.unknown_ranks),
+            "owner": self.owner,
         }
 
 
@@ -170,7 +172,16 @@ def render(
         group=event.fields.get("group"),
         group_rank=_int(event.fields.get("group_rank")),
         unknown_ranks=unknown,
+        owner=_owner(event, kind),
     )
+
+
+def _owner(event: FailureEvent, kind: FailureKind) -> str | None:
+    """Ray's `Owner Id: … Owner Ip address: …` of an actor that died with its owner (never its default)."""
+    said = {k: v for k, v in event.fields.items() if v != dict(kind.defaults).get(k)}
+    if "owner_ip" not in said:
+        return None
+    return f"worker {said['owner_id']} on {said['owner_ip']}" if "owner_id" in said else said["owner_ip"]
 
 
 def _int(value: str | None) -> int | None:
@@ -344,10 +355,20 @@ def _yields(event: FailureEvent, events: Sequence[FailureEvent], kind: FailureKi
     )
 
 
+def _later(event: FailureEvent) -> bool:
+    """The log itself says another failure came first: an entry of torch elastic's `Failures:` section (its
+    earliest, by timestamp, is the table's root entry)."""
+    return event.fields.get("elastic") == "other"
+
+
 def _cause(events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind]) -> FailureEvent:
     """The earliest of the highest tier present: an independent root, else a symptom, else a report."""
     tiers = (
-        [e for e in events if kinds[e.kind].cascade == "root" and not _yields(e, events, kinds[e.kind])],
+        [
+            e
+            for e in events
+            if kinds[e.kind].cascade == "root" and not _yields(e, events, kinds[e.kind]) and not _later(e)
+        ],
         [e for e in events if kinds[e.kind].cascade == "symptom"],
         [e for e in events if kinds[e.kind].cascade == "report"],
     )

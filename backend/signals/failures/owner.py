@@ -43,6 +43,11 @@ _LINE_START = re.compile(
     r"skipped:)|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
     r"|[\w.-]+: (?:error|warning|fatal)\b"  # a tool's own line: `slurmstepd: error: …`, `srun: error: …`
 )
+# a capitalised sentence or message (`NCCL WARN …`, `GCS may have been killed`, `The Ray job …`) after a line
+# that ended a sentence is a line of its own, never a wrapped tail: a wrap at that space leaves the space on
+# one of the two pieces (`free. ` / `Process 4101 has`, or `free.` / ` Process …`)
+_SENTENCE = re.compile(r"[A-Z][\w'/.-]*:? [A-Za-z(\[<]")
+_SENTENCE_END = re.compile(r"[.!?;][\"')\]]?$")
 _QUOTE = re.compile(r"(?:> ?)+")
 _NEVER_FIRST = frozenset("]),;}")
 
@@ -73,7 +78,10 @@ class Wraps:
             return True
         if len(previous) not in self.widths and len(line) > len(previous):
             return False
-        return _LINE_START.match(unquote(line) if line.startswith(">") else line) is None
+        text = unquote(line) if line.startswith(">") else line
+        if _LINE_START.match(text) is not None:
+            return False
+        return not (_SENTENCE.match(text) and _SENTENCE_END.search(previous))
 
 
 NO_WRAPS = Wraps()

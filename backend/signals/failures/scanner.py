@@ -66,6 +66,13 @@ PROGRESS_TAIL = ": {"
 FRAME_LOOK = 60
 RANK_CENSUS = "[rank"
 TIMER_NEEDLE = "Timer "  # miles' phase lines (the monitor's prefilter has it: rank_phases reads them too)
+RAY_DAEMONS = (
+    "raylet",
+    "gcs_server",
+    "autoscaler",
+    "monitor",
+    "dashboard",
+)  # Ray's own: never the failed one
 STALL = "stall"  # torch's `[rank12]:` tags: which ranks the log has heard of
 
 
@@ -135,6 +142,7 @@ class FailureScanner:
             self._note_success(lines)
         changed = self._scan_chunk(text, lines, hits, quoted=quoted)
         changed += [e for e in self._fill_ranks() if e not in changed]
+        changed += [e for e in self._fill_from_tables() if e not in changed]
         self._advance(text, lines)
         return [e.frozen() for e in changed]
 
@@ -319,6 +327,26 @@ class FailureScanner:
         self.version += bool(filled)
         return filled
 
+    def _fill_from_tables(self) -> list[FailureEvent]:
+        """A rank's own error whose lines name no host or pid (torchrun's child prints no Ray prefix) gets
+        them from torch elastic's table entry of that rank."""
+        entries = {
+            e.fields["rank"]: e.fields
+            for e in self.events
+            if e.fields.get("elastic") and "rank" in e.fields and "ip" in e.fields
+        }
+        filled = []
+        for event in self.events if entries else ():
+            table = entries.get(event.fields.get("rank", ""))
+            if table is None or "elastic" in event.fields or "ip" in event.fields:
+                continue
+            if event.fields.get("pid", table.get("pid")) != table.get("pid"):
+                continue  # another process of that rank number (an engine's own group)
+            event.fields.update((k, table[k]) for k in ("ip", "pid") if k in table)
+            filled.append(event)
+        self.version += bool(filled)
+        return filled
+
     # ------------------------------------------------------------------ one logical line
 
     def _scan_line(
@@ -426,7 +454,7 @@ class FailureScanner:
             fields=found.fields,
             role=found.role,
             who=found.who,
-            time=_time_of(parsed, joined),
+            time=found.fields.get("failed_at") or _time_of(parsed, joined),
             line=" ".join(parsed.message.split())[:LINE_CHARS] or joined[:LINE_CHARS],
             frame=found.frame,
             error=error[:LINE_CHARS] if error else None,
@@ -514,17 +542,33 @@ def _identify(
     named = "actor" in groups  # the line names the failing actor itself (RayTaskError, the OOM killer)
     if named:  # then the process that printed it (the driver, the raylet) is not the one that failed
         owner = None
+    if kind.names_pid and not named and (owner is None or owner.actor in RAY_DAEMONS):
+        # torchrun's, a shell's or the raylet's line: the process is the one whose pid it names
+        owner = pid_process(context, first, groups.get("pid")) or owner
     who_fields = _who_fields(parsed, owner, groups)
     _group_fields(parsed.message, groups)
     frames = traceback_frames(context, first, wraps)
     actor = who_fields["actor"]
     role = _role(actor, None if named else owner, who_fields["tags"], frames)
-    if kind.role and owner is None and actor is None:  # torchrun's child: the kind says whose it is
-        role = kind.role
+    if kind.names_pid and owner is None and actor is None:  # nothing says whose process it was
+        role = None
     fields = {**dict(kind.defaults), **groups}
     fields.update((name, str(value)) for name, value in who_fields.items() if value is not None)
     fields["text"] = " ".join(parsed.message.split())[:LINE_CHARS]
     return _Found(fields, _who(named, owner, role, who_fields), role, named, owner, _innermost(frames))
+
+
+def pid_process(lines: Sequence[str], index: int, pid: str | None) -> ParsedLine | None:
+    """The Ray process with this pid, from its own prefix on a line before `lines[index]` (None: none)."""
+    if not pid:
+        return None
+    needle = f" pid={pid}"
+    for j in range(index - 1, max(-1, index - LOOKBACK), -1):
+        if needle in lines[j]:
+            parsed = parse_line(unquote(lines[j]))
+            if parsed.pid is not None and str(parsed.pid) == pid and parsed.actor is not None:
+                return parsed
+    return None
 
 
 def _who_fields(
@@ -585,11 +629,21 @@ def _merge(
         existing.fields = {**existing.fields, **found.fields}
         existing.who, existing.role, existing.named = found.who, found.role, True
         existing.template, existing.line = template, " ".join(parsed.message.split())[:LINE_CHARS]
+    elif _elastic_root(found.fields) and not _elastic_root(existing.fields):
+        # torch elastic's root entry names the failure the table is about (an earlier row was another's)
+        existing.fields = {**existing.fields, **found.fields}
+        existing.template, existing.time = template, found.fields.get("failed_at") or existing.time
     else:  # a later sighting fills what the first left out (the rank of a WARN line's process, an owner's IP)
+        if template is not None and set(existing.fields) < set(found.fields):
+            existing.template = template  # it says more (torch elastic's table after its agent's line)
         existing.fields = {**found.fields, **existing.fields}
     _collect(kind, existing, found.fields)
     if error and not existing.error:
         existing.error = error[:LINE_CHARS]
+
+
+def _elastic_root(fields: dict[str, str]) -> bool:
+    return fields.get("elastic") == "root"
 
 
 def _collect(kind: FailureKind, event: FailureEvent, fields: dict[str, str]) -> None:
