@@ -2224,5 +2224,168 @@ MULTINODE += (
         Expect("host-oom", "train", "10.0.3.9", "41017", message_has=("killed ray::MegatronTr (pid 41017)",)),
     ),
 )
+MULTINODE += (
+    Scenario(
+        # Ray >= 2.3 (src/ray/raylet/node_manager.cc `CreateOomKillMessageDetails`, python/ray/exceptions.py
+        # `OutOfMemoryError`): the sentence ends its line, the task killed and the node's memory are on the next
+        "26: Ray's OOM killer, newer wording: the detail line under the sentence names the actor killed",
+        (
+            (
+                None,
+                _traceback(
+                    DRIVER_GET,
+                    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+                    "Memory on the node (IP: 10.0.3.9, ID: 5f1e9a0c) where the task (actor ID: 9c1d2e3f, "
+                    "name=MegatronTrainRayActor.__init__, pid=41017, memory used=182.40GB) was running was 1.90TB / "
+                    "2.00TB (0.952), which exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: "
+                    "6f2ec5c8) because it was the most recently scheduled task; to see more information about memory "
+                    "usage on this node, use `ray logs raylet.out -ip 10.0.3.9`. To see the logs of the worker, use "
+                    "`ray logs worker-6f2ec5c8*out -ip 10.0.3.9.`\nTop 10 memory users:\nPID\tMEM(GB)\tCOMMAND\n"
+                    "41017\t182.40\tray::MegatronTrainRayActor.__init__",
+                ),
+            ),
+        ),
+        Expect(
+            "host-oom",
+            "train",
+            "10.0.3.9",
+            "41017",
+            message_has=("MegatronTrainRayActor pid=41017", "1.90TB of 2.00TB"),
+        ),
+    ),
+)
+KILLED_BY_RAY_KILL = _traceback(  # gcs_actor_manager.cc GenKilledByApplicationCause
+    DRIVER_GET,
+    _actor_died("RolloutManager", 5100, "10.0.3.7", "The actor is dead because it was killed by `ray.kill`."),
+)
+SUCCEEDED = (
+    "------------------------------------------\nJob 'raysubmit_Qx81abc' succeeded\n"
+    "------------------------------------------"
+)
+MULTINODE += (
+    Scenario(
+        # src/ray/gcs/actor/gcs_actor_manager.cc GenKilledByApplicationCause: the program's own teardown
+        "26: an actor the driver killed with ray.kill in a job that succeeded is no failure",
+        (
+            (
+                TRAIN,
+                "[2026-12-01 10:00:00] log_utils.py:443 - step 9: {'train/loss': 0.012, 'train/grad_norm': 0.2}",
+            ),
+            (None, KILLED_BY_RAY_KILL),
+            (None, SUCCEEDED),
+        ),
+        None,
+    ),
+    Scenario(
+        # the same teardown beside a real failure: the actor's own kill is how it ended, never why
+        "26: an actor killed with ray.kill after another actor's CUDA error: the error is the cause",
+        (
+            (None, KILLED_BY_RAY_KILL),
+            (
+                ENGINE,
+                _traceback(
+                    [
+                        (
+                            "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py",
+                            1201,
+                            "run_batch",
+                            "out = fwd()",
+                        )
+                    ],
+                    "RuntimeError: CUDA error: an illegal memory access was encountered",
+                ),
+            ),
+        ),
+        Expect(
+            "cuda-error",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            consequences=("actor-died",),
+            message_has=("illegal memory access",),
+        ),
+    ),
+    Scenario(
+        # python/ray/exceptions.py ActorUnavailableError (its `maynot` as printed); the run went on after it
+        "26: ActorUnavailableError the run outlived is no death",
+        (
+            (ROLLOUT, "[2026-12-01 10:00:00] rollout.py:1 - rollout 3: {'rollout/reward': 0.5}"),
+            (
+                ROLLOUT,
+                _traceback(
+                    [("/root/miles/miles/ray/rollout.py", 210, "generate", "ray.get(refs)")],
+                    "ray.exceptions.ActorUnavailableError: The actor 8e1c2f0a01000000 is unavailable: The actor is "
+                    "temporarily unavailable: IOError: Connection reset. The task may or maynot have been executed on "
+                    "the actor.",
+                ),
+            ),
+            (ROLLOUT, "[2026-12-01 10:01:00] rollout.py:1 - rollout 4: {'rollout/reward': 0.5}"),
+            (
+                TRAIN,
+                "[2026-12-01 10:02:00] log_utils.py:443 - step 4: {'train/loss': 0.01, 'train/grad_norm': 0.2}",
+            ),
+            (ROLLOUT, "[2026-12-01 10:03:00] rollout.py:1 - rollout 5: {'rollout/reward': 0.5}"),
+            (
+                TRAIN,
+                "[2026-12-01 10:04:00] log_utils.py:443 - step 5: {'train/loss': 0.01, 'train/grad_norm': 0.2}",
+            ),
+        ),
+        None,
+        shapes=("ray", "caret", "pasted", "excerpts"),  # the banner's replay of the tail repeats old progress
+    ),
+    Scenario(
+        # sglang 0.5.23 managers/tokenizer_manager.py SignalHandler and utils/watchdog.py: a child that aborted
+        "26: SGLang 0.5.23: a scheduler child crashed with exit code -6, then SIGQUIT",
+        (
+            (
+                ENGINE,
+                "[2026-12-01 10:00:05] Subprocess scheduler_0 (pid=52311) crashed with exit code -6. Triggering "
+                "SIGQUIT for cleanup...\n"
+                "[2026-12-01 10:00:05] SIGQUIT received. signum=3, frame=<frame at 0x7f12a0, file "
+                "'/usr/lib/python3.11/selectors.py', line 468, code select>. It usually means one child failed.",
+            ),
+        ),
+        Expect(
+            "engine-exit",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            message_has=("scheduler_0 (pid 52311)", "exit code -6"),
+        ),
+    ),
+    Scenario(
+        # torch >= 2.4 ProcessGroupNCCL.cpp ncclCommWatchdog: the timeout re-thrown by the watchdog thread,
+        # `terminate called` and the abort after it on the same rank
+        "26: the watchdog thread terminated with the timeout, then the rank aborted",
+        (
+            (
+                Proc("MegatronTrainRayActor", 4103, "10.0.3.9"),
+                "[rank3]:[E1201 10:10:05.123456789 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+                "Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+                "Timeout(ms)=600000) ran for 600063 milliseconds before timing out.\n"
+                "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+                "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with "
+                "exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, "
+                "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600063 "
+                "milliseconds before timing out.\n"
+                "Exception raised from ncclCommWatchdog at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:"
+                "1601 (most recent call first):\n"
+                "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f12 in "
+                "/usr/local/lib/python3.11/dist-packages/torch/lib/libc10.so)\n"
+                "Fatal Python error: Aborted",
+            ),
+        ),
+        Expect(
+            "nccl-timeout",
+            "train",
+            "10.0.3.9",
+            "4103",
+            rank="3",
+            consequences=("fatal-signal",),
+            message_has=("ALLREDUCE (SeqNum 1580)", "rank(s) 3"),
+        ),
+    ),
+)
 
 SCENARIOS += MULTINODE

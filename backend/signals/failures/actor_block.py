@@ -192,3 +192,29 @@ def _describe(rows: dict[str, str]) -> str:
         f"rank {rows.get('rank', '?')} (local rank {rows.get('local_rank', '?')}, pid {rows.get('pid', '?')})"
         f"{where} exit code {rows.get('exitcode', '?')}"
     )
+
+
+# Ray's OOM killer (src/ray/raylet/node_manager.cc, `CreateOomKillMessageDetails`): since Ray 2.3 the sentence
+# `Task was killed due to the node running low on memory.` ends its line and the detail follows on the next:
+# `Memory on the node (IP: 10.0.3.9, ID: …) where the task (actor ID: …, name=MegatronTrainRayActor.__init__,
+# pid=41017, memory used=182.40GB) was running was 1.9TB / 2.0TB (0.96), which exceeds …` (`task ID:` and a
+# function's name for a task).
+_MEMORY_DETAIL = re.compile(
+    r"Memory on the node \(IP: (?P<ip>[\w.:]+), ID: (?P<node_id>\w+)\) where the task "
+    r"\((?P<what>actor|task) ID: \w+, name=(?P<name>[\w.]+?)(?:\.(?P<method>\w+))?, pid=(?P<pid>\d+), "
+    r"memory used=(?P<used>[\d.]+ ?[KMGT]?i?B)\) was running was (?P<node_used>[\d.]+ ?[KMGT]?i?B) / "
+    r"(?P<node_total>[\d.]+ ?[KMGT]?i?B)"
+)
+DETAIL_LINES = 6  # the detail line, wrapped by a terminal or a paste
+
+
+def read_memory_detail(lines: Sequence[str], index: int) -> dict[str, str]:
+    """The fields of Ray's OOM detail on the lines after `lines[index]` (empty: none there)."""
+    text = "".join(_message(line) for line in lines[index + 1 : index + 1 + DETAIL_LINES])
+    m = _MEMORY_DETAIL.search(text)
+    if m is None:
+        return {}
+    fields = {k: v for k, v in m.groupdict().items() if v is not None and k not in ("what", "name")}
+    fields["actor" if m["what"] == "actor" else "task"] = m["name"]
+    fields["usage"] = f": {m['node_used']} of {m['node_total']} RAM in use on that node"
+    return fields

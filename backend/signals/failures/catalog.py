@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend.errors import ConsoleError
 from backend.json_fields import Fields
+from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.stalls import NO_STALLS, StallRule
 
 if sys.version_info >= (3, 11):
@@ -53,6 +54,7 @@ class FailureKind:
     needs_exception: bool = False
     actor_block: bool = False  # the line sits in ActorDiedError's field block, which names the dead actor
     elastic_block: bool = False  # the line ends torch elastic's root-cause table (host, rank, pid)
+    memory_detail: bool = False  # Ray's OOM detail line under the line names the task killed and the node
     names_pid: bool = False  # the line names the failed process by its pid (torchrun's child, a shell's job)
     generic: bool = False  # any traceback's exception line that no other kind names
     derived: bool = False  # made by the scanner from other lines (a stall), never matched in one line
@@ -72,6 +74,11 @@ class FailureCatalog:
     retried: tuple[str, ...]  # a line holding one of these is a caught, retried error
     succeeded: tuple[str, ...]  # how Ray says a job ended well
     stall: StallRule = NO_STALLS  # which phases stand still long enough to be a cause
+    intended: tuple[str, ...] = ()  # a death whose reason holds one of these was the program's own doing
+
+    def is_intended(self, event: FailureEvent) -> bool:
+        reason = event.fields.get("reason", "")
+        return any(word in reason for word in self.intended)
 
     def kind(self, kind_id: str) -> FailureKind:
         return next(k for k in self.kinds if k.id == kind_id)
@@ -157,6 +164,7 @@ def _kind(table: object, where: str) -> FailureKind:
         needs_exception=raw.has("needs_exception"),
         actor_block=raw.has("actor_block"),
         elastic_block=raw.has("elastic_block"),
+        memory_detail=raw.has("memory_detail"),
         names_pid=raw.has("names_pid"),
         generic=generic,
         derived=derived,
@@ -193,6 +201,7 @@ def load_catalog(path: str | Path | None = None) -> FailureCatalog:
         _strings(benign, f"[benign] in {path}", "retried"),
         _strings(benign, f"[benign] in {path}", "succeeded"),
         _stall_rule(data.obj("stall"), f"[stall] in {path}"),
+        _strings(benign, f"[benign] in {path}", "intended"),
     )
 
 

@@ -23,7 +23,7 @@ from backend.signals.failures.events import FailureEvent
 MAX_RANKS_SHOWN = 8
 _ISO = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _CLOCK = re.compile(r"\d\d:\d\d:\d\d")
-_OPTIONAL = ("on", "others", "at_start", "reason", "tags", "also_failed")
+_OPTIONAL = ("on", "others", "at_start", "reason", "tags", "also_failed", "usage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,10 +322,12 @@ def diagnose(
         return render(e, kinds[e.kind], world=world, ranks_seen=ranks_seen, ranks_alive=ranks_alive)
 
     outlived, events = _split_outlived(events, kinds, progress)
+    if succeeded:  # an actor the program killed itself, in a job that ended well, is no failure
+        events = [e for e in events if not catalog.is_intended(e)]
     if not events:
         return None
     incidents = [Incident(word(e), n, first) for e, n, first in outlived]
-    cause = _cause(events, kinds)
+    cause = _cause(events, kinds, catalog)
     rest = [e for e in sorted(events, key=lambda e: e.seq) if e is not cause]
     before = tuple(i for i in incidents if i.finding.seq < cause.seq)
     return Diagnosis(word(cause), tuple(word(e) for e in rest), _doubt(kinds[cause.kind], succeeded), before)
@@ -361,8 +363,13 @@ def _later(event: FailureEvent) -> bool:
     return event.fields.get("elastic") == "other"
 
 
-def _cause(events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind]) -> FailureEvent:
-    """The earliest of the highest tier present: an independent root, else a symptom, else a report."""
+def _cause(
+    events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind], catalog: FailureCatalog
+) -> FailureEvent:
+    """The earliest of the highest tier present: an independent root, else a symptom, else a report (an
+    actor the program killed itself reports how it ended, never why)."""
+    meant = [e for e in events if catalog.is_intended(e)]
+    events = [e for e in events if e not in meant]
     tiers = (
         [
             e
@@ -370,7 +377,7 @@ def _cause(events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind]) -> 
             if kinds[e.kind].cascade == "root" and not _yields(e, events, kinds[e.kind]) and not _later(e)
         ],
         [e for e in events if kinds[e.kind].cascade == "symptom"],
-        [e for e in events if kinds[e.kind].cascade == "report"],
+        [e for e in events if kinds[e.kind].cascade == "report"] + meant,
     )
     pool = next((tier for tier in tiers if tier), events)
     return _order(pool)[0]

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from backend.signals.actors import DRIVER, ENGINE, TRAIN, frame_role, is_internal, role_of
 from backend.signals.anchors import AnchoredHints
-from backend.signals.failures.actor_block import BLOCK_LINES, read_block, read_elastic_block
+from backend.signals.failures.actor_block import (
+    BLOCK_LINES,
+    read_block,
+    read_elastic_block,
+    read_memory_detail,
+)
 from backend.signals.failures.catalog import EXCEPTION_HINTS, FailureCatalog, FailureKind, default_catalog
 from backend.signals.failures.events import FailureEvent
 from backend.signals.failures.owner import (
@@ -522,6 +527,8 @@ def _groups(kind: FailureKind, m: re.Match[str] | None, context: Sequence[str], 
         block = read_block(context, first)
         if block is not None:
             groups = block.merged(groups)
+    if kind.memory_detail and "pid" not in groups:
+        groups = {**read_memory_detail(context, first), **groups}
     if kind.elastic_block:
         groups = {**read_elastic_block(context, first), **groups}
     return groups
@@ -634,8 +641,8 @@ def _merge(
         existing.fields = {**existing.fields, **found.fields}
         existing.template, existing.time = template, found.fields.get("failed_at") or existing.time
     else:  # a later sighting fills what the first left out (the rank of a WARN line's process, an owner's IP)
-        if template is not None and set(existing.fields) < set(found.fields):
-            existing.template = template  # it says more (torch elastic's table after its agent's line)
+        if kind.elastic_block and template is not None and set(existing.fields) < set(found.fields):
+            existing.template = template  # torch elastic's table after its agent's line: it says more
         existing.fields = {**found.fields, **existing.fields}
     _collect(kind, existing, found.fields)
     if error and not existing.error:
