@@ -312,3 +312,25 @@ def test_a_stall_the_log_ends_in_is_the_cause_only_once_the_run_is_over(status: 
         "4101",
     )
     assert "update_weights stood still for 19m01s" in found.cause.message and not found.consequences
+
+
+def test_a_consequence_whose_message_starts_with_its_title_says_it_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        "(raylet, ip=10.0.0.3) [2026-12-01 10:00:05,123 E 812 812] (raylet) node_manager.cc:3069: 1 Workers "
+        "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at "
+        "node (ID: 4f2a, IP: 10.0.0.3) over the last time period.\n"
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: MegatronTrainRayActor\n\tpid: 4101\n\tip: 10.0.0.3\n"
+        "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY\n",
+        encoding="utf-8",
+    )
+    code, out, _ = run(capsys, "metrics", "--from-log", str(log))
+    then = [line for line in out.splitlines() if line.strip().startswith("then")]
+    assert code == 4 and then, out
+    assert not any("a Ray actor died: a Ray actor died" in line for line in then), then
+    assert any(line.strip().startswith("then   a Ray actor died: MegatronTrainRayActor") for line in then), (
+        then
+    )
