@@ -2387,5 +2387,45 @@ MULTINODE += (
         ),
     ),
 )
+MULTINODE += (
+    Scenario(
+        # torch <= 2.0 socket.cpp SocketConnectOp::throwTimeoutError: the timeout is a std::chrono::seconds there
+        "26: torch 2.0's c10d connect timeout, in seconds",
+        (
+            (
+                TRAIN_R5,
+                "[E socket.cpp:860] [c10d] The client socket has timed out after 1800s while trying to connect to "
+                "(10.0.3.7, 29500).",
+            ),
+        ),
+        Expect(
+            "c10d-store-timeout",
+            "train",
+            "10.0.3.9",
+            "4105",
+            message_has=("10.0.3.7:29500", "within 1800s"),
+        ),
+    ),
+    Scenario(
+        # nccl src/misc/socket.cc socketProgressOpt: a recv that failed (not closed): the peer is named
+        "26: NCCL's recv from a peer timed out (socketProgressOpt), then ncclRemoteError",
+        (
+            (
+                TRAIN_R5,
+                "node-09:41017:41388 [5] misc/socket.cc:63 NCCL WARN socketProgressOpt: Call to recv from "
+                "10.0.3.7<43520> failed : Connection timed out",
+            ),
+            _nccl_remote(5, 1),
+        ),
+        Expect(
+            "nccl-remote",  # one process's WARN line and its async error are one failure; its rank is global
+            "train",
+            "10.0.3.9",
+            "4105",
+            rank="5",
+            message_has=("10.0.3.7", "look at 10.0.3.7 first"),
+        ),
+    ),
+)
 
 SCENARIOS += MULTINODE
