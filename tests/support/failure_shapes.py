@@ -2254,6 +2254,11 @@ MULTINODE += (
         ),
     ),
 )
+NODE_DIED_OLD = "The actor is dead because its node has died."
+NODE_PREEMPTED = (
+    "The actor died because its node has died. Node Id: 5f1e9a0c\n\tthe actor's node was preempted: The node was "
+    "preempted by the cloud provider."
+)
 KILLED_BY_RAY_KILL = _traceback(  # gcs_actor_manager.cc GenKilledByApplicationCause
     DRIVER_GET,
     _actor_died("RolloutManager", 5100, "10.0.3.7", "The actor is dead because it was killed by `ray.kill`."),
@@ -2424,6 +2429,65 @@ MULTINODE += (
             "4105",
             rank="5",
             message_has=("10.0.3.7", "look at 10.0.3.7 first"),
+        ),
+    ),
+)
+MULTINODE += (
+    # older Ray (RayActorError, `The actor is dead because its node has died.`): the node is the root;
+    # gcs_actor_manager.cc GenNodeDiedCause, AUTOSCALER_DRAIN_PREEMPTED: the block's second line says why
+    *(
+        Scenario(
+            name,
+            (
+                (
+                    None,
+                    _traceback(DRIVER_GET, _actor_died("MegatronTrainRayActor", 41017, "10.0.3.9", reason)),
+                ),
+            ),
+            Expect(
+                "node-dead",
+                "train",
+                "10.0.3.9",
+                "41017",
+                consequences=("actor-died",),
+                message_has=("MegatronTrainRayActor pid=41017", said),
+            ),
+        )
+        for name, reason, said in (
+            ("26: older Ray's RayActorError block: its node has died", NODE_DIED_OLD, "node 10.0.3.9 died"),
+            (
+                "26: ActorDiedError block: its node was preempted",
+                NODE_PREEMPTED,
+                "the node was preempted: The node was preempted by the cloud provider",
+            ),
+        )
+    ),
+    Scenario(
+        # node_manager.cc: the raylet's OOM summary names the node only; older Ray's worker-died warning
+        # (`RayTask ID:`) names the pid, whose own lines are not in the log: no actor is invented
+        "26: the raylet's OOM summary, then an older worker-died warning: the node, no invented actor",
+        (
+            (
+                RAYLET,
+                "[2026-12-01 10:00:05,123 E 812 812] (raylet) node_manager.cc:3049: 1 Workers (tasks / actors) killed "
+                "due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 5f1e9a0c, IP: "
+                "10.0.3.9) over the last time period.",
+            ),
+            (
+                None,
+                "2026-12-01 10:00:06,000\tWARNING worker.py:2040 -- A worker died or was killed while executing a task "
+                "by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker. "
+                "RayTask ID: ffffffffffffffff Worker ID: 9f8e Node ID: 5f1e Worker IP address: 10.0.3.9 Worker port: "
+                "10123 Worker PID: 41017 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits "
+                "with a connection error code 2. End of file.",
+            ),
+        ),
+        Expect(
+            "host-oom",
+            None,
+            "10.0.3.9",
+            consequences=("actor-died",),
+            message_has=("killed 1 worker(s) on node 10.0.3.9",),
         ),
     ),
 )

@@ -22,6 +22,11 @@ _HEAD = ("ActorDiedError", "RayActorError")
 _REASON = re.compile(r"The actor (?:is dead|died) because (?P<reason>.+)")
 _REASON_END = re.compile(r"\.? (?:There are some potential root causes|To troubleshoot|Check cluster logs)")
 REASON_CHARS = 200
+# GenNodeDiedCause's second line: `\tthe actor's node was terminated unexpectedly: health check failed …`
+_NODE_WHY = re.compile(
+    r"\s*the actor's node was (?P<why>terminated unexpectedly|terminated expectedly|preempted|terminated): ?"
+    r"(?P<detail>.*)"
+)
 _TO_FIELD = {"class_name": "actor", "actor_id": "actor_id", "pid": "pid", "name": "actor_name", "ip": "ip"}
 
 
@@ -76,6 +81,12 @@ def read_block(lines: Sequence[str], index: int) -> ActorBlock | None:
         m = _FIELD.match(message)
         if m is not None:
             fields.setdefault(_TO_FIELD.get(m[1], m[1]), m[2])
+            continue
+        why = _NODE_WHY.match(message)
+        if why is not None:
+            fields["node_why"] = f"the node was {why['why']}: {why['detail'].strip()}"[:REASON_CHARS].rstrip(
+                ": "
+            )
             continue
         if reason is None:
             reason = _reason(message)

@@ -37,7 +37,9 @@ REMOTE_TASK = re.compile(
 )
 # What starts a new line in a log (anything else after a long line is that line's wrapped tail).
 _LINE_START = re.compile(
-    r"\(|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File "
+    # a Ray prefix (`(MegatronTrainRayActor pid=…`, `(raylet`), never any `(` (a wrap may land before one)
+    r"\((?:\w+ pid=\d|raylet|gcs_server|autoscaler|monitor|dashboard)"
+    r"|\[|\^\[\[|Traceback|During handling|The above exception|\s{2}|\t|File "
     r"\"|`{3}|[\w.]+(?:Error|Exception|Warning)\b|\d{4}-\d\d-\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|"
     r"Job '|Status message|-{3}|\*|(?:critic-)?(?:step|rollout|perf|eval|multi_turn|passrate) \d+(?:: \{| "
     r"skipped:)|[A-Z][a-z]* [a-z]"  # a sentence ("A worker died …"); a wrap lands there rarely
@@ -76,8 +78,8 @@ class Wraps:
             return False
         if line[0] in _NEVER_FIRST:  # a closing bracket starts no log line (the head's colour was stripped)
             return True
-        if len(previous) not in self.widths and len(line) > len(previous):
-            return False
+        if len(previous) not in self.widths and len(line) > len(previous) and len(line) not in self.widths:
+            return False  # (a full-width piece after a shorter one: its head's colour codes were stripped)
         text = unquote(line) if line.startswith(">") else line
         if _LINE_START.match(text) is not None:
             return False

@@ -549,20 +549,42 @@ def _identify(
     named = "actor" in groups  # the line names the failing actor itself (RayTaskError, the OOM killer)
     if named:  # then the process that printed it (the driver, the raylet) is not the one that failed
         owner = None
-    if kind.names_pid and not named and (owner is None or owner.actor in RAY_DAEMONS):
-        # torchrun's, a shell's or the raylet's line: the process is the one whose pid it names
-        owner = pid_process(context, first, groups.get("pid")) or owner
+    unnamed = False
+    if kind.names_pid and not named:
+        owner, unnamed = _pid_owner(owner, context, first, groups)
     who_fields = _who_fields(parsed, owner, groups)
     _group_fields(parsed.message, groups)
     frames = traceback_frames(context, first, wraps)
-    actor = who_fields["actor"]
-    role = _role(actor, None if named else owner, who_fields["tags"], frames)
-    if kind.names_pid and owner is None and actor is None:  # nothing says whose process it was
-        role = None
+    role = (
+        None if unnamed else _role(who_fields["actor"], None if named else owner, who_fields["tags"], frames)
+    )
     fields = {**dict(kind.defaults), **groups}
     fields.update((name, str(value)) for name, value in who_fields.items() if value is not None)
     fields["text"] = " ".join(parsed.message.split())[:LINE_CHARS]
-    return _Found(fields, _who(named, owner, role, who_fields), role, named, owner, _innermost(frames))
+    who = _unnamed(who_fields) if unnamed else _who(named, owner, role, who_fields)
+    return _Found(fields, who, role, named, owner, _innermost(frames))
+
+
+def _pid_owner(
+    owner: ParsedLine | None, context: Sequence[str], first: int, groups: dict[str, str]
+) -> tuple[ParsedLine | None, bool]:
+    """Whose line names the failed process by its pid (torchrun's, a shell's, the raylet's): that pid's own
+    Ray process (its prefix before), else the printer unless nobody or Ray's own daemon printed it; True:
+    nothing says whose process it was (the daemon's node still says where)."""
+    if owner is not None and owner.actor not in RAY_DAEMONS:
+        return owner, False
+    found = pid_process(context, first, groups.get("pid"))
+    if found is not None:
+        return found, False
+    if owner is not None and owner.ip:
+        groups.setdefault("ip", owner.ip)
+    return None, True
+
+
+def _unnamed(said: dict[str, str | None]) -> str:
+    """A process no line names but by its pid (or not at all)."""
+    where = f" on {said['ip']}" if said["ip"] else ""
+    return f"pid {said['pid']}{where}" if said["pid"] else f"a process the log does not name{where}"
 
 
 def pid_process(lines: Sequence[str], index: int, pid: str | None) -> ParsedLine | None:
