@@ -2491,5 +2491,35 @@ MULTINODE += (
         ),
     ),
 )
+MULTINODE += (
+    Scenario(
+        # python/ray/exceptions.py: the driver's ray.get on the RolloutManager re-raises the ActorDiedError the
+        # RolloutManager's own ray.get saw (`RayTaskError(ActorDiedError): ray::RolloutManager.generate()`): the
+        # block under it names the engine that died; the caller only relays it
+        "26: RayTaskError(ActorDiedError) in the caller: the block names the engine that died",
+        (
+            (
+                None,
+                _ray_task(
+                    "RolloutManager",
+                    "generate",
+                    5100,
+                    "10.0.3.7",
+                    "ActorDiedError",
+                    _actor_died("SGLangEngine", 5300, "10.0.0.4", WORKER_DIED),
+                    [("/root/miles/miles/ray/rollout.py", 210, "generate", "ray.get(refs)")],
+                ),
+            ),
+        ),
+        Expect(
+            "actor-died",
+            "engine",
+            "10.0.0.4",
+            "5300",
+            consequences=("ray-task-error",),
+            message_has=("SGLangEngine pid=5300 on 10.0.0.4", "its worker process has died"),
+        ),
+    ),
+)
 
 SCENARIOS += MULTINODE

@@ -54,6 +54,7 @@ class FailureKind:
     needs_exception: bool = False
     actor_block: bool = False  # the line sits in ActorDiedError's field block, which names the dead actor
     elastic_block: bool = False  # the line ends torch elastic's root-cause table (host, rank, pid)
+    relays: tuple[str, ...] = ()  # inner types whose error only relays another process's death
     memory_detail: bool = False  # Ray's OOM detail line under the line names the task killed and the node
     names_pid: bool = False  # the line names the failed process by its pid (torchrun's child, a shell's job)
     generic: bool = False  # any traceback's exception line that no other kind names
@@ -79,6 +80,12 @@ class FailureCatalog:
     def is_intended(self, event: FailureEvent) -> bool:
         reason = event.fields.get("reason", "")
         return any(word in reason for word in self.intended)
+
+    def only_says_how(self, event: FailureEvent) -> bool:
+        """An actor the program killed itself, or a caller's error that only relays another's death: how the
+        run ended, never why (the report tier)."""
+        inner = event.fields.get("inner", "").rsplit(".", 1)[-1]
+        return self.is_intended(event) or (bool(inner) and inner in self.kind(event.kind).relays)
 
     def kind(self, kind_id: str) -> FailureKind:
         return next(k for k in self.kinds if k.id == kind_id)
@@ -164,6 +171,7 @@ def _kind(table: object, where: str) -> FailureKind:
         needs_exception=raw.has("needs_exception"),
         actor_block=raw.has("actor_block"),
         elastic_block=raw.has("elastic_block"),
+        relays=_strings(raw, where, "relays"),
         memory_detail=raw.has("memory_detail"),
         names_pid=raw.has("names_pid"),
         generic=generic,

@@ -367,8 +367,8 @@ def _cause(
     events: Sequence[FailureEvent], kinds: Mapping[str, FailureKind], catalog: FailureCatalog
 ) -> FailureEvent:
     """The earliest of the highest tier present: an independent root, else a symptom, else a report (an
-    actor the program killed itself reports how it ended, never why)."""
-    meant = [e for e in events if catalog.is_intended(e)]
+    actor the program killed itself, a caller relaying its callee's death: how it ended, never why)."""
+    meant = [e for e in events if catalog.only_says_how(e)]
     events = [e for e in events if e not in meant]
     tiers = (
         [
