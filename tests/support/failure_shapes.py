@@ -2521,5 +2521,55 @@ MULTINODE += (
         ),
     ),
 )
+MULTINODE += (
+    Scenario(
+        # torch/distributed/elastic/agent/server/api.py `_invoke_run`: a child killed, then the agent restarts
+        # the worker group (torchrun --max-restarts): the run goes on, so the kill is no death
+        "26: torch elastic restarts its worker group after a child was killed: no death",
+        (
+            (
+                None,
+                "[2026-12-01 10:00:05,456] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+                "local_rank: 3 (pid: 41017) of binary: /usr/bin/python3\n"
+                "[2026-12-01 10:00:05,457] torch.distributed.elastic.agent.server.api: [INFO] [default] Worker group "
+                "FAILED. 3/3 attempts left; will restart worker group",
+            ),
+        ),
+        None,
+    ),
+)
+MULTINODE += (
+    Scenario(
+        # torch <= 1.10 errors/__init__.py: `Root Cause:` first, then `Other Failures:`; no host row, `msg: "…"`
+        "26: torch 1.10's elastic table: the root first, the other failures after it",
+        (
+            (
+                None,
+                _traceback(
+                    ELASTIC_TRACE, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+                )
+                + "\n***************************************\n"
+                "      /root/train.py FAILED\n"
+                "=======================================\n"
+                "Root Cause:\n[0]:\n  time: 2026-12-01_10:00:05\n  rank: 27 (local_rank: 3)\n"
+                "  exitcode: -9 (pid: 41017)\n  error_file: <N/A>\n"
+                '  msg: "Signal 9 (SIGKILL) received by PID 41017"\n'
+                "=======================================\n"
+                "Other Failures:\n[1]:\n  time: 2026-12-01_10:00:06\n  rank: 26 (local_rank: 2)\n"
+                "  exitcode: -9 (pid: 41016)\n  error_file: <N/A>\n"
+                '  msg: "Signal 9 (SIGKILL) received by PID 41016"\n'
+                "***************************************",
+            ),
+        ),
+        Expect(
+            "killed-by-signal",
+            None,
+            pid="41017",
+            rank="27",
+            consequences=("elastic-child-failed", "killed-by-signal"),
+            message_has=("rank 27 (local rank 3)", "SIGKILL"),
+        ),
+    ),
+)
 
 SCENARIOS += MULTINODE

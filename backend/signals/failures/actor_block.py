@@ -108,7 +108,10 @@ _ELASTIC = re.compile(
     r"|error_file\s*:\s*(?P<error_file>\S+))\s*$"
 )
 _ENTRY = re.compile(r"\s*\[\d+\]:\s*$")
-_ROOT_SECTION, _OTHER_SECTION = "Root Cause", "Failures:"
+_ROOT_SECTION, _OTHER_SECTION = (
+    "Root Cause",
+    ("Failures:", "Other Failures:"),
+)  # torch <= 1.10: "Other Failures:"
 _TABLE_TITLE = re.compile(r"\S.* FAILED\s*$")
 ELASTIC_LINES = 8  # an entry's rows above its traceback row
 TABLE_LINES = 400  # a table of every rank of a node, each with its traceback
