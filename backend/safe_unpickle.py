@@ -17,6 +17,8 @@ import os
 import pickle
 import pickletools
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -28,6 +30,11 @@ MAX_RATIO = 20  # a compressed member may unpack to at most this many times its 
 SCAN_BYTES = 8 << 20  # how much of a refused pickle is scanned to name what it holds
 MAX_NAMES = 6
 READ_BUFFER = 1 << 16
+# While a pickle is read, the process may grow by at most this (address space): the objects a pickle of
+# built-in types builds take ~7x its bytes (a list of ints), and a memo index of 2**30 in an 8-byte pickle
+# made the C unpickler allocate and zero 16 GB (38 s) before the first object; capped, it is one line.
+GROWTH_MIN = 512 << 20
+GROWTH_RATIO = 32
 DATA_PKL = "data.pkl"
 _STRING_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
@@ -88,15 +95,52 @@ def _load(data: bytes, source: str) -> object:
     try:
         # A BufferedReader, not a bare BytesIO: the C unpickler prefetches through `peek`, and a protocol-2
         # pickle (torch's default, no frames) read through BytesIO costs one read() call per opcode (2.7x).
-        return _BuiltinsOnly(io.BufferedReader(io.BytesIO(data), READ_BUFFER)).load()
+        with _growth_capped(max(GROWTH_MIN, GROWTH_RATIO * len(data))):
+            return _BuiltinsOnly(io.BufferedReader(io.BytesIO(data), READ_BUFFER)).load()
     except _Refusal as refusal:
         raise PickleRefusedError(source, _names_held(data, refusal.first)) from None
     except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError) as err:
         raise BrokenPickleError(f"{source} is not a complete pickle ({type(err).__name__}: {err})") from None
     except RecursionError:
         raise BrokenPickleError(f"{source} nests too deeply to read") from None
-    except MemoryError:  # a length or memo index of terabytes: a pickle bomb, one line
-        raise BrokenPickleError(f"{source} asks for more memory than there is: not read") from None
+    except MemoryError:  # a length or memo index of terabytes, or past the growth cap: a pickle bomb
+        raise BrokenPickleError(
+            f"{source} asks for more memory than a pickle of {len(data):,} bytes can need: not read"
+        ) from None
+
+
+def _address_space() -> int | None:
+    """This process's virtual size in bytes (None where /proc does not say)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextmanager
+def _growth_capped(growth: int) -> Iterator[None]:
+    """Within the block, an allocation that would grow the process by more than `growth` bytes fails with
+    MemoryError (RLIMIT_AS; restored after). Without /proc or `resource`, or under a tighter limit already
+    set, the block runs as it is."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    size = _address_space()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = None if size is None else size + growth
+    if cap is None or (soft != resource.RLIM_INFINITY and soft <= cap):
+        yield
+        return
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def load_path(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> object:

@@ -87,3 +87,27 @@ def test_a_pt_zip_bomb_is_refused_before_it_is_unpacked(tmp_path: Path) -> None:
     path.write_bytes(buf.getvalue())
     with pytest.raises(BrokenPickleError, match="zip bomb"):
         load_path(path)
+
+
+@pytest.mark.parametrize("index", [1 << 26, 1 << 30])
+def test_a_memo_index_of_a_billion_is_one_line_not_gigabytes(index: int) -> None:
+    """LONG_BINPUT's index sizes the C unpickler's memo: 2**30 in a 9-byte pickle made it allocate and zero
+    16 GB (38 s, here) before the first object; the growth cap turns that into one line, at once."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(BrokenPickleError) as err:
+        loads(b"\x80\x02]r" + struct.pack("<I", index) + b".", "bomb.pt")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert "more memory than a pickle of 9 bytes can need" in str(err.value) and "\n" not in str(err.value)
+    assert time.monotonic() - started < 2 and grown_mb < 256, (time.monotonic() - started, grown_mb)
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # the cap is lifted after
+
+
+def test_a_real_sized_rollout_reads_under_the_growth_cap() -> None:
+    samples = [
+        {"tokens": list(range(4000)), "response": "x" * 4000, "group_index": i // 8} for i in range(64)
+    ]
+    data = pickle.dumps({"samples": samples}, protocol=2)
+    assert loads(data, "real.pt") == {"samples": samples}
