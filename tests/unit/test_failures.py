@@ -334,3 +334,23 @@ def test_a_consequence_whose_message_starts_with_its_title_says_it_once(
     assert any(line.strip().startswith("then   a Ray actor died: MegatronTrainRayActor") for line in then), (
         then
     )
+
+
+def test_an_actor_block_killed_for_host_memory_reads_as_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The block's reason sentence ("its worker process has died…") is the actor-died kind's, never glued
+    after the host-OOM message's own words (it read "for host memoryits worker process has died")."""
+    log = tmp_path / "job.log"
+    log.write_text(
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: create_colocated_worker_cls.<locals>.WorkerDict\n\tpid: 77410\n\tip: 10.128.4.17\n"
+        "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY Worker "
+        "exit detail: Task was killed due to the node running low on memory.\n",
+        encoding="utf-8",
+    )
+    code, out, _ = run(capsys, "metrics", "--from-log", str(log), "--json")
+    cause = json.loads(out)["cause"]
+    assert code == 4 and cause["id"] == "host-oom", cause
+    assert cause["message"].startswith("Ray killed create_colocated_worker_cls.<locals>.WorkerDict pid=77410")
+    assert "memoryits" not in cause["message"] and "for host memory" in cause["message"], cause["message"]
