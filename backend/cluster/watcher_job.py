@@ -223,7 +223,7 @@ class Watcher:
         found = self.monitor.diagnosis() if status == "FAILED" else None
         if found is not None:
             c = found.cause
-            text = f"{c.title}: {c.message}"
+            text = c.headline
             entry = Entry(
                 "cause",
                 "cause",

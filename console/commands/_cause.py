@@ -33,8 +33,7 @@ def cause_lines(found: Diagnosis, indent: str = "", names: NodeNames | None = No
         f"  line   {cause.line}",
         *_given((("  frame  ", cause.frame), ("  try    ", cause.try_), ("  note   ", found.doubt))),
         *(
-            f"  then   {_titled(c.title, names.in_text(c.message))}"
-            + (f" (x{c.count})" if c.count > 1 else "")
+            f"  then   {names.in_text(c.headline)}" + (f" (x{c.count})" if c.count > 1 else "")
             for c in found.consequences
         ),
     ]
@@ -44,10 +43,3 @@ def cause_lines(found: Diagnosis, indent: str = "", names: NodeNames | None = No
 def _given(rows: tuple[tuple[str, str | None], ...]) -> list[str]:
     """Each labelled line whose value is there (an empty or missing one is left out)."""
     return [label + value for label, value in rows if value]
-
-
-def _titled(title: str, message: str) -> str:
-    """The kind's title before its message, said once where the message already starts with it."""
-    if message.lower().startswith(title.lower()):
-        return message
-    return f"{title}: {message}"

@@ -74,7 +74,7 @@ def plan_lines(plan: ResumePlan, accepted: set[str]) -> list[str]:
         lines += [f"  unmapped {flag}  (carried in run.extra_args)" for flag in src.parsed.unmapped]
         lines += [f"  dropped  {flag}: {why}" for flag, why in src.parsed.dropped]
     if plan.diagnosis is not None:
-        lines.append(f"cause    {plan.diagnosis.cause.title}: {plan.diagnosis.cause.message}")
+        lines.append(f"cause    {plan.diagnosis.headline}")
     lines.append("diff" + ("     (none)" if not plan.edits else ""))
     for e in plan.edits:
         mark = "x" if e.field in accepted else " "

@@ -516,7 +516,7 @@ def _resume_text(
     """The resume panel's lines: the run and its cause, the diff rows, the checkpoint and the advice."""
     head = [f"Resume {plan.job.id} ({plan.job.status}) as attempt {plan.next_attempt} of {plan.chain}"]
     if plan.diagnosis is not None:
-        head.append(f"cause: {plan.diagnosis.cause.title}: {plan.diagnosis.cause.message}")
+        head.append(f"cause: {plan.diagnosis.headline}")
     parsed = plan.plan.parsed
     if parsed is not None:
         head.append("plan read back from its train.py argv")

@@ -55,6 +55,13 @@ class Finding:
     def key(self) -> tuple[str, int]:
         return (self.id, self.seq)
 
+    @property
+    def headline(self) -> str:
+        """The kind's title before the message, said once where the message already starts with it."""
+        if self.message.lower().startswith(self.title.lower()):
+            return self.message
+        return f"{self.title}: {self.message}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -112,7 +119,7 @@ class Diagnosis:
 
     @property
     def headline(self) -> str:
-        return f"{self.cause.title}: {self.cause.message}"
+        return self.cause.headline
 
 
 class _Fields(dict[str, str]):
