@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import pickletools
+import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,9 @@ READ_BUFFER = 1 << 16
 # made the C unpickler allocate and zero 16 GB (38 s) before the first object; capped, it is one line.
 GROWTH_MIN = 512 << 20
 GROWTH_RATIO = 32
+# The cap is the process's: two reads in two threads take turns, or the one ending first would lift the
+# other's cap, and the other would then restore the first's cap for ever.
+_CAP_LOCK = threading.Lock()
 DATA_PKL = "data.pkl"
 _STRING_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
@@ -95,7 +99,7 @@ def _load(data: bytes, source: str) -> object:
     try:
         # A BufferedReader, not a bare BytesIO: the C unpickler prefetches through `peek`, and a protocol-2
         # pickle (torch's default, no frames) read through BytesIO costs one read() call per opcode (2.7x).
-        with _growth_capped(max(GROWTH_MIN, GROWTH_RATIO * len(data))):
+        with _CAP_LOCK, _growth_capped(max(GROWTH_MIN, GROWTH_RATIO * len(data))):
             return _BuiltinsOnly(io.BufferedReader(io.BytesIO(data), READ_BUFFER)).load()
     except _Refusal as refusal:
         raise PickleRefusedError(source, _names_held(data, refusal.first)) from None

@@ -111,3 +111,38 @@ def test_a_real_sized_rollout_reads_under_the_growth_cap() -> None:
     ]
     data = pickle.dumps({"samples": samples}, protocol=2)
     assert loads(data, "real.pt") == {"samples": samples}
+
+
+def test_reads_that_overlap_in_threads_leave_no_cap_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The growth cap is the process's: a read that starts while another is inside its cap, and ends after it,
+    would restore the other's cap for ever (reads take turns)."""
+    import resource
+
+    import backend.safe_unpickle as safe
+
+    class Slow(safe._BuiltinsOnly):
+        def load(self) -> object:
+            # the GIL let go, as a long read lets other threads run; the second read ends after the first
+            time.sleep(0.2 if threading.current_thread().name == "second" else 0.05)
+            return super().load()
+
+    monkeypatch.setattr(safe, "_BuiltinsOnly", Slow)
+    errors: list[BaseException] = []
+
+    big = pickle.dumps("x" * (20 << 20), protocol=2)  # its cap is wider than the small one's (32x 20 MB)
+
+    def read(data: bytes) -> None:
+        try:
+            loads(data, "real.pt")
+        except BaseException as err:  # what a thread met is under test
+            errors.append(err)
+
+    first = threading.Thread(target=read, args=(big,))
+    first.start()
+    time.sleep(0.01)
+    second = threading.Thread(target=read, args=(pickle.dumps([1, 2, 3], protocol=2),), name="second")
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert not errors, errors
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY
