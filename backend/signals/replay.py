@@ -14,6 +14,7 @@ import bisect
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,20 +117,20 @@ class RolloutIndex:
         self._steps: list[tuple[int, int]] = []  # (line, step), in line order
 
     def on_lines(self, first: int, count: int, text: str) -> None:
-        # Metric dicts are rare among log lines: find their literal `: {` (C speed), then look just before it.
+        """Metric dicts are rare among log lines: their `: {` is found through its `{` (memchr), then the
+        head just before it is read."""
         line, last = first, 0
-        pos = text.find(": {")
-        while pos >= 0:
+        for pos in _dict_openings(text):
             m = _KIND_BEFORE.search(text, max(0, pos - 24), pos)
-            if m is not None:
-                line += text.count("\n", last, pos)
-                last = pos
-                kind, n = m.group(1), int(m.group(2))
-                if kind == "step":
-                    self._steps.append((line, n))
-                else:
-                    self._last[n] = max(line, self._last.get(n, -1))
-            pos = text.find(": {", pos + 3)
+            if m is None:
+                continue
+            line += text.count("\n", last, pos)
+            last = pos
+            kind, n = m.group(1), int(m.group(2))
+            if kind == "step":
+                self._steps.append((line, n))
+            else:
+                self._last[n] = max(line, self._last.get(n, -1))
 
     @property
     def rollouts(self) -> list[int]:
@@ -146,6 +147,26 @@ class RolloutIndex:
         first or the last), clamped; None if none known."""
         known = self.rollouts
         return self.mark(_stepped(known, current, delta)) if known else None
+
+
+DENSE_BRACES = 4096  # `{` seen in a chunk before its `: {` is searched for whole instead (a JSON-heavy log)
+
+
+def _dict_openings(text: str) -> Iterator[int]:
+    """Each start of `: {` in `text`, in order. Through its `{`, a one-character find (memchr: 0.06 ms a MB
+    here against 1 ms for `str.find(": {")`, whose skip table has little to skip by); a log dense with
+    braces goes over to the whole-needle find after DENSE_BRACES of them, so neither way costs more than
+    a pass plus a bounded number of checks."""
+    pos, braces = text.find("{", 2), 0
+    while pos >= 0 and braces < DENSE_BRACES:
+        braces += 1
+        if text.startswith(": ", pos - 2):
+            yield pos - 2
+        pos = text.find("{", pos + 1)
+    pos = text.find(": {", pos - 2) if pos >= 0 else -1
+    while pos >= 0:
+        yield pos
+        pos = text.find(": {", pos + 3)
 
 
 def _stepped(known: list[int], current: int | None, delta: int) -> int:

@@ -73,3 +73,18 @@ def test_dump_records_become_log_lines_in_time_order():
         "{'train/loss': -0.001, 'train/step': 1.0}"
     )
     assert record_line(late).endswith("events - perf 0: {'perf/train_time': 12.7}")
+
+
+def test_a_log_dense_with_braces_is_indexed_the_same():
+    """Past DENSE_BRACES `{` in a chunk the index searches `: {` whole: the same rollouts and marks as the
+    brace-by-brace way, wherever in the chunk the switch falls."""
+    lines = _lines("newest")
+    for noise_at in (0, 3, len(lines) // 2):
+        json_noise = ['{"event": {"k": {}}} {{{ :{ : ' * 40] * 40  # > DENSE_BRACES braces, no metric head
+        dense = lines[:noise_at] + json_noise + lines[noise_at:]
+        index = _index(dense, 10_000)
+        assert index.rollouts == [0, 1, 2, 3]
+        for n in (1, 2, 3):
+            mark = index.mark(n)
+            assert re.search(rf"\bperf {n - 1}: \{{", dense[mark.first_line - 1]), (noise_at, n)
+            assert mark.first_step == 2 * n
