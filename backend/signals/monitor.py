@@ -34,10 +34,10 @@ from backend.signals.failures import Diagnosis, Incident
 from backend.signals.grammar import METRIC_NEEDLES, STAMP
 from backend.signals.grpo_groups import rollout_groups
 from backend.signals.metrics import MetricsCollector, parse_ts
-from backend.signals.prefilter import Needles, Prefilter, Scan, unique_needles
+from backend.signals.prefilter import Prefilter, Scan, unique_needles
 from backend.signals.rank_map import RANK_NEEDLE, ProcessRanks, add_ranks
 from backend.signals.rank_phases import TIMER_NEEDLE, PhaseView
-from backend.signals.readers import ChunkReader, LineReader, Readers
+from backend.signals.readers import ChunkReader, LineReader, Readers, TextReader
 from backend.signals.rollout_data import RolloutSamples, RolloutShelf
 from backend.signals.run_signals import RunSignals
 from backend.signals.samples_health import SamplesHealth
@@ -140,7 +140,7 @@ class RunMonitor:
         self.readers = self._readers()
         needles = self.readers.needles()
         self.prefilter = (
-            Prefilter(Needles(unique_needles((*needles.lines, *self.activity.noise)), needles.flat), engine)
+            Prefilter(dataclasses.replace(needles, lines=unique_needles((*needles.lines, *self.activity.noise))), engine)
             if prefilter
             else None
         )
@@ -157,7 +157,7 @@ class RunMonitor:
                 ChunkReader(
                     "alerts", self.alerts.log_needles(), self.alerts.flat_needles(), self._read_alerts
                 ),
-                LineReader("train actors", (TRAIN_NEEDLE,), self.alerts.shim.note_lines),
+                TextReader("train actors", (TRAIN_NEEDLE,), self.alerts.shim.note_lines),
                 LineReader("rank phases", (TIMER_NEEDLE,), self.telemetry.ranks.add_log_text),
                 LineReader("process ranks", (RANK_NEEDLE,), self._read_ranks),
             )

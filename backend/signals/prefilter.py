@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from backend.signals.scan_engine import Engine, Finder, default_engine
+from backend.signals.scan_engine import Engine, Finder, default_engine, finder_of
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,12 @@ class Needles:
 
     lines: tuple[str, ...]
     flat: tuple[str, ...]
+    present: tuple[str, ...] = ()  # whose presence alone is asked (`Scan.has`): where, never
+
+    @property
+    def only_present(self) -> tuple[str, ...]:
+        """The needles asked only for their presence, none that a line reader needs every start of."""
+        return tuple(n for n in self.present if n not in self.lines)
 
 
 def unique_needles(needles: Iterable[str]) -> tuple[str, ...]:
@@ -49,6 +55,7 @@ class Scan:
     found: dict[str, list[int]]
     at: dict[str, list[int]]  # line needle -> its starts in `text`
     searched: frozenset[str] = frozenset()  # the line needles looked for (found or not)
+    present: frozenset[str] = frozenset()  # the needles asked only whether they are in the text, found
     _lines: dict[tuple[str, ...], str] = field(default_factory=dict)
     _numbers: LineNumbers | None = None
 
@@ -82,7 +89,7 @@ class Scan:
 
     def has(self, needle: str) -> bool:
         """Whether `needle` is in the chunk (a flat needle: maybe across a line break, as a wrap puts it)."""
-        return needle in self.at or needle in self.found
+        return needle in self.at or needle in self.found or needle in self.present
 
     def positions(self, needle: str) -> list[int]:
         """A flat needle's starts in `flat`, non-overlapping, in order (as repeated `str.find` gives them)."""
@@ -135,6 +142,7 @@ class Prefilter:
     def __init__(self, needles: Needles, engine: Engine | None = None) -> None:
         self.needles = needles
         self.engine = engine if engine is not None else default_engine()
+        self._present = needles.only_present
         self._finders: tuple[Finder, Finder] = self._plan("")
         self._searched = frozenset(needles.lines)
         self._sampled = 0  # chars of the sample the plans were made from
@@ -142,8 +150,8 @@ class Prefilter:
         self._recent: list[str] = []  # small chunks since, pooled into a sample (a live tail's)
 
     def _plan(self, sample: str) -> tuple[Finder, Finder]:
-        make = self.engine.finder
-        return make(self.needles.lines, sample), make(self.needles.flat, sample)
+        lines = finder_of(self.engine, self.needles.lines, self._present, sample)
+        return lines, self.engine.finder(self.needles.flat, sample)
 
     def _learn(self, text: str) -> None:
         """Plan again from the log's recent text where the engine plans from samples (the pure one)."""
@@ -166,7 +174,9 @@ class Prefilter:
         in_text, in_flat = self._finders
         flat = text.replace("\n", "") if self.needles.flat else ""
         found = in_flat.find(flat) if flat else {}
-        return Scan(text, flat, found, in_text.find(text), searched=self._searched)
+        at = in_text.find(text)
+        present = frozenset(n for n in self._present if at.pop(n, None) is not None)
+        return Scan(text, flat, found, at, searched=self._searched, present=present)
 
 
 def _lines_at(text: str, positions: list[int]) -> str:

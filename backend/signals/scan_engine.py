@@ -69,11 +69,14 @@ _LAYOUTS = {1: "ascii", 2: "utf-16-le", 4: "utf-32-le"}
 class HyperscanFinder:
     """Hyperscan databases of the literals, one per layout (compiled once per needle set, shared), each
     with its own scratch (a scan's working memory: one per finder, so monitors on two threads never share
-    one)."""
+    one). The needles of `once` are reported at their first start only (HS_FLAG_SINGLEMATCH): a reader
+    that asks only whether one is there saves a Python callback per match (the train actors' needle is on
+    a third of the lines)."""
 
-    def __init__(self, hs: Any, needles: tuple[str, ...]) -> None:
+    def __init__(self, hs: Any, needles: tuple[str, ...], once: frozenset[str] = frozenset()) -> None:
         self._hs = hs
         self._needles = needles
+        self._flags = tuple(hs.HS_FLAG_SINGLEMATCH if n in once else 0 for n in needles)
         self._layouts: dict[int, tuple[Any, Any, list[int]]] = {}
 
     def _layout(self, width: int) -> tuple[Any, Any, list[int]]:
@@ -81,7 +84,7 @@ class HyperscanFinder:
         made = self._layouts.get(width)
         if made is None:
             expressions = _expressions(self._needles, _LAYOUTS[width])
-            db = _database(self._hs, expressions)
+            db = _database(self._hs, expressions, self._flags)
             made = self._layouts[width] = (db, self._hs.Scratch(db), [len(e) for e in expressions])
         return made
 
@@ -91,19 +94,28 @@ class HyperscanFinder:
         starts: dict[int, list[int]] = {}
 
         def on_ascii(index: int, _start: int, end: int, _flags: int, _context: object) -> None:
-            # a callback per match (a train actor's name is on a third of the lines): as little as can be
+            # a callback per match (a metric or rank line's needle): as little as can be
             try:
                 starts[index].append(end - lengths[index])
             except KeyError:
                 starts[index] = [end - lengths[index]]
 
+        missed: set[int] = set()  # single-match needles whose one report was across two characters
+
         def on_wide(index: int, _start: int, end: int, _flags: int, _context: object) -> None:
             start = end - lengths[index]
             if not start % width:  # a wide layout can match across two characters' bytes: not a match
                 starts.setdefault(index, []).append(start // width)
+            elif self._flags[index]:
+                missed.add(index)
 
         db.scan(data, match_event_handler=on_ascii if width == 1 else on_wide, scratch=scratch)
-        return {self._needles[i]: sorted(set(found)) for i, found in starts.items()}
+        for index in missed.difference(starts):  # its misaligned report was its only one: look again
+            if (pos := text.find(self._needles[index])) >= 0:
+                starts[index] = [pos]
+        # one report per (needle, end): no duplicates; sorted in case hyperscan reports out of order (a
+        # sorted list's sort is one C pass)
+        return {self._needles[i]: sorted(found) for i, found in starts.items()}
 
 
 def _laid_out(text: str) -> tuple[int, bytes]:
@@ -123,11 +135,11 @@ def _expressions(needles: tuple[str, ...], encoding: str) -> tuple[bytes, ...]:
 
 
 @functools.lru_cache(maxsize=32)
-def _database(hs: Any, expressions: tuple[bytes, ...]) -> Any:
+def _database(hs: Any, expressions: tuple[bytes, ...], flags: tuple[int, ...]) -> Any:
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     n = len(expressions)
     patterns = [_escaped(e) for e in expressions]
-    db.compile(expressions=patterns, ids=list(range(n)), elements=n)
+    db.compile(expressions=patterns, ids=list(range(n)), elements=n, flags=list(flags))
     return db
 
 
@@ -144,9 +156,18 @@ class HyperscanEngine:
     def __init__(self, hs: Any) -> None:
         self._hs = hs
 
-    def finder(self, needles: Sequence[str], sample: str) -> Finder:
+    def finder(self, needles: Sequence[str], sample: str, once: Sequence[str] = ()) -> Finder:
+        """`once`: needles of `needles` whose first start alone is wanted (whether they are there)."""
         unique = tuple(dict.fromkeys(needles))
-        return HyperscanFinder(self._hs, unique) if unique else _NoNeedles()
+        return HyperscanFinder(self._hs, unique, frozenset(once)) if unique else _NoNeedles()
+
+
+def finder_of(engine: Engine, needles: Sequence[str], once: Sequence[str], sample: str) -> Finder:
+    """A finder of `needles` and `once`, the starts of `once` wanted only to know they are there: hyperscan
+    reports their first start alone; another engine finds every start (the same presence)."""
+    if isinstance(engine, HyperscanEngine):
+        return engine.finder((*needles, *once), sample, once)
+    return engine.finder((*needles, *once), sample)
 
 
 def _hyperscan() -> Any | None:
