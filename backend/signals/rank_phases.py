@@ -14,6 +14,7 @@ ever ran the name is in it; final rounds queue in `rounds` (numbered) for the st
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import deque
@@ -31,6 +32,11 @@ MAX_SPANS = 512  # per lane
 MAX_ROUNDS = 256
 TIMER_NEEDLE = "Timer "  # every line _TIMER matches holds it
 _TIMER = re.compile(r"Timer (?P<name>[\w.-]+) (?:(?P<start>start)|end \(elapsed: (?P<elapsed>[\d.]+)\s*s\))")
+
+
+# A Timer line is parsed by two readers of one chunk: the failure scanner's stall watch (its starts, first)
+# and the phases here (every one); a parsed line is immutable, so the second asks the first's answer.
+parse_timer_line = functools.lru_cache(maxsize=512)(parse_line)
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ class RankPhases:
             m = _TIMER.search(line)
             if m is None:
                 continue
-            parsed = parse_line(line)
+            parsed = parse_timer_line(line)
             if parsed.rank is None or parsed.ts is None:
                 continue
             ts = parse_ts(parsed.ts)

@@ -741,9 +741,24 @@ def _progress_in(text: str, tails: list[int] | None = None) -> Iterator[re.Match
     pattern tried only on the line before it: a regex over the whole chunk without a literal to start from
     cost ~50 ms a MB."""
     for pos in tails if tails is not None else _tails(text):
-        m = _PROGRESS.search(text, text.rfind("\n", 0, pos) + 1, pos)
+        start = _progress_window(text, pos)
+        m = _PROGRESS.search(text, start, pos) if start >= 0 else None
         if m is not None:
             yield m
+
+
+HEAD_REACH = len("] critic-rollout")  # the most a progress head spans before its number's space
+
+
+def _progress_window(text: str, pos: int) -> int:
+    """Where a progress head ending at `pos` can start: a match ends in ` <digits>`, so it starts at most
+    HEAD_REACH before the line's last space (-1: no digits there, no match). The regex tried from the
+    line's start walked a metric line's whole prefix first (measured 2x the window's cost)."""
+    line = text.rfind("\n", 0, pos) + 1
+    space = text.rfind(" ", line, pos)
+    if space < 0 or not text[space + 1 : pos].isdecimal():
+        return -1
+    return max(line, space - HEAD_REACH)
 
 
 def _tails(text: str) -> Iterator[int]:

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from backend.signals.failures.owner import unquote
-from backend.signals.grammar import STAMP, ParsedLine, parse_line
+from backend.signals.grammar import STAMP, ParsedLine
 from backend.signals.metrics import parse_ts
+from backend.signals.rank_phases import parse_timer_line
 
 TIMER = re.compile(r"Timer (?P<name>\w+) (?P<what>start|end)\b")
 TAIL_CHARS = 2048
@@ -89,7 +90,7 @@ class PhaseWatch:
             if m["what"] == "end":
                 self.open.pop(m["name"], None)
                 continue
-            parsed = parse_line(line)
+            parsed = parse_timer_line(line)  # shared with the rank phases, which parse it next
             at = parse_ts(parsed.ts) if parsed.ts else float("nan")
             if at == at:  # a start while open is a replayed tail (miles never starts a timer twice)
                 self.open.setdefault(
