@@ -140,7 +140,10 @@ class RunMonitor:
         self.readers = self._readers()
         needles = self.readers.needles()
         self.prefilter = (
-            Prefilter(dataclasses.replace(needles, lines=unique_needles((*needles.lines, *self.activity.noise))), engine)
+            Prefilter(
+                dataclasses.replace(needles, lines=unique_needles((*needles.lines, *self.activity.noise))),
+                engine,
+            )
             if prefilter
             else None
         )

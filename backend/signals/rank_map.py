@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-
 _PREFIX_RANK = re.compile(
     r"\((?:\x1b\[[0-9;]*m)*[\w.]+ pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\)(?:\x1b\[[0-9;]*m)* "
     r"\[[^\]\n]* (?:actor|critic)_cell\d+_rank(?P<rank>\d+)\]"

@@ -5,11 +5,11 @@ every reader's needles at once.
 Why: a reader that searched the chunk itself cost a pass each, and a reader whose literal the prefilter
 did not know never saw its lines (a silent miss). Here a reader is its needles: the scan is built from the
 registry, a `LineReader` gets exactly the lines holding one of its needles, a `ChunkReader` the whole
-chunk with the scan's positions and a `TextReader` the whole chunk where one of its needles is; none can be made without a needle (`needles` is a non-empty tuple for
-mypy, and a TypeError at run time).
+chunk with the scan's positions, a `TextReader` the whole chunk where one of its needles is; none can be
+made without a needle (`needles` is a non-empty tuple for mypy, and a TypeError at run time).
 
-A new reader of the log goes here: a `LineReader(name, needles, read)` (or a `ChunkReader`, `TextReader`) registered
-in `RunMonitor._readers` (backend/signals/monitor.py).
+A new reader of the log goes here: a `LineReader(name, needles, read)` (or a `ChunkReader`, a
+`TextReader`) registered in `RunMonitor._readers` (backend/signals/monitor.py).
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ class Readers:
     def needles(self) -> Needles:
         """Every needle of every reader, each once (line needles, flat needles, those asked only whether
         they are there)."""
-        lines = itertools.chain.from_iterable(r.needles for r in self.readers if not isinstance(r, TextReader))
+        lines = itertools.chain.from_iterable(
+            r.needles for r in self.readers if not isinstance(r, TextReader)
+        )
         flat = itertools.chain.from_iterable(r.flat for r in self.readers if isinstance(r, ChunkReader))
         present = itertools.chain.from_iterable(r.needles for r in self.readers if isinstance(r, TextReader))
         return Needles(unique_needles(lines), unique_needles(flat), unique_needles(present))

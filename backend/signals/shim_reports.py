@@ -108,8 +108,9 @@ class ShimLedger:
         return ips is not None and (not key[1] or key[1] in ips)
 
     def note_lines(self, text: str) -> None:
-        """Learn the train actors from a chunk of sanitised lines (their ordinary, non-shim lines): the whole
-        chunk, one regex pass at C speed (the monitor's TextReader: cheaper than cutting out a third of its lines)."""
+        """Learn the train actors from a chunk of sanitised lines (their ordinary, non-shim lines): the
+        whole chunk, one regex pass at C speed (the monitor's TextReader: cheaper than cutting a third of
+        its lines out first)."""
         if TRAIN_NEEDLE not in text:  # most chunks stop here
             return
         found = set(_TRAIN_LINE.findall(text))

@@ -16,7 +16,7 @@ import pytest
 from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
 from backend.signals.monitor import RunMonitor
-from backend.signals.readers import ChunkReader, LineReader, Readers
+from backend.signals.readers import ChunkReader, LineReader, Reader, Readers, TextReader
 from backend.signals.scan_engine import HYPERSCAN, PURE, Engine, engine_name, make_engine
 
 pytest.importorskip("hyperscan")  # the `test` extra carries it: CI compares the engines
@@ -54,9 +54,10 @@ def monitor(engine: Engine) -> tuple[RunMonitor, dict[str, list[str]]]:
     m = RunMonitor(clock=lambda: NOW, engine=engine)
     handed: dict[str, list[str]] = {}
 
-    def recording(reader: LineReader | ChunkReader) -> LineReader | ChunkReader:
+    def recording(reader: Reader) -> Reader:
         def read(*args: object) -> None:
-            handed.setdefault(reader.name, []).append(str(args[0]) if isinstance(reader, LineReader) else "")
+            whole = isinstance(reader, LineReader | TextReader)
+            handed.setdefault(reader.name, []).append(str(args[0]) if whole else "")
             reader.read(*args)  # type: ignore[arg-type]
 
         return dataclasses.replace(reader, read=read)  # type: ignore[arg-type]
@@ -137,17 +138,39 @@ def test_a_reader_without_a_needle_is_refused() -> None:
         ChunkReader("nothing", (), (), lambda text, scan: None)
     with pytest.raises(TypeError, match="needs at least one needle"):
         LineReader("empty", ("",), print)
+    with pytest.raises(TypeError, match="needs at least one needle"):
+        TextReader("nothing", (), print)  # type: ignore[arg-type]
 
 
 def test_every_reader_of_the_monitor_has_needles_the_scan_looks_for() -> None:
     m = RunMonitor()
     assert m.readers.readers and m.prefilter is not None
-    looked_for = set(m.prefilter.needles.lines)
+    looked_for = set(m.prefilter.needles.lines) | set(m.prefilter.needles.present)
     for reader in m.readers.readers:
         assert reader.needles or getattr(reader, "flat", ()), reader.name
         assert set(reader.needles) <= looked_for, reader.name
         if isinstance(reader, ChunkReader):
             assert set(reader.flat) <= set(m.prefilter.needles.flat), reader.name
+
+
+@pytest.mark.parametrize("engine", [PURE, HYPERSCAN])
+@pytest.mark.parametrize("bar", ["", " █▎", " \U0001f600"])  # ASCII, UTF-16 and UTF-32 layouts
+def test_a_text_reader_gets_the_whole_chunk_only_where_its_needle_is(engine: str, bar: str) -> None:
+    from backend.signals.prefilter import Prefilter
+
+    got: list[str] = []
+    readers = Readers(
+        [TextReader("train", ("TrainRayActor",), got.append), LineReader("t", ("Timer ",), print)]
+    )
+    prefilter = Prefilter(readers.needles(), make_engine(engine))
+    # a misaligned UTF-16 match first (U+5400 U+7200 ...: the needle's bytes across two characters)
+    odd = "".join(chr(ord(c) << 8) for c in "TrainRayActor") + "\u0100" if bar == " █▎" else ""
+    hit = f"noise{bar}{odd}\n(MegatronTrainRayActor pid=1) a TrainRayActor twice\n"
+    for text in (hit, f"nothing here{bar}\n", hit):
+        scan = prefilter.scan(text)
+        assert "TrainRayActor" not in scan.at  # presence only: no starts to cut lines from
+        readers.feed(text, scan)
+    assert got == [hit, hit]
 
 
 def test_a_line_reader_gets_exactly_the_lines_holding_its_needles() -> None:
