@@ -267,11 +267,9 @@ class LogStore:
             if cut < 0:
                 self._hold(data)
                 return 0
-            head, tail = data[: cut + 1], data[cut + 1 :]
-            if self._pending or self._pending_dropped:
-                head = self._join_pending(head)
+            head = self._complete_lines(data, cut + 1)
             self._pending = b""
-            self._hold(tail)
+            self._hold(data[cut + 1 :])
             return self._ingest(head)
 
     def flush(self) -> int:
@@ -326,6 +324,15 @@ class LogStore:
                 self._pending_dropped = len(self._pending) - self.line_cap
                 self._pending = self._pending[: self.line_cap]
 
+    def _complete_lines(self, data: bytes, end: int) -> bytes:
+        """The held partial line and `data[:end]` as one bytes object, with one copy of the chunk, not two
+        (a slice, then the join), or none when the chunk ends on a line end and nothing is held."""
+        if self._pending_dropped:
+            return self._join_pending(data[:end])
+        if self._pending:
+            return self._pending + memoryview(data)[:end]
+        return data if end == len(data) else data[:end]
+
     def _join_pending(self, head: bytes) -> bytes:
         if self._pending_dropped:
             first_nl = head.find(b"\n")
@@ -367,7 +374,7 @@ class LogStore:
             self._count(controls=stray)
         # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
         # and once a log has shown them every chunk is checked whole.
-        if grammar.LITERAL_COLOUR_HINT in (clean if self._caret_codes else clean[:65536]):
+        if clean.find(grammar.LITERAL_COLOUR_HINT, 0, None if self._caret_codes else 65536) >= 0:
             self._caret_codes = True
             clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
         return clean
@@ -393,11 +400,11 @@ class LogStore:
     def _index(self, lens: list[int]) -> None:
         """Extend the offsets by these line lengths: one C-level accumulate unless 4 GiB is crossed."""
         high = len(self._wraps) * _WRAP
-        end = self._total + sum(lens)
-        cum = itertools.accumulate(lens, initial=self._total - high)
-        next(cum)
+        cum = list(itertools.accumulate(lens, initial=self._total - high))  # a list: fromlist beats extend
+        end = cum[-1] + high
+        del cum[0]
         if end - high < _WRAP:
-            self._cum.extend(cum)
+            self._cum.fromlist(cum)
         else:  # once per 4 GiB of spool: per line in Python, one chunk
             first, shift = len(self._cum), 0
             low = array("I")
