@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.sanitize import DEFAULT_LINE_CAP, cap_line, clean_chunk, sanitize_text
+from backend.sanitize import _SGR_BYTES, DEFAULT_LINE_CAP, cap_line, clean_chunk, sanitize_text, strip_sgr
 from backend.signals.store import LogStore
 
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -159,3 +160,70 @@ def test_progress_bar_longer_than_the_cap_keeps_its_last_state(tmp_path) -> None
     store.append("\n")
     assert store.line(0).text == "Rollout generation: 100%|##########"
     store.close()
+
+
+# Pieces that make partial, nested, caret-spelt and non-SGR escapes when strung together at random.
+_SGR_SOUP = st.lists(
+    st.sampled_from(
+        [
+            b"\x1b",
+            b"[",
+            b"\x1b[",
+            b"2m",
+            b"36m",
+            b"0m",
+            b"32m",
+            b"1;31m",
+            b";",
+            b"m",
+            b"3",
+            b"\x1b[2m\x1b[36m",
+            b"\x1b[0m",
+            b"^[[36m",
+            b"(A pid=1)",
+            b" ",
+            b"\r",
+            b"\n",
+            b"\x00",
+            b"\x9b",
+            b"\xff",
+            b"\xc2\x9b",
+            b"\x1b]8;;x\x07",
+            b"\x1b[2J",
+            b"\x1b[?25l",
+            b"\x1b\\",
+            b"text",
+        ]
+    ),
+    max_size=60,
+).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_SGR_SOUP)
+def test_sgr_strip_is_the_regex_sub_byte_for_byte(data: bytes) -> None:
+    assert strip_sgr(data) == _SGR_BYTES.sub(b"", data)
+
+
+def _hear(heard: list[str], _first: int, _count: int, text: str) -> None:
+    heard.append(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=_SGR_SOUP, cut=st.integers(0, 400))
+def test_a_chunk_cut_anywhere_stores_what_it_stores_whole(tmp_path_factory, data: bytes, cut: int) -> None:
+    """The store joins a held partial line to the next chunk (one copy, through a memoryview): cut at any
+    byte, even inside an escape, a chunk's spool and listener text are those of the chunk appended whole."""
+    spools = []
+    for pieces in ([data], [data[:cut], data[cut:]]):
+        store = LogStore(tmp_path_factory.mktemp("spool"), run_id="cut")
+        heard: list[str] = []
+        store.subscribe(functools.partial(_hear, heard))
+        for piece in pieces:
+            store.append(piece)
+        store.flush()
+        spool = store.spool_bytes(0, len(store))
+        assert "".join(heard).encode("utf-8") == spool
+        spools.append(spool)
+        store.close()
+    assert spools[0] == spools[1]
