@@ -347,17 +347,19 @@ class AlertEngine:
                 fields = metric_fields(rule, values, len(values)) if hit else _NO_FIELDS
                 self._verdicts.append((order, place, rule, point, hit, fields))
 
-    def judge_run(self, run: PointRun, order: list[tuple[int, int]], point: Callable[[int], Point]) -> None:
+    def judge_run(
+        self, run: PointRun, order: Callable[[int], tuple[int, int]], point: Callable[[int], Point]
+    ) -> None:
         """The rules of a series on a batch's points appended to it in one go (at `run.start`): each point
-        judged on the series as it stood when it came; nothing more to do for a rule that none of them
-        fires and that has no episode open (the usual case)."""
+        judged on the series as it stood when it came; nothing more to do (no point, no order built) for a
+        rule that none of them fires and that has no episode open (the usual case)."""
         key, values, start = run.series.key, run.series.values, run.start
         for place, rule in enumerate(self._by_metric.get(key, ())):
             hits = judge_metric(rule, values, start, start + len(run.values), True)
             if self._active(rule, key, any(hits)):
                 self._verdicts.extend(
                     (
-                        order[i],
+                        order(i),
                         place,
                         rule,
                         point(i),
@@ -1022,18 +1024,30 @@ def _collapse(rule: AlertRule, values: Sequence[float], first: int, last: int) -
 
 def _spike_baseline(rule: AlertRule, values: Sequence[float], end: int) -> float | None:
     """The median size of the `window` values before the newest (None with too few of them)."""
-    window = int(rule.param("window", 5))
+    return _median_size(values, end, int(rule.param("window", 5)), int(rule.param("min_history", 3)))
+
+
+def _median_size(values: Sequence[float], end: int, window: int, least: int) -> float | None:
+    """The median size of the finite ones of the `window` values before values[end - 1], None with fewer
+    than `least` of them."""
     history = [abs(x) for x in _tail(values, end, -window - 1, -1) if math.isfinite(x)]
-    return statistics.median(history) if len(history) >= int(rule.param("min_history", 3)) else None
-
-
-def _spikes(rule: AlertRule, v: float, base: float | None) -> bool:
-    floor, factor = rule.param("floor", 0.0), rule.param("factor", 5.0)
-    return base is not None and math.isfinite(v) and abs(v) >= floor and abs(v) > factor * base
+    return statistics.median(history) if len(history) >= least else None
 
 
 def _spike(rule: AlertRule, values: Sequence[float], first: int, last: int) -> list[bool]:
-    return [_spikes(rule, values[i], _spike_baseline(rule, values, i + 1)) for i in range(first, last)]
+    """A point far above the median size of the ones before it. The rule's numbers are read once, and the
+    baseline only for a point that is finite and at the floor (most are not: the usual case is cheap)."""
+    floor, factor = rule.param("floor", 0.0), rule.param("factor", 5.0)
+    window, least = int(rule.param("window", 5)), int(rule.param("min_history", 3))
+    out = []
+    for i in range(first, last):
+        size = abs(values[i])
+        if not (math.isfinite(size) and size >= floor):
+            out.append(False)
+            continue
+        base = _median_size(values, i + 1, window, least)
+        out.append(base is not None and size > factor * base)
+    return out
 
 
 # The metric rule kinds: a new kind is a function here (and its name in METRIC_CHECKS). The value kinds judge

@@ -180,7 +180,7 @@ def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float |
     miles logs counts per reward value (`rollout/zero_std/count_<r>`) and the all-0/all-1 percentages over
     all groups; the group count is the rollout batch size, or inferred from a count and its percentage.
     """
-    counts = {k: v for k, v in values.items() if k.startswith("rollout/zero_std/count_") and math.isfinite(v)}
+    counts = {k: values[k] for k in _count_keys(tuple(values)) if math.isfinite(values[k])}
     zero_pct = values.get("rollout/zero_std/all_zero_percentage")
     one_pct = values.get("rollout/zero_std/all_one_percentage")
     if not counts and zero_pct is None and one_pct is None:
@@ -190,6 +190,21 @@ def zero_std_fraction(values: dict[str, float], n_groups: int | None) -> float |
     if n_groups:
         return min(1.0, sum(counts.values()) / n_groups)
     return _fraction_from_percentages(counts, zero_pct, one_pct)
+
+
+_COUNT_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}  # a perf dict's keys -> its zero-std counts' keys
+
+
+def _count_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The `rollout/zero_std/count_<r>` keys among a dict's, found once per dict shape (every rollout's perf
+    dict has the same keys; looking each up per record cost more than the rest of the enricher)."""
+    found = _COUNT_KEYS.get(keys)
+    if found is None:
+        found = tuple(k for k in keys if k.startswith("rollout/zero_std/count_"))
+        if len(_COUNT_KEYS) >= 256:
+            _COUNT_KEYS.clear()
+        _COUNT_KEYS[keys] = found
+    return found
 
 
 def _fraction_from_percentages(

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import math
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from backend.signals.grammar import (
@@ -153,8 +154,88 @@ def flat_payload(payload: str) -> dict[str, float] | None:
     return out
 
 
+def _json_int(text: str) -> float:
+    """A JSON integer as `scalar` reads a Python int: `-0` is 0.0, one past a float's range +-inf, one past
+    Python's 4300 digits refused (ValueError) as the parsers refuse it."""
+    value = int(text)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _no_constant(name: str) -> float:
+    """`NaN`/`Infinity` are no Python literals: such a payload takes the parser's path."""
+    raise ValueError(name)
+
+
+_JSON = json.JSONDecoder(parse_int=_json_int, parse_constant=_no_constant)
+_FLOAT = frozenset({float})
+# After a key's closing quote (a `'` an opening one too, whose string then begins `: `, which is refused).
+_NP_FLOAT = re.compile(rf'(?<=": )np\.float(?:64|32|16)\(({_FLAT_NUMBER})\)')
+
+
+def json_payload(payload: str) -> dict[str, float] | None:
+    """A flat dict of plain numbers read by the C JSON scanner (its quotes swapped; a third of
+    flat_payload's cost), or None for any other shape. With no `"` or backslash in it, a repr's strings
+    read the same as JSON strings; what JSON accepts beyond Python (true, null, NaN) is refused here, and
+    literal_eval's size cap kept, so the values are `_scalars(parse_payload(payload))`'s
+    (tests/unit/test_metric_fast_path.py compares hostile payloads)."""
+    if '"' in payload or "\\" in payload or len(payload) > 65536:
+        return None
+    text = payload.replace("'", '"')
+    called = "(" in text
+    if called:  # `np.float64(x)` as its number, where flat_payload would read it so; other calls refused
+        text = _NP_FLOAT.sub(r"\1", text)
+        if "(" in text:
+            return None
+    try:
+        raw, end = _JSON.raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    if end != len(text) or type(raw) is not dict or not set(map(type, raw.values())) <= _FLOAT:
+        return None
+    if called and any(key.startswith(": ") for key in raw):  # a key that began `': np.float64(`: changed
+        return None
+    return raw
+
+
+_PLAIN_STAMP = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d):([0-5]\d)\.(\d{3})", re.ASCII)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MINUTES: dict[str, int | None] = {}  # a stamp's minute -> its epoch microseconds (None: no date)
+
+
 def parse_ts(text: str) -> float:
-    """miles' `2026-08-21 10:20:05.112` (node-local, no zone; read as UTC so order and gaps are right)."""
+    """miles' `2026-08-21 10:20:05.112` (node-local, no zone; read as UTC so order and gaps are right).
+    Its usual shape from its minute, read once per minute: the same float as datetime's timestamp()
+    (whole microseconds over 10**6, one correctly rounded division)."""
+    plain = _PLAIN_STAMP.fullmatch(text)
+    if plain is not None:
+        minute, sec, milli = plain.groups()
+        base = _MINUTES.get(minute, -1)
+        if base == -1:
+            base = _minute_us(minute)
+        if base is not None:
+            return (base + int(sec) * 1_000_000 + int(milli) * 1000) / 1_000_000
+    return _stamp_ts(text)
+
+
+def _minute_us(minute: str) -> int | None:
+    """A stamp's minute (`2026-08-21 10:20`) as epoch microseconds, remembered (a bounded few)."""
+    try:
+        start = datetime.fromisoformat(minute).replace(tzinfo=UTC)
+    except ValueError:
+        us = None
+    else:
+        us = (start - _EPOCH) // timedelta(microseconds=1)
+    if len(_MINUTES) >= 4096:
+        _MINUTES.clear()
+    _MINUTES[minute] = us
+    return us
+
+
+def _stamp_ts(text: str) -> float:
+    """Any other stamp datetime reads."""
     try:
         return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()  # C-fast, unlike strptime
     except ValueError:
@@ -199,17 +280,31 @@ def _scalars(raw: dict[Any, Any]) -> dict[str, float]:
     return out
 
 
+_PERF_KINDS: dict[tuple[str, ...], str] = {}  # a perf dict's keys -> its kind (a few shapes repeat)
+
+
 def perf_kind(values: dict[str, float]) -> str:
     """`perf-rollout` (throughput, response lengths) or `perf-train` (timings, MFU), by the dict's keys."""
-    rollout = sum(1 for k in values if k in ROLLOUT_PERF_KEYS or k.startswith(ROLLOUT_PERF_PREFIXES))
-    train = sum(1 for k in values if k in TRAIN_PERF_KEYS)
-    return "perf-rollout" if rollout > train else "perf-train"
+    keys = tuple(values)
+    kind = _PERF_KINDS.get(keys)
+    if kind is None:
+        rollout = sum(1 for k in keys if k in ROLLOUT_PERF_KEYS or k.startswith(ROLLOUT_PERF_PREFIXES))
+        train = sum(1 for k in keys if k in TRAIN_PERF_KEYS)
+        kind = "perf-rollout" if rollout > train else "perf-train"
+        if len(_PERF_KINDS) >= _SHAPES_REMEMBERED:
+            _PERF_KINDS.clear()
+        _PERF_KINDS[keys] = kind
+    return kind
 
 
 def _candidate_lines(text: str) -> list[str]:
-    """The lines of `text` holding a literal piece of a metric line, in order, each once (str.find only)."""
+    """The lines of `text` holding a literal piece of a metric line, in order, each once (str.find only;
+    with one of the pieces in the chunk, its lines as found, in order already)."""
+    needles = [needle for needle in METRIC_NEEDLES if needle in text]
+    if len(needles) == 1:
+        return list(lines_containing(text, needles[0]))
     starts: dict[int, int] = {}
-    for needle in METRIC_NEEDLES:
+    for needle in needles:
         pos = text.find(needle)
         while pos >= 0:
             start = text.rfind("\n", 0, pos) + 1
@@ -305,7 +400,8 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
     m: re.Match[str] | None
     if fast is not None:  # the common shape, in one match
-        stamp, proc, m = fast["ts"], fast["proc"] or fast["actor"] or "", fast
+        stamp, named, actor = fast.group("ts", "proc", "actor")
+        proc, m = named or actor or "", fast
     else:
         parsed = parse_line(line)
         stamp, proc, m = (
@@ -324,30 +420,37 @@ def _record(
     """The record of a whole metric message (`m`: METRIC_LINE's or METRIC_MESSAGE's match)."""
     n, kind = int(m["n"]), m["kind"]
     ts = parse_ts(stamp) if stamp else math.nan
-    if m.groupdict().get("reason") is not None:
+    if "reason" in m.re.groupindex and m["reason"] is not None:  # no groupdict() built per line
         reason = re.sub(r"\W+", "_", m["reason"].strip()).strip("_") or "unknown"
         return MetricRecord("eval-skipped", n, ts, proc, {f"eval/skipped_{reason}": 1.0})
-    payload = m["payload"]
-    known = cache.get(payload) if cache is not None else None
-    if known is not None:
-        values = dict(known)  # a copy: enrichers add derived keys to a record's values
-    elif (flat := flat_payload(payload)) is not None:
-        values = flat
-        if cache is not None:
-            cache.remember(payload, dict(values))
-    else:
-        try:
-            raw = parse_payload(payload)
-        except LiteralError as err:
-            return Unreadable(f"unreadable {kind} {n} payload ({err})", _sample(line))
-        if not isinstance(raw, dict):
-            return Unreadable(f"{kind} {n} payload is not a dict", _sample(line))
-        values = _scalars(raw)
-        if cache is not None:
-            cache.remember(payload, dict(values))
+    values = _payload_values(m["payload"], cache)
+    if isinstance(values, tuple):  # why not: the words around "{kind} {n} payload"
+        return Unreadable(f"{values[0]}{kind} {n} payload{values[1]}", _sample(line))
     if kind == "perf":
         kind = perf_kind(values)
     return MetricRecord(kind, n, ts, proc, values)
+
+
+def _payload_values(payload: str, cache: PayloadCache | None) -> dict[str, float] | tuple[str, str]:
+    """A payload's values (a fresh dict: enrichers add derived keys to a record's), or the words before and
+    after the payload's name that say why it is unreadable: remembered, else by the fast readers (json_payload, flat_payload), else by the parser."""
+    known = cache.get(payload) if cache is not None else None
+    if known is not None:
+        return dict(known)
+    values = json_payload(payload)
+    if values is None:
+        values = flat_payload(payload)
+    if values is None:
+        try:
+            raw = parse_payload(payload)
+        except LiteralError as err:
+            return "unreadable ", f" ({err})"
+        if not isinstance(raw, dict):
+            return "", " is not a dict"
+        values = _scalars(raw)
+    if cache is not None:
+        cache.remember(payload, dict(values))
+    return values
 
 
 def parse_metric_text(
@@ -440,8 +543,11 @@ class Judge(Protocol):
         """One point, right after it changed `series` (added one by one)."""
         ...
 
-    def judge_run(self, run: PointRun, order: list[tuple[int, int]], point: Callable[[int], Point]) -> None:
-        """A run appended in one go at `run.start` of its series; `point(i)` builds the i-th point."""
+    def judge_run(
+        self, run: PointRun, order: Callable[[int], tuple[int, int]], point: Callable[[int], Point]
+    ) -> None:
+        """A run appended in one go at `run.start` of its series; `point(i)` builds the i-th point and
+        `order(i)` its order (both only asked for a point the judge keeps a verdict on)."""
         ...
 
     def settle(self) -> object:
@@ -535,37 +641,62 @@ class MetricsCollector:
         returns how many points changed. The batch's points go into each series in one run, and the judge
         (the alert rules) hears of each series' run once: the same points, series and alerts as record by
         record (tests/unit/test_metric_batches.py compares), without the per-point calls."""
-        batch = sorted(records, key=lambda r: r.ts if math.isfinite(r.ts) else math.inf)
-        runs: dict[str, PointRun | None] = {}
+        batch = sorted(records, key=_ts_order)
         kept: list[MetricRecord] = []
+        logged: list[tuple[str, ...]] = []  # each kept record's keys before the enrichers added theirs
         for rec in batch:
-            if self._admit(rec):
-                self.bad_steps += self.series.group(rec.values, float(rec.n), len(kept), runs)
+            keys = self._admit(rec)
+            if keys is not None:
                 kept.append(rec)
+                logged.append(keys)
+        runs = self._group(kept, logged)
+        columns = _Columns(kept)
         places: dict[int, dict[str, int]] = {}  # a kept record's keys -> their places, built once each
-        changed = sum(self._apply(key, run, kept, places) for key, run in runs.items() if run is not None)
+        changed = sum(
+            self._apply(key, run, columns, places) for key, run in runs.items() if run is not None
+        )
         if self._judge is not None:
             self._judge.settle()
         return changed
 
+    def _group(self, kept: list[MetricRecord], logged: list[tuple[str, ...]]) -> dict[str, PointRun | None]:
+        """The batch's points by key, and `records_by_prefix` counted: dict shape by dict shape where no
+        point needs more than its series' run (`SeriesSet.group_batch`), else record by record, each
+        record's prefixes counted before its points are grouped (a new series moves the series cap)."""
+        series = self.series
+        runs = series.group_batch([rec.values for rec in kept])
+        if runs is not None:  # no series made: the cap stood still, so the order of the counts is free
+            for keys in logged:
+                self._count_prefixes(keys)
+            return runs
+        runs = {}
+        for i, (rec, keys) in enumerate(zip(kept, logged, strict=True)):
+            self._count_prefixes(keys)
+            self.bad_steps += series.group(rec.values, float(rec.n), i, runs)
+        return runs
+
     def _apply(
-        self, key: str, run: PointRun, kept: list[MetricRecord], places: dict[int, dict[str, int]]
+        self, key: str, run: PointRun, columns: _Columns, places: dict[int, dict[str, int]]
     ) -> int:
         """One series' run of the batch into its series, the judge told of what changed. A point's order in
-        the batch (`Judge`): (its record's place in the batch, its key's place in the record)."""
-        axis, recs = run.series.axis, [kept[i] for i in run.records]
-        run.steps = [rec.values.get(axis, float(rec.n)) for rec in recs]
-        run.ts = [rec.ts for rec in recs]
-        run.ranks = [SOURCE_PRIORITY.get(rec.source, 0) for rec in recs]
+        the batch (`Judge`): (its record's place in the batch, its key's place in the record), built only
+        for a point the judge keeps a verdict on."""
+        index = run.records
+        run.steps = list(map(columns.steps(run.series.axis).__getitem__, index))  # C speed
+        run.ts = list(map(columns.ts.__getitem__, index))
+        run.ranks = list(map(columns.ranks.__getitem__, index))
         judge = self._judge if self._judge is not None and self._judge.watches(key) else None
         if judge is None:
             return self.series.apply(run)
+        kept = columns.kept
 
         def point(i: int) -> Point:
-            return Point(key, run.steps[i], run.values[i], recs[i].ts, recs[i].source)
+            return Point(key, run.steps[i], run.values[i], run.ts[i], kept[index[i]].source)
 
-        order = [(i, _place(places, i, rec, key)) for i, rec in zip(run.records, recs, strict=True)]
-        changed = self.series.apply(run, lambda i: judge.judge_point(point(i), order[i], run.series))
+        def order(i: int) -> tuple[int, int]:
+            return index[i], _place(places, index[i], kept[index[i]], key)
+
+        changed = self.series.apply(run, lambda i: judge.judge_point(point(i), order(i), run.series))
         if run.start >= 0:
             judge.judge_run(run, order, point)
         return changed
@@ -574,13 +705,14 @@ class MetricsCollector:
         """One record's points (a batch of one)."""
         return self.add_records((rec,))
 
-    def _admit(self, rec: MetricRecord) -> bool:
-        """A record's own bookkeeping before its points are stored; False for a second printing (dropped)."""
+    def _admit(self, rec: MetricRecord) -> tuple[str, ...] | None:
+        """A record's own bookkeeping before its points are stored: its keys as logged (before the enrichers
+        add theirs: what `records_by_prefix` counts), or None for a second printing (dropped)."""
         if rec.kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
             self.duplicates += 1
-            return False
+            return None
         self._note_axes(rec)
-        self._count_prefixes(rec.values)
+        keys = tuple(rec.values)
         for enricher in self.enrichers:
             enricher(rec)
         self.records[rec.kind] = self.records.get(rec.kind, 0) + 1
@@ -588,23 +720,22 @@ class MetricsCollector:
             self.last_step[rec.kind] = rec.n
         if math.isfinite(rec.ts) and not rec.ts <= self.last_ts:
             self.last_ts = rec.ts
-        return True
+        return keys
 
-    def _count_prefixes(self, values: dict[str, float]) -> None:
-        """`records_by_prefix` for one record. Below the series cap every key is admitted, so a dict's
-        prefixes depend on its keys alone: remembered by its key tuple (miles repeats a few dict shapes)."""
+    def _count_prefixes(self, keys: tuple[str, ...]) -> None:
+        """`records_by_prefix` for one record's keys. Below the series cap every key is admitted, so a
+        dict's prefixes depend on its keys alone: remembered by them (miles repeats a few dict shapes)."""
         series = self.series
         if len(series.by_key) < series.max_series:
-            shape = tuple(values)
-            prefixes = self._prefixes_of.get(shape)
+            prefixes = self._prefixes_of.get(keys)
             if prefixes is None:
-                prefixes = frozenset(key.split("/", 1)[0] + "/" for key in shape)
+                prefixes = frozenset(key.split("/", 1)[0] + "/" for key in keys)
                 if len(self._prefixes_of) >= _SHAPES_REMEMBERED:
                     self._prefixes_of.clear()
-                self._prefixes_of[shape] = prefixes
+                self._prefixes_of[keys] = prefixes
         else:  # past the series cap, a new key's prefix is not remembered either
             admits = series.admits
-            prefixes = frozenset(key.split("/", 1)[0] + "/" for key in values if admits(key))
+            prefixes = frozenset(key.split("/", 1)[0] + "/" for key in keys if admits(key))
         counts = self.records_by_prefix
         for prefix in prefixes:
             counts[prefix] = counts.get(prefix, 0) + 1
@@ -612,6 +743,28 @@ class MetricsCollector:
     def latest(self) -> dict[str, float]:
         """Each series' value at its highest step."""
         return {key: s.values[-1] for key, s in self.series.by_key.items() if s.values}
+
+
+def _ts_order(rec: MetricRecord) -> float:
+    """A record's place in a batch: miles' timestamp, records without one last."""
+    return rec.ts if math.isfinite(rec.ts) else math.inf
+
+
+class _Columns:
+    """A batch's per-record numbers, read once per batch for all its runs (each run picks its records'
+    at C speed): timestamps, source ranks, and on each axis asked for the step (the axis' key, else n)."""
+
+    def __init__(self, kept: list[MetricRecord]) -> None:
+        self.kept = kept
+        self.ts = [rec.ts for rec in kept]
+        self.ranks = [SOURCE_PRIORITY.get(rec.source, 0) for rec in kept]
+        self._steps: dict[str, list[float]] = {}
+
+    def steps(self, axis: str) -> list[float]:
+        known = self._steps.get(axis)
+        if known is None:
+            known = self._steps[axis] = [rec.values.get(axis, float(rec.n)) for rec in self.kept]
+        return known
 
 
 def _place(places: dict[int, dict[str, int]], i: int, rec: MetricRecord, key: str) -> int:

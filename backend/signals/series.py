@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import islice
 from types import MappingProxyType
 
 TRAIN_AXIS, ROLLOUT_AXIS, EVAL_AXIS = "train/step", "rollout/step", "eval/step"
@@ -55,6 +56,14 @@ class PointRun:
     ts: list[float] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
     start: int = -1
+
+
+def _batch_order(run: PointRun | None) -> None:
+    """A run gathered from several dict shapes put back in its records' order."""
+    if run is not None:
+        order = sorted(range(len(run.records)), key=run.records.__getitem__)
+        run.records = list(map(run.records.__getitem__, order))
+        run.values = list(map(run.values.__getitem__, order))
 
 
 @dataclass
@@ -107,7 +116,7 @@ class Series:
         steps, new = self.steps, run.steps
         if (steps and new[0] <= steps[-1]) or len(steps) + len(new) > self.max_points:
             return False
-        if any(b <= a for a, b in pairwise(new)):
+        if not all(map(operator.lt, new, islice(new, 1, None))):  # each step after the one before
             return False
         run.start = len(steps)
         steps.extend(new)
@@ -118,25 +127,19 @@ class Series:
         return True
 
     def _thin(self, bucket: int = 4) -> None:
-        """Halve the oldest three quarters: each bucket of
-        `bucket` points keeps its min, max and non-finites."""
+        """Halve the oldest three quarters: each bucket of `bucket` points keeps its min, max and
+        non-finites (the points kept picked at C speed: a full series thins often)."""
         old = len(self.steps) - self.max_points // 4
         keep: list[int] = []
         values = self.values
         for a in range(0, old, bucket):
-            idx = range(a, min(a + bucket, old))
-            finite = [j for j in idx if math.isfinite(values[j])]
-            chosen = {j for j in idx if not math.isfinite(values[j])}
-            if finite:
-                chosen.add(min(finite, key=values.__getitem__))
-                chosen.add(max(finite, key=values.__getitem__))
-            keep.extend(sorted(chosen))
+            keep.extend(_kept_of_bucket(values, a, min(a + bucket, old)))
         keep.extend(range(old, len(self.steps)))
         self.thinned += len(self.steps) - len(keep)
-        self.steps = [self.steps[j] for j in keep]
-        self.values = [values[j] for j in keep]
-        self.ts = [self.ts[j] for j in keep]
-        self.rank = bytearray(self.rank[j] for j in keep)
+        self.steps = list(map(self.steps.__getitem__, keep))
+        self.values = list(map(values.__getitem__, keep))
+        self.ts = list(map(self.ts.__getitem__, keep))
+        self.rank = bytearray(map(self.rank.__getitem__, keep))
 
     @property
     def last(self) -> tuple[float, float] | None:
@@ -147,6 +150,22 @@ class Series:
 
     def freeze(self) -> SeriesSnapshot:
         return SeriesSnapshot(self.key, self.axis, tuple(self.steps), tuple(self.values), self.thinned)
+
+
+def _kept_of_bucket(values: list[float], a: int, b: int) -> list[int]:
+    """The places in values[a:b] a thinned series keeps, in order: the first minimum and maximum of the
+    finite values, and every non-finite one."""
+    part = values[a:b]
+    if math.isfinite(sum(part)):  # all finite (an overflowing sum only takes the long way)
+        low, high = a + part.index(min(part)), a + part.index(max(part))
+        return [low] if low == high else sorted((low, high))
+    idx = range(a, b)
+    finite = [j for j in idx if math.isfinite(values[j])]
+    chosen = {j for j in idx if not math.isfinite(values[j])}
+    if finite:
+        chosen.add(min(finite, key=values.__getitem__))
+        chosen.add(max(finite, key=values.__getitem__))
+    return sorted(chosen)
 
 
 def _num(step: float) -> float | int:
@@ -246,6 +265,52 @@ class SeriesSet:
                     run.values.append(value)
                     run.records.append(index)
         return 0
+
+    def group_batch(self, rows: Sequence[Mapping[str, float]]) -> dict[str, PointRun | None] | None:
+        """A batch's points by key as `group` record by record gives them (`rows`: the records' values, in
+        the batch's order), dict shape by dict shape: miles repeats a few shapes, and a shape's columns come
+        out of one zip at C speed instead of a step per key per record. None where a point needs more than
+        its series' run (a key without a series yet, so the series cap; a non-finite step): the caller
+        groups record by record then. Nothing is changed here."""
+        shapes: dict[tuple[str, ...], list[int]] = {}
+        for i, values in enumerate(rows):
+            shapes.setdefault(tuple(values), []).append(i)
+        runs: dict[str, PointRun | None] = {}
+        merged: set[str] = set()  # keys of more than one shape: their points to put back in batch order
+        for shape, index in shapes.items():
+            columns = zip(*(rows[i].values() for i in index), strict=True)
+            if not self._add_shape(shape, index, columns, runs, merged):
+                return None
+        for key in merged:
+            _batch_order(runs[key])
+        return runs
+
+    def _add_shape(
+        self,
+        shape: tuple[str, ...],
+        index: list[int],
+        columns: Iterator[tuple[float, ...]],
+        runs: dict[str, PointRun | None],
+        merged: set[str],
+    ) -> bool:
+        """One dict shape's columns onto the runs (`group_batch`); False where it cannot."""
+        by_key = self.by_key
+        for key, column in zip(shape, columns, strict=True):
+            if key in STEP_KEYS:
+                if not all(map(math.isfinite, column)):
+                    return False
+                runs[key] = None
+                continue
+            run = runs.get(key)
+            if run is not None:
+                run.values.extend(column)
+                run.records.extend(index)
+                merged.add(key)
+            elif (series := by_key.get(key)) is not None:
+                runs[key] = PointRun(series, list(column), list(index))
+            else:
+                return False
+        return True
 
     def _group_checked(
         self, values: Mapping[str, float], n: float, index: int, runs: dict[str, PointRun | None]
