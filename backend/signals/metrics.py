@@ -170,32 +170,28 @@ def _no_constant(name: str) -> float:
 
 
 _JSON = json.JSONDecoder(parse_int=_json_int, parse_constant=_no_constant)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _JSON.scan_once  # type: ignore[attr-defined]
 _FLOAT = frozenset({float})
-# After a key's closing quote (a `'` an opening one too, whose string then begins `: `, which is refused).
-_NP_FLOAT = re.compile(rf'(?<=": )np\.float(?:64|32|16)\(({_FLAT_NUMBER})\)')
 
 
 def json_payload(payload: str) -> dict[str, float] | None:
-    """A flat dict of plain numbers read by the C JSON scanner (its quotes swapped; a third of
-    flat_payload's cost), or None for any other shape. With no `"` or backslash in it, a repr's strings
-    read the same as JSON strings; what JSON accepts beyond Python (true, null, NaN) is refused here, and
-    literal_eval's size cap kept, so the values are `_scalars(parse_payload(payload))`'s
-    (tests/unit/test_metric_fast_path.py compares hostile payloads)."""
-    if '"' in payload or "\\" in payload or len(payload) > 65536:
+    """A flat dict of plain numbers read by the C JSON scanner (its quotes swapped: half flat_payload's
+    cost), or None for any other shape. With no `"` or backslash in it, a repr's strings read the same as
+    JSON strings; what JSON accepts beyond Python (true, null, NaN) is refused here, and literal_eval's size
+    cap kept, so the values are `_scalars(parse_payload(payload))`'s (tests/unit/test_metric_fast_path.py
+    compares hostile payloads). A call (`np.float64(...)`) is left to flat_payload, faster than a rewrite.
+    JSON's words are refused in the text, not the result: a duplicate key hides a value (`{'a': true,
+    'a': 1}` is no Python literal)."""
+    if '"' in payload or "\\" in payload or "(" in payload or len(payload) > 65536:
+        return None
+    if "true" in payload or "false" in payload or "null" in payload:
         return None
     text = payload.replace("'", '"')
-    called = "(" in text
-    if called:  # `np.float64(x)` as its number, where flat_payload would read it so; other calls refused
-        text = _NP_FLOAT.sub(r"\1", text)
-        if "(" in text:
-            return None
     try:
-        raw, end = _JSON.raw_decode(text)
-    except (ValueError, RecursionError):
+        raw, end = _SCAN(text, 0)  # the decoder's own scanner: no wrapper per line
+    except (ValueError, StopIteration, RecursionError):
         return None
     if end != len(text) or type(raw) is not dict or not set(map(type, raw.values())) <= _FLOAT:
-        return None
-    if called and any(key.startswith(": ") for key in raw):  # a key that began `': np.float64(`: changed
         return None
     return raw
 
@@ -433,7 +429,8 @@ def _record(
 
 def _payload_values(payload: str, cache: PayloadCache | None) -> dict[str, float] | tuple[str, str]:
     """A payload's values (a fresh dict: enrichers add derived keys to a record's), or the words before and
-    after the payload's name that say why it is unreadable: remembered, else by the fast readers (json_payload, flat_payload), else by the parser."""
+    after the payload's name that say why it is unreadable: remembered, else by the fast readers
+    (json_payload, flat_payload), else by the parser."""
     known = cache.get(payload) if cache is not None else None
     if known is not None:
         return dict(known)
@@ -652,9 +649,7 @@ class MetricsCollector:
         runs = self._group(kept, logged)
         columns = _Columns(kept)
         places: dict[int, dict[str, int]] = {}  # a kept record's keys -> their places, built once each
-        changed = sum(
-            self._apply(key, run, columns, places) for key, run in runs.items() if run is not None
-        )
+        changed = sum(self._apply(key, run, columns, places) for key, run in runs.items() if run is not None)
         if self._judge is not None:
             self._judge.settle()
         return changed
@@ -675,9 +670,7 @@ class MetricsCollector:
             self.bad_steps += series.group(rec.values, float(rec.n), i, runs)
         return runs
 
-    def _apply(
-        self, key: str, run: PointRun, columns: _Columns, places: dict[int, dict[str, int]]
-    ) -> int:
+    def _apply(self, key: str, run: PointRun, columns: _Columns, places: dict[int, dict[str, int]]) -> int:
         """One series' run of the batch into its series, the judge told of what changed. A point's order in
         the batch (`Judge`): (its record's place in the batch, its key's place in the record), built only
         for a point the judge keeps a verdict on."""

@@ -130,10 +130,8 @@ class Series:
         """Halve the oldest three quarters: each bucket of `bucket` points keeps its min, max and
         non-finites (the points kept picked at C speed: a full series thins often)."""
         old = len(self.steps) - self.max_points // 4
-        keep: list[int] = []
         values = self.values
-        for a in range(0, old, bucket):
-            keep.extend(_kept_of_bucket(values, a, min(a + bucket, old)))
+        keep = _kept_in(values, old, bucket)
         keep.extend(range(old, len(self.steps)))
         self.thinned += len(self.steps) - len(keep)
         self.steps = list(map(self.steps.__getitem__, keep))
@@ -150,6 +148,25 @@ class Series:
 
     def freeze(self) -> SeriesSnapshot:
         return SeriesSnapshot(self.key, self.axis, tuple(self.steps), tuple(self.values), self.thinned)
+
+
+def _kept_in(values: list[float], old: int, bucket: int) -> list[int]:
+    """The places in values[:old] a thinned series keeps, bucket by bucket (`_kept_of_bucket`'s): where
+    the whole buckets hold only finite values (the usual case), each one's first minimum and maximum by
+    zip and map at C speed, not a step per bucket."""
+    whole = old - old % bucket
+    head = values[:whole]
+    if whole and math.isfinite(sum(head)):  # all finite (an overflowing sum only takes the long way)
+        groups = list(zip(*(head[j::bucket] for j in range(bucket)), strict=True))
+        starts = range(0, whole, bucket)
+        lows = map(operator.add, starts, map(tuple.index, groups, map(min, groups)))
+        highs = map(operator.add, starts, map(tuple.index, groups, map(max, groups)))
+        keep = sorted({*lows, *highs})  # buckets are disjoint: their places sort into bucket order
+    else:
+        keep = [j for a in range(0, whole, bucket) for j in _kept_of_bucket(values, a, a + bucket)]
+    if whole < old:
+        keep.extend(_kept_of_bucket(values, whole, old))
+    return keep
 
 
 def _kept_of_bucket(values: list[float], a: int, b: int) -> list[int]:

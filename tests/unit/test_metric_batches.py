@@ -5,7 +5,9 @@ counts, order), causes, phases and ranks."""
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import random
 
 import pytest
@@ -88,3 +90,88 @@ def test_runs_appended_whole_equal_points_added_alone(monkeypatch: pytest.Monkey
     whole = observed(text, 1 << 20)
     monkeypatch.setattr(Series, "extend", lambda self, run: False)
     assert observed(text, 1 << 20) == whole
+
+
+def _crafted_records(rng: random.Random) -> list[MetricRecord]:
+    """Records meant to take every branch of a batch: dict shapes sharing keys at different places, a key's
+    first point mid-batch, a non-finite step, steps out of order and repeated, a second printing, records
+    without a timestamp, values that fire the rules (NaN loss, a KL spike, a climb)."""
+    out = []
+    for i in range(400):
+        n = i // 2 if rng.random() < 0.8 else rng.randrange(max(1, i))
+        values = {"train/step": float(n), "train/loss": rng.choice([0.5, 0.4, math.nan, 0.3])}
+        if rng.random() < 0.5:
+            values = {"train/ppo_kl": rng.choice([0.01, 0.02, 0.5]), **values}  # the same keys elsewhere
+        if rng.random() < 0.05:
+            values["train/step"] = rng.choice([math.inf, math.nan])
+        if rng.random() < 0.03:
+            values[f"train/new_{i}"] = 1.0  # a key seen for the first time, mid-batch
+        if rng.random() < 0.3:
+            values["train/train_rollout_logprob_abs_diff"] = 0.01 * (i % 7) + 0.02
+        ts = NOW + i + rng.random() if rng.random() < 0.95 else math.nan
+        out.append(MetricRecord(rng.choice(["step", "step", "rollout"]), n, ts, "actor", values))
+        if rng.random() < 0.2:
+            out.append(MetricRecord(out[-1].kind, n, ts + 0.5, "actor", dict(values)))  # printed twice
+    return out
+
+
+def _collected(records: list[MetricRecord], size: int, max_points: int, max_series: int) -> str:
+    from backend.signals.alerts import AlertEngine
+    from backend.signals.series import SeriesSet
+
+    collector = MetricsCollector(max_points)
+    collector.series = SeriesSet(max_points, max_series)
+    engine = AlertEngine()
+    collector.subscribe(engine)
+    changed = [collector.add_records(records[i : i + size]) for i in range(0, len(records), size)]
+    series = {
+        k: (s.steps, [repr(v) for v in s.values], [repr(t) for t in s.ts], list(s.rank), s.thinned, s.version)
+        for k, s in collector.series.by_key.items()
+    }
+    return repr(
+        (
+            changed,
+            list(series.items()),
+            list(collector.records_by_prefix.items()),
+            collector.bad_steps,
+            collector.duplicates,
+            collector.series.dropped_keys,
+            [dict(a.to_json(), count=a.count, last=a.last_step) for a in engine.alerts],
+        )
+    )
+
+
+@pytest.mark.parametrize("size", (1, 7, 64, 1000))
+@pytest.mark.parametrize(("max_points", "max_series"), ((4096, 2000), (16, 2000), (40, 4)))
+def test_batches_by_dict_shape_equal_the_record_by_record_path(
+    size: int, max_points: int, max_series: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouping a chunk by dict shape (SeriesSet.group_batch) gives what grouping record by record gives:
+    the same series (points, thinning, versions), prefix counts in the same order, dropped keys and
+    steps, and alerts, with small series (thinned often) and a series cap met mid-batch."""
+    from backend.signals.series import SeriesSet
+
+    records = _crafted_records(random.Random(size * 31 + max_points))
+    batched = _collected(copy.deepcopy(records), size, max_points, max_series)
+    assert "nan" in batched and "'count': " in batched  # NaN points stored, and alerts fired
+    with monkeypatch.context() as patched:
+        record_by_record(patched)
+        patched.setattr(SeriesSet, "group_batch", lambda self, rows: None)
+        assert _collected(copy.deepcopy(records), size, max_points, max_series) == batched
+
+
+def test_the_shape_path_is_taken_once_the_keys_are_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above means something: group_batch does group the usual chunk."""
+    from backend.signals.series import SeriesSet
+
+    taken = []
+    real = SeriesSet.group_batch
+
+    def spy(self: SeriesSet, rows: list[dict[str, float]]) -> object:
+        found = real(self, rows)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(SeriesSet, "group_batch", spy)
+    observed(alerting_log(), 50_000)
+    assert taken.count(True) > len(taken) // 2
