@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -65,13 +65,14 @@ TRAIN_PERF_KEYS = frozenset(
     }
 )
 STEP_KINDS = frozenset({"step", "critic-step"})
+_ROLLOUT_SIDE = frozenset({"rollout", "perf-rollout", "perf-train", "multi_turn"})  # kinds naming a rollout
 _DEDUP_WINDOW = 64  # recent step dicts remembered to drop their second printing
 _SHAPES_REMEMBERED = 256  # distinct dict key tuples whose prefixes are remembered
 
 
-@dataclass
+@dataclass(slots=True)
 class MetricRecord:
-    """One metric dict as miles logged it."""
+    """One metric dict as miles logged it (slots: tens of thousands are made per log, each read often)."""
 
     kind: (
         str  # step, critic-step, perf-rollout, perf-train, rollout, eval, eval-skipped, multi_turn, passrate
@@ -394,20 +395,26 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
     parses, or None if it is no metric line at all."""
     fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
-    m: re.Match[str] | None
     if fast is not None:  # the common shape, in one match
-        stamp, named, actor = fast.group("ts", "proc", "actor")
-        proc, m = named or actor or "", fast
-    else:
-        parsed = parse_line(line)
-        stamp, proc, m = (
-            parsed.ts,
-            parsed.proc or parsed.actor or "",
-            METRIC_MESSAGE.fullmatch(parsed.message),
-        )
+        return _fast_record(fast, line, cache)
+    parsed = parse_line(line)
+    stamp, proc = parsed.ts, parsed.proc or parsed.actor or ""
+    m = METRIC_MESSAGE.fullmatch(parsed.message)
     if m is None:
         return _not_whole(line, stamp, proc)
     return _record(m, line, stamp, proc, cache)
+
+
+def _fast_record(fast: re.Match[str], line: str, cache: PayloadCache | None) -> MetricRecord | Unreadable:
+    """`_record` for a METRIC_LINE match (no `skipped` reason in its shape), its groups read in one call:
+    the path nearly every metric line takes."""
+    stamp, named, actor, kind, n, payload = fast.group("ts", "proc", "actor", "kind", "n", "payload")
+    values = _payload_values(payload, cache)
+    if isinstance(values, tuple):
+        return Unreadable(f"{values[0]}{kind} {n} payload{values[1]}", _sample(line))
+    if kind == "perf":
+        kind = perf_kind(values)
+    return MetricRecord(kind, int(n), parse_ts(stamp) if stamp else math.nan, named or actor or "", values)
 
 
 def _record(
@@ -617,9 +624,11 @@ class MetricsCollector:
 
     def _note_axes(self, rec: MetricRecord) -> None:
         """Which train steps fell in which rollout, to derive steps per rollout from the data."""
-        if rec.kind in ("rollout", "perf-rollout", "perf-train", "multi_turn"):
-            self._rollout = max(self._rollout, rec.n)
-        elif rec.kind == "step" and self._rollout >= 0:
+        kind = rec.kind
+        if kind in _ROLLOUT_SIDE:
+            if rec.n > self._rollout:
+                self._rollout = rec.n
+        elif kind == "step" and self._rollout >= 0:
             self._steps_of_rollout.setdefault(self._rollout, set()).add(rec.n)
             if len(self._steps_of_rollout) > _DEDUP_WINDOW:
                 self._steps_of_rollout.popitem(last=False)
@@ -660,9 +669,9 @@ class MetricsCollector:
         record's prefixes counted before its points are grouped (a new series moves the series cap)."""
         series = self.series
         runs = series.group_batch([rec.values for rec in kept])
-        if runs is not None:  # no series made: the cap stood still, so the order of the counts is free
-            for keys in logged:
-                self._count_prefixes(keys)
+        if runs is not None:  # no series made: the cap stood still, so the counts go shape by shape
+            for keys, times in Counter(logged).items():  # first-seen order: prefixes added as one by one
+                self._count_prefixes(keys, times)
             return runs
         runs = {}
         for i, (rec, keys) in enumerate(zip(kept, logged, strict=True)):
@@ -715,9 +724,10 @@ class MetricsCollector:
             self.last_ts = rec.ts
         return keys
 
-    def _count_prefixes(self, keys: tuple[str, ...]) -> None:
-        """`records_by_prefix` for one record's keys. Below the series cap every key is admitted, so a
-        dict's prefixes depend on its keys alone: remembered by them (miles repeats a few dict shapes)."""
+    def _count_prefixes(self, keys: tuple[str, ...], times: int = 1) -> None:
+        """`records_by_prefix` for `times` records of these keys. Below the series cap every key is
+        admitted, so a dict's prefixes depend on its keys alone: remembered by them (miles repeats a few
+        dict shapes)."""
         series = self.series
         if len(series.by_key) < series.max_series:
             prefixes = self._prefixes_of.get(keys)
@@ -731,7 +741,7 @@ class MetricsCollector:
             prefixes = frozenset(key.split("/", 1)[0] + "/" for key in keys if admits(key))
         counts = self.records_by_prefix
         for prefix in prefixes:
-            counts[prefix] = counts.get(prefix, 0) + 1
+            counts[prefix] = counts.get(prefix, 0) + times
 
     def latest(self) -> dict[str, float]:
         """Each series' value at its highest step."""
