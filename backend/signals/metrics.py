@@ -23,6 +23,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import Any, Protocol
 
 from backend.signals.grammar import (
@@ -173,6 +174,10 @@ def _no_constant(name: str) -> float:
 _JSON = json.JSONDecoder(parse_int=_json_int, parse_constant=_no_constant)
 _SCAN: Callable[[str, int], tuple[Any, int]] = _JSON.scan_once  # type: ignore[attr-defined]
 _FLOAT = frozenset({float})
+# `np.float64(x)` (or float32/16) right after a key's closing quote (a quote swapped to `"`), x a number as
+# flat_payload reads it: replaced by x, so rollout perf dicts take the JSON path too. A match after an opening
+# quote changes a string that then begins `: `: json_payload refuses such a key. Literal first: C-fast search.
+_NP_FLOAT = re.compile(rf'np(?<=": np)\.float(?:64|32|16)\(({_FLAT_NUMBER})\)')
 
 
 def json_payload(payload: str) -> dict[str, float] | None:
@@ -180,20 +185,26 @@ def json_payload(payload: str) -> dict[str, float] | None:
     cost), or None for any other shape. With no `"` or backslash in it, a repr's strings read the same as
     JSON strings; what JSON accepts beyond Python (true, null, NaN) is refused here, and literal_eval's size
     cap kept, so the values are `_scalars(parse_payload(payload))`'s (tests/unit/test_metric_fast_path.py
-    compares hostile payloads). A call (`np.float64(...)`) is left to flat_payload, faster than a rewrite.
-    JSON's words are refused in the text, not the result: a duplicate key hides a value (`{'a': true,
-    'a': 1}` is no Python literal)."""
-    if '"' in payload or "\\" in payload or "(" in payload or len(payload) > 65536:
+    compares hostile payloads). JSON's words are refused in the text, not the result: a duplicate key hides
+    a value (`{'a': true, 'a': 1}` is no Python literal)."""
+    if '"' in payload or "\\" in payload or len(payload) > 65536:
         return None
     if "true" in payload or "false" in payload or "null" in payload:
         return None
     text = payload.replace("'", '"')
+    called = "(" in text
+    if called:
+        text = _NP_FLOAT.sub(r"\1", text)
+        if "(" in text:  # another call, or a tuple
+            return None
     try:
         raw, end = _SCAN(text, 0)  # the decoder's own scanner: no wrapper per line
     except (ValueError, StopIteration, RecursionError):
         return None
     if end != len(text) or type(raw) is not dict or not set(map(type, raw.values())) <= _FLOAT:
         return None
+    if called and any(map(str.startswith, raw, repeat(": "))):
+        return None  # a key whose opening quote the call followed: its text was changed
     return raw
 
 

@@ -73,6 +73,19 @@ HOSTILE = [
     "{'a': np.float64(0.5)}",
     "{'a': np.float64(1), 'b': 2}",
     "{': np.float64(1), ': 2}",
+    "{'a': 1, ': np.float64(1), ': 2}",  # a key that begins `: np.float64(`: the rewrite would change it
+    "{'': np.float64(1), 'b': np.float32(-0), 'c': np.float16(1e5), 'd': np.float64(-0.0)}",
+    "{'a': np.float64(1, 'b': 2)}",
+    "{'a': np.float64(1)), 'b': 2}",
+    "{'a': np.float64(1e5000)}",
+    "{'a': np.float64(00)}",
+    "{'a': np.float64( 1)}",
+    "{'a': np.float64(nan)}",
+    "{'a': np.int64(3)}",
+    "{'a': np.float64(" + "9" * 41 + ")}",
+    "{'a': 'x: np.float64(1)'}",
+    "{'a: np.float64(1)': 2}",
+    "{'a': np.float64(true)}",
     "{'a': 1_000}",
     "{'a': 01}",
     "{'a': 1.}",
@@ -128,7 +141,19 @@ def test_the_json_path_takes_the_usual_shapes() -> None:
 
 
 def _random_payload(rng: random.Random) -> str:
-    keys = ["'a'", "'b/c'", "'a'", "'it\"s'", "'x y'", "1", "'\\t'", "'é'", "''"]
+    keys = [
+        "'a'",
+        "'b/c'",
+        "'a'",
+        "'it\"s'",
+        "'x y'",
+        "1",
+        "'\\t'",
+        "'é'",
+        "''",
+        "': np.float64(1), '",
+        "'np.float64(2)'",
+    ]
     values = [
         "1",
         "-0",
@@ -145,7 +170,19 @@ def _random_payload(rng: random.Random) -> str:
         "[1]",
         "{}",
     ]
-    values += ["np.float64(0.5)", "9" * 330, "1_0", "01", "1.", "-1e-400", "(2)", "Infinity"]
+    values += [
+        "np.float64(0.5)",
+        "np.float32(-0)",
+        "np.float64(1e5)",
+        "np.float64(-0.0)",
+        "9" * 330,
+        "1_0",
+        "01",
+        "1.",
+        "-1e-400",
+        "(2)",
+        "Infinity",
+    ]
     seps = [", ", ",", " , ", ",\t", ",\n"]
     pairs = [
         f"{rng.choice(keys)}{rng.choice([': ', ':', ' : '])}{rng.choice(values)}"
