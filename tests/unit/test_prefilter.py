@@ -255,13 +255,63 @@ def test_a_character_is_searched_alone_where_that_costs_less_than_its_needles_pa
     assert shared.find(text) == alone.find(text) | Plan.for_sample(["ama", "aama"], "").find(text)
 
 
-def test_a_two_character_piece_is_found_where_str_find_finds_it() -> None:
-    """Two-character pieces go through a regex (faster than str.find for them): the same first position,
-    regex metacharacters taken literally."""
-    from backend.signals.pure_scan import _first
+def test_a_piece_searched_by_a_regex_is_found_where_str_find_finds_it() -> None:
+    """Short pieces go through a regex (faster than str.find for them), from any of their characters: the
+    same positions, every occurrence, regex metacharacters taken literally."""
+    from backend.signals.pure_scan import _occurrences, _searched
 
     rng = random.Random(3)
     for _ in range(300):
         text = "".join(rng.choice("-.*[( a\n") for _ in range(rng.randint(0, 40)))
         for piece in ("--", ".*", "[(", "a-", " ....", "-"):
-            assert _first(text, piece) == text.find(piece), (text, piece)
+            for rare in range(len(piece)):
+                assert _searched(text, piece, rare) == _occurrences(text, piece), (text, piece, rare)
+
+
+def every_start(text: str, needles: list[str]) -> dict[str, list[int]]:
+    """The reference: each needle -> every start, by trying each offset."""
+    found = {n: [i for i in range(len(text)) if text.startswith(n, i)] for n in needles if n}
+    return {n: starts for n, starts in found.items() if starts}
+
+
+# Needles that overlap each other and themselves, prefixes of others, single characters, wide characters
+# (two-byte and past U+FFFF), '?' (what a wide character is in the pair views), NUL.
+PLAN_ALPHABET = "abab?-. \n\0é█▌𝄞xyz"
+
+
+def random_needles(rng: random.Random) -> list[str]:
+    needles = [
+        "".join(rng.choice(PLAN_ALPHABET) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 9))
+    ]
+    return needles + [n[: rng.randint(1, len(n))] for n in needles[:2]]  # prefixes of others
+
+
+def test_a_plan_finds_what_trying_every_offset_finds_whatever_its_sample() -> None:
+    """Every way of a plan (a character, a dispatched group, a pair in the views, an anchor by str.find
+    or by a regex from its rarest character) against the brute-force reference, on samples that teach
+    each: the text itself, none, another text, one where every character is common."""
+    rng = random.Random(33)
+    common = ("abab xyz-. " * 400)[:4000]
+    for _ in range(1500):
+        needles = random_needles(rng)
+        text = "".join(rng.choice(PLAN_ALPHABET) for _ in range(rng.randint(0, 300)))
+        other = "".join(rng.choice(PLAN_ALPHABET) for _ in range(400))
+        for sample in (text, "", other, common):
+            assert Plan.for_sample(needles, sample).find(text) == every_start(text, needles), (needles, text)
+
+
+def test_each_way_of_a_plan_is_taken_and_finds_every_start() -> None:
+    """The sample decides: a needle whose characters are all common goes by a rare pair (the views), six
+    needles on one rare character by a lookup of its neighbours, a short needle of common characters by a
+    regex from its rarest one; what they find is the reference's, in ASCII text and in wider text."""
+    sample = ("ab cd-ef.gh ijz" * 13 + "Q") * 300  # 'Q' at 5000 per MB: too many finds to check from Python
+    needles = ["Q-a", "Q.b", "Qcz", "Q d", "Mab", "aMb", "abM", "cdM ", "M", "Mx", "dM", "ab cd", "ef.gh"]
+    plan = Plan.for_sample(needles, sample)
+    assert plan.by_pair and plan.regex
+    assert any(len(placed) >= 6 for placed in plan.by_char.values())
+    rng = random.Random(5)
+    for _ in range(200):
+        text = "".join(
+            rng.choice(["ab", " cd", "M", "ef.gh", "qz", "hq", "█", "\n", "x"]) for _ in range(200)
+        )
+        assert plan.find(text) == every_start(text, needles)
