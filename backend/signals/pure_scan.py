@@ -94,8 +94,12 @@ class Plan:
 
 
 def _planned(needles: list[str], counts: _Counts) -> Plan:
-    """The cheaper plan: with pairs (and the views they need) or without."""
-    with_pairs, without = _choose(needles, counts, pairs=True), _choose(needles, counts, pairs=False)
+    """The cheaper plan: with pairs (and the views they need) or without (where that costs less than the
+    views alone, as for a fresh monitor's empty sample, pairs are not weighed: choosing them takes ms)."""
+    without = _choose(needles, counts, pairs=False)
+    if without.cost <= VIEWS[counts.ascii]:
+        return without.plan(counts)
+    with_pairs = _choose(needles, counts, pairs=True)
     if with_pairs.uses(PAIR) and with_pairs.cost + VIEWS[counts.ascii] < without.cost:
         return with_pairs.plan(counts)
     return without.plan(counts)
