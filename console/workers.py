@@ -70,6 +70,9 @@ from shim.package import carries_shim
 
 TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
+# While history is read (a replay, an attach's catch-up) the charts redraw half as often: each redraw is
+# ~0.1 s of the UI thread at 200x50, taken from the read it shares the interpreter with.
+HISTORY_METRICS_EVERY_S = 1.0
 TICK_S = 5.0
 STRUCTURED_POLL_S = 1.0
 ROLES_EVERY_S = 15.0  # the attached run's actors (one request), to name the GPU holders the probe lists
@@ -158,7 +161,8 @@ class ConsoleSession:
             return
         seen = sum(monitor.collector.records.values())
         now = time.monotonic()
-        if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= METRICS_EVERY_S):
+        every = METRICS_EVERY_S if self.live else HISTORY_METRICS_EVERY_S
+        if seen != self._metrics_seen and (force or now - self._metrics_posted_at >= every):
             # frozen: the feeds keep appending; while one holds the monitor, the next call posts
             snap = monitor.metrics_snapshot() if force else monitor.metrics_snapshot_if_free()
             if snap is not None:

@@ -61,3 +61,40 @@ async def test_a_bug_in_the_read_is_said_in_one_line_and_the_read_so_far_kept(tm
     assert any(
         isinstance(m, HistoryProgress) and m.done for m in app.posted
     )  # not "reading history" for ever
+
+
+def test_while_history_is_read_the_charts_are_posted_at_most_once_a_second(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A replay shares the interpreter with its UI: the charts redraw at HISTORY_METRICS_EVERY_S while the log
+    is read (METRICS_EVERY_S once a session is live), and the end of the read is posted at once."""
+    from backend.demo import sample_log
+    from console import workers
+    from console.messages import MetricsArrived
+
+    log = tmp_path / "job.log"
+    sample_log.write(log, sample_log.SampleRun(rollouts=3, noise_per_rollout=4))
+    replay = ReplaySession(source_of(str(log)), tmp_path / "spool")
+    replay.read_all()
+    app = _App()
+    session = OfflineSession(app, replay)  # type: ignore[arg-type]
+    now = [1000.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+    monitor = replay.monitor
+    assert monitor is not None
+
+    def posts_at(t: float) -> int:
+        now[0] = t
+        monitor.collector.records["step"] = monitor.collector.records.get("step", 0) + 1  # news each time
+        before = sum(isinstance(m, MetricsArrived) for m in app.posted)
+        session.maybe_post_metrics()
+        return sum(isinstance(m, MetricsArrived) for m in app.posted) - before
+
+    assert [posts_at(t) for t in (1000.0, 1000.6, 1001.05, 1001.5)] == [1, 0, 1, 0]
+    session.live = True  # an attached run once its history is in: twice a second
+    assert [posts_at(t) for t in (1001.6, 1002.2)] == [1, 1]
+    now[0] = 1002.3
+    monitor.collector.records["step"] += 1
+    before = len(app.posted)
+    session.maybe_post_metrics(force=True)  # the end of a read: at once
+    assert any(isinstance(m, MetricsArrived) for m in app.posted[before:])
