@@ -212,3 +212,19 @@ def test_a_forced_engine_that_cannot_run_is_one_line(
         scan_engine.default_engine.cache_clear()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ULTRA_CONSOLE_SCAN_ENGINE=grep: not an engine" in err
+
+
+def test_the_pure_engine_finds_a_presence_needle_once_and_the_others_in_full() -> None:
+    """On the pure engine a presence needle is one `str.find` (its first start), never its every start."""
+    from backend.signals.scan_engine import finder_of
+
+    text = "a TrainRayActor b TrainRayActor Timer c Timer\n" * 50
+    finder = finder_of(make_engine(PURE), ("Timer",), ("TrainRayActor",), text[:1000])
+    found = finder.find(text)
+    assert found["TrainRayActor"] == [text.find("TrainRayActor")]
+    starts, pos = [], text.find("Timer")
+    while pos >= 0:
+        starts.append(pos)
+        pos = text.find("Timer", pos + 1)
+    assert found["Timer"] == starts
+    assert "TrainRayActor" not in finder.find("Timer only\n")
