@@ -354,9 +354,14 @@ class DashboardStreams:
         )
 
 
+ENRICHED_KINDS = frozenset(
+    {"perf-rollout"}
+)  # the only records enrich adds to (MetricsCollector.add_enricher)
+
+
 def enrich(rec: MetricRecord, facts: RunFacts) -> None:
     """Add per-record derived metrics (as `derived/*` keys on the record's own axis) before it is stored."""
-    if rec.kind != "perf-rollout":
+    if rec.kind not in ENRICHED_KINDS:
         return
     n_groups = facts.rollout_batch_size
     frac = zero_std_fraction(rec.values, n_groups)

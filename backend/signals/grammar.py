@@ -108,12 +108,19 @@ METRIC_LOOKING = re.compile(
 # {...}` with no colour code, CR or repeat suffix (the caller checks). Every line it matches, parse_line and
 # METRIC_MESSAGE read to the same fields: each part is its layer's first shape (a proc starting in lower case
 # is no SGLang rank tag); any other line goes through them (tests/unit/test_metrics_parse.py compares).
-METRIC_LINE = re.compile(
+_METRIC_HEAD = (
     r"(?:\((?:(?P<actor>[A-Za-z_][\w.]*) )?pid=\d+(?:, ip=[^()\s]+)?\) )?"
     r"\[" + _TS + r"(?: (?P<proc>[a-z][^\]\s]*))?\] "
     r"[\w./-]+\.\w+:\d+ - "
-    r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+): (?P<payload>\{.*\})"
 )
+METRIC_LINE = re.compile(
+    _METRIC_HEAD
+    + r"(?P<kind>(?:critic-)?step|rollout|perf|eval|multi_turn|passrate) (?P<n>\d+): (?P<payload>\{.*\})"
+)
+# METRIC_LINE's head alone (actor, ts, proc): a line that is this head and then the message of the metric
+# line before it (miles' second printing of a dict) is read from the head only: the head's spaces stand at
+# fixed places and its location ends at the first ` - `, so where it ends METRIC_LINE's kind starts.
+METRIC_HEAD = re.compile(_METRIC_HEAD)
 # Literal pieces every metric line holds: found with str.find before any regex runs.
 METRIC_NEEDLES = (": {", " skipped: ")
 

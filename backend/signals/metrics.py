@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, Protocol
 
 from backend.signals.grammar import (
+    METRIC_HEAD,
     METRIC_LINE,
     METRIC_LOOKING,
     METRIC_MESSAGE,
@@ -402,12 +404,17 @@ def _not_whole(line: str, stamp: str | None, proc: str) -> MetricRecord | Unread
     return Unreadable(why, _sample(line))
 
 
-def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRecord | Unreadable | None:
+def parse_metric_line(
+    line: str, cache: PayloadCache | None = None, twin: Twin | None = None, plain: bool | None = None
+) -> MetricRecord | Unreadable | None:
     """One sanitised line: its metric record, an Unreadable if it looks like a metric but is not one that
-    parses, or None if it is no metric line at all."""
-    fast = METRIC_LINE.fullmatch(line) if "\x1b" not in line and "^[" not in line else None
+    parses, or None if it is no metric line at all. `twin` learns a record METRIC_LINE read; `plain`: the
+    line is known to hold no colour code (its chunk holds none: one search per chunk, not two per line)."""
+    if plain is None:
+        plain = "\x1b" not in line and "^[" not in line
+    fast = METRIC_LINE.fullmatch(line) if plain else None
     if fast is not None:  # the common shape, in one match
-        return _fast_record(fast, line, cache)
+        return _fast_record(fast, line, cache, twin)
     parsed = parse_line(line)
     stamp, proc = parsed.ts, parsed.proc or parsed.actor or ""
     m = METRIC_MESSAGE.fullmatch(parsed.message)
@@ -416,16 +423,53 @@ def parse_metric_line(line: str, cache: PayloadCache | None = None) -> MetricRec
     return _record(m, line, stamp, proc, cache)
 
 
-def _fast_record(fast: re.Match[str], line: str, cache: PayloadCache | None) -> MetricRecord | Unreadable:
+def _fast_record(
+    fast: re.Match[str], line: str, cache: PayloadCache | None, twin: Twin | None
+) -> MetricRecord | Unreadable:
     """`_record` for a METRIC_LINE match (no `skipped` reason in its shape), its groups read in one call:
     the path nearly every metric line takes."""
-    stamp, named, actor, kind, n, payload = fast.group("ts", "proc", "actor", "kind", "n", "payload")
+    actor, stamp, named, kind, n, payload = fast.groups()
     values = _payload_values(payload, cache)
     if isinstance(values, tuple):
         return Unreadable(f"{values[0]}{kind} {n} payload{values[1]}", _sample(line))
     if kind == "perf":
         kind = perf_kind(values)
-    return MetricRecord(kind, int(n), parse_ts(stamp) if stamp else math.nan, named or actor or "", values)
+    rec = MetricRecord(kind, int(n), parse_ts(stamp) if stamp else math.nan, named or actor or "", values)
+    if twin is not None:
+        twin.learn(line[fast.start(4) :], rec)
+    return rec
+
+
+class Twin:
+    """The message (kind on) and record of the last line METRIC_LINE read: miles prints each step dict twice
+    in a row (two modules, 1 ms apart), and a line that is a METRIC_HEAD and then that message is the same
+    record but for its head's fields. Read from the head alone (one short match, no payload read, looked up
+    or hashed), it is the record `parse_metric_line` builds; which copy is kept stays `_admit`'s call."""
+
+    __slots__ = ("plain", "rec", "tail")
+
+    def __init__(self, plain: bool = False) -> None:
+        self.plain = plain  # the lines are known to hold no colour code
+        self.tail = "\n"  # ends no line
+        self.rec: MetricRecord | None = None
+
+    def learn(self, tail: str, rec: MetricRecord) -> None:
+        self.tail, self.rec = tail, rec
+
+    def record(self, line: str) -> MetricRecord | None:
+        """The line's record if it is the last one's message behind a head of its own, else None. Read
+        before any enricher runs (a chunk is parsed whole first), so the values are as logged."""
+        rec, cut = self.rec, len(line) - len(self.tail)
+        if rec is None or not line.endswith(self.tail):  # (the caller checks the end first, inline)
+            return None
+        if not self.plain and (line.find("\x1b", 0, cut) >= 0 or line.find("^[", 0, cut) >= 0):
+            return None
+        head = METRIC_HEAD.fullmatch(line, 0, cut)
+        if head is None:
+            return None
+        actor, stamp, named = head.groups()
+        ts = parse_ts(stamp) if stamp else math.nan
+        return MetricRecord(rec.kind, rec.n, ts, named or actor or "", dict(rec.values))
 
 
 def _record(
@@ -474,10 +518,15 @@ def parse_metric_text(
     """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed."""
     records: list[MetricRecord] = []
     problems: list[Unreadable] = []
+    plain = "\x1b" not in text and "^[" not in text
+    twin = Twin(plain)
     for line in _candidate_lines(text):
         if len(line) < 8:
             continue
-        found = parse_metric_line(line, cache)
+        found: MetricRecord | Unreadable | None = None
+        if line.endswith(twin.tail):  # checked here, inline: most lines are no twin
+            found = twin.record(line)
+        found = found or parse_metric_line(line, cache, twin, plain or None)
         if isinstance(found, MetricRecord):
             records.append(found)
         elif found is not None:
@@ -545,6 +594,15 @@ def _event_kind(step_key: str, values: dict[str, float]) -> str:
     return "rollout"
 
 
+@dataclass(frozen=True, slots=True)
+class Enricher:
+    """A function that may add derived keys to a record before it is stored, and the record kinds it reads
+    (None: every kind), declared with it so it is called only for those."""
+
+    enrich: Callable[[MetricRecord], None]
+    kinds: frozenset[str] | None = None
+
+
 class Judge(Protocol):
     """Who hears of a batch's changed points (backend.signals.alerts' engine): judged as they come, acted
     on at the end of the batch in the points' order, `(record's place in the batch, key's place in it)`,
@@ -593,7 +651,10 @@ class MetricsCollector:
         self._steps_of_rollout: OrderedDict[int, set[int]] = OrderedDict()
         self._judge: Judge | None = None  # who hears of changed points (the alert rules)
         self._prefixes_of: dict[tuple[str, ...], frozenset[str]] = {}  # a dict's keys -> their prefixes
-        self.enrichers: list[Callable[[MetricRecord], None]] = []  # may add derived keys to a record
+        self.enrichers: list[Enricher] = []  # may add derived keys to a record (add_enricher)
+        self._enrichers_of: dict[
+            str, tuple[Callable[[MetricRecord], None], ...]
+        ] = {}  # kind -> its enrichers
 
     def subscribe(self, judge: Judge) -> None:
         """`judge` hears of every new or changed point of a key it `watches` (alerts evaluate there): no
@@ -658,14 +719,7 @@ class MetricsCollector:
         returns how many points changed. The batch's points go into each series in one run, and the judge
         (the alert rules) hears of each series' run once: the same points, series and alerts as record by
         record (tests/unit/test_metric_batches.py compares), without the per-point calls."""
-        batch = sorted(records, key=_ts_order)
-        kept: list[MetricRecord] = []
-        logged: list[tuple[str, ...]] = []  # each kept record's keys before the enrichers added theirs
-        for rec in batch:
-            keys = self._admit(rec)
-            if keys is not None:
-                kept.append(rec)
-                logged.append(keys)
+        kept, logged = self._admit(_in_ts_order(records))
         runs = self._group(kept, logged)
         columns = _Columns(kept)
         places: dict[int, dict[str, int]] = {}  # a kept record's keys -> their places, built once each
@@ -718,22 +772,57 @@ class MetricsCollector:
         """One record's points (a batch of one)."""
         return self.add_records((rec,))
 
-    def _admit(self, rec: MetricRecord) -> tuple[str, ...] | None:
-        """A record's own bookkeeping before its points are stored: its keys as logged (before the enrichers
-        add theirs: what `records_by_prefix` counts), or None for a second printing (dropped)."""
-        if rec.kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
-            self.duplicates += 1
-            return None
-        self._note_axes(rec)
-        keys = tuple(rec.values)
-        for enricher in self.enrichers:
-            enricher(rec)
-        self.records[rec.kind] = self.records.get(rec.kind, 0) + 1
-        if rec.n > self.last_step.get(rec.kind, -1):
-            self.last_step[rec.kind] = rec.n
-        if math.isfinite(rec.ts) and not rec.ts <= self.last_ts:
-            self.last_ts = rec.ts
-        return keys
+    def _admit(self, batch: list[MetricRecord]) -> tuple[list[MetricRecord], list[tuple[str, ...]]]:
+        """The records kept (second printings dropped) after their own bookkeeping, and each one's keys as
+        logged (before the enrichers add theirs: what `records_by_prefix` counts). Each record is checked,
+        placed on the axes and enriched in turn (order matters there); the counts, highest steps and newest
+        stamp are order-free, so they are tallied once for the batch."""
+        kept: list[MetricRecord] = []
+        logged: list[tuple[str, ...]] = []
+        enrichers = self._enrichers_of
+        for rec in batch:
+            kind = rec.kind
+            if kind in STEP_KINDS and rec.source == "log" and self._second_printing(rec):
+                self.duplicates += 1
+                continue
+            self._note_axes(rec)
+            logged.append(tuple(rec.values))
+            chain = enrichers.get(kind)
+            for enricher in self._enrichers_for(kind) if chain is None else chain:
+                enricher(rec)
+            kept.append(rec)
+        self._tally(kept)
+        return kept, logged
+
+    def _tally(self, kept: list[MetricRecord]) -> None:
+        """Records per kind, each kind's highest n and the newest finite stamp, over a batch's kept records
+        (the first of equal stamps stays, as record by record)."""
+        records, last_step = self.records, self.last_step
+        for kind, count in Counter(rec.kind for rec in kept).items():
+            records[kind] = records.get(kind, 0) + count
+        for rec in kept:
+            if rec.n > last_step.get(rec.kind, -1):
+                last_step[rec.kind] = rec.n
+        stamps = [ts for ts in (rec.ts for rec in kept) if math.isfinite(ts)]
+        if stamps:
+            newest = max(stamps)
+            if not newest <= self.last_ts:
+                self.last_ts = newest
+
+    def add_enricher(
+        self, enricher: Callable[[MetricRecord], None], kinds: frozenset[str] | None = None
+    ) -> None:
+        """`enricher` may add derived keys to each record of `kinds` (all kinds: None) before it is stored,
+        in the order added. Called only for the kinds it declares: most records are of none of them."""
+        self.enrichers.append(Enricher(enricher, kinds))
+        self._enrichers_of.clear()
+
+    def _enrichers_for(self, kind: str) -> tuple[Callable[[MetricRecord], None], ...]:
+        """The enrichers of records of `kind`, in the order added, remembered per kind."""
+        known = self._enrichers_of[kind] = tuple(
+            e.enrich for e in self.enrichers if e.kinds is None or kind in e.kinds
+        )
+        return known
 
     def _count_prefixes(self, keys: tuple[str, ...], times: int = 1) -> None:
         """`records_by_prefix` for `times` records of these keys. Below the series cap every key is
@@ -764,14 +853,26 @@ def _ts_order(rec: MetricRecord) -> float:
     return rec.ts if math.isfinite(rec.ts) else math.inf
 
 
+_TS_OF = attrgetter("ts")
+_SOURCE_OF = attrgetter("source")
+
+
+def _in_ts_order(records: Iterable[MetricRecord]) -> list[MetricRecord]:
+    """A batch sorted by `_ts_order` (stable): by the stamps themselves, a key at C speed, where all are
+    finite (nearly always), else by `_ts_order`."""
+    batch = list(records)
+    batch.sort(key=_TS_OF if all(map(math.isfinite, map(_TS_OF, batch))) else _ts_order)
+    return batch
+
+
 class _Columns:
     """A batch's per-record numbers, read once per batch for all its runs (each run picks its records'
     at C speed): timestamps, source ranks, and on each axis asked for the step (the axis' key, else n)."""
 
     def __init__(self, kept: list[MetricRecord]) -> None:
         self.kept = kept
-        self.ts = [rec.ts for rec in kept]
-        self.ranks = [SOURCE_PRIORITY.get(rec.source, 0) for rec in kept]
+        self.ts = list(map(_TS_OF, kept))  # C speed
+        self.ranks = list(map(SOURCE_PRIORITY.get, map(_SOURCE_OF, kept), repeat(0)))
         self._steps: dict[str, list[float]] = {}
 
     def steps(self, axis: str) -> list[float]:

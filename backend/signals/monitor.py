@@ -22,6 +22,7 @@ from typing import Any
 from backend.signals.activity import LogActivity
 from backend.signals.alerts import Alert, AlertEngine, AlertRule
 from backend.signals.derived import (
+    ENRICHED_KINDS,
     FACT_NEEDLES,
     DashboardStreams,
     RunFacts,
@@ -128,9 +129,10 @@ class RunMonitor:
             False,
             False,
         )  # the shim ledger's version last judged, and armed
-        self.collector.enrichers.append(lambda rec: enrich(rec, self.facts))
-        self.collector.enrichers.append(self.facts.note_checkpoint_metric)
-        self.collector.enrichers.append(self.samples_health.enrich)  # after enrich: the samples' numbers win
+        self.collector.add_enricher(lambda rec: enrich(rec, self.facts), ENRICHED_KINDS)
+        self.collector.add_enricher(self.facts.note_checkpoint_metric)
+        # after enrich: the samples' numbers win
+        self.collector.add_enricher(self.samples_health.enrich, SamplesHealth.ENRICHED_KINDS)
         self.collector.subscribe(self.alerts)
         self.activity = LogActivity(self.alerts.noise_needles(), clock)
         self.alerts.world_of = self._train_world

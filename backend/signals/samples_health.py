@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from backend.signals.grpo_groups import RolloutGroups
 from backend.signals.metrics import MetricRecord
@@ -33,6 +34,8 @@ def log_zero_std_frac(values: dict[str, float]) -> float | None:
 @dataclass
 class SamplesHealth:
     """Per-rollout numbers from the samples, and the log's zero-std percentages, matched by rollout."""
+
+    ENRICHED_KINDS: ClassVar[frozenset[str]] = frozenset({"perf-rollout"})  # the only records enrich reads
 
     ours: dict[int, RolloutGroups] = field(default_factory=dict)
     logged: dict[int, float] = field(default_factory=dict)  # rollout -> the log's all-0 + all-1 fraction
@@ -68,7 +71,7 @@ class SamplesHealth:
     def enrich(self, rec: MetricRecord) -> None:
         """A rollout perf dict: remember the log's zero-std fraction; once this rollout's samples are known,
         theirs is the chart's value and the gap is added."""
-        if rec.kind != "perf-rollout":
+        if rec.kind not in self.ENRICHED_KINDS:
             return
         said = log_zero_std_frac(rec.values)
         if said is None:
