@@ -12,14 +12,17 @@ import pytest
 
 from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
+from backend.signals.grammar import METRIC_LINE
 from backend.signals.metrics import (
     Enricher,
     MetricRecord,
     MetricsCollector,
     PayloadCache,
     Twin,
+    line_ts,
     parse_metric_line,
     parse_metric_text,
+    parse_ts,
 )
 from backend.signals.monitor import RunMonitor
 
@@ -165,3 +168,25 @@ def test_a_batch_tallied_once_equals_record_by_record() -> None:
         for rec in sorted(batch, key=lambda r: r.ts if math.isfinite(r.ts) else math.inf):
             single.add_record(rec)
         assert tallies(whole) == tallies(single)
+
+
+def test_a_metric_lines_stamp_reads_as_parse_ts_reads_it() -> None:
+    """line_ts's few-character test of the usual shape, on the stamps METRIC_LINE lets through: other
+    separators, fractions, seconds past 59, dates that are none, non-ASCII digits."""
+    rng = random.Random(11)
+    digits = "0123456789" * 6 + "\u0663\u0967"
+    seen = set()
+    for _ in range(3000):
+        d = "".join(rng.choice(digits) for _ in range(14))
+        frac = rng.choice(["", "." + d[:3], "," + d[:3], "." + d[:6], ".000", "." + d[:4]])
+        stamp = f"{rng.choice(['2026', d[:4]])}-{rng.choice(['08', d[4:6]])}-{d[6:8]}{rng.choice(' T')}"
+        stamp += f"{d[8:10]}:{d[10:12]}:{rng.choice([d[12:14], '59', '60'])}{frac}"
+        line = f"[{stamp} a] m.py:1 - step 1: {{'a': 1}}"
+        if METRIC_LINE.fullmatch(line) is None:
+            continue
+        seen.add(len(stamp) == 23 and stamp.isascii())
+        assert repr(line_ts(stamp)) == repr(parse_ts(stamp)), stamp
+    assert seen == {True, False}
+    for stamp in ("2026-08-21 10:00:5\u0663.000", "2026-08-21 10:00:55.00\u0663", "2026-08-21 10:00:60.000"):
+        assert METRIC_LINE.fullmatch(f"[{stamp}] m.py:1 - step 1: {{}}") is not None
+        assert repr(line_ts(stamp)) == repr(parse_ts(stamp)), stamp
