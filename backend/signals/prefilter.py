@@ -112,15 +112,30 @@ class LineNumbers:
         self._total: int | None = None
 
     def before(self, pos: int) -> int:
-        """`text.count("\\n", 0, pos)`."""
+        """`text.count("\\n", 0, pos)`, counted from the nearest answer before or after `pos` (a progress
+        head's start is just before the `: {` its line was primed at)."""
         i = bisect.bisect_right(self._at, pos) - 1
         known = self._at[i]
         if known == pos:
             return self._count[i]
-        count = self._count[i] + self.text.count("\n", known, pos)
+        if i + 1 < len(self._at) and self._at[i + 1] - pos < pos - known:
+            count = self._count[i + 1] - self.text.count("\n", pos, self._at[i + 1])
+        else:
+            count = self._count[i] + self.text.count("\n", known, pos)
         self._at.insert(i + 1, pos)
         self._count.insert(i + 1, count)
         return count
+
+    def prime(self, *runs: Iterable[int]) -> None:
+        """Answer these positions in ascending order, each stretch counted once: readers asking in turn (the
+        progress heads, then the Timer lines between them) counted each gap twice (measured: 2x the text)."""
+        positions = sorted(itertools.chain(*runs))
+        if len(self._at) > 1:  # answers already given: merged one by one
+            for pos in positions:
+                self.before(pos)
+            return
+        gaps = map(self.text.count, itertools.repeat("\n"), [0, *positions], positions)
+        self._at, self._count = [0, *positions], [0, *itertools.accumulate(gaps)]
 
     @property
     def total(self) -> int:

@@ -31,6 +31,7 @@ actor is only called missing when more actors lack a report than such folded lin
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -44,17 +45,61 @@ TRAIN_NEEDLE = "TrainRayActor"  # every train actor class's name holds it
 
 # A train actor's ordinary line: Ray's prefix at the start of a line, any message but the shim's. Searched for
 # as "\n(" (a literal the regex engine finds fast; `^` in MULTILINE mode is tried at every position, 8x
-# slower), and the chunk's first line on its own.
+# slower), and the chunk's first line on its own. `{known}`: a lookahead that refuses the processes already
+# learnt (`_NewTrainLines`).
 _TRAIN_PREFIX = (
     r"\((?P<actor>"
     # only the classes the needle finds (miles' own): the prefilter hands on just the lines that hold it
     + "|".join(re.escape(n) for n in sorted(names_for(TRAIN), key=len, reverse=True) if TRAIN_NEEDLE in n)
-    + r") pid=(?P<pid>\d{1,10})(?:, ip=(?P<ip>[^()\s]+))?\) (?!"
+    + r") pid={known}(?P<pid>\d{{1,10}})(?:, ip=(?P<ip>[^()\s]+))?\) (?!"
     + re.escape(LINE_PREFIX)
     + ")"
 )
-_TRAIN_LINE = re.compile("\n" + _TRAIN_PREFIX)
-_TRAIN_FIRST_LINE = re.compile(_TRAIN_PREFIX)
+KNOWN_IN_PATTERN = 256  # processes the lookahead refuses (past them, a known one's lines are matched again)
+
+
+def alternation(words: list[str]) -> str:
+    """A regex matching exactly `words` (distinct, none a prefix of another), as a trie: the engine tries one
+    branch per character, where a flat alternation of a cluster's processes is tried word by word."""
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        groups.setdefault(word[0], []).append(word[1:])
+    branches = [re.escape(c) + (alternation(rest) if rest != [""] else "") for c, rest in groups.items()]
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+
+def _known_text(key: ProcessKey) -> str:
+    """What follows `pid=` in a prefix of this process, to the space after its parenthesis."""
+    return f"{key[0]}" + (f", ip={key[1]}" if key[1] else "") + ") "
+
+
+class _NewTrainLines:
+    """The train prefixes of a chunk whose process is not known yet: a train actor's name is on nearly every
+    line of a training log, and a match (a tuple) per line cost more than the search. The known processes'
+    `pid=...) ` texts are refused by a lookahead, so a chunk of known processes yields nothing; the pattern
+    is made again when the known set changes (a process or two in a run's first chunks)."""
+
+    def __init__(self) -> None:
+        self.refused: tuple[ProcessKey, ...] = ()
+        self._line, self._first = self._compile(())
+
+    @staticmethod
+    def _compile(refused: tuple[ProcessKey, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+        known = "(?!" + alternation([_known_text(k) for k in refused]) + ")" if refused else ""
+        prefix = _TRAIN_PREFIX.format(known=known)
+        return re.compile("\n" + prefix), re.compile(prefix)
+
+    def found(self, text: str, train: dict[ProcessKey, str]) -> set[tuple[str, str, str]]:
+        """(actor, pid, ip or "") of every train prefix at a line start whose process `train` lacks (and of
+        some it holds, past KNOWN_IN_PATTERN)."""
+        if len(self.refused) != min(len(train), KNOWN_IN_PATTERN) or not all(k in train for k in self.refused):
+            self.refused = tuple(itertools.islice(train, KNOWN_IN_PATTERN))
+            self._line, self._first = self._compile(self.refused)
+        found = set(self._line.findall(text))
+        first = self._first.match(text)
+        if first is not None:
+            found.add((first["actor"], first["pid"], first["ip"] or ""))
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +126,7 @@ class ShimLedger:
         # pid -> ips of the job's train actors as Ray's state API lists them; None: Ray was not asked
         self.ray_train: dict[int, set[str]] | None = None
         self.ray_labels: dict[ProcessKey, str] = {}
+        self._new_lines = _NewTrainLines()
 
     @property
     def verified(self) -> bool:
@@ -113,11 +159,7 @@ class ShimLedger:
         its lines out first)."""
         if TRAIN_NEEDLE not in text:  # most chunks stop here
             return
-        found = set(_TRAIN_LINE.findall(text))
-        first = _TRAIN_FIRST_LINE.match(text)
-        if first is not None:
-            found.add((first["actor"], first["pid"], first["ip"] or ""))
-        for actor, pid, ip in found:
+        for actor, pid, ip in self._new_lines.found(text, self.train):
             key = (int(pid), ip)
             if key in self.train:
                 continue

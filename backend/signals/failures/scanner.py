@@ -114,6 +114,9 @@ class FailureScanner:
     def feed(self, text: str, scan: Scan | None = None) -> list[FailureEvent]:
         """Scan one chunk; returns the events it added or changed (copies). `scan`: the monitor's prefilter
         already searched the chunk for every hint (backend.signals.prefilter), so it is not searched again."""
+        if scan is not None:  # the lines both readers below number, counted in one pass
+            timers = scan.at.get(TIMER_NEEDLE, ()) if self._phases.rule.phases else ()
+            scan.numbers.prime(scan.at.get(PROGRESS_TAIL, ()), timers)
         self._note_progress(text, scan)
         lines: list[str] | None = None
         if _quoted(text):  # quoted in markdown: its markers would split a hint
@@ -293,8 +296,8 @@ class FailureScanner:
         if PROGRESS_TAIL not in text:
             return
         numbers = scan.numbers if scan is not None else LineNumbers(text)  # one count shared by the readers
-        for m in _progress_in(text, scan.starts(PROGRESS_TAIL) if scan is not None else None):
-            self.progress.append((self._lines_before + numbers.before(m.start()), m.group(1)))
+        for tail, m in _progress_in(text, scan.starts(PROGRESS_TAIL) if scan is not None else None):
+            self.progress.append((self._lines_before + numbers.before(tail), m.group(1)))
 
     def _count_ranks(self, lines: list[str]) -> None:
         for i, line in enumerate(lines):
@@ -736,15 +739,16 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _progress_in(text: str, tails: list[int] | None = None) -> Iterator[re.Match[str]]:
-    """`step 6: {`-like heads in `text`, found from each `: {` (the scan's `tails`, else str.find), the
+def _progress_in(text: str, tails: list[int] | None = None) -> Iterator[tuple[int, re.Match[str]]]:
+    """`step 6: {`-like heads in `text` with the `: {` each ends at (on the head's line: where its line
+    number is asked, already counted), found from each `: {` (the scan's `tails`, else str.find), the
     pattern tried only on the line before it: a regex over the whole chunk without a literal to start from
     cost ~50 ms a MB."""
     for pos in tails if tails is not None else _tails(text):
         start = _progress_window(text, pos)
         m = _PROGRESS.search(text, start, pos) if start >= 0 else None
         if m is not None:
-            yield m
+            yield pos, m
 
 
 HEAD_REACH = len("] critic-rollout")  # the most a progress head spans before its number's space

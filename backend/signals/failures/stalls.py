@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from backend.signals.failures.owner import unquote
 from backend.signals.grammar import STAMP, ParsedLine
 from backend.signals.metrics import parse_ts
-from backend.signals.rank_phases import parse_timer_line
+from backend.signals.rank_phases import parse_timer_line, timer_stamp
 
 TIMER = re.compile(r"Timer (?P<name>\w+) (?P<what>start|end)\b")
 TAIL_CHARS = 2048
@@ -41,7 +41,11 @@ class OpenPhase:
     seq: int
     at: float  # its line's stamp (node-local, read as UTC)
     stamp: str
-    line: ParsedLine
+    text: str  # the line, parsed only for a stall's report (a phase a run sees thousands of times)
+
+    @property
+    def line(self) -> ParsedLine:
+        return parse_timer_line(self.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +94,10 @@ class PhaseWatch:
             if m["what"] == "end":
                 self.open.pop(m["name"], None)
                 continue
-            parsed = parse_timer_line(line)  # shared with the rank phases, which parse it next
-            at = parse_ts(parsed.ts) if parsed.ts else float("nan")
+            ts = timer_stamp(line)
+            at = parse_ts(ts) if ts else float("nan")
             if at == at:  # a start while open is a replayed tail (miles never starts a timer twice)
-                self.open.setdefault(
-                    m["name"], OpenPhase(m["name"], first_seq + i, at, parsed.ts or "", parsed)
-                )
+                self.open.setdefault(m["name"], OpenPhase(m["name"], first_seq + i, at, ts or "", line))
 
     def stalled(self, before_seq: int, at: float, progress: Sequence[tuple[int, str]]) -> Stall | None:
         """The open phase that started before `before_seq`, saw no progress line after it, and had stood still
