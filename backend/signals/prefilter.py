@@ -192,7 +192,9 @@ class _FlatInText:
         self.marks = frozenset(wrap_marks(flat))
         self.flat = frozenset(flat)
         self.every = unique_needles((*needles.lines, *flat))  # needles whose every start is wanted
-        self.once = tuple(n for n in unique_needles((*needles.only_present, *self.marks)) if n not in self.every)
+        self.once = tuple(
+            n for n in unique_needles((*needles.only_present, *self.marks)) if n not in self.every
+        )
         self.not_lines = (self.flat | self.marks).difference(needles.lines)
 
     def split(self, at: dict[str, list[int]]) -> dict[str, list[int]] | None:

@@ -19,8 +19,8 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterable
-from typing import NamedTuple
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from backend.natural_order import natural_key
 from backend.signals.dump_reader import PhaseEvent
@@ -72,7 +72,9 @@ def timer_line(line: str) -> TimerLine | None:
         m = _TIMER_LINE.match(line)
         if m is not None:
             ip, proc = m["ip"], m["proc"]
-            return TimerLine(m["name"], bool(m["start"]), m["elapsed"], m["ts"], ip or HEAD_NODE, rank_of(proc))
+            return TimerLine(
+                m["name"], bool(m["start"]), m["elapsed"], m["ts"], ip or HEAD_NODE, rank_of(proc)
+            )
     return _timer_line_parsed(line)
 
 
@@ -191,7 +193,9 @@ class RankPhases:
                 continue
             lane = self.lanes.get(key)
             started = [t0 for name, t0 in (lane.open if lane else ()) if name == timer.name]
-            self.close(key, timer.name, min(started) if started else ts - float(timer.elapsed or 0), ts, "log")
+            self.close(
+                key, timer.name, min(started) if started else ts - float(timer.elapsed or 0), ts, "log"
+            )
 
     def open(self, key: LaneKey, name: str, t0: float, source: str) -> None:
         if not math.isfinite(t0):

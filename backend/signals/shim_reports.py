@@ -92,7 +92,9 @@ class _NewTrainLines:
     def found(self, text: str, train: dict[ProcessKey, str]) -> set[tuple[str, str, str]]:
         """(actor, pid, ip or "") of every train prefix at a line start whose process `train` lacks (and of
         some it holds, past KNOWN_IN_PATTERN)."""
-        if len(self.refused) != min(len(train), KNOWN_IN_PATTERN) or not all(k in train for k in self.refused):
+        if len(self.refused) != min(len(train), KNOWN_IN_PATTERN) or not all(
+            k in train for k in self.refused
+        ):
             self.refused = tuple(itertools.islice(train, KNOWN_IN_PATTERN))
             self._line, self._first = self._compile(self.refused)
         found = set(self._line.findall(text))

@@ -69,7 +69,9 @@ def test_every_wrapped_occurrence_leaves_a_mark_in_the_text() -> None:
                 text = "pre " + needle[:cut] + "\n" * breaks + needle[cut:] + " post"
                 assert any(m in text for m in marks), (needle, cut, breaks)
         assert not any(m in f"pre {needle} post\nnext line" for m in marks)
-    assert wrap_marks(["a\nb", "x"]) == ()  # a needle with a break is in no flat text; one character never wraps
+    assert (
+        wrap_marks(["a\nb", "x"]) == ()
+    )  # a needle with a break is in no flat text; one character never wraps
 
 
 def test_a_needle_with_a_break_is_never_found_flat_in_the_text() -> None:
@@ -161,7 +163,9 @@ PLAIN = re.compile("\n" + _TRAIN_PREFIX.format(known=""))
 def test_the_alternation_matches_exactly_its_words() -> None:
     rng = random.Random(5)
     for _ in range(200):
-        words = list({"".join(rng.choice("12, ip=.") for _ in range(rng.randint(1, 6))) + ") " for _ in "abcdef"})
+        words = list(
+            {"".join(rng.choice("12, ip=.") for _ in range(rng.randint(1, 6))) + ") " for _ in "abcdef"}
+        )
         pattern = re.compile(alternation(words))
         assert all(pattern.fullmatch(w) for w in words)
         others = {w[:-3] + ") " for w in words} | {w[:-2] + "1) " for w in words} | {"9) "}
@@ -196,7 +200,10 @@ def test_train_actors_learnt_with_known_ones_refused_are_the_plain_regexs() -> N
         ledger = ShimLedger()
         chunks = []
         for _ in range(rng.randint(1, 6)):
-            lines = [rng.choice(prefixes) + rng.choice(["step 1", "ultra-console shim: applied {}"]) for _ in range(6)]
+            lines = [
+                rng.choice(prefixes) + rng.choice(["step 1", "ultra-console shim: applied {}"])
+                for _ in range(6)
+            ]
             chunks.append("\n".join(lines) + "\n")
             ledger.note_lines(chunks[-1])
         want = reference_train(chunks)
