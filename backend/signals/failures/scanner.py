@@ -114,16 +114,16 @@ class FailureScanner:
     def feed(self, text: str, scan: Scan | None = None) -> list[FailureEvent]:
         """Scan one chunk; returns the events it added or changed (copies). `scan`: the monitor's prefilter
         already searched the chunk for every hint (backend.signals.prefilter), so it is not searched again."""
-        if scan is not None:  # the lines both readers below number, counted in one pass
-            timers = scan.at.get(TIMER_NEEDLE, ()) if self._phases.rule.phases else ()
-            scan.numbers.prime(scan.at.get(PROGRESS_TAIL, ()), timers)
+        if scan is not None:
+            self._prime(scan)
         self._note_progress(text, scan)
         lines: list[str] | None = None
         if _quoted(text):  # quoted in markdown: its markers would split a hint
             lines, scan = _split(text), None
             flat = "".join(unquote(line) for line in lines)
         else:
-            flat = scan.flat if scan is not None else text.replace("\n", "")
+            # where the scan answers, no reader below reads the flat text (hyperscan's scan made no copy)
+            flat = "" if scan is not None else text.replace("\n", "")
         self._note_phases(text, lines, flat, scan)
         hits = self._hits(flat, scan)
         census = _has(RANK_CENSUS, flat, scan)
@@ -132,6 +132,11 @@ class FailureScanner:
             self._advance(text, scan=scan)
             return []
         return self._read_hits(text, lines, hits, census, ended_well)
+
+    def _prime(self, scan: Scan) -> None:
+        """The lines both the progress and the Timer readers number, counted in one pass."""
+        timers = scan.at.get(TIMER_NEEDLE, ()) if self._phases.rule.phases else ()
+        scan.numbers.prime(scan.at.get(PROGRESS_TAIL, ()), timers)
 
     def _read_hits(
         self,
