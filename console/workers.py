@@ -70,9 +70,9 @@ from shim.package import carries_shim
 
 TELEMETRY_INTERVAL_S = 1.0
 METRICS_EVERY_S = 0.5
-# While history is read (a replay, an attach's catch-up) the charts redraw half as often: each redraw is
-# ~0.1 s of the UI thread at 200x50, taken from the read it shares the interpreter with.
-HISTORY_METRICS_EVERY_S = 1.0
+# While history is read (a replay, an attach's catch-up) the charts redraw every 2 s: each redraw is ~0.1 s
+# of the UI thread at 200x50 (plotext), taken from the read it shares the interpreter with.
+HISTORY_METRICS_EVERY_S = 2.0
 TICK_S = 5.0
 STRUCTURED_POLL_S = 1.0
 ROLES_EVERY_S = 15.0  # the attached run's actors (one request), to name the GPU holders the probe lists
