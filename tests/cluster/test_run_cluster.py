@@ -7,6 +7,7 @@ test kills a throwaway node it added itself.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from backend.cluster.telemetry import TelemetryPoller
 from backend.plan.submission import build_submission
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="session")]
+_ATTEMPTS = itertools.count(1)  # a Ray-tier rerun (tests/conftest.py) meets the cluster its first try used
 
 
 async def running(ctl: RunController, timeout: float = 90) -> None:
@@ -89,9 +91,10 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
 
     consumer = asyncio.create_task(consume())
     await asyncio.sleep(0)
-    job = await ctl.launch(spec, run_id="261130-070000-001")
+    run_id = f"261130-070000-{next(_ATTEMPTS):03d}"  # a rerun on the same cluster: a fresh submission id
+    job = await ctl.launch(spec, run_id=run_id)
     try:
-        assert job.id == "ultra-console-261130-070000-001" and (job.metadata or {})["ultra_console"] == "1"
+        assert job.id == f"ultra-console-{run_id}" and (job.metadata or {})["ultra_console"] == "1"
         await running(ctl)
         lines = await metric_lines(ray_client, job.id)
         assert all("MegatronTrainRayActor" in ln for ln in lines)
@@ -108,7 +111,7 @@ async def test_launch_running_metrics_abort_stopped_and_refusals(
         # the same submission id again (forced past P3): Ray refuses it, the first run is untouched
         other = RunController(ray_client, state_dir=tmp_path / "state")
         with pytest.raises(DuplicateSubmission, match="already exists"):
-            await other.launch(spec, run_id="261130-070000-001", force=True)
+            await other.launch(spec, run_id=run_id, force=True)
         assert (await ray_client.get_job(job.id)).status == "RUNNING"
 
         outcome = await ctl.abort()
