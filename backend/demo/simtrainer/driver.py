@@ -31,7 +31,6 @@ from backend.demo.simtrainer.actors import ACTOR_CLASSES, remote
 from backend.demo.simtrainer.args import SimArgs, parse
 from backend.demo.simtrainer.dashboard import COLLECTOR_NAME, DashboardCollector, GpuSampler, run_args
 from backend.demo.simtrainer.event_checkpoint import restore
-from backend.demo.simtrainer.interrupt import InterruptWatch, Once
 from backend.demo.simtrainer.milog import MilesLog
 
 DRAIN_S = 3.0  # let Ray forward the actors' last lines before the driver disconnects
@@ -259,14 +258,6 @@ def _signals(args: SimArgs, log: MilesLog) -> None:
         _ignore(log, signal.SIGINT)
 
 
-def _shutdown(args: SimArgs, log: MilesLog) -> None:
-    try:
-        if args.log_format != "bare":
-            ray.shutdown()
-    except Exception as err:  # the run's own status matters more than a shutdown hiccup
-        log.at("train.py:158", f"ray.shutdown failed: {err!r}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
@@ -278,22 +269,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_format != "bare" and not os.environ.get("RAY_ADDRESS"):
         log.at("train.py:26", f"{SIM_LABEL}: RAY_ADDRESS is not set; submit it as a Ray job")
         return 2
-    interrupted = Once(
-        lambda: log.at("train.py:156", f"{SIM_LABEL}: KeyboardInterrupt (SIGINT), shutting down cleanly")
-    )
-    finish = Once(lambda: log.at("tracking.py:61", "finish_tracking: done"))
-    watch = InterruptWatch(interrupted, finish)
-    if not args.ignore_sigint:
-        watch.start()
     status = 1
     try:
         status = run(args, log)
     except KeyboardInterrupt:
-        interrupted()
+        log.at("train.py:156", f"{SIM_LABEL}: KeyboardInterrupt (SIGINT), shutting down cleanly")
         status = 130
     finally:
         time.sleep(DRAIN_S)
-        finish()
-        _shutdown(args, log)
-        watch.ended()
+        log.at("tracking.py:61", "finish_tracking: done")
+        try:
+            if args.log_format != "bare":
+                ray.shutdown()
+        except Exception as err:  # the run's own status matters more than a shutdown hiccup
+            log.at("train.py:158", f"ray.shutdown failed: {err!r}")
     return status
