@@ -10,6 +10,7 @@ import random
 import re
 
 import pytest
+from every_start import every_start
 
 from backend.signals import rank_phases
 from backend.signals.grammar import parse_line
@@ -17,15 +18,6 @@ from backend.signals.prefilter import LineNumbers, Needles, Prefilter, wrap_mark
 from backend.signals.rank_phases import _TIMER_HEAD, _TIMER_LINE, _timer_line_parsed, timer_line, timer_stamp
 from backend.signals.scan_engine import HYPERSCAN, PURE, make_engine
 from backend.signals.shim_reports import _TRAIN_PREFIX, ShimLedger, alternation
-
-
-def every_start(text: str, needle: str) -> list[int]:
-    out, pos = [], text.find(needle)
-    while pos >= 0:
-        out.append(pos)
-        pos = text.find(needle, pos + 1)
-    return out
-
 
 # ---------------------------------------------------------------- flat needles without the copy
 

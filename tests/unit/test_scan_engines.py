@@ -12,6 +12,7 @@ from pathlib import Path
 
 import failure_shapes
 import pytest
+from every_start import every_start
 
 from backend.demo.sample_log import SampleRun, generate
 from backend.sanitize import sanitize_text
@@ -28,14 +29,6 @@ FIXTURES = sorted(DATA.rglob("*.log"))
 
 def engines() -> dict[str, Engine]:
     return {PURE: make_engine(PURE), HYPERSCAN: make_engine(HYPERSCAN)}
-
-
-def every_start(text: str, needle: str) -> list[int]:
-    out, pos = [], text.find(needle)
-    while pos >= 0:
-        out.append(pos)
-        pos = text.find(needle, pos + 1)
-    return out
 
 
 def test_both_engines_find_every_occurrence_as_str_find_does_ascii_or_not() -> None:
@@ -222,9 +215,5 @@ def test_the_pure_engine_finds_a_presence_needle_once_and_the_others_in_full() -
     finder = finder_of(make_engine(PURE), ("Timer",), ("TrainRayActor",), text[:1000])
     found = finder.find(text)
     assert found["TrainRayActor"] == [text.find("TrainRayActor")]
-    starts, pos = [], text.find("Timer")
-    while pos >= 0:
-        starts.append(pos)
-        pos = text.find("Timer", pos + 1)
-    assert found["Timer"] == starts
+    assert found["Timer"] == every_start(text, "Timer")
     assert "TrainRayActor" not in finder.find("Timer only\n")
