@@ -105,6 +105,8 @@ def _done(session: OfflineSession) -> None:
                 session.monitor.activity.last_line,
             )
     session.maybe_post_metrics(force=True)
+    if session.replay.front_lost:  # nothing is missing, but a process of ours stopped: said, not hidden
+        session.post(Notice(f"{session.replay.front_lost}: the rest was read here", Severity.INFO))
     if session.monitor is None:
         return
     found = session.monitor.diagnosis()

@@ -34,6 +34,7 @@ from backend.signals.dump_reader import DumpReader
 from backend.signals.failures import Diagnosis, Incident
 from backend.signals.grammar import METRIC_NEEDLES, STAMP
 from backend.signals.grpo_groups import rollout_groups
+from backend.signals.line_front import UnreadableBytes
 from backend.signals.metrics import MetricsCollector, parse_ts
 from backend.signals.prefilter import Prefilter, Scan, unique_needles
 from backend.signals.rank_map import RANK_NEEDLE, ProcessRanks, add_ranks
@@ -46,7 +47,6 @@ from backend.signals.scan_engine import Engine
 from backend.signals.series import SeriesSetSnapshot
 from backend.signals.shim_reports import TRAIN_NEEDLE
 from backend.signals.sources import sources_by_key
-from backend.signals.store import UnreadableBytes
 
 _JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 

@@ -25,6 +25,7 @@ from backend.errors import ConsoleError
 from backend.regular_files import NotRegularFileError, open_regular
 from backend.signals.compare import RunSide
 from backend.signals.dump_reader import DumpError, DumpReader
+from backend.signals.front_process import PIECE, FrontLost, FrontProcess
 from backend.signals.launch_flags import ArgumentDump, LaunchFlags, flags_from_command
 from backend.signals.metrics import MetricRecord, parse_ts
 
@@ -36,6 +37,9 @@ from backend.signals.store import LogStore
 
 FIRST_CHUNK = 64 << 10
 CHUNK = 4 << 20
+# A log with at least this much left after its first piece is cut into lines by a second process
+# (backend.signals.front_process): the interpreter the screen needs is not spent on it.
+FRONT_PROCESS_FROM = 16 << 20
 # The end of a metric line's head in any miles shape (`... - step 6`, a bare `step 6`), just before its `: {`.
 _KIND_BEFORE = re.compile(r"(?:^|[\s\]-])(rollout|perf|step) (\d+)$")
 
@@ -235,8 +239,15 @@ class ReplaySession:
             self.store.subscribe(self.monitor.on_log_lines)
         self._offset = 0
         self._done = False
+        self.front_from = FRONT_PROCESS_FROM
+        self.front_piece = PIECE
+        self._front: FrontProcess | None = None
+        self._front_tried = False
+        self.front_lost: str | None = None  # why the front process stopped short (the rest was read here)
         if source.kind == "log" and source.path is not None:
             first = read_first(source.path)
+            end = first.rfind(b"\n") + 1  # the first piece ends at a line end: the rest can be cut elsewhere
+            first = first[:end] if end else first
             self._offset = len(first)
             self.store.append(first)
 
@@ -247,13 +258,24 @@ class ReplaySession:
         if path is None or self._done:
             return False
         if self.source.kind == "dump":
-            records = DumpReader(path).poll_whole().records  # every file whole, never one poll's 64 MiB
-            if self.monitor is not None:
-                self.monitor.attach_dump(path)
-                self.monitor.poll_dump(whole=True)
-            self.store.append(dump_log_text(records))
-            self._done = True
+            self._load_dump(path)
             return False
+        if self._front is not None or self._start_front(path):
+            taken = self._from_front()
+            if taken is not None:
+                return taken
+        return self._read_piece(path, size)
+
+    def _load_dump(self, path: Path) -> None:
+        records = DumpReader(path).poll_whole().records  # every file whole, never one poll's 64 MiB
+        if self.monitor is not None:
+            self.monitor.attach_dump(path)
+            self.monitor.poll_dump(whole=True)
+        self.store.append(dump_log_text(records))
+        self._done = True
+
+    def _read_piece(self, path: Path, size: int) -> bool:
+        """The next piece read here, into the store; False at the log's end."""
         try:
             with open_regular(path, "log file") as fh:
                 fh.seek(self._offset)
@@ -271,6 +293,54 @@ class ReplaySession:
         self.store.append(chunk)
         self._say_unreadable()
         return True
+
+    def _start_front(self, path: Path) -> bool:
+        """Hand the rest of a big log to a front process, once, where the store holds no partial line."""
+        if self._front_tried:
+            return False
+        self._front_tried = True
+        front = self.store.front
+        try:
+            if (
+                front.holds
+                or front.cr_only is not False
+                or path.stat().st_size - self._offset < self.front_from
+            ):
+                return False
+            self._front = FrontProcess(
+                path, self._offset, self.store.line_cap, caret_codes=front.caret_codes, piece=self.front_piece
+            )
+        except (OSError, ConsoleError):
+            return False  # read here instead: the same lines
+        return True
+
+    def _from_front(self) -> bool | None:
+        """The front process's next piece into the store: True when one was taken, False at the log's end,
+        None when the process is gone (the rest is read here, from the last line end it delivered)."""
+        assert self._front is not None
+        try:
+            frame = self._front.next()
+        except FrontLost as err:
+            self.front_lost = str(err)
+            self._offset = self._front.consumed
+            self._close_front()
+            return None
+        if frame is None:
+            self._offset = self._front.consumed
+            self._close_front()
+            self._done = True
+            return False
+        self._offset = frame.consumed
+        if frame.caret_codes:
+            self.store.front.caret_codes = True
+        self.store.add_cut(frame.cut, frame.unreadable)
+        self._say_unreadable()
+        return True
+
+    def _close_front(self) -> None:
+        if self._front is not None:
+            self._front.close()
+            self._front = None
 
     def _say_unreadable(self) -> None:
         if self.monitor is not None and self.store.unreadable:
@@ -290,6 +360,7 @@ class ReplaySession:
 
     def finish(self) -> None:
         """End of input: the last partial line, and the time-based alerts as of the log's end."""
+        self._close_front()
         self.store.flush()
         self._say_unreadable()
         monitor = self.monitor
@@ -350,4 +421,5 @@ class ReplaySession:
         return RunSide(label or self.source.name, self.state(), series, self.launch_flags())
 
     def close(self) -> None:
+        self._close_front()
         self.store.close()

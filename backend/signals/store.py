@@ -20,7 +20,6 @@ import bisect
 import itertools
 import operator
 import os
-import re
 import threading
 from array import array
 from collections import OrderedDict
@@ -30,18 +29,15 @@ from pathlib import Path
 
 from backend.errors import ConsoleError
 from backend.safe_paths import PrivateDir, UnsafePath, safe_name
-from backend.sanitize import DEFAULT_LINE_CAP, TRUNCATION_MARK, cap_line, clean_chunk_counted, sanitize_text
+from backend.sanitize import DEFAULT_LINE_CAP
 from backend.signals import grammar
 from backend.signals.grammar import HEAD_NODE, LEVEL_NAMES, level_of
+from backend.signals.line_front import CutLines, LineFront, UnreadableBytes
 
 _FIRST = operator.itemgetter(0)
 _INDEX_BLOCK = 4 << 20  # bytes of spool per step of the (lazy) source index
 _MAX_SOURCES = 65535
 _LEARN_CHUNKS = 4
-# A log with no line feed in its first CR_SNIFF bytes but carriage returns is CR-only (old Mac line ends, some
-# Windows tools' logs): its lines are split on CR, not kept as one line rewritten by `\r` (issue 36).
-CR_SNIFF = 8 << 10
-_BAD_UTF8 = re.compile("[\udc80-\udcff]")  # what `surrogateescape` makes of each invalid byte
 # Offsets are kept in 32-bit words; the spool passes 4 GiB every ~30M lines, and the line where each further
 # 4 GiB starts is listed (a handful of entries) so an offset is its word plus 4 GiB per wrap before it.
 _WRAP = 1 << 32
@@ -102,63 +98,10 @@ class LogLine:
     tags: str | None = None  # SGLang's rank tags (`DP0 TP0 EP3`)
 
 
-@dataclass(frozen=True, slots=True)
-class UnreadableBytes:
-    """What of a log could not be read as text, counted, never a reason to refuse the log: crashed nodes
-    leave NUL-padded tails, a torn write leaves invalid UTF-8, a binary blob stray controls."""
-
-    nul: int = 0  # NUL bytes, dropped (a NUL-padded tail, a sparse head after copytruncate)
-    invalid_utf8: int = 0  # bytes that are no UTF-8, each run shown as one U+FFFD
-    controls: int = 0  # stray control bytes (not tab, LF, CR, ESC, BEL), dropped
-    long_lines: int = 0  # lines over the store's cap, cut and marked
-
-    @property
-    def bytes(self) -> int:
-        return self.nul + self.invalid_utf8 + self.controls
-
-    def __bool__(self) -> bool:
-        return bool(self.bytes or self.long_lines)
-
-    def text(self) -> str:
-        """One line: how much and of what ("" when everything was read)."""
-        parts = [
-            f"{n:,} {what}"
-            for n, what in (
-                (self.nul, "NUL"),
-                (self.invalid_utf8, "invalid UTF-8"),
-                (self.controls, "control"),
-            )
-            if n
-        ]
-        said = f"{self.bytes:,} unreadable byte(s) dropped ({', '.join(parts)})" if parts else ""
-        if self.long_lines:
-            cut = f"{self.long_lines:,} line(s) over the line cap cut"
-            said = f"{said}; {cut}" if said else cut
-        return said
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "bytes": self.bytes,
-            "nul": self.nul,
-            "invalid_utf8": self.invalid_utf8,
-            "controls": self.controls,
-            "long_lines": self.long_lines,
-        }
-
-
 def default_spool_dir() -> Path:
     from backend.settings import load_settings
 
     return load_settings().state_dir / "spool"
-
-
-def _cr_lines(data: bytes) -> bytes:
-    """A CR-only log's bytes with every line end a line feed (a CRLF among them stays one line end)."""
-    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-
-
-def _cap_bytes(line: bytes, cap: int) -> bytes:
-    return line if len(line) <= cap else cap_line(line.decode("utf-8", errors="replace"), cap).encode("utf-8")
 
 
 class _SourceIds(dict):
@@ -218,11 +161,7 @@ class LogStore:
         self.path = directory / safe_name(run_id or "run", ".log")  # bounded; two ids never share a spool
         self._fd = _open_spool(directory, self.path.name)
         self.line_cap = line_cap
-        self.unreadable = UnreadableBytes()
-        self._cr_only: bool | None = None  # undecided until a line feed, or CR_SNIFF bytes without one
-        self._pending = b""
-        self._pending_dropped = 0
-        self._caret_codes = False  # the log spells colour codes as text (`^[[36m`)
+        self._front = LineFront(line_cap)
         # Line i starts at byte _cum[i] + i (+ 4 GiB per entry of _wraps <= i) of the spool: _cum counts line
         # bytes without their newlines, so one C-level accumulate over the line lengths builds it, modulo
         # 4 GiB; one extra entry marks the end. _total is the running count itself.
@@ -252,101 +191,42 @@ class LogStore:
         """Add a piece of log, split anywhere (even inside a UTF-8 character). Complete lines are stored;
         a partial last line waits for its newline. Returns how many lines became readable.
         """
-        data = chunk.encode("utf-8", errors="replace") if isinstance(chunk, str) else bytes(chunk)
-        if not data:
-            return 0
         with self._write_lock:
-            if b"\x00" in data:  # memchr: dropped before lines are cut, so a NUL run never hides a line
-                self._count(nul=data.count(b"\x00"))
-                data = data.replace(b"\x00", b"")
-            if self._cr_only is None:
-                data = self._line_ends(data)
-            elif self._cr_only:
-                data = _cr_lines(data)
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                self._hold(data)
-                return 0
-            head = self._complete_lines(data, cut + 1)
-            self._pending = b""
-            self._hold(data[cut + 1 :])
-            return self._ingest(head)
+            cut = self._front.feed(chunk)
+            return self._ingest(cut) if cut is not None else 0
 
     def flush(self) -> int:
         """Store the partial last line too (end of the log)."""
         with self._write_lock:
-            if not self._pending and not self._pending_dropped:
-                return 0
-            if self._cr_only is None and not self._pending_dropped and b"\r" in self._pending.rstrip(b"\r"):
-                self._cr_only = True  # a short log with carriage returns and never a line feed
-                lines = _cr_lines(self._pending)
-                self._pending = b""
-                return self._ingest(lines if lines.endswith(b"\n") else lines + b"\n")
-            head = self._join_pending(b"\n")
-            self._pending = b""
-            return self._ingest(head)
+            cut = self._front.end()
+            return self._ingest(cut) if cut is not None else 0
 
-    def _count(self, **more: int) -> None:
-        u = self.unreadable
-        self.unreadable = UnreadableBytes(
-            u.nul + more.get("nul", 0),
-            u.invalid_utf8 + more.get("invalid_utf8", 0),
-            u.controls + more.get("controls", 0),
-            u.long_lines + more.get("long_lines", 0),
-        )
+    def add_cut(self, cut: CutLines, unreadable: UnreadableBytes) -> int:
+        """Store lines another front cut from this log's next bytes (backend.signals.front_process), with
+        what it could not read of them; refused while this store's own front holds a partial line (the
+        hand-over is at a line end)."""
+        with self._write_lock:
+            if self._front.holds:
+                raise LogStoreError("a partial line is held: lines cut elsewhere would split it")
+            if unreadable:
+                self._front.unreadable = self._front.unreadable + unreadable
+            return self._ingest(cut) if cut.lens else 0
 
-    def _line_ends(self, data: bytes) -> bytes:
-        """Decide, once, whether the log ends its lines with CR alone; returns `data` as lines to cut."""
-        if b"\n" in data:
-            self._cr_only = False  # LF or CRLF: a CR inside a line is a progress bar's redraw
-            return data
-        held = len(self._pending) + len(data)
-        if held < CR_SNIFF or (self._pending.count(b"\r") + data.count(b"\r")) < 2:
-            return data
-        self._cr_only = True
-        data, self._pending = _cr_lines(self._pending + data), b""
-        return data
+    @property
+    def unreadable(self) -> UnreadableBytes:
+        """What of the log could not be read as text, so far."""
+        return self._front.unreadable
 
-    def _hold(self, data: bytes) -> None:
-        """Keep a partial line, bounded: a progress bar keeps its last state, anything else its head."""
-        if not data:
-            return
-        if self._pending_dropped:
-            self._pending_dropped += len(data)
-            return
-        self._pending += data
-        limit = 4 * self.line_cap
-        if len(self._pending) > limit:
-            last_cr = self._pending.rfind(b"\r", 0, len(self._pending) - 1)
-            if last_cr >= 0 and len(self._pending) - last_cr - 1 <= limit:
-                self._pending = self._pending[last_cr + 1 :]
-            else:
-                self._pending_dropped = len(self._pending) - self.line_cap
-                self._pending = self._pending[: self.line_cap]
+    @property
+    def front(self) -> LineFront:
+        """The front cutting this log's lines (read for a hand-over; only the writer feeds it)."""
+        return self._front
 
-    def _complete_lines(self, data: bytes, end: int) -> bytes:
-        """The held partial line and `data[:end]` as one bytes object, with one copy of the chunk, not two
-        (a slice, then the join), or none when the chunk ends on a line end and nothing is held."""
-        if self._pending_dropped:
-            return self._join_pending(data[:end])
-        if self._pending:
-            return self._pending + memoryview(data)[:end]
-        return data if end == len(data) else data[:end]
-
-    def _join_pending(self, head: bytes) -> bytes:
-        if self._pending_dropped:
-            first_nl = head.find(b"\n")
-            dropped = self._pending_dropped + first_nl
-            self._pending_dropped = 0
-            first = self._pending[: self.line_cap] + TRUNCATION_MARK.format(n=dropped).encode()
-            return first + head[first_nl:]
-        return self._pending + head
-
-    def _ingest(self, data: bytes) -> int:
-        """Store complete lines (`data` ends with a newline). Per line, only split, len and accumulate run;
-        everything else works on the whole chunk at C speed (see `backend.sanitize.clean_chunk`)."""
-        clean, lines, lens = self._cut(self._cleaned(data))
-        base, nlines = len(self._cum) - 1, len(lines)
+    def _ingest(self, cut: CutLines) -> int:
+        """Store complete lines. Per line, only split, len and accumulate ran (the front); everything else
+        works on the whole chunk at C speed."""
+        clean, lens = cut.clean, cut.lens
+        base, nlines = len(self._cum) - 1, len(lens)
         try:
             self._write(clean)
             self._index(lens)
@@ -361,41 +241,6 @@ class LogStore:
             for listener in list(self._listeners):
                 listener(base, nlines, text)
         return nlines
-
-    def _cleaned(self, data: bytes) -> bytes:
-        """A chunk of complete lines as valid UTF-8, sanitised, Ray's colour codes spelt as text gone."""
-        if not data.isascii():  # ASCII (most logs) is valid UTF-8; isascii scans a word at a time, no copy
-            try:
-                data.decode("utf-8")  # the UTF-8 check
-            except UnicodeDecodeError:
-                data = self._readable(data)
-        clean, stray = clean_chunk_counted(data)
-        if stray:
-            self._count(controls=stray)
-        # Pasted logs spell Ray's colour codes out as `^[[36m`, on nearly every line: a chunk's head tells,
-        # and once a log has shown them every chunk is checked whole.
-        if clean.find(grammar.LITERAL_COLOUR_HINT, 0, None if self._caret_codes else 65536) >= 0:
-            self._caret_codes = True
-            clean = grammar.LITERAL_COLOUR_BYTES.sub(b"", clean)
-        return clean
-
-    def _cut(self, clean: bytes) -> tuple[bytes, list[bytes], list[int]]:
-        """(the chunk, its lines, their lengths), lines over the cap cut and marked (counted)."""
-        lines = clean.split(b"\n")
-        lines.pop()  # the empty remainder after the final newline
-        lens = list(map(len, lines))
-        if max(lens, default=0) > self.line_cap:
-            self._count(long_lines=sum(1 for n in lens if n > self.line_cap))
-            lines = [_cap_bytes(b, self.line_cap) for b in lines]
-            clean = b"\n".join(lines) + b"\n"
-            lens = list(map(len, lines))
-        return clean, lines, lens
-
-    def _readable(self, data: bytes) -> bytes:
-        """Invalid UTF-8 counted byte by byte, each byte one U+FFFD (the text around it kept)."""
-        text, bad = _BAD_UTF8.subn("\ufffd", data.decode("utf-8", errors="surrogateescape"))
-        self._count(invalid_utf8=bad)
-        return text.encode("utf-8")
 
     def _index(self, lens: list[int]) -> None:
         """Extend the offsets by these line lengths: one C-level accumulate unless 4 GiB is crossed."""
@@ -491,7 +336,7 @@ class LogStore:
     @property
     def pending_text(self) -> str:
         """The partial last line (not yet terminated), sanitised; shown but not indexed."""
-        return cap_line(sanitize_text(self._pending.decode("utf-8", errors="replace")), self.line_cap)
+        return self._front.pending_text
 
     def sources(self, upto: int | None = None) -> list[Source]:
         """Every process seen in the first `upto` lines, or so far (indexes new lines first: call it off the

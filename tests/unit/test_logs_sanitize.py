@@ -6,10 +6,19 @@ import functools
 import itertools
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.sanitize import _SGR_BYTES, DEFAULT_LINE_CAP, cap_line, clean_chunk, sanitize_text, strip_sgr
+from backend.sanitize import (
+    _SGR_BYTES,
+    DEFAULT_LINE_CAP,
+    TRUNCATION_MARK,
+    cap_line,
+    clean_chunk,
+    sanitize_text,
+    strip_sgr,
+)
 from backend.signals.store import LogStore
 
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -141,7 +150,7 @@ def test_one_megabyte_line_is_truncated_and_bounded_while_pending(tmp_path) -> N
     blob = b"y" * (1 << 20)
     for i in range(0, len(blob), 4096):  # no newline yet: the pending buffer must stay bounded
         store.append(blob[i : i + 4096])
-        assert len(store._pending) <= 4 * store.line_cap
+        assert len(store.front.pending) <= 4 * store.line_cap
     store.append(b"\nnext\n")
     first = store.line(0).text
     assert first.startswith("y" * 100) and "truncated" in first
@@ -150,6 +159,22 @@ def test_one_megabyte_line_is_truncated_and_bounded_while_pending(tmp_path) -> N
     # a 1 MB line arriving in one piece is capped too
     store.append(b"\x1b[31m" + b"z" * (1 << 20) + b"\x1b[0m\n")
     assert len(store.line(2).text) < store.line_cap + 100 and "\x1b" not in store.line(2).text
+    store.close()
+
+
+@pytest.mark.parametrize("piece", [777, 4096, 1 << 20])
+@pytest.mark.parametrize("lead", [0, 37, 500])
+def test_a_long_line_says_how_much_was_cut_however_it_arrives(tmp_path, piece: int, lead: int) -> None:
+    """The count in the mark is the line's, whether it came whole or held over many pieces (a held line
+    cut while waiting was once cut a second time, its mark saying only the mark's own length)."""
+    store = LogStore(tmp_path, run_id=f"long{piece}-{lead}", line_cap=1000)
+    data = b"a" * lead + b"\n" + b"x" * 6100 + b"\nnext\n"
+    for i in range(0, len(data), piece):
+        store.append(data[i : i + piece])
+    store.flush()
+    line = store.line(1).text
+    assert line == "x" * 1000 + TRUNCATION_MARK.format(n=5100)
+    assert store.line(2).text == "next" and store.unreadable.long_lines == 1
     store.close()
 
 
