@@ -32,7 +32,7 @@ from backend.regular_files import open_regular
 from backend.signals.line_front import CutLines, LineFront, UnreadableBytes
 
 PIECE = 4 << 20  # bytes of the file read per step in the child
-AHEAD = 8  # frames the child may have cut before the parent took them (~32 MB)
+AHEAD = 16  # frames the child may have cut before the parent took them (~64 MB: it starts with the app)
 PIPE_SIZE = 1 << 20  # the pipe's buffer, where the kernel lets it grow (fewer wake-ups per frame)
 _HEAD = struct.Struct("<8Q")
 _DONE, _CARET = 1, 2

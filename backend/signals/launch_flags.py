@@ -161,18 +161,23 @@ class ArgumentDump:
         self._closed = False
 
     def on_lines(self, first: int, count: int, text: str) -> None:
+        """Only the dump's span of a chunk is read (a replay's 4 MB chunks hold it in their first 2,000
+        lines: reading the rest cost a regex pass over the whole chunk)."""
         if self._closed:
             return
+        end_line = first + count
         if self._until is None:
             start = _DUMP_START.search(text) if _DUMP_HINT in text else None
             if start is None:
                 return
-            self._until = first + text.count("\n", 0, start.start()) + DUMP_SPAN
+            first += text.count("\n", 0, start.start())
+            self._until = first + DUMP_SPAN
             text = text[start.end() :]
+        text = _head_lines(text, self._until - first)
         end = text.find(_DUMP_END)
         for m in _DUMP_LINE.finditer(text if end < 0 else text[:end]):
             self._pairs.setdefault(dump_flag_name(m.group(1)), m.group(2).rstrip("\r"))
-        if end >= 0 or first + count >= self._until:
+        if end >= 0 or end_line >= self._until:
             self._closed = True
 
     def feed(self, text: str) -> None:
@@ -181,6 +186,16 @@ class ArgumentDump:
 
     def flags(self) -> LaunchFlags | None:
         return _flags(self._pairs.items(), "args-dump") if self._pairs else None
+
+
+def _head_lines(text: str, lines: int) -> str:
+    """The text's first `lines` lines (line ends kept), or all of it when it has no more."""
+    pos = -1
+    for _ in range(max(lines, 0)):
+        pos = text.find("\n", pos + 1)
+        if pos < 0:
+            return text
+    return text[: pos + 1]
 
 
 def diff_flags(before: LaunchFlags | None, after: LaunchFlags | None) -> FlagDiff | None:

@@ -219,7 +219,16 @@ class ReplaySession:
     """The store, monitor and rollout index of one replay; the command opens it (first chunk included)
     before the app starts, and a worker calls `load()` for the rest."""
 
-    def __init__(self, source: ReplaySource, spool_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        source: ReplaySource,
+        spool_dir: str | os.PathLike[str],
+        *,
+        front_from: int = FRONT_PROCESS_FROM,
+        front_piece: int = PIECE,
+    ) -> None:
+        """`front_from`: a log with this many bytes left after its first piece is cut by a front process,
+        started here, so it cuts while the app starts; `front_piece`: its pieces' size."""
         self.source = source
         self.store = LogStore(spool_dir, run_id=f"replay-{source.name}")
         self.rollouts = RolloutIndex()
@@ -239,10 +248,9 @@ class ReplaySession:
             self.store.subscribe(self.monitor.on_log_lines)
         self._offset = 0
         self._done = False
-        self.front_from = FRONT_PROCESS_FROM
-        self.front_piece = PIECE
+        self.front_from = front_from
+        self.front_piece = front_piece
         self._front: FrontProcess | None = None
-        self._front_tried = False
         self.front_lost: str | None = None  # why the front process stopped short (the rest was read here)
         if source.kind == "log" and source.path is not None:
             first = read_first(source.path)
@@ -250,6 +258,7 @@ class ReplaySession:
             first = first[:end] if end else first
             self._offset = len(first)
             self.store.append(first)
+            self._start_front(source.path)
 
     def load_step(self, size: int = CHUNK) -> bool:
         """Read the next piece of a log file (or the whole dump); False once everything is in. Blocking: call
@@ -260,7 +269,7 @@ class ReplaySession:
         if self.source.kind == "dump":
             self._load_dump(path)
             return False
-        if self._front is not None or self._start_front(path):
+        if self._front is not None:
             taken = self._from_front()
             if taken is not None:
                 return taken
@@ -295,10 +304,7 @@ class ReplaySession:
         return True
 
     def _start_front(self, path: Path) -> bool:
-        """Hand the rest of a big log to a front process, once, where the store holds no partial line."""
-        if self._front_tried:
-            return False
-        self._front_tried = True
+        """Hand the rest of a big log to a front process, where the store holds no partial line."""
         front = self.store.front
         try:
             if (

@@ -40,9 +40,8 @@ def _dirty_log(path: Path, lines: int = 6000, seed: int = 7) -> None:
 
 
 def _replay(path: Path, spool: Path, *, front: bool, piece: int = 4096, kill_after: int | None = None):
-    session = ReplaySession(detect_source(path), spool)
-    session.front_from = 0 if front else 1 << 62
-    session.front_piece = piece
+    session = ReplaySession(detect_source(path), spool, front_from=0 if front else 1 << 62, front_piece=piece)
+    started = session._front is not None  # started with the session, before the app would draw
     steps = 0
     while session.load_step(piece):  # the same pieces either way (a chunk's head tells of caret codes)
         steps += 1
@@ -59,7 +58,7 @@ def _replay(path: Path, spool: Path, *, front: bool, piece: int = 4096, kill_aft
         dict(session.monitor.collector.records),
         session.rollouts.rollouts,
     )
-    used = (session._front_tried, session.front_lost)
+    used = (started, session.front_lost)
     session.close()
     return out, used
 
@@ -94,8 +93,7 @@ def test_a_killed_front_process_leaves_the_rest_to_the_replay(tmp_path: Path) ->
 def test_a_first_piece_without_a_line_end_is_never_handed_over(tmp_path: Path) -> None:
     log = tmp_path / "cr.log"
     log.write_bytes(b"progress\r" * 20_000 + b"\n" + b"then a line\n" * 10)
-    session = ReplaySession(detect_source(log), tmp_path / "s")
-    session.front_from = 0
+    session = ReplaySession(detect_source(log), tmp_path / "s", front_from=0)
     while session.load_step():
         pass
     session.finish()

@@ -197,6 +197,26 @@ def test_a_dump_compares_with_an_argv_on_the_flags_both_name():
     assert WANDB not in repr(flags) + json.dumps(diff.to_json())
 
 
+def test_a_dump_without_its_end_is_read_over_its_span_only():
+    """Without an end line the dump is the next DUMP_SPAN lines, within one chunk too: a line shaped like a
+    dump entry further on is not an argument (and the rest of a big chunk is never searched)."""
+    from backend.signals.launch_flags import DUMP_SPAN
+
+    head = ["-" * 24 + " arguments " + "-" * 24, "  lr ........................................ 2e-06"]
+    filler = [f"line {i}" for i in range(DUMP_SPAN)]
+    late = ["  seed ...................................... 1234"]
+    for cut in (None, 1000):  # the whole log in one chunk, and in two
+        dump = ArgumentDump()
+        lines = [f"{x}\n" for x in head + filler + late]
+        if cut is None:
+            dump.on_lines(0, len(lines), "".join(lines))
+        else:
+            dump.on_lines(0, cut, "".join(lines[:cut]))
+            dump.on_lines(cut, len(lines) - cut, "".join(lines[cut:]))
+        flags = dump.flags()
+        assert flags is not None and set(flags.flags) == {"--lr"}
+
+
 def test_audit_log_launch_gives_the_flags():
     launch = "ray job submit --submission-id j1 -- python3 train.py --num-rollout 3"
     entries = [
