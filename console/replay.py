@@ -9,7 +9,10 @@ MetricsArrived at most a few times a second, so the operator scrolls while the c
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 import time
+from collections.abc import Callable
 
 from backend.cluster.dashboard import RayClient
 from backend.cluster.job_replay import read_job_log
@@ -129,11 +132,25 @@ def internal_error(what: str, err: Exception) -> str:
 
 
 async def _load(session: OfflineSession) -> None:
-    """Pieces are read and indexed in a thread; messages are posted from here (the app's own context, so
-    they go to the views once and never bubble back)."""
+    """Pieces are read and indexed in one thread, step after step, never waiting for the event loop between
+    two (a hop back per piece waited for whatever the loop was drawing); messages are posted from the loop,
+    in the app's own context, so they go to the views once and never bubble back. A cancelled worker (the
+    app quits) stops the thread at its next piece."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    stop = threading.Event()
+
+    def tick() -> None:
+        try:
+            loop.call_soon_threadsafe(session.progress, context=context)
+        except RuntimeError:  # the loop closed under a quitting app: read no further
+            stop.set()
+
     try:
-        while await asyncio.to_thread(session.replay.load_step):
-            session.progress()
+        await asyncio.to_thread(_read_steps, session.replay, tick, stop)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
     except ConsoleError as err:
         session.post(Notice(f"replay stopped: {err}", Severity.ERROR))
     except Exception as err:  # a bug must say so, not leave "reading history" on screen for ever
@@ -141,6 +158,11 @@ async def _load(session: OfflineSession) -> None:
     await asyncio.to_thread(session.replay.finish)
     _done(session)
     await _compare_with(session)
+
+
+def _read_steps(replay: ReplaySession, tick: Callable[[], None], stop: threading.Event) -> None:
+    while not stop.is_set() and replay.load_step():
+        tick()
 
 
 async def _compare_with(session: OfflineSession) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -189,6 +190,27 @@ async def test_replay_of_a_saved_log(tmp_path, shape):
         hit = await _search(logs, pilot, "step 6:")
         assert "step 6: {" in hit
         await _cursor_moves_charts_and_log(app, pilot, logs)
+
+
+async def test_quitting_mid_replay_stops_its_reading_thread(tmp_path):
+    """The rest of a log is read in one thread, piece after piece: an app that quits stops it at its next
+    piece (its front process reaped), never reading on to the end first."""
+    path = tmp_path / "big.log"
+    miles_sample_log.write(path, miles_sample_log.SampleRun(rollouts=40, noise_per_rollout=2000))
+    total = path.read_bytes().count(b"\n")
+    session = ReplaySession(detect_source(path), tmp_path / "spool", front_from=0, front_piece=16 << 10)
+    front = session._front
+    assert front is not None
+    app = PilotApp(Settings(state_dir=tmp_path / "state"), replay=session, watchdog=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: len(session.store) > 2000, "the replay to start reading")
+        app.exit()
+    read = len(session.store)
+    time.sleep(0.5)
+    assert read == len(session.store) < total  # stopped, well before the end
+    assert front._proc.poll() is not None or session._front is front  # reaped, or still ours to close
+    session.close()
+    assert front._proc.poll() is not None
 
 
 async def test_replay_raises_the_alerts_the_run_would_have(tmp_path):
