@@ -16,6 +16,8 @@ Run: `.venv/bin/python bench/replay_open.py [--lines 1000000] [--rounds 3]`.
 from __future__ import annotations
 
 import argparse
+import compileall
+import os
 import shutil
 import statistics
 import subprocess
@@ -108,6 +110,11 @@ def main() -> None:
     args = ap.parse_args()
     if not shutil.which("tmux") or not (Path(args.toolong).exists() or args.baseline_less):
         sys.exit("needs tmux and toolong (see the module docstring), or --baseline-less")
+    # As installed (pip writes bytecode): toolong's venv has its .pyc files; a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 would compile ~600 modules at every start and time the compiler.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for package in ("backend", "console", "shim"):
+        compileall.compile_dir(REPO / package, quiet=1)
     n = make_log(args.log, args.lines)
     print(f"log: {n:,} lines, {args.log.stat().st_size / 1e6:.0f} MB")
     replay = [sys.executable, "-m", "console.cli", "replay", str(args.log)]
