@@ -209,7 +209,9 @@ class _FlatInText:
         return flat_at
 
 
-MAX_SPANS = 16  # breaks a flat needle may span, checked one by one in a chunk (past it, and past one a KiB, the
+MAX_SPANS = (
+    16  # breaks a flat needle may span, checked one by one in a chunk (past it, and past one a KiB, the
+)
 # chunk is copied without its breaks and searched again: cheaper than checking them all)
 
 
