@@ -17,8 +17,11 @@ samples of the log this module hands it).
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import itertools
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from backend.signals.scan_engine import Engine, Finder, HyperscanEngine, default_engine, finder_of
@@ -206,6 +209,108 @@ class _FlatInText:
         return flat_at
 
 
+MAX_SPANS = (
+    16  # breaks a flat needle may span, checked one by one in a chunk (past it, and past one a KiB, the
+)
+# chunk is copied without its breaks and searched again: cheaper than checking them all)
+
+
+class _Spans:
+    """Where a flat needle may span a line break of a text, and its occurrences there. An occurrence that
+    spans one has a first break, after its first k characters (0 < k < len, `wrap_marks`): the break has
+    the needle's k-th character before it and its next one, or a further break, after it. So only the breaks
+    whose two neighbours are such a pair are looked at: one regex pass over the breaks (in C, one test of
+    the character after each), none of them in the sample log."""
+
+    def __init__(self, flat: tuple[str, ...]) -> None:
+        self.at: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (before, after) -> (needle, k)
+        for needle in flat:
+            for k in range(1, len(needle)):
+                for after in (needle[k], "\n"):
+                    self.at.setdefault((needle[k - 1], after), []).append((needle, k))
+        self._before: dict[str, str] = {}  # a character after a break -> those before it that may span
+        for before, after in self.at:
+            self._before[after] = self._before.get(after, "") + before
+
+    def pattern(self, order: str) -> re.Pattern[str] | None:
+        """The regex of the breaks to check, its characters after them tried in `order` (the commonest
+        first: each break costs a test per character tried), or None where no needle can span one."""
+        after = sorted(self._before, key=lambda c: (order.find(c) % (len(order) + 1), c))
+        return _span_pattern(tuple((c, "".join(sorted(set(self._before[c])))) for c in after))
+
+    def found(self, text: str, breaks: list[int], before: Callable[[int], int]) -> dict[str, list[int]]:
+        """Each flat needle spanning one of these breaks -> its starts in the text without breaks."""
+        out: dict[str, list[int]] = {}
+        for b in breaks:
+            for needle, k in self.at.get((text[b - 1], text[b + 1]), ()):
+                start = b - k
+                if (
+                    start >= 0
+                    and text.startswith(needle[:k], start)
+                    and _unbroken(text, b + 1, len(needle) - k).startswith(needle[k:])
+                ):
+                    out.setdefault(needle, []).append(start - before(start))
+        return {needle: sorted(starts) for needle, starts in out.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _span_pattern(after: tuple[tuple[str, str], ...]) -> re.Pattern[str] | None:
+    """A break with one of `after`'s characters after it and one of its own before: each tried in turn,
+    a character that is not it skipping the rest of its branch (nested, so a break costs one test per
+    character tried, not one per character)."""
+    if not after:
+        return None
+    tail = "(?!)"
+    for ch, before in reversed(after):
+        c = re.escape(ch)
+        tail = f"(?:{c}(?<=[{re.escape(before)}]\n{c})|(?!{c}){tail})"
+    return re.compile(f"\n(?={tail})")
+
+
+def _unbroken(text: str, pos: int, count: int) -> str:
+    """The first `count` characters of `text` from `pos` on, its breaks left out (fewer at its end)."""
+    end = pos + count
+    piece = text[pos:end].replace("\n", "")
+    while len(piece) < count and end < len(text):
+        more = count - len(piece)
+        piece += text[end : end + more].replace("\n", "")
+        end += more
+    return piece
+
+
+class _FlatInPlan:
+    """The pure engine's way to the flat needles: one plan with the line needles, over the text itself
+    (one pair of views a chunk, the characters and pairs shared; the copy without breaks and a plan of
+    its own cost more than the line needles' scan), and the breaks they may span checked (`_Spans`)."""
+
+    def __init__(self, needles: Needles) -> None:
+        self.flat = tuple(n for n in unique_needles(needles.flat) if "\n" not in n)
+        self.every = unique_needles((*needles.lines, *self.flat))
+        self.once = tuple(n for n in needles.only_present if n not in self.every)
+        self.spans = _Spans(self.flat)
+        self.not_lines = frozenset(self.flat).difference(needles.lines)
+        self.pattern = self.spans.pattern("")
+
+    def learn(self, sample: str) -> None:
+        """The characters after a sample's breaks, commonest first: what the break check tries first."""
+        starts = collections.Counter(line[:1] for line in sample.split("\n")[1:])
+        self.pattern = self.spans.pattern("".join(c for c, _ in starts.most_common()))
+
+    def split(self, text: str, at: dict[str, list[int]]) -> tuple[dict[str, list[int]] | None, list[int]]:
+        """The flat needles' starts in the text, taken out of `at` (what stays: the line needles' and the
+        present ones'), and the breaks one may span (None in place of the starts where too many)."""
+        flat_at = {n: at[n] for n in self.flat if n in at}
+        for needle in self.not_lines.intersection(at):
+            del at[needle]
+        breaks: list[int] = []
+        if self.pattern is not None:
+            for m in self.pattern.finditer(text):
+                breaks.append(m.start())
+                if len(breaks) > MAX_SPANS and len(breaks) > len(text) >> 10:
+                    return None, breaks
+        return flat_at, breaks
+
+
 class Prefilter:
     """The needles of every reader, each found once per chunk by the engine (backend.signals.scan_engine).
     The pure engine's way (by a rare character, or whole) is learnt from the log itself, now and then;
@@ -216,29 +321,43 @@ class Prefilter:
         self.engine = engine if engine is not None else default_engine()
         self._present = needles.only_present
         self._in_text = _FlatInText(needles) if isinstance(self.engine, HyperscanEngine) else None
-        self._finders: tuple[Finder, Finder] = self._plan("")
+        self._in_plan = _FlatInPlan(needles) if self._in_text is None else None
+        self._finder: Finder = _NONE
+        self._flat: Finder | None = None  # the flat needles' finder of the copy, made when first needed
+        self._plan("")
         self._searched = frozenset(needles.lines)
         self._sampled = 0  # chars of the sample the plans were made from
         self._since = 0  # chars scanned since
         self._recent: list[str] = []  # small chunks since, pooled into a sample (a live tail's)
 
-    def _plan(self, sample: str) -> tuple[Finder, Finder]:
-        flat = self.engine.finder(self.needles.flat, sample)
+    def _plan(self, sample: str) -> None:
+        self._sample = sample
         if self._in_text is not None:
-            return finder_of(self.engine, self._in_text.every, self._in_text.once, sample), flat
-        return finder_of(self.engine, self.needles.lines, self._present, sample), flat
+            self._finder = finder_of(self.engine, self._in_text.every, self._in_text.once, sample)
+            self._flat = self.engine.finder(self.needles.flat, sample)
+        elif self._in_plan is not None:
+            self._finder = finder_of(self.engine, self._in_plan.every, self._in_plan.once, sample)
+            self._in_plan.learn(sample)
+            self._flat = None
+
+    def _flat_finder(self) -> Finder:
+        if self._flat is None:
+            self._flat = self.engine.finder(self.needles.flat, self._sample)
+        return self._flat
 
     def _learn(self, text: str) -> None:
         """Plan again from the log's recent text where the engine plans from samples (the pure one)."""
         self._since += len(text)
         if len(text) >= SAMPLE_CHARS:
             if self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
-                self._finders, self._sampled, self._since = self._plan(text[:SAMPLE_CHARS]), SAMPLE_CHARS, 0
+                self._plan(text[:SAMPLE_CHARS])
+                self._sampled, self._since = SAMPLE_CHARS, 0
         elif self._sampled < SAMPLE_CHARS or self._since >= REPLAN_CHARS:
             self._recent.append(text)
             if self._since >= 2 * self._sampled:  # learn again from twice the text (at most a sample)
                 sample = "".join(self._recent)[-SAMPLE_CHARS:]
-                self._finders, self._sampled, self._since = self._plan(sample), len(sample), 0
+                self._plan(sample)
+                self._sampled, self._since = len(sample), 0
                 self._recent = []
             elif len(self._recent) > 1 and self._since - len(self._recent[0]) >= SAMPLE_CHARS:
                 del self._recent[0]  # the pool keeps no more than a sample's worth of text
@@ -246,14 +365,36 @@ class Prefilter:
     def scan(self, text: str) -> Scan:
         if self.engine.adapts:
             self._learn(text)
-        in_text, in_flat = self._finders
-        at = in_text.find(text)
-        flat_at = self._in_text.split(at) if self._in_text is not None else None
+        at = self._finder.find(text)
+        breaks: list[int] = []
+        if self._in_text is not None:
+            flat_at = self._in_text.split(at)
+        elif self._in_plan is not None:
+            flat_at, breaks = self._in_plan.split(text, at)
         present = frozenset(n for n in self._present if at.pop(n, None) is not None)
         scan = Scan(text, at, searched=self._searched, present=present, flat_at=flat_at)
         if flat_at is None:
-            scan.flat_found = in_flat.find(scan.flat) if self.needles.flat else {}
+            scan.flat_found = self._flat_finder().find(scan.flat) if self.needles.flat else {}
+        elif breaks and self._in_plan is not None:
+            _add_spanning(scan, self._in_plan.spans.found(text, breaks, scan.numbers.before))
         return scan
+
+
+class _NoFinder:
+    def find(self, text: str) -> dict[str, list[int]]:
+        return {}
+
+
+_NONE = _NoFinder()
+
+
+def _add_spanning(scan: Scan, spanning: dict[str, list[int]]) -> None:
+    """The flat needles' starts in the copy: those found in the text, and those spanning its breaks."""
+    if spanning:
+        found = scan.found
+        for needle, starts in spanning.items():
+            found[needle] = sorted(found.get(needle, []) + starts)
+        scan.flat_at = None
 
 
 def _lines_at(text: str, positions: list[int]) -> str:

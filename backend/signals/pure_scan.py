@@ -34,7 +34,8 @@ REGEX = (270_000, 2, 300)  # a regex of one literal: a pass, plus the second per
 # character, the third per find (a search from Python, then a check of the piece before it)
 VIEWS = {True: 300_000, False: 1_300_000}  # making both views of an ASCII text, of a wider one
 
-CHAR, PAIR, WHOLE = "char", "pair", "whole"  # how a needle is searched: the kind of its piece
+CHAR, PAIR, WHOLE, NEEDLE = "char", "pair", "whole", "needle"  # how a needle is searched: its piece's kind
+# (NEEDLE: another needle it holds, checked where that one is found)
 
 # A piece -> the needles found through it, each with the offsets of the piece in it.
 Placed = dict[str, tuple[tuple[str, tuple[int, ...]], ...]]
@@ -52,6 +53,7 @@ class Plan:
     by_pair: Placed = field(default_factory=dict)
     by_anchor: Placed = field(default_factory=dict)
     regex: dict[str, int] = field(default_factory=dict)
+    by_needle: Placed = field(default_factory=dict)
     apart: Plan | None = None
     _kept: list[object] = field(default_factory=list, compare=False, repr=False)
 
@@ -90,7 +92,15 @@ class Plan:
         for anchor, placed in self.by_anchor.items():
             hits = _searched(text, anchor, regex[anchor]) if anchor in regex else _occurrences(text, anchor)
             _verified(text, hits, placed, found, exact=anchor)
+        _through_found(text, self.by_needle, found)
         return found
+
+
+def _through_found(text: str, by_needle: Placed, found: dict[str, list[int]]) -> None:
+    """The needles checked where another they hold was found (that one found its own way)."""
+    for inner, placed in by_needle.items():
+        if inner in found:
+            _verified(text, found[inner], placed, found, exact="")
 
 
 def _planned(needles: list[str], counts: _Counts) -> Plan:
@@ -166,7 +176,7 @@ class _Choice:
         return any(k == kind for k, _ in self.ways.values())
 
     def plan(self, counts: _Counts) -> Plan:
-        groups: dict[str, dict[str, list[str]]] = {CHAR: {}, PAIR: {}, WHOLE: {}}
+        groups: dict[str, dict[str, list[str]]] = {CHAR: {}, PAIR: {}, WHOLE: {}, NEEDLE: {}}
         for needle, (kind, piece) in self.ways.items():
             groups[kind].setdefault(piece, []).append(needle)
         anchors = anchors_of(tuple(groups[WHOLE]))
@@ -174,7 +184,9 @@ class _Choice:
         for needle in groups[WHOLE]:
             by_anchor[next(a for a in anchors if a in needle)].append(needle)
         regex = {a: counts.rarest(a) for a in anchors if counts.regex_pays(a)}
-        return Plan(_placed(groups[CHAR]), _placed(groups[PAIR]), _placed(by_anchor), regex)
+        return Plan(
+            _placed(groups[CHAR]), _placed(groups[PAIR]), _placed(by_anchor), regex, _placed(groups[NEEDLE])
+        )
 
 
 def _choose(needles: list[str], counts: _Counts, *, pairs: bool) -> _Choice:
@@ -193,7 +205,23 @@ def _choose(needles: list[str], counts: _Counts, *, pairs: bool) -> _Choice:
             kind, piece, piece_cost = alone[n]
             ways[n] = (kind, piece)
             cost += piece_cost
-    return _Choice({n: ways[n] for n in needles}, cost)
+    choice = _Choice({n: ways[n] for n in needles}, cost)
+    _through_inner(choice, counts, alone)
+    return choice
+
+
+def _through_inner(choice: _Choice, counts: _Counts, alone: dict[str, tuple[str, str, float]]) -> None:
+    """A needle holding another of the set (a catalog's 'RayActorError' holds its 'Error') is checked
+    where that one is found, where its own pair or pass costs more than a check at each of those finds:
+    found once, searched for free. The one held is searched its own way (never through a third)."""
+    held = _held(choice.ways)
+    dear = [n for n, (kind, _) in choice.ways.items() if kind in (PAIR, WHOLE) and n not in held]
+    for needle in dear:
+        best = min((m for m in held if m in needle), key=lambda m: (counts.sample.count(m), -len(m)))
+        via = counts.sample.count(best) * counts.per_mb * CHECK
+        if via < alone[needle][2]:
+            choice.ways[needle] = (NEEDLE, best)
+            choice.cost += via - alone[needle][2]
 
 
 def _sharing(group: list[str], seen: float, alone: dict[str, float]) -> tuple[list[str], float]:
@@ -221,6 +249,12 @@ def _alone(needle: str, counts: _Counts, pairs: bool) -> tuple[str, str, float]:
             cost = 2 * MEMCHR + stops + counts.pair(pair) * 2 * CHECK
             best = min(best, (PAIR, pair, cost), key=lambda b: b[2])
     return best
+
+
+def _held(needles: Iterable[str]) -> list[str]:
+    """The needles holding none of the others."""
+    every = list(needles)
+    return [n for n in every if not any(m != n and m in n for m in every)]
 
 
 def _grouped(rarest: dict[str, str]) -> dict[str, list[str]]:
