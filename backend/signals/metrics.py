@@ -20,6 +20,7 @@ import json
 import math
 import operator
 import re
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -176,6 +177,14 @@ def _no_constant(name: str) -> float:
 
 _JSON = json.JSONDecoder(parse_int=_json_int, parse_constant=_no_constant)
 _SCAN: Callable[[str, int], tuple[Any, int]] = _JSON.scan_once  # type: ignore[attr-defined]
+# The same scanner with float() for JSON integers, in C: float(text) is float(int(text)) (both correctly
+# rounded; past a float's range both +-inf) but for `-0` (-0.0, not 0.0) and past int()'s digit limit
+# (refused): _json_batch takes it only where neither can be in the text.
+_SCAN_FLOATS: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
+    parse_int=float, parse_constant=_no_constant
+).scan_once  # type: ignore[attr-defined]
+# A JSON `-0` integer (not an exponent's `e-0`; `-01` is no JSON; a match in a string: the careful way).
+_NEGATIVE_ZERO = re.compile(r"(?<![eE])-0(?![.eE0-9])")
 # `np.float64(x)` (or float32/16) right after a key's closing quote (a quote swapped to `"`), x a number as
 # flat_payload reads it: replaced by x, so rollout perf dicts take the JSON path too. A match after an opening
 # quote changes a string that then begins `: `: json_payload refuses such a key. Literal first: C-fast search.
@@ -588,39 +597,39 @@ def _read_lines(
 _UNREAD: dict[str, float] = {}  # a chunk's record before its payload is read (replaced, never written)
 
 
+# Every line of a chunk in one findall: METRIC_LINE's groups where it reads the line (`kind` set), else the
+# line as `other`. A line's groups come out of one C call, not a match, groups() and slices per line.
+_CHUNK_LINES = re.compile(rf"^(?:{METRIC_LINE.pattern}|(?P<other>.*))$", re.MULTILINE)
+
+
 def _read_chunk(text: str, cache: PayloadCache | None) -> tuple[list[MetricRecord], list[Unreadable]] | None:
     """_read_lines of a chunk with no colour code that json_clean passed, its METRIC_LINE records built
     first with their values left out, and their payloads read in one `_json_batch` scan; None where that
-    refuses them (the caller reads line by line). A twin (Twin) is read from its head as there, its kind,
-    n and values its original's once those are read: no enricher has run yet, as there."""
+    refuses them (the caller reads line by line). A twin (Twin: a METRIC_LINE line whose message is the last
+    read one's) gets its original's kind, n and values once those are read: no enricher has run yet, as
+    there. Lines holding no METRIC_NEEDLES are skipped, as `_candidate_lines` skips them."""
     records: list[MetricRecord] = []
     problems: list[Unreadable] = []
     fast: list[MetricRecord] = []  # the records of METRIC_LINE lines, in their payloads' order
     payloads: list[str] = []
     twins: list[tuple[MetricRecord, MetricRecord]] = []  # (twin, its original)
-    tail, last = "\n", _NO_RECORD  # the last METRIC_LINE line's message (ends no line at first) and record
-    for line in _candidate_lines(text):
-        if len(line) < 8:
-            continue
-        head = _head(line, len(line) - len(tail)) if line.endswith(tail) else None
-        if head is not None:
-            rec = MetricRecord("", 0, head[0], head[1], _UNREAD)
-            twins.append((rec, last))
-        elif (match := METRIC_LINE.fullmatch(line)) is not None:
-            actor, stamp, named, kind, n, payload = match.groups()
-            ts = line_ts(stamp) if stamp else math.nan
-            rec = last = MetricRecord(kind, int(n), ts, named or actor or "", _UNREAD)
-            fast.append(rec)
-            payloads.append(payload)
-            tail = line[match.start(4) :]
-        elif isinstance(found := parse_metric_line(line, cache, None, True), Unreadable):
-            problems.append(found)
-            continue
-        elif found is None:
-            continue
-        else:
-            rec = found
-        records.append(rec)
+    last, message = _NO_RECORD, ("", "", "")  # the last METRIC_LINE record read, and its message
+    for actor, stamp, named, kind, n, payload, other in _CHUNK_LINES.findall(text):
+        if kind:
+            rec = MetricRecord(kind, 0, line_ts(stamp) if stamp else math.nan, named or actor or "", _UNREAD)
+            if payload == message[2] and n == message[1] and kind == message[0]:
+                twins.append((rec, last))
+            else:
+                rec.n, last, message = int(n), rec, (kind, n, payload)
+                fast.append(rec)
+                payloads.append(payload)
+            records.append(rec)
+        elif len(other) >= 8 and (": {" in other or " skipped: " in other):
+            found = parse_metric_line(other, cache, None, True)
+            if isinstance(found, MetricRecord):
+                records.append(found)
+            elif found is not None:
+                problems.append(found)
     return _fill(records, problems, fast, _json_batch(payloads), twins)
 
 
@@ -660,7 +669,8 @@ def _json_batch(payloads: list[str]) -> list[dict[str, float]] | None:
     key starting `: ` where a call was replaced (tests/unit/test_metric_chunks.py compares hostile ones)."""
     if not payloads:
         return []
-    if max(map(len, payloads)) > 65536:
+    longest = max(map(len, payloads))
+    if longest > 65536:
         return None
     text = "[" + _SEPARATOR.join(payloads).replace("'", '"') + "]"
     called = "(" in text
@@ -668,8 +678,10 @@ def _json_batch(payloads: list[str]) -> list[dict[str, float]] | None:
         text = _NP_FLOAT.sub(_NUMBER_OF, text)
         if "(" in text:
             return None
+    digits = sys.get_int_max_str_digits()
+    floats = (not digits or longest < digits) and _NEGATIVE_ZERO.search(text) is None
     try:
-        raw, end = _SCAN(text, 0)
+        raw, end = (_SCAN_FLOATS if floats else _SCAN)(text, 0)
     except (ValueError, StopIteration, RecursionError):
         return None
     if end != len(text) or len(raw) != len(payloads) or not all(type(item) is dict for item in raw):
@@ -680,7 +692,7 @@ def _json_batch(payloads: list[str]) -> list[dict[str, float]] | None:
         return None
     if called and any(map(str.startswith, itertools.chain.from_iterable(raw), repeat(": "))):
         return None
-    return raw  # type: ignore[no-any-return]
+    return raw
 
 
 def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRecord | None:
