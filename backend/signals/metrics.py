@@ -910,9 +910,7 @@ class MetricsCollector:
         the batch (`Judge`): (its record's place in the batch, its key's place in the record), built only
         for a point the judge keeps a verdict on."""
         index = run.records
-        run.steps = list(map(columns.steps(run.series.axis).__getitem__, index))  # C speed
-        run.ts = list(map(columns.ts.__getitem__, index))
-        run.ranks = list(map(columns.ranks.__getitem__, index))
+        run.steps, run.ts, run.ranks = columns.picked(index, run.series.axis)
         judge = self._judge if self._judge is not None and self._judge.watches(key) else None
         if judge is None:
             return self.series.apply(run)
@@ -1035,6 +1033,22 @@ class _Columns:
         self.ts = list(map(_TS_OF, kept))  # C speed
         self.ranks = list(map(SOURCE_PRIORITY.get, map(_SOURCE_OF, kept), repeat(0)))
         self._steps: dict[str, list[float]] = {}
+        self._picked: dict[tuple[int, str], tuple[list[int], list[float], list[float], list[int]]] = {}
+
+    def picked(self, index: list[int], axis: str) -> tuple[list[float], list[float], list[int]]:
+        """The steps on `axis`, stamps and ranks of the records at `index`, at C speed, once per index
+        list and axis: a dict shape's runs share one index (`SeriesSet.group_batch`), and nobody writes to
+        a run's lists (series copy them)."""
+        key = (id(index), axis)
+        known = self._picked.get(key)
+        if known is None or known[0] is not index:
+            known = self._picked[key] = (
+                index,
+                list(map(self.steps(axis).__getitem__, index)),
+                list(map(self.ts.__getitem__, index)),
+                list(map(self.ranks.__getitem__, index)),
+            )
+        return known[1], known[2], known[3]
 
     def steps(self, axis: str) -> list[float]:
         known = self._steps.get(axis)
