@@ -183,8 +183,8 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = _JSON.scan_once  # type: ignore[a
 _SCAN_FLOATS: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
     parse_int=float, parse_constant=_no_constant
 ).scan_once  # type: ignore[attr-defined]
-# A JSON `-0` integer (not an exponent's `e-0`; `-01` is no JSON; a match in a string: the careful way).
-_NEGATIVE_ZERO = re.compile(r"(?<![eE])-0(?![.eE0-9])")
+# A JSON `-0` integer (`-01` is no JSON; `e-0,` or a match in a string: only the careful way taken).
+_NEGATIVE_ZERO = re.compile(r"-0(?![.eE0-9])")
 # `np.float64(x)` (or float32/16) right after a key's closing quote (a quote swapped to `"`), x a number as
 # flat_payload reads it: replaced by x, so rollout perf dicts take the JSON path too. A match after an opening
 # quote changes a string that then begins `: `: json_payload refuses such a key. Literal first: C-fast search.
