@@ -684,15 +684,21 @@ def _json_batch(payloads: list[str]) -> list[dict[str, float]] | None:
         raw, end = (_SCAN_FLOATS if floats else _SCAN)(text, 0)
     except (ValueError, StopIteration, RecursionError):
         return None
-    if end != len(text) or len(raw) != len(payloads) or not all(type(item) is dict for item in raw):
+    if end != len(text) or len(raw) != len(payloads):
         return None
+    return raw if _flat_dicts(raw, called) else None
+
+
+def _flat_dicts(raw: list[Any], called: bool) -> bool:
+    """Every item a dict of floats only (a float sum raises on anything else: `_json_read`), and where a
+    call was replaced no key starting `: `."""
+    if not all(type(item) is dict for item in raw):
+        return False
     try:
         sum(itertools.chain.from_iterable(map(_VALUES_OF, raw)), 0.0)
     except TypeError:
-        return None
-    if called and any(map(str.startswith, itertools.chain.from_iterable(raw), repeat(": "))):
-        return None
-    return raw
+        return False
+    return not (called and any(map(str.startswith, itertools.chain.from_iterable(raw), repeat(": "))))
 
 
 def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRecord | None:
