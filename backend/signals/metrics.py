@@ -18,7 +18,9 @@ import ast
 import itertools
 import json
 import math
+import operator
 import re
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -175,7 +177,14 @@ def _no_constant(name: str) -> float:
 
 _JSON = json.JSONDecoder(parse_int=_json_int, parse_constant=_no_constant)
 _SCAN: Callable[[str, int], tuple[Any, int]] = _JSON.scan_once  # type: ignore[attr-defined]
-_FLOAT = frozenset({float})
+# The same scanner with float() for JSON integers, in C: float(text) is float(int(text)) (both correctly
+# rounded; past a float's range both +-inf) but for `-0` (-0.0, not 0.0) and past int()'s digit limit
+# (refused): _json_batch takes it only where neither can be in the text.
+_SCAN_FLOATS: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
+    parse_int=float, parse_constant=_no_constant
+).scan_once  # type: ignore[attr-defined]
+# A JSON `-0` integer (`-01` is no JSON; `e-0,` or a match in a string: only the careful way taken).
+_NEGATIVE_ZERO = re.compile(r"-0(?![.eE0-9])")
 # `np.float64(x)` (or float32/16) right after a key's closing quote (a quote swapped to `"`), x a number as
 # flat_payload reads it: replaced by x, so rollout perf dicts take the JSON path too. A match after an opening
 # quote changes a string that then begins `: `: json_payload refuses such a key. Literal first: C-fast search.
@@ -189,21 +198,39 @@ def json_payload(payload: str) -> dict[str, float] | None:
     cap kept, so the values are `_scalars(parse_payload(payload))`'s (tests/unit/test_metric_fast_path.py
     compares hostile payloads). JSON's words are refused in the text, not the result: a duplicate key hides
     a value (`{'a': true, 'a': 1}` is no Python literal)."""
-    if '"' in payload or "\\" in payload or len(payload) > 65536:
-        return None
-    if "true" in payload or "false" in payload or "null" in payload:
+    return _json_read(payload) if json_clean(payload) else None
+
+
+def json_clean(text: str) -> bool:
+    """No `"`, backslash or JSON word in `text`: what json_payload refuses on sight, asked once of a chunk
+    (its payloads are parts of it) instead of once per payload."""
+    return not ('"' in text or "\\" in text or "true" in text or "false" in text or "null" in text)
+
+
+_NUMBER_OF = operator.methodcaller("group", 1)  # a C callable for sub: no template expanded per match
+
+
+def _json_read(payload: str) -> dict[str, float] | None:
+    """json_payload of a payload `json_clean` passed. Its values can only be floats (parse_int makes
+    floats, JSON's words are refused), strings, lists or dicts: a float sum raises TypeError on any but
+    floats, at a fraction of a type check per value."""
+    if len(payload) > 65536:
         return None
     text = payload.replace("'", '"')
     called = "(" in text
     if called:
-        text = _NP_FLOAT.sub(r"\1", text)
+        text = _NP_FLOAT.sub(_NUMBER_OF, text)
         if "(" in text:  # another call, or a tuple
             return None
     try:
         raw, end = _SCAN(text, 0)  # the decoder's own scanner: no wrapper per line
     except (ValueError, StopIteration, RecursionError):
         return None
-    if end != len(text) or type(raw) is not dict or not set(map(type, raw.values())) <= _FLOAT:
+    if end != len(text) or type(raw) is not dict:
+        return None
+    try:
+        sum(raw.values(), 0.0)
+    except TypeError:
         return None
     if called and any(map(str.startswith, raw, repeat(": "))):
         return None  # a key whose opening quote the call followed: its text was changed
@@ -477,12 +504,17 @@ class Twin:
             return None
         if not self.plain and (line.find("\x1b", 0, cut) >= 0 or line.find("^[", 0, cut) >= 0):
             return None
-        head = METRIC_HEAD.fullmatch(line, 0, cut)
-        if head is None:
-            return None
-        actor, stamp, named = head.groups()
-        ts = line_ts(stamp) if stamp else math.nan
-        return MetricRecord(rec.kind, rec.n, ts, named or actor or "", dict(rec.values))
+        head = _head(line, cut)
+        return None if head is None else MetricRecord(rec.kind, rec.n, head[0], head[1], dict(rec.values))
+
+
+def _head(line: str, cut: int) -> tuple[float, str] | None:
+    """(ts, proc) of a line whose `line[:cut]` is a METRIC_HEAD, else None."""
+    head = METRIC_HEAD.fullmatch(line, 0, cut)
+    if head is None:
+        return None
+    actor, stamp, named = head.groups()
+    return line_ts(stamp) if stamp else math.nan, named or actor or ""
 
 
 def _record(
@@ -502,14 +534,16 @@ def _record(
     return MetricRecord(kind, n, ts, proc, values)
 
 
-def _payload_values(payload: str, cache: PayloadCache | None) -> dict[str, float] | tuple[str, str]:
+def _payload_values(
+    payload: str, cache: PayloadCache | None, clean: bool = False
+) -> dict[str, float] | tuple[str, str]:
     """A payload's values (a fresh dict: enrichers add derived keys to a record's), or the words before and
     after the payload's name that say why it is unreadable: remembered, else by the fast readers
-    (json_payload, flat_payload), else by the parser."""
+    (json_payload, flat_payload), else by the parser. `clean`: the payload passed json_clean."""
     known = cache.get(payload) if cache is not None else None
     if known is not None:
         return dict(known)
-    values = json_payload(payload)
+    values = _json_read(payload) if clean else json_payload(payload)
     if values is None:
         values = flat_payload(payload)
     if values is None:
@@ -528,10 +562,23 @@ def _payload_values(payload: str, cache: PayloadCache | None) -> dict[str, float
 def parse_metric_text(
     text: str, cache: PayloadCache | None = None
 ) -> tuple[list[MetricRecord], list[Unreadable]]:
-    """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed."""
+    """All metric records in a chunk of sanitised lines, and the lines that look like metrics but failed: the
+    chunk's payloads read in one JSON scan where they all are flat dicts of numbers (nearly always), else
+    line by line; the same records and problems either way (tests/unit/test_metric_chunks.py compares)."""
+    plain = "\x1b" not in text and "^[" not in text
+    if plain and json_clean(text):
+        read = _read_chunk(text, cache)
+        if read is not None:
+            return read
+    return _read_lines(text, cache, plain)
+
+
+def _read_lines(
+    text: str, cache: PayloadCache | None, plain: bool
+) -> tuple[list[MetricRecord], list[Unreadable]]:
+    """parse_metric_text line by line: each payload read on its own (remembered in `cache`)."""
     records: list[MetricRecord] = []
     problems: list[Unreadable] = []
-    plain = "\x1b" not in text and "^[" not in text
     twin = Twin(plain)
     for line in _candidate_lines(text):
         if len(line) < 8:
@@ -545,6 +592,113 @@ def parse_metric_text(
         elif found is not None:
             problems.append(found)
     return records, problems
+
+
+_UNREAD: dict[str, float] = {}  # a chunk's record before its payload is read (replaced, never written)
+
+
+# Every line of a chunk in one findall: METRIC_LINE's groups where it reads the line (`kind` set), else the
+# line as `other`. A line's groups come out of one C call, not a match, groups() and slices per line.
+_CHUNK_LINES = re.compile(rf"^(?:{METRIC_LINE.pattern}|(?P<other>.*))$", re.MULTILINE)
+
+
+def _read_chunk(text: str, cache: PayloadCache | None) -> tuple[list[MetricRecord], list[Unreadable]] | None:
+    """_read_lines of a chunk with no colour code that json_clean passed, its METRIC_LINE records built
+    first with their values left out, and their payloads read in one `_json_batch` scan; None where that
+    refuses them (the caller reads line by line). A twin (Twin: a METRIC_LINE line whose message is the last
+    read one's) gets its original's kind, n and values once those are read: no enricher has run yet, as
+    there. Lines holding no METRIC_NEEDLES are skipped, as `_candidate_lines` skips them."""
+    records: list[MetricRecord] = []
+    problems: list[Unreadable] = []
+    fast: list[MetricRecord] = []  # the records of METRIC_LINE lines, in their payloads' order
+    payloads: list[str] = []
+    twins: list[tuple[MetricRecord, MetricRecord]] = []  # (twin, its original)
+    last, message = _NO_RECORD, ("", "", "")  # the last METRIC_LINE record read, and its message
+    for actor, stamp, named, kind, n, payload, other in _CHUNK_LINES.findall(text):
+        if kind:
+            rec = MetricRecord(kind, 0, line_ts(stamp) if stamp else math.nan, named or actor or "", _UNREAD)
+            if payload == message[2] and n == message[1] and kind == message[0]:
+                twins.append((rec, last))
+            else:
+                rec.n, last, message = int(n), rec, (kind, n, payload)
+                fast.append(rec)
+                payloads.append(payload)
+            records.append(rec)
+        elif len(other) >= 8 and (": {" in other or " skipped: " in other):
+            found = parse_metric_line(other, cache, None, True)
+            if isinstance(found, MetricRecord):
+                records.append(found)
+            elif found is not None:
+                problems.append(found)
+    return _fill(records, problems, fast, _json_batch(payloads), twins)
+
+
+_NO_RECORD = MetricRecord("", 0, math.nan, "", _UNREAD)
+
+
+def _fill(
+    records: list[MetricRecord],
+    problems: list[Unreadable],
+    fast: list[MetricRecord],
+    values: list[dict[str, float]] | None,
+    twins: list[tuple[MetricRecord, MetricRecord]],
+) -> tuple[list[MetricRecord], list[Unreadable]] | None:
+    """A chunk's records given their payloads' values (None: unread, so None), twins after originals."""
+    if values is None:
+        return None
+    for rec, got in zip(fast, values, strict=True):
+        rec.values = got
+        if rec.kind == "perf":
+            rec.kind = perf_kind(got)
+    for rec, original in twins:
+        rec.kind, rec.n, rec.values = original.kind, original.n, dict(original.values)
+    return records, problems
+
+
+_SEPARATOR = ",\n"  # between a batch's payloads: a newline is no part of any JSON string (strict)
+_VALUES_OF = operator.methodcaller("values")
+
+
+def _json_batch(payloads: list[str]) -> list[dict[str, float]] | None:
+    """json_payload of each payload (all passed json_clean), in one scan of `[p1,\np2,...]`: or None where
+    any is not a flat dict of numbers. Why one scan reads each payload alone: no JSON string holds a
+    newline, so each payload's first `{` and last `}` are tokens, and in a list of flat dicts those open and
+    close its items: each payload holds whole items, one each where there are as many items as payloads,
+    and that item is what a scan of the payload alone reads. The checks json_payload makes per payload are
+    made once: the size cap on the longest, no call left after np.float64's, every value a float, and no
+    key starting `: ` where a call was replaced (tests/unit/test_metric_chunks.py compares hostile ones)."""
+    if not payloads:
+        return []
+    longest = max(map(len, payloads))
+    if longest > 65536:
+        return None
+    text = "[" + _SEPARATOR.join(payloads).replace("'", '"') + "]"
+    called = "(" in text
+    if called:
+        text = _NP_FLOAT.sub(_NUMBER_OF, text)
+        if "(" in text:
+            return None
+    digits = sys.get_int_max_str_digits()
+    floats = (not digits or longest < digits) and _NEGATIVE_ZERO.search(text) is None
+    try:
+        raw, end = (_SCAN_FLOATS if floats else _SCAN)(text, 0)
+    except (ValueError, StopIteration, RecursionError):
+        return None
+    if end != len(text) or len(raw) != len(payloads):
+        return None
+    return raw if _flat_dicts(raw, called) else None
+
+
+def _flat_dicts(raw: list[Any], called: bool) -> bool:
+    """Every item a dict of floats only (a float sum raises on anything else: `_json_read`), and where a
+    call was replaced no key starting `: `."""
+    if not all(type(item) is dict for item in raw):
+        return False
+    try:
+        sum(itertools.chain.from_iterable(map(_VALUES_OF, raw)), 0.0)
+    except TypeError:
+        return False
+    return not (called and any(map(str.startswith, itertools.chain.from_iterable(raw), repeat(": "))))
 
 
 def record_from_event(event: dict[str, Any], source: str = "events") -> MetricRecord | None:
@@ -762,9 +916,7 @@ class MetricsCollector:
         the batch (`Judge`): (its record's place in the batch, its key's place in the record), built only
         for a point the judge keeps a verdict on."""
         index = run.records
-        run.steps = list(map(columns.steps(run.series.axis).__getitem__, index))  # C speed
-        run.ts = list(map(columns.ts.__getitem__, index))
-        run.ranks = list(map(columns.ranks.__getitem__, index))
+        run.steps, run.ts, run.ranks = columns.picked(index, run.series.axis)
         judge = self._judge if self._judge is not None and self._judge.watches(key) else None
         if judge is None:
             return self.series.apply(run)
@@ -887,6 +1039,22 @@ class _Columns:
         self.ts = list(map(_TS_OF, kept))  # C speed
         self.ranks = list(map(SOURCE_PRIORITY.get, map(_SOURCE_OF, kept), repeat(0)))
         self._steps: dict[str, list[float]] = {}
+        self._picked: dict[tuple[int, str], tuple[list[int], list[float], list[float], list[int]]] = {}
+
+    def picked(self, index: list[int], axis: str) -> tuple[list[float], list[float], list[int]]:
+        """The steps on `axis`, stamps and ranks of the records at `index`, at C speed, once per index
+        list and axis: a dict shape's runs share one index (`SeriesSet.group_batch`), and nobody writes to
+        a run's lists (series copy them)."""
+        key = (id(index), axis)
+        known = self._picked.get(key)
+        if known is None or known[0] is not index:
+            known = self._picked[key] = (
+                index,
+                list(map(self.steps(axis).__getitem__, index)),
+                list(map(self.ts.__getitem__, index)),
+                list(map(self.ranks.__getitem__, index)),
+            )
+        return known[1], known[2], known[3]
 
     def steps(self, axis: str) -> list[float]:
         known = self._steps.get(axis)

@@ -321,10 +321,10 @@ class SeriesSet:
             run = runs.get(key)
             if run is not None:
                 run.values.extend(column)
-                run.records.extend(index)
+                run.records = run.records + index  # a new list: a shape's index is shared by its runs
                 merged.add(key)
             elif (series := by_key.get(key)) is not None:
-                runs[key] = PointRun(series, list(column), list(index))
+                runs[key] = PointRun(series, list(column), index)  # one index per shape: picked once
             else:
                 return False
         return True
