@@ -25,7 +25,7 @@ from console.messages import HistoryProgress, LogAppended, Notice, RunStateChang
 from console.workers import ConsoleSession
 from shim.package import carries_shim
 
-POST_EVERY_S = 0.25
+POST_EVERY_S = 0.5
 
 
 class OfflineSession(ConsoleSession):
