@@ -160,9 +160,10 @@ class ArgumentDump:
         self._until: int | None = None  # the line the dump is over by, once its start was seen
         self._closed = False
 
-    def on_lines(self, first: int, count: int, text: str) -> None:
+    def on_lines(self, first: int, count: int, text: str, *, bounded: bool = True) -> None:
         """Only the dump's span of a chunk is read (a replay's 4 MB chunks hold it in their first 2,000
-        lines: reading the rest cost a regex pass over the whole chunk)."""
+        lines: reading the rest cost a regex pass over the whole chunk); `bounded=False`: all of it (a
+        whole log given at once, as before)."""
         if self._closed:
             return
         end_line = first + count
@@ -173,7 +174,8 @@ class ArgumentDump:
             first += text.count("\n", 0, start.start())
             self._until = first + DUMP_SPAN
             text = text[start.end() :]
-        text = _head_lines(text, self._until - first)
+        if bounded:
+            text = _head_lines(text, self._until - first)
         end = text.find(_DUMP_END)
         for m in _DUMP_LINE.finditer(text if end < 0 else text[:end]):
             self._pairs.setdefault(dump_flag_name(m.group(1)), m.group(2).rstrip("\r"))
@@ -182,7 +184,7 @@ class ArgumentDump:
 
     def feed(self, text: str) -> None:
         """A whole log text at once (the CLI's saved log)."""
-        self.on_lines(0, text.count("\n"), text)
+        self.on_lines(0, text.count("\n"), text, bounded=False)
 
     def flags(self) -> LaunchFlags | None:
         return _flags(self._pairs.items(), "args-dump") if self._pairs else None
